@@ -1,0 +1,159 @@
+/*
+ * What both fused attention variants (fused_cpu.cl, fused_gpu.cl) share: which query rows a
+ * tile owns, the key range each row may see, and the masks.
+ *
+ * A call runs up to three passes, which together cover SPEC's allowed set, each pair once:
+ *  - the window pass (row_mode 0): query tiles of one dilation class against the key tiles of
+ *    that class inside the window: pairs with causal AND layout AND window;
+ *  - the global-key pass (inside row_mode 0): the same rows against the packed global keys:
+ *    pairs with causal AND layout AND NOT window (the global keys outside the window);
+ *  - the global-row pass (row_mode 1): the rows whose position is a global token, against every
+ *    key: pairs with causal AND layout. The window pass does not store these rows.
+ * Without global tokens (or when the window is unbounded and undilated, so that they change
+ * nothing) only the window pass runs.
+ *
+ * Keys are read from packed buffers (pack.cl): K tiles [DQK_PAD][BLOCK_N] (transposed) and V
+ * rows [DV_PAD], float32, zero-padded, grouped by dilation class.
+ */
+#ifndef BLOCK_M
+#define BLOCK_M 8
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32
+#endif
+#ifndef DQK_PAD
+#define DQK_PAD 64
+#endif
+#ifndef DV_PAD
+#define DV_PAD 64
+#endif
+
+#define PASS_WINDOW 0
+#define PASS_GLOBAL_KEYS 1
+#define PASS_GLOBAL_ROWS 2
+
+/* Tile kinds: every pair allowed; a per-row class-local range [lo, hi]; per-pair rules. */
+#define TILE_FULL 0
+#define TILE_BOUNDED 1
+#define TILE_GENERAL 2
+
+#define NO_KEY (-1L)
+
+/* Row m of query tile `tile`: its index, or -1 past the end. row_mode 0: rows of one dilation
+ * class (tile = class * tiles_per_class + t); row_mode 1: the rows listed in row_list. */
+ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,
+                            long m) {
+    if (P->row_mode == 1) {
+        long at = tile * BLOCK_M + m;
+        return at < P->num_listed_rows ? row_list[at] : -1;
+    }
+    long d = P->dilation, r = tile / P->tiles_per_class, t = tile % P->tiles_per_class;
+    long i = positive_mod(r - P->offset, d) + (t * BLOCK_M + m) * d; /* class r's rows */
+    return i < P->len_q ? i : -1;
+}
+
+/* The dilation class of a tile's rows (row_mode 0). */
+ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
+    return P->row_mode == 1 ? 0 : tile / P->tiles_per_class;
+}
+
+/* Class-local key range [lo, hi] that a row at position p may see in class r (empty when
+ * lo > hi). The window pass bounds it by the window and causality; the global-row pass only by
+ * causality. */
+ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, long p, long *lo,
+                          long *hi) {
+    long d = P->dilation, last = class_keys(P, r) - 1;
+    long own = floor_div(p - r, d); /* p's own class-local index (exact in the window pass) */
+    *lo = 0;
+    *hi = last;
+    if (pass == PASS_WINDOW) {
+        if (P->left >= 0) *lo = max(*lo, own - P->left / d);
+        if (P->right >= 0) *hi = min(*hi, own + P->right / d);
+    }
+    if (P->causal) *hi = min(*hi, own);
+}
+
+/* Over the rows of query tile `tile`, for class r: the key tiles [first, last] that hold any
+ * key a row may see, and [full_lo, full_hi], the class-local keys every row sees (tiles inside
+ * it need no mask). Returns 0 when no row sees any key. The same in every work-item. */
+ALWAYS_INLINE int tile_key_span(__constant attn_params *P, __global const int *row_list,
+                                long tile, int pass, long r, long *first, long *last,
+                                long *full_lo, long *full_hi) {
+    long lo_all = LONG_MAX, hi_all = -1;
+    *full_lo = 0;
+    *full_hi = LONG_MAX;
+    for (int m = 0; m < BLOCK_M; m++) {
+        long i = tile_row(P, row_list, tile, m), lo, hi;
+        if (i < 0) continue;
+        row_key_range(P, pass, r, i + P->offset, &lo, &hi);
+        *full_lo = max(*full_lo, lo);
+        *full_hi = min(*full_hi, hi);
+        if (lo > hi) continue;
+        lo_all = min(lo_all, lo);
+        hi_all = max(hi_all, hi);
+    }
+    *first = lo_all / BLOCK_N;
+    *last = hi_all < 0 ? -1 : hi_all / BLOCK_N;
+    return hi_all >= lo_all;
+}
+
+/* The largest key position of the tile's rows (for stopping at causal limits). */
+ALWAYS_INLINE long tile_last_position(__constant attn_params *P, __global const int *row_list,
+                                      long tile) {
+    long last = LONG_MIN;
+    for (int m = 0; m < BLOCK_M; m++) {
+        long i = tile_row(P, row_list, tile, m);
+        if (i >= 0) last = max(last, i + P->offset);
+    }
+    return last;
+}
+
+/* Whether the pass owns pair (i, j): see the top of this file. */
+ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *layout, int pass, long head,
+                     long i, long j) {
+    long p = i + P->offset;
+    if (P->causal && j > p) return 0;
+    if (!layout_ok(P, layout, head, i, j)) return 0;
+    if (pass == PASS_WINDOW) return window_ok(P, p, j);
+    if (pass == PASS_GLOBAL_KEYS) return !window_ok(P, p, j);
+    return 1;
+}
+
+/* Whether this row is stored by the global-row pass instead of this one. */
+ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P, __global const uchar *is_global,
+                                   long i) {
+    return P->row_mode == 0 && is_global_position(P, is_global, i + P->offset);
+}
+
+/* Key positions of a tile of `count` keys: class r (j = r + m*d) or the global list. */
+ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const int *gpos, int pass,
+                               long r, long first, long *kpos) {
+    for (int c = 0; c < BLOCK_N; c++) {
+        long m = first + c;
+        if (pass == PASS_GLOBAL_KEYS)
+            kpos[c] = m < P->num_global ? gpos[m] : NO_KEY;
+        else
+            kpos[c] = m < class_keys(P, r) ? r + m * P->dilation : NO_KEY;
+    }
+}
+
+/* Scores s[rows][BLOCK_N] (log2 domain): -inf where the pass does not own the pair or the
+ * slot is padding; plus bias*log2(e) where a bias is given. */
+ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
+                                 __global const float *bias, int pass, int kind, long b, long h,
+                                 const long *row_i, int rows, const long *kpos, float *s) {
+    for (int m = 0; m < rows; m++) {
+        long i = row_i[m] < 0 ? 0 : row_i[m];
+        __global const float *bias_row = bias + P->bias_offset + b * P->bias_stride_b +
+                                         h * P->bias_stride_h + i * P->bias_stride_s;
+        for (int c = 0; c < BLOCK_N; c++) {
+            float x = s[m * BLOCK_N + c];
+            if (kind == TILE_GENERAL &&
+                (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
+                x = -INFINITY;
+            else if (P->has_bias && kpos[c] != NO_KEY)
+                x += bias_row[kpos[c]] * M_LOG2E_F;
+            s[m * BLOCK_N + c] = x;
+        }
+    }
+}

@@ -1,0 +1,33 @@
+/*
+ * Packs K and V for the fused kernels: float32, zero-padded to DQK_PAD / DV_PAD and to whole
+ * tiles of BLOCK_N keys, with the keys reordered so each tile is one read away:
+ *
+ *   Kp: [B*Hkv][slots / BLOCK_N][DQK_PAD][BLOCK_N]   (each tile transposed: key along a row)
+ *   Vp: [B*Hkv][slots][DV_PAD]
+ *
+ * Slot s holds key j = r + m*dilation with r = s / class_slots, m = s % class_slots (keys
+ * grouped by dilation class), or, when from_list is set, j = gpos[s] (the global keys).
+ * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after fused_common.cl.
+ */
+__kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __global const IN_T *V,
+                        __global const int *gpos, int from_list, long slots,
+                        __global float *Kp, __global float *Vp) {
+    const long s = get_global_id(0), bh = get_global_id(1);
+    if (s >= slots) return;
+    const long b = bh / P->heads_kv, h = bh % P->heads_kv;
+    long j = NO_KEY;
+    if (from_list) {
+        if (s < P->num_global) j = gpos[s];
+    } else {
+        long r = s / P->class_slots, m = s % P->class_slots;
+        if (r < P->dilation && m < class_keys(P, r)) j = r + m * P->dilation;
+    }
+    __global float *kt = Kp + (bh * slots + (s / BLOCK_N) * BLOCK_N) * DQK_PAD + s % BLOCK_N;
+    __global float *vr = Vp + (bh * slots + s) * DV_PAD;
+    const long k_row = P->k_offset + b * P->k_stride_b + h * P->k_stride_h + j * P->k_stride_s;
+    const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
+    for (int d = 0; d < DQK_PAD; d++)
+        kt[d * BLOCK_N] = (j != NO_KEY && d < P->dim_qk) ? LOAD_IN(K, k_row + d) : 0.0f;
+    for (int d = 0; d < DV_PAD; d++)
+        vr[d] = (j != NO_KEY && d < P->dim_v) ? LOAD_IN(V, v_row + d) : 0.0f;
+}

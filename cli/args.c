@@ -1,0 +1,216 @@
+/* See args.h. */
+#include "args.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_error(const char *command, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "clattn %s: ", command);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const cli_option *find_option(const cli_args *args, const char *name, size_t len,
+                                     size_t *index) {
+    for (size_t i = 0; i < args->num_options; i++) {
+        if (strlen(args->options[i].name) == len && strncmp(args->options[i].name, name, len) == 0) {
+            *index = i;
+            return &args->options[i];
+        }
+    }
+    return NULL;
+}
+
+int args_parse(cli_args *args, const cli_option *options, size_t num_options, const char *command,
+               int argc, char **argv) {
+    memset(args, 0, sizeof *args);
+    args->command = command;
+    args->options = options;
+    args->num_options = num_options < MAX_OPTIONS ? num_options : MAX_OPTIONS;
+    for (int a = 0; a < argc; a++) {
+        const char *word = argv[a];
+        if (strcmp(word, "--help") == 0 || strcmp(word, "-h") == 0) return 1;
+        if (strncmp(word, "--", 2) != 0) {
+            cli_error(command, "unexpected argument '%s' (options start with --)", word);
+            return EXIT_USAGE;
+        }
+        const char *name = word + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name), index = 0;
+        const cli_option *opt = find_option(args, name, len, &index);
+        if (!opt) {
+            cli_error(command, "unknown option --%.*s (see clattn help %s)", (int)len, name,
+                      command);
+            return EXIT_USAGE;
+        }
+        if (!opt->value && eq) {
+            cli_error(command, "--%s takes no value, got '%s'", opt->name, eq + 1);
+            return EXIT_USAGE;
+        }
+        if (opt->value && !eq && a + 1 >= argc) {
+            cli_error(command, "--%s needs a value (%s)", opt->name, opt->value);
+            return EXIT_USAGE;
+        }
+        args->values[index] = !opt->value ? "" : eq ? eq + 1 : argv[++a];
+    }
+    return 0;
+}
+
+const char *args_get(const cli_args *args, const char *name) {
+    size_t index = 0;
+    return find_option(args, name, strlen(name), &index) ? args->values[index] : NULL;
+}
+
+int args_has(const cli_args *args, const char *name) {
+    return args_get(args, name) != NULL;
+}
+
+void args_usage(const char *command, const char *synopsis, const cli_option *options,
+                size_t num_options) {
+    printf("usage: clattn %s %s\n\noptions:\n", command, synopsis);
+    for (size_t i = 0; i < num_options; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].value ? " " : "",
+                 options[i].value ? options[i].value : "");
+        printf("  %-28s %s\n", left, options[i].help);
+    }
+}
+
+static int bad_value(const cli_args *args, const char *name, const char *why) {
+    cli_error(args->command, "--%s: %s, got '%s'", name, why, args_get(args, name));
+    return -1;
+}
+
+/* Parses a whole decimal integer from [s, end); 0 on success. */
+static int to_int64(const char *s, const char *end, int64_t *out) {
+    char buf[32];
+    size_t len = (size_t)(end - s);
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        if (!isdigit((unsigned char)buf[i]) && !(i == 0 && buf[i] == '-' && len > 1)) return -1;
+    errno = 0;
+    long long v = strtoll(buf, NULL, 10);
+    if (errno == ERANGE) return -1;
+    *out = v;
+    return 0;
+}
+
+int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *out) {
+    const char *s = args_get(args, name);
+    char why[64];
+    snprintf(why, sizeof why, "expected an integer >= %lld", (long long)min);
+    if (!s || to_int64(s, s + strlen(s), out) != 0 || *out < min)
+        return bad_value(args, name, why);
+    return 0;
+}
+
+int parse_size(const cli_args *args, const char *name, size_t min, size_t *out) {
+    int64_t v = 0;
+    if (parse_int64(args, name, (int64_t)min, &v) != 0) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+int parse_float(const cli_args *args, const char *name, float *out) {
+    const char *s = args_get(args, name);
+    char *end = NULL;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0.0;
+    if (!s || !*s || *end || errno == ERANGE || !isfinite(v) || !isfinite((float)v))
+        return bad_value(args, name, "expected a finite number");
+    *out = (float)v;
+    return 0;
+}
+
+int parse_pair(const cli_args *args, const char *name, int64_t min, int64_t *a, int64_t *b) {
+    const char *s = args_get(args, name), *comma = s ? strchr(s, ',') : NULL;
+    char why[80];
+    snprintf(why, sizeof why, "expected A,B with integers >= %lld", (long long)min);
+    if (!comma || to_int64(s, comma, a) != 0 || to_int64(comma + 1, s + strlen(s), b) != 0 ||
+        *a < min || *b < min)
+        return bad_value(args, name, why);
+    return 0;
+}
+
+int parse_index_list(const cli_args *args, const char *name, int64_t **list, size_t *count) {
+    const char *s = args_get(args, name);
+    size_t cap = 1;
+    for (const char *c = s; *c; c++) cap += *c == ',';
+    *list = malloc(cap * sizeof **list);
+    *count = 0;
+    if (!*list) return bad_value(args, name, "out of memory");
+    for (const char *start = s;; ) {
+        const char *end = strchr(start, ',');
+        if (!end) end = start + strlen(start);
+        int64_t v = 0;
+        if (to_int64(start, end, &v) != 0 || v < 0) {
+            free(*list);
+            *list = NULL;
+            return bad_value(args, name, "expected a comma-separated list of integers >= 0");
+        }
+        (*list)[(*count)++] = v;
+        if (!*end) break;
+        start = end + 1;
+    }
+    return 0;
+}
+
+int parse_choice(const cli_args *args, const char *name, const char *const *choices, int *index) {
+    const char *s = args_get(args, name);
+    char why[160] = "expected one of";
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(s, choices[i]) == 0) {
+            *index = i;
+            return 0;
+        }
+        strncat(why, i ? "|" : " ", sizeof why - strlen(why) - 1);
+        strncat(why, choices[i], sizeof why - strlen(why) - 1);
+    }
+    return bad_value(args, name, why);
+}
+
+int parse_word_list(const cli_args *args, const char *name, char storage[][64], size_t cap,
+                    size_t *count) {
+    const char *s = args_get(args, name);
+    *count = 0;
+    for (const char *start = s;; ) {
+        const char *end = strchr(start, ',');
+        if (!end) end = start + strlen(start);
+        size_t len = (size_t)(end - start);
+        if (len == 0 || len >= 64 || *count == cap)
+            return bad_value(args, name, "expected a comma-separated list of names");
+        memcpy(storage[*count], start, len);
+        storage[(*count)++][len] = '\0';
+        if (!*end) break;
+        start = end + 1;
+    }
+    return 0;
+}
+
+int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *out, size_t cap,
+                    size_t *count) {
+    const char *s = args_get(args, name);
+    char why[96];
+    snprintf(why, sizeof why, "expected a comma-separated list of integers >= %zu", min);
+    *count = 0;
+    for (const char *start = s;; ) {
+        const char *end = strchr(start, ',');
+        if (!end) end = start + strlen(start);
+        int64_t v = 0;
+        if (to_int64(start, end, &v) != 0 || v < (int64_t)min || *count == cap)
+            return bad_value(args, name, why);
+        out[(*count)++] = (size_t)v;
+        if (!*end) break;
+        start = end + 1;
+    }
+    return 0;
+}

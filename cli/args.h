@@ -1,0 +1,63 @@
+/*
+ * Command-line parsing for the clattn program: a table of options per subcommand, `--opt VALUE`
+ * and `--opt=VALUE` forms, and value parsers that print one line naming the option and the bad
+ * value. Usage errors exit with status 2 (EXIT_USAGE).
+ */
+#ifndef CLATTN_CLI_ARGS_H
+#define CLATTN_CLI_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EXIT_USAGE 2
+#define MAX_OPTIONS 48
+
+typedef struct cli_option {
+    const char *name;  /* without the dashes: "window" */
+    const char *value; /* NULL for a flag, else the value's placeholder: "L,R" */
+    const char *help;
+} cli_option;
+
+typedef struct cli_args {
+    const char *command; /* "run", for messages */
+    const cli_option *options;
+    size_t num_options;
+    const char *values[MAX_OPTIONS]; /* NULL when absent; "" for a flag that is present */
+} cli_args;
+
+/* Parses argv (after the subcommand). Prints one line and returns EXIT_USAGE on an unknown
+ * option, a missing value, a value given to a flag or a stray positional argument; returns 0
+ * on success, 1 when --help was asked (the usage has been printed). */
+int args_parse(cli_args *args, const cli_option *options, size_t num_options, const char *command,
+               int argc, char **argv);
+const char *args_get(const cli_args *args, const char *name);
+int args_has(const cli_args *args, const char *name);
+void args_usage(const char *command, const char *synopsis, const cli_option *options,
+                size_t num_options);
+
+/* Value parsers: on a bad value they print "clattn CMD: --NAME: <why>, got 'VALUE'" and
+ * return -1 (the caller exits with EXIT_USAGE); 0 on success. */
+int parse_size(const cli_args *args, const char *name, size_t min, size_t *out);
+int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *out);
+int parse_float(const cli_args *args, const char *name, float *out);
+/* "A,B" with each >= min */
+int parse_pair(const cli_args *args, const char *name, int64_t min, int64_t *a, int64_t *b);
+/* "I,J,..." non-negative integers; *list is malloc'ed (free it) */
+int parse_index_list(const cli_args *args, const char *name, int64_t **list, size_t *count);
+/* One of `choices` (NULL-terminated); *index receives its position. */
+int parse_choice(const cli_args *args, const char *name, const char *const *choices, int *index);
+/* "a,b,c" split into up to `cap` strings copied into `storage` (each < 64 chars). */
+int parse_word_list(const cli_args *args, const char *name, char storage[][64], size_t cap,
+                    size_t *count);
+/* "1,2,3" as sizes >= min, up to cap */
+int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *out, size_t cap,
+                    size_t *count);
+
+/* Prints "clattn CMD: message" on stderr. */
+void cli_error(const char *command, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#endif

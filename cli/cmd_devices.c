@@ -1,0 +1,122 @@
+/* clattn devices: every platform and device, with what planning looks at; and the device
+ * selection helpers the other subcommands share. */
+#include "args.h"
+#include "commands.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *type_name(cl_device_type type) {
+    if (type & CL_DEVICE_TYPE_GPU) return "gpu";
+    if (type & CL_DEVICE_TYPE_CPU) return "cpu";
+    if (type & CL_DEVICE_TYPE_ACCELERATOR) return "accelerator";
+    return "other";
+}
+
+static void format_bytes(cl_ulong bytes, char *out, size_t size) {
+    if (bytes >= (1ull << 30)) snprintf(out, size, "%.1f GiB", (double)bytes / (1ull << 30));
+    else if (bytes >= (1ull << 20)) snprintf(out, size, "%.1f MiB", (double)bytes / (1ull << 20));
+    else snprintf(out, size, "%.0f KiB", (double)bytes / 1024.0);
+}
+
+static void print_device(const clattn_device_info *d, int is_default) {
+    char global[32], local[32], alloc[32], subgroups[64] = "no";
+    format_bytes(d->global_mem_bytes, global, sizeof global);
+    format_bytes(d->local_mem_bytes, local, sizeof local);
+    format_bytes(d->max_alloc_bytes, alloc, sizeof alloc);
+    if (d->has_subgroups || d->num_subgroup_sizes) {
+        snprintf(subgroups, sizeof subgroups, "%s", d->has_subgroups ? "yes" : "sizes");
+        for (unsigned i = 0; i < d->num_subgroup_sizes; i++) {
+            size_t used = strlen(subgroups);
+            snprintf(subgroups + used, sizeof subgroups - used, "%s%zu", i ? "," : " ",
+                     d->subgroup_sizes[i]);
+        }
+    }
+    char pair[16];
+    snprintf(pair, sizeof pair, "%u:%u", d->platform_index, d->device_index);
+    printf("%-3zu %-5s %-4s %-44.44s %4u %10s %9s %10s %5zu %5u/%-3u %-4s %s%s\n", d->index,
+           pair, type_name(d->type), d->name, d->compute_units, global, local, alloc,
+           d->max_work_group_size, d->preferred_vector_width_float,
+           d->preferred_vector_width_half, d->has_fp16 ? "yes" : "no", subgroups,
+           is_default ? "  (default)" : "");
+    printf("    platform %s (%s), driver %s, %s\n", d->platform_name, d->platform_version,
+           d->driver_version, d->opencl_c_version);
+}
+
+int cmd_devices(int argc, char **argv) {
+    static const cli_option options[] = {{"help", NULL, "show this help"}};
+    cli_args args;
+    int parsed = args_parse(&args, options, 1, "devices", argc, argv);
+    if (parsed == 1) {
+        args_usage("devices", "", options, 1);
+        printf("\nLists every OpenCL platform and device. Select one elsewhere with --device "
+               "INDEX, P:D,\na name substring, or gpu|cpu|accelerator|all "
+               "(or the CLATTN_DEVICE variable).\n");
+        return 0;
+    }
+    if (parsed) return parsed;
+    size_t count = 0, chosen = 0, matched = 0;
+    clattn_status status = clattn_device_count(&count);
+    if (status != CLATTN_SUCCESS || count == 0) {
+        cli_error("devices", "no OpenCL device found: install an OpenCL driver (on Debian, "
+                             "apt-get install pocl-opencl-icd for the CPU)");
+        return 1;
+    }
+    clattn_device_select(NULL, &chosen, 1, &matched);
+    printf("%-3s %-5s %-4s %-44s %4s %10s %9s %10s %5s %9s %-4s %s\n", "#", "P:D", "type", "name",
+           "CUs", "global", "local", "max alloc", "WG", "vec f/h", "fp16", "subgroups");
+    for (size_t i = 0; i < count; i++) {
+        clattn_device_info info;
+        if (clattn_device_get_info(i, &info) != CLATTN_SUCCESS) continue;
+        print_device(&info, matched && chosen == i);
+    }
+    return 0;
+}
+
+int cli_select_devices(const char *command, const char *spec, size_t *indices, size_t capacity,
+                       size_t *count) {
+    size_t total = 0;
+    clattn_status status = clattn_device_count(&total);
+    if (status != CLATTN_SUCCESS || total == 0) {
+        cli_error(command, "no OpenCL device found: install an OpenCL driver (on Debian, "
+                           "apt-get install pocl-opencl-icd for the CPU)");
+        return 1;
+    }
+    const char *shown = spec && *spec ? spec : getenv("CLATTN_DEVICE");
+    status = clattn_device_select(spec, indices, capacity, count);
+    if (status == CLATTN_ERR_INVALID_ARGUMENT) {
+        cli_error(command, "--device: '%s' is not a device spec (INDEX, P:D, a name, or "
+                           "gpu|cpu|accelerator|all)", shown ? shown : "");
+        return 1;
+    }
+    if (status != CLATTN_SUCCESS) {
+        cli_error(command, "no device matches '%s' (%zu devices; see clattn devices)",
+                  shown ? shown : "", total);
+        return 1;
+    }
+    if (*count > capacity) *count = capacity;
+    return 0;
+}
+
+int cli_open_context(const char *command, const char *spec, clattn_context **ctx) {
+    size_t index = 0, count = 0;
+    *ctx = NULL;
+    if (cli_select_devices(command, spec, &index, 1, &count) != 0) return 1;
+    clattn_status status = clattn_context_create(ctx, index);
+    if (status != CLATTN_SUCCESS) {
+        cli_error(command, "cannot open device %zu: %s (%s)", index,
+                  clattn_status_string(status), clattn_status_name(status));
+        return 1;
+    }
+    return 0;
+}
+
+void cli_report(const char *command, const char *what, clattn_status status,
+                const clattn_context *ctx) {
+    const char *detail = clattn_context_last_error(ctx);
+    cli_error(command, "%s: %s (%s)", what, *detail ? detail : clattn_status_string(status),
+              clattn_status_name(status));
+    const char *log = clattn_context_build_log(ctx);
+    if (status == CLATTN_ERR_BUILD && *log) fprintf(stderr, "build log:\n%s\n", log);
+}

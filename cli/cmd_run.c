@@ -1,0 +1,360 @@
+/*
+ * clattn run: attention from .npy files (SPEC section 5). Q, K, V are 4-D in the chosen
+ * layout; the bias is [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] whatever the layout (as PyTorch's
+ * attn_mask; size-1 dimensions broadcast); a block layout is 2-D (shared) or 3-D (one per query head). Outputs are
+ * written whole or not at all.
+ */
+#include "args.h"
+#include "commands.h"
+#include "half.h"
+#include "npy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const cli_option run_options[] = {
+    {"q", "Q.npy", "queries, 4-D in the layout"},
+    {"k", "K.npy", "keys"},
+    {"v", "V.npy", "values"},
+    {"out", "O.npy", "output file"},
+    {"lse", "LSE.npy", "also write the log-sum-exp, float32 [B,Hq,Nq]"},
+    {"layout", "bshd|bhsd", "tensor layout (default bshd = [B,N,H,D])"},
+    {"causal", NULL, "causal mask, aligned to the end of the keys"},
+    {"window", "L,R", "sliding window; -1 = unbounded (write --window=-1,0)"},
+    {"dilation", "N", "window dilation (default 1)"},
+    {"global", "I,J,...", "global token positions (key positions)"},
+    {"block-layout", "L.npy", "block-sparse layout, |u1 |b1 or <i4, 2-D or 3-D"},
+    {"block-size", "BQ,BK", "block size of the layout"},
+    {"bias", "BIAS.npy", "additive float bias; -inf masks"},
+    {"scale", "S", "score scale (default 1/sqrt(Dqk))"},
+    {"out-dtype", "f32|f16", "storage of O (default: that of Q)"},
+    {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
+    {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
+    {"help", NULL, "show this help"},
+};
+
+/* What the command holds while it runs; released by run_release. */
+typedef struct run_state {
+    npy_array q, k, v, bias, layout;
+    float *bias_f32;       /* the bias widened to float32, when it was stored as float16 */
+    uint8_t *layout_u8;    /* the layout as 0/1 bytes */
+    int64_t *globals;
+    clattn_attention_desc desc;
+    clattn_layout layout_kind;
+    void *o;
+    float *lse;
+} run_state;
+
+static void run_release(run_state *s) {
+    npy_free(&s->q);
+    npy_free(&s->k);
+    npy_free(&s->v);
+    npy_free(&s->bias);
+    npy_free(&s->layout);
+    free(s->bias_f32);
+    free(s->layout_u8);
+    free(s->globals);
+    free(s->o);
+    free(s->lse);
+}
+
+static int load(const cli_args *args, const char *option, npy_array *out) {
+    char err[512];
+    if (npy_read(args_get(args, option), out, err, sizeof err) != CLATTN_SUCCESS) {
+        cli_error("run", "%s", err);
+        return 1;
+    }
+    return 0;
+}
+
+/* Reads a 4-D tensor's sizes in the layout: [B,N,H,D] or [B,H,N,D]. */
+static int tensor_dims(const cli_args *args, const char *option, const npy_array *a,
+                       clattn_layout layout, size_t dims[4]) {
+    if (a->ndim != 4) {
+        cli_error("run", "%s: expected a 4-D array (%s), got %zu-D", args_get(args, option),
+                  layout == CLATTN_LAYOUT_BSHD ? "[B,N,H,D]" : "[B,H,N,D]", a->ndim);
+        return 1;
+    }
+    if (a->dtype != NPY_F32 && a->dtype != NPY_F16) {
+        cli_error("run", "%s: dtype %s is not supported (use <f4 or <f2)", args_get(args, option),
+                  npy_dtype_name(a->dtype));
+        return 1;
+    }
+    int bshd = layout == CLATTN_LAYOUT_BSHD;
+    dims[0] = a->shape[0];                 /* B */
+    dims[1] = a->shape[bshd ? 1 : 2];      /* N */
+    dims[2] = a->shape[bshd ? 2 : 1];      /* H */
+    dims[3] = a->shape[3];                 /* D */
+    return 0;
+}
+
+/* Q [B,Nq,Hq,Dqk], K [B,Nk,Hkv,Dqk], V [B,Nk,Hkv,Dv] must agree. */
+static int setup_shapes(const cli_args *args, run_state *s) {
+    size_t q[4], k[4], v[4];
+    if (tensor_dims(args, "q", &s->q, s->layout_kind, q) ||
+        tensor_dims(args, "k", &s->k, s->layout_kind, k) ||
+        tensor_dims(args, "v", &s->v, s->layout_kind, v))
+        return 1;
+    const char *qf = args_get(args, "q"), *kf = args_get(args, "k"), *vf = args_get(args, "v");
+    if (s->q.dtype != s->k.dtype || s->q.dtype != s->v.dtype) {
+        cli_error("run", "Q, K and V must share a dtype: %s is %s, %s is %s, %s is %s", qf,
+                  npy_dtype_name(s->q.dtype), kf, npy_dtype_name(s->k.dtype), vf,
+                  npy_dtype_name(s->v.dtype));
+        return 1;
+    }
+    if (k[0] != q[0] || v[0] != q[0]) {
+        cli_error("run", "batch sizes differ: %s has %zu, %s %zu, %s %zu", qf, q[0], kf, k[0], vf,
+                  v[0]);
+        return 1;
+    }
+    if (k[1] != v[1] || k[2] != v[2]) {
+        cli_error("run", "%s has %zu keys in %zu heads but %s has %zu in %zu heads", kf, k[1],
+                  k[2], vf, v[1], v[2]);
+        return 1;
+    }
+    if (k[3] != q[3]) {
+        cli_error("run", "head dims differ: %s has %zu, %s has %zu", qf, q[3], kf, k[3]);
+        return 1;
+    }
+    if (q[2] % k[2] != 0) {
+        cli_error("run", "%s has %zu heads, not a multiple of the %zu heads of %s", qf, q[2],
+                  k[2], kf);
+        return 1;
+    }
+    clattn_attention_desc_init(&s->desc, s->layout_kind, q[0], q[2], k[2], q[1], k[1], q[3],
+                               v[3]);
+    s->desc.dtype = s->q.dtype == NPY_F16 ? CLATTN_F16 : CLATTN_F32;
+    s->desc.out_dtype = s->desc.dtype;
+    return 0;
+}
+
+/* --block-layout L.npy --block-size BQ,BK */
+static int setup_block_layout(const cli_args *args, run_state *s) {
+    int64_t bq = 0, bk = 0;
+    if (args_has(args, "block-layout") != args_has(args, "block-size")) {
+        cli_error("run", "--block-layout and --block-size go together");
+        return EXIT_USAGE;
+    }
+    if (!args_has(args, "block-layout")) return 0;
+    if (parse_pair(args, "block-size", 1, &bq, &bk) != 0) return EXIT_USAGE;
+    if (load(args, "block-layout", &s->layout)) return 1;
+    const char *file = args_get(args, "block-layout");
+    const npy_array *L = &s->layout;
+    size_t bq_count = (s->desc.len_q + (size_t)bq - 1) / (size_t)bq;
+    size_t bk_count = (s->desc.len_k + (size_t)bk - 1) / (size_t)bk;
+    int per_head = L->ndim == 3;
+    if ((L->ndim != 2 && L->ndim != 3) || L->shape[L->ndim - 2] != bq_count ||
+        L->shape[L->ndim - 1] != bk_count ||
+        (per_head && L->shape[0] != s->desc.heads_q && L->shape[0] != 1)) {
+        cli_error("run", "%s: layout shape must be [%zu, %zu] or [%zu (heads), %zu, %zu] for "
+                  "Nq=%zu, Nk=%zu and blocks %lld,%lld",
+                  file, bq_count, bk_count, s->desc.heads_q, bq_count, bk_count, s->desc.len_q,
+                  s->desc.len_k, (long long)bq, (long long)bk);
+        return 1;
+    }
+    if (L->dtype != NPY_U8 && L->dtype != NPY_BOOL && L->dtype != NPY_I32) {
+        cli_error("run", "%s: layout dtype %s is not supported (use |u1, |b1 or <i4)", file,
+                  npy_dtype_name(L->dtype));
+        return 1;
+    }
+    s->layout_u8 = malloc(L->count);
+    if (!s->layout_u8) return 1;
+    for (size_t i = 0; i < L->count; i++)
+        s->layout_u8[i] = L->dtype == NPY_I32 ? ((const int32_t *)L->data)[i] != 0
+                                              : ((const uint8_t *)L->data)[i] != 0;
+    s->desc.block_layout = s->layout_u8;
+    s->desc.block_q = (size_t)bq;
+    s->desc.block_k = (size_t)bk;
+    s->desc.block_layout_per_head = per_head && L->shape[0] != 1;
+    return 0;
+}
+
+/* --bias: [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk]; a dimension of 1 broadcasts (stride 0). */
+static int setup_bias(const cli_args *args, run_state *s) {
+    if (!args_has(args, "bias")) return 0;
+    if (load(args, "bias", &s->bias)) return 1;
+    const char *file = args_get(args, "bias");
+    const npy_array *b = &s->bias;
+    const clattn_attention_desc *d = &s->desc;
+    size_t shape[4] = {1, 1, 0, 0};
+    if (b->ndim >= 2 && b->ndim <= 4) memcpy(shape + 4 - b->ndim, b->shape, b->ndim * sizeof(size_t));
+    if (b->ndim < 2 || shape[2] != d->len_q || shape[3] != d->len_k ||
+        (shape[1] != 1 && shape[1] != d->heads_q) || (shape[0] != 1 && shape[0] != d->batch)) {
+        cli_error("run", "%s: bias shape must be [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] with "
+                  "Nq=%zu, Nk=%zu, H in {1,%zu}, B in {1,%zu}",
+                  file, d->len_q, d->len_k, d->heads_q, d->batch);
+        return 1;
+    }
+    if (b->dtype != NPY_F32 && b->dtype != NPY_F16) {
+        cli_error("run", "%s: bias dtype %s is not supported (use <f4 or <f2)", file,
+                  npy_dtype_name(b->dtype));
+        return 1;
+    }
+    const float *values = b->data;
+    if (b->dtype == NPY_F16) {
+        if (!(s->bias_f32 = malloc(b->count * sizeof(float)))) return 1;
+        for (size_t i = 0; i < b->count; i++)
+            s->bias_f32[i] = half_to_float(((const uint16_t *)b->data)[i]);
+        values = s->bias_f32;
+    }
+    s->desc.bias_host = values;
+    s->desc.bias_strides.stride_seq = d->len_k;
+    s->desc.bias_strides.stride_head = shape[1] == 1 ? 0 : d->len_q * d->len_k;
+    s->desc.bias_strides.stride_batch = shape[0] == 1 ? 0 : shape[1] * d->len_q * d->len_k;
+    return 0;
+}
+
+/* --causal --window --dilation --global --scale --out-dtype --path */
+static int setup_options(const cli_args *args, run_state *s) {
+    clattn_attention_desc *d = &s->desc;
+    d->causal = args_has(args, "causal");
+    if (args_has(args, "window") &&
+        parse_pair(args, "window", -1, &d->window_left, &d->window_right) != 0)
+        return EXIT_USAGE;
+    if (args_has(args, "dilation") && parse_int64(args, "dilation", 1, &d->dilation) != 0)
+        return EXIT_USAGE;
+    if (args_has(args, "global")) {
+        if (parse_index_list(args, "global", &s->globals, &d->num_global_tokens) != 0)
+            return EXIT_USAGE;
+        d->global_tokens = s->globals;
+        for (size_t g = 0; g < d->num_global_tokens; g++)
+            if ((size_t)s->globals[g] >= d->len_k) {
+                cli_error("run", "--global: position %lld is outside the %zu keys",
+                          (long long)s->globals[g], d->len_k);
+                return EXIT_USAGE;
+            }
+    }
+    if (args_has(args, "scale")) {
+        if (parse_float(args, "scale", &d->scale) != 0) return EXIT_USAGE;
+        if (d->scale == 0.0f) {
+            cli_error("run", "--scale: must be non-zero, got '%s'", args_get(args, "scale"));
+            return EXIT_USAGE;
+        }
+    }
+    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const paths[] = {"auto", "fused", "gemm", "reference", NULL};
+    int choice = 0;
+    if (args_has(args, "out-dtype")) {
+        if (parse_choice(args, "out-dtype", dtypes, &choice) != 0) return EXIT_USAGE;
+        d->out_dtype = choice ? CLATTN_F16 : CLATTN_F32;
+    }
+    if (args_has(args, "path")) {
+        if (parse_choice(args, "path", paths, &choice) != 0) return EXIT_USAGE;
+        d->path = (clattn_path)choice;
+    }
+    return 0;
+}
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs the call on the reference or a device; fills s->o and s->lse. */
+static int compute(const cli_args *args, run_state *s, char *where, size_t where_size) {
+    const clattn_attention_desc *d = &s->desc;
+    size_t o_count = d->batch * d->heads_q * d->len_q * d->dim_v;
+    s->o = malloc(o_count * (d->out_dtype == CLATTN_F16 ? 2 : 4));
+    s->lse = malloc(d->batch * d->heads_q * d->len_q * sizeof(float));
+    if (!s->o || !s->lse) {
+        cli_error("run", "out of host memory for the outputs (%zu elements)", o_count);
+        return 1;
+    }
+    if (d->path == CLATTN_PATH_REFERENCE) {
+        clattn_status status = clattn_attention_reference(d, s->q.data, s->k.data, s->v.data,
+                                                          s->o, s->lse);
+        if (status != CLATTN_SUCCESS) {
+            cli_report("run", "reference", status, NULL);
+            return 1;
+        }
+        snprintf(where, where_size, "reference (CPU)");
+        return 0;
+    }
+    clattn_context *ctx = NULL;
+    if (cli_open_context("run", args_get(args, "device"), &ctx) != 0) return 1;
+    clattn_status status =
+        clattn_attention_host(ctx, d, s->q.data, s->k.data, s->v.data, s->o, s->lse);
+    if (status != CLATTN_SUCCESS) {
+        cli_report("run", "attention", status, ctx);
+        clattn_context_destroy(ctx);
+        return 1;
+    }
+    clattn_stats stats;
+    clattn_device_info info;
+    clattn_context_device_info(ctx, &info);
+    if (clattn_context_last_stats(ctx, &stats) == CLATTN_SUCCESS)
+        snprintf(where, where_size, "%s on %s", stats.kernel, info.name);
+    clattn_context_destroy(ctx);
+    return 0;
+}
+
+static int write_outputs(const cli_args *args, const run_state *s) {
+    const clattn_attention_desc *d = &s->desc;
+    int bshd = s->layout_kind == CLATTN_LAYOUT_BSHD;
+    size_t o_shape[4] = {d->batch, bshd ? d->len_q : d->heads_q, bshd ? d->heads_q : d->len_q,
+                         d->dim_v};
+    size_t lse_shape[3] = {d->batch, d->heads_q, d->len_q};
+    char err[512];
+    npy_dtype o_dtype = d->out_dtype == CLATTN_F16 ? NPY_F16 : NPY_F32;
+    if (npy_write(args_get(args, "out"), o_dtype, 4, o_shape, s->o, err, sizeof err) !=
+        CLATTN_SUCCESS) {
+        cli_error("run", "%s", err);
+        return 1;
+    }
+    if (args_has(args, "lse") &&
+        npy_write(args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, err, sizeof err) !=
+            CLATTN_SUCCESS) {
+        cli_error("run", "%s", err);
+        return 1;
+    }
+    return 0;
+}
+
+static int run_with_args(const cli_args *args, run_state *s) {
+    static const char *const required[] = {"q", "k", "v", "out"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!args_has(args, required[i])) {
+            cli_error("run", "--%s is required (see clattn help run)", required[i]);
+            return EXIT_USAGE;
+        }
+    static const char *const layouts[] = {"bshd", "bhsd", NULL};
+    int layout = 0;
+    if (args_has(args, "layout") && parse_choice(args, "layout", layouts, &layout) != 0)
+        return EXIT_USAGE;
+    s->layout_kind = (clattn_layout)layout;
+    int rc = load(args, "q", &s->q) || load(args, "k", &s->k) || load(args, "v", &s->v);
+    if (!rc) rc = setup_shapes(args, s);
+    if (!rc) rc = setup_options(args, s);
+    if (!rc) rc = setup_block_layout(args, s);
+    if (!rc) rc = setup_bias(args, s);
+    char where[256] = "";
+    double t0 = seconds_now();
+    if (!rc) rc = compute(args, s, where, sizeof where);
+    double elapsed = seconds_now() - t0;
+    if (!rc) rc = write_outputs(args, s);
+    if (!rc)
+        printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
+               args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv,
+               s->desc.len_q, s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where,
+               elapsed * 1e3);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    const size_t n = sizeof run_options / sizeof run_options[0];
+    cli_args args;
+    int parsed = args_parse(&args, run_options, n, "run", argc, argv);
+    if (parsed == 1) {
+        args_usage("run", "--q Q.npy --k K.npy --v V.npy --out O.npy [options]", run_options, n);
+        return 0;
+    }
+    if (parsed) return parsed;
+    run_state state;
+    memset(&state, 0, sizeof state);
+    int rc = run_with_args(&args, &state);
+    run_release(&state);
+    return rc;
+}

@@ -1,0 +1,240 @@
+/* See conformance.h. Inputs are seeded uniform in [-1, 1] (SPEC section 4). */
+#include "conformance.h"
+
+#include "desc.h"
+#include "half.h"
+#include "reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* SPEC section 4 */
+#define ATOL_F32 2e-5
+#define RTOL_F32 2e-4
+#define ATOL_F16 2e-3
+#define RTOL_F16 4e-3
+
+/* Everything a case allocates; released by case_free. */
+typedef struct case_data {
+    clattn_attention_desc desc;
+    tensor_extents ext;
+    void *q, *k, *v, *o;
+    float *bias, *lse;
+    uint8_t *layout;
+    double *ref_o, *ref_lse;
+} case_data;
+
+static uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t *state) {
+    return (float)((double)(next_random(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+void case_init(attn_case *c, size_t b, size_t hq, size_t hkv, size_t nq, size_t nk, size_t dqk,
+               size_t dv) {
+    memset(c, 0, sizeof *c);
+    c->b = b, c->hq = hq, c->hkv = hkv, c->nq = nq, c->nk = nk, c->dqk = dqk, c->dv = dv;
+    c->left = c->right = -1;
+    c->dilation = 1;
+    c->seed = 1;
+}
+
+static void case_free(case_data *data) {
+    free(data->q), free(data->k), free(data->v), free(data->o);
+    free(data->bias), free(data->lse), free(data->layout);
+    free(data->ref_o), free(data->ref_lse);
+    memset(data, 0, sizeof *data);
+}
+
+/* Fills `bytes` of storage with uniform values in the dtype. */
+static void fill_tensor(void *data, size_t bytes, clattn_dtype dtype, uint64_t *state) {
+    if (dtype == CLATTN_F16)
+        for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)data)[i] = float_to_half(uniform(state));
+    else
+        for (size_t i = 0; i < bytes / 4; i++) ((float *)data)[i] = uniform(state);
+}
+
+static void setup_mask(const attn_case *c, case_data *data, uint64_t *state) {
+    clattn_attention_desc *d = &data->desc;
+    d->causal = c->causal;
+    d->window_left = c->left;
+    d->window_right = c->right;
+    d->dilation = c->dilation > 0 ? c->dilation : 1;
+    d->global_tokens = c->num_globals ? c->globals : NULL;
+    d->num_global_tokens = c->num_globals;
+    if (c->block_layout == LAYOUT_NONE) return;
+    size_t heads = c->block_layout == LAYOUT_PER_HEAD ? c->hq : 1;
+    size_t count = heads * ((c->nq + c->bq - 1) / c->bq) * ((c->nk + c->bk - 1) / c->bk);
+    data->layout = malloc(count);
+    for (size_t i = 0; data->layout && i < count; i++)
+        data->layout[i] = c->block_layout == LAYOUT_ALL_ONES || (next_random(state) & 3) != 0;
+    d->block_layout = data->layout;
+    d->block_q = c->bq;
+    d->block_k = c->bk;
+    d->block_layout_per_head = c->block_layout == LAYOUT_PER_HEAD;
+}
+
+/* A bias of random values with one entry in 16 at -inf; BROADCAST shares one [Nq, Nk]. */
+static void setup_bias(const attn_case *c, case_data *data, uint64_t *state) {
+    clattn_attention_desc *d = &data->desc;
+    if (c->bias == BIAS_NONE) return;
+    int shared = c->bias == BIAS_BROADCAST;
+    d->bias_strides.offset = c->offset;
+    d->bias_strides.stride_seq = c->nk;
+    d->bias_strides.stride_head = shared ? 0 : c->nq * c->nk;
+    d->bias_strides.stride_batch = shared ? 0 : c->hq * c->nq * c->nk;
+    size_t count = c->offset + (shared ? 1 : c->b * c->hq) * c->nq * c->nk;
+    data->bias = malloc(count * sizeof(float));
+    for (size_t i = 0; data->bias && i < count; i++)
+        data->bias[i] = (next_random(state) & 15) == 0 ? -INFINITY : 2.0f * uniform(state);
+    d->bias_host = data->bias;
+}
+
+static clattn_status case_setup(const attn_case *c, case_data *data) {
+    memset(data, 0, sizeof *data);
+    clattn_attention_desc *d = &data->desc;
+    clattn_status status =
+        clattn_attention_desc_init(d, c->layout, c->b, c->hq, c->hkv, c->nq, c->nk, c->dqk, c->dv);
+    if (status != CLATTN_SUCCESS) return status;
+    d->dtype = c->dtype;
+    d->out_dtype = c->out_dtype;
+    d->scale = c->scale;
+    d->q.offset = d->k.offset = d->v.offset = d->o.offset = c->offset;
+    uint64_t state = c->seed;
+    setup_mask(c, data, &state);
+    setup_bias(c, data, &state);
+    status = desc_check(NULL, d, c->bias != BIAS_NONE, &data->ext);
+    if (status != CLATTN_SUCCESS) return status;
+    size_t rows = c->b * c->hq * c->nq;
+    data->q = malloc(data->ext.q), data->k = malloc(data->ext.k), data->v = malloc(data->ext.v);
+    data->o = calloc(data->ext.o, 1), data->lse = malloc(rows * sizeof(float));
+    data->ref_o = malloc(rows * c->dv * sizeof(double));
+    data->ref_lse = malloc(rows * sizeof(double));
+    if (!data->q || !data->k || !data->v || !data->o || !data->lse || !data->ref_o ||
+        !data->ref_lse || (c->bias && !data->bias) || (c->block_layout && !data->layout))
+        return CLATTN_ERR_OUT_OF_MEMORY;
+    fill_tensor(data->q, data->ext.q, c->dtype, &state);
+    fill_tensor(data->k, data->ext.k, c->dtype, &state);
+    fill_tensor(data->v, data->ext.v, c->dtype, &state);
+    if (c->nan_key) { /* K[b=0, kvh=0, j=0, 0] */
+        if (c->dtype == CLATTN_F16) ((uint16_t *)data->k)[d->k.offset] = 0x7e00;
+        else ((float *)data->k)[d->k.offset] = NAN;
+    }
+    return reference_attention(d, data->q, data->k, data->v, data->bias, data->ref_o,
+                               data->ref_lse);
+}
+
+static int value_ok(double got, double ref, double tolerance) {
+    if (isnan(ref)) return isnan(got);
+    if (isinf(ref)) return got == ref;
+    return fabs(got - ref) <= tolerance;
+}
+
+void compare_values(const char *what, const float *got, const double *ref, size_t n, double atol,
+                    double rtol, case_result *result) {
+    for (size_t i = 0; i < n; i++) {
+        double tolerance = atol + rtol * fabs(ref[i]);
+        int ok = value_ok(got[i], ref[i], tolerance);
+        if (isfinite(ref[i]) && isfinite(got[i]) && fabs(got[i] - ref[i]) / tolerance > result->worst)
+            result->worst = fabs(got[i] - ref[i]) / tolerance;
+        result->checked++;
+        if (ok) continue;
+        if (!isfinite(ref[i]) || !isfinite(got[i])) result->worst = INFINITY;
+        if (result->mismatches++ == 0)
+            snprintf(result->message, sizeof result->message,
+                     "%s element %zu: got %.8g, reference %.8g (tolerance %.3g)", what, i,
+                     (double)got[i], ref[i], tolerance);
+    }
+}
+
+/* O as dense float [B][Hq][Nq][Dv], read through the desc's strides and dtype. */
+static float *dense_output(const case_data *data) {
+    const clattn_attention_desc *d = &data->desc;
+    float *dense = malloc(d->batch * d->heads_q * d->len_q * d->dim_v * sizeof(float));
+    size_t at = 0;
+    for (size_t b = 0; dense && b < d->batch; b++)
+        for (size_t h = 0; h < d->heads_q; h++)
+            for (size_t i = 0; i < d->len_q; i++) {
+                size_t row = d->o.offset + b * d->o.stride_batch + h * d->o.stride_head +
+                             i * d->o.stride_seq;
+                for (size_t e = 0; e < d->dim_v; e++)
+                    dense[at++] = d->out_dtype == CLATTN_F16
+                                      ? half_to_float(((const uint16_t *)data->o)[row + e])
+                                      : ((const float *)data->o)[row + e];
+            }
+    return dense;
+}
+
+void compare_lse_values(const float *got, const double *ref, size_t n, case_result *result) {
+    for (size_t r = 0; r < n; r++) {
+        double tolerance = fabs(ref[r]) > 1 ? 1e-4 * fabs(ref[r]) : 1e-4; /* 1e-4*max(1,|ref|) */
+        compare_values("LSE", &got[r], &ref[r], 1, tolerance, 0, result);
+    }
+}
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path,
+                       clattn_variant variant, case_result *result) {
+    case_data data;
+    memset(result, 0, sizeof *result);
+    clattn_status status = case_setup(c, &data);
+    if (status != CLATTN_SUCCESS) {
+        snprintf(result->message, sizeof result->message, "setting up the case: %s",
+                 clattn_status_name(status));
+    } else {
+        data.desc.path = path;
+        data.desc.variant = variant;
+        double t0 = seconds_now();
+        status = clattn_attention_host(ctx, &data.desc, data.q, data.k, data.v, data.o, data.lse);
+        result->ms = (seconds_now() - t0) * 1e3;
+        if (status != CLATTN_SUCCESS)
+            snprintf(result->message, sizeof result->message, "%s: %s", clattn_status_name(status),
+                     clattn_context_last_error(ctx));
+    }
+    if (status == CLATTN_SUCCESS) {
+        int f16 = c->dtype == CLATTN_F16 || c->out_dtype == CLATTN_F16;
+        size_t rows = c->b * c->hq * c->nq;
+        float *got = dense_output(&data);
+        compare_values("O", got, data.ref_o, rows * c->dv, f16 ? ATOL_F16 : ATOL_F32,
+                       f16 ? RTOL_F16 : RTOL_F32, result);
+        compare_lse_values(data.lse, data.ref_lse, rows, result);
+        free(got);
+        clattn_context_last_stats(ctx, &result->stats);
+    }
+    result->status = status;
+    case_free(&data);
+    return status;
+}
+
+void case_describe(const attn_case *c, char *out, size_t size) {
+    static const char *const layouts[] = {"", " layout=shared", " layout=per-head", " layout=ones"};
+    static const char *const biases[] = {"", " bias=full", " bias=broadcast"};
+    char globals[160] = "";
+    for (size_t g = 0; g < c->num_globals; g++) {
+        size_t used = strlen(globals);
+        snprintf(globals + used, sizeof globals - used, "%s%lld", g ? "," : " global=",
+                 (long long)c->globals[g]);
+    }
+    snprintf(out, size,
+             "B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu %s %s->%s%s window=%lld,%lld "
+             "dilation=%lld%s%s block=%zu,%zu%s offset=%zu scale=%g%s seed=%llu",
+             c->b, c->hq, c->hkv, c->nq, c->nk, c->dqk, c->dv,
+             c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd", c->dtype ? "f16" : "f32",
+             c->out_dtype ? "f16" : "f32", c->causal ? " causal" : "", (long long)c->left,
+             (long long)c->right, (long long)(c->dilation > 0 ? c->dilation : 1), globals,
+             layouts[c->block_layout], c->bq, c->bk, biases[c->bias], c->offset,
+             (double)c->scale, c->nan_key ? " nan-key" : "", (unsigned long long)c->seed);
+}

@@ -1,0 +1,65 @@
+/*
+ * One attention case run on a device and compared with the CPU reference, element by element
+ * with SPEC section 4's tolerances. Used by `clattn check` and by the Criterion tests, so both
+ * check the same way.
+ */
+#ifndef CLATTN_CONFORMANCE_H
+#define CLATTN_CONFORMANCE_H
+
+#include "clattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CASE_MAX_GLOBALS 8
+
+typedef enum case_layout { LAYOUT_NONE, LAYOUT_SHARED, LAYOUT_PER_HEAD, LAYOUT_ALL_ONES } case_layout;
+typedef enum case_bias { BIAS_NONE, BIAS_FULL, BIAS_BROADCAST } case_bias;
+
+typedef struct attn_case {
+    size_t b, hq, hkv, nq, nk, dqk, dv;
+    clattn_layout layout;
+    clattn_dtype dtype, out_dtype;
+    int causal;
+    int64_t left, right, dilation; /* window (-1 unbounded), dilation (0 means 1) */
+    int64_t globals[CASE_MAX_GLOBALS];
+    size_t num_globals;
+    case_layout block_layout; /* random 0/1 blocks (seeded), or all ones */
+    size_t bq, bk;
+    case_bias bias;            /* random values with some -inf; BROADCAST: one [Nq,Nk] matrix */
+    size_t offset;             /* extra element offset of every tensor */
+    float scale;               /* 0: default */
+    int nan_key;               /* poison K row 0 of kv head 0 with NaN */
+    uint64_t seed;
+} attn_case;
+
+typedef struct case_result {
+    clattn_status status;
+    size_t checked, mismatches;
+    double worst;              /* largest |got - ref| / tolerance (<= 1 passes) */
+    double ms;                 /* wall time of the call */
+    char message[512];         /* the first mismatch, or the error */
+    clattn_stats stats;
+} case_result;
+
+/* Fills a case with defaults: float32, BSHD, no mask, seed 1. */
+void case_init(attn_case *c, size_t b, size_t hq, size_t hkv, size_t nq, size_t nk, size_t dqk,
+               size_t dv);
+
+/* Runs the case through clattn_attention_host with `path` and `variant` and compares O and LSE
+ * with the reference. Returns the call's status (the comparison is in *result). */
+clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path,
+                       clattn_variant variant, case_result *result);
+
+/* A one-line description that names every field needed to replay the case. */
+void case_describe(const attn_case *c, char *out, size_t size);
+
+/* Element-wise check of `got` against `ref` with |got-ref| <= atol + rtol*|ref|; NaN and inf must
+ * match exactly. Adds to result->checked/mismatches/worst and describes the first mismatch. */
+void compare_values(const char *what, const float *got, const double *ref, size_t n, double atol,
+                    double rtol, case_result *result);
+
+/* LSE: |got - ref| <= 1e-4 * max(1, |ref|); -inf must match exactly. */
+void compare_lse_values(const float *got, const double *ref, size_t n, case_result *result);
+
+#endif

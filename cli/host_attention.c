@@ -1,0 +1,2 @@
+/* in progress */
+typedef int host_attention_placeholder;

@@ -1,0 +1,393 @@
+/*
+ * clattn - portable attention on OpenCL.
+ *
+ * This header is the whole public API. It computes
+ *
+ *     O = softmax(scale * Q K^T + bias, over the allowed keys) V
+ *
+ * with the exact semantics of the project's SPEC (masks, bottom-right causal alignment,
+ * GQA/MQA, layouts, empty rows): see README.md.
+ *
+ * Conventions
+ * - Every function returns a clattn_status (0 is success). OpenCL's own error codes pass
+ *   through with their values; the library's own codes live in a separate range (-7001...).
+ * - Handles are opaque; every *_destroy accepts NULL.
+ * - The library never exits or aborts; on an error it releases what the call acquired, and
+ *   clattn_context_last_error() names the problem in one line.
+ * - Sizes and offsets are in elements unless a name ends in _bytes.
+ */
+#ifndef CLATTN_H
+#define CLATTN_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(CLATTN_SHARED_BUILD)
+#define CLATTN_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define CLATTN_API __attribute__((visibility("default")))
+#else
+#define CLATTN_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define CLATTN_VERSION_MAJOR 0
+#define CLATTN_VERSION_MINOR 1
+#define CLATTN_VERSION_PATCH 0
+#define CLATTN_VERSION_STRING "0.1.0"
+#define CLATTN_VERSION_NUMBER \
+    (CLATTN_VERSION_MAJOR * 10000 + CLATTN_VERSION_MINOR * 100 + CLATTN_VERSION_PATCH)
+
+/** @return the library's version as "MAJOR.MINOR.PATCH" (static storage). */
+CLATTN_API const char *clattn_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+/*
+ * X(name, value, description). OpenCL codes keep their values and names; the library's own
+ * codes sit in -7001..-7099. Values are stable: new codes are only ever appended.
+ */
+#define CLATTN_STATUS_MAP(X)                                                                   \
+    X(SUCCESS, 0, "success")                                                            \
+    X(CL_DEVICE_NOT_FOUND, -1, "no OpenCL device of the requested type")                       \
+    X(CL_DEVICE_NOT_AVAILABLE, -2, "OpenCL device not available")                              \
+    X(CL_COMPILER_NOT_AVAILABLE, -3, "OpenCL compiler not available")                          \
+    X(CL_MEM_OBJECT_ALLOCATION_FAILURE, -4, "device memory allocation failed")                 \
+    X(CL_OUT_OF_RESOURCES, -5, "device out of resources")                                      \
+    X(CL_OUT_OF_HOST_MEMORY, -6, "OpenCL runtime out of host memory")                          \
+    X(CL_PROFILING_INFO_NOT_AVAILABLE, -7, "profiling information not available")              \
+    X(CL_MEM_COPY_OVERLAP, -8, "overlapping memory copy")                                      \
+    X(CL_IMAGE_FORMAT_MISMATCH, -9, "image format mismatch")                                   \
+    X(CL_IMAGE_FORMAT_NOT_SUPPORTED, -10, "image format not supported")                        \
+    X(CL_BUILD_PROGRAM_FAILURE, -11, "OpenCL program build failed")                            \
+    X(CL_MAP_FAILURE, -12, "buffer map failed")                                                \
+    X(CL_MISALIGNED_SUB_BUFFER_OFFSET, -13, "misaligned sub-buffer offset")                    \
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, -14, "an event in the wait list failed")   \
+    X(CL_COMPILE_PROGRAM_FAILURE, -15, "OpenCL program compile failed")                        \
+    X(CL_LINKER_NOT_AVAILABLE, -16, "OpenCL linker not available")                             \
+    X(CL_LINK_PROGRAM_FAILURE, -17, "OpenCL program link failed")                              \
+    X(CL_DEVICE_PARTITION_FAILED, -18, "device partition failed")                              \
+    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE, -19, "kernel argument info not available")             \
+    X(CL_INVALID_VALUE, -30, "invalid value passed to OpenCL")                                 \
+    X(CL_INVALID_DEVICE_TYPE, -31, "invalid device type")                                      \
+    X(CL_INVALID_PLATFORM, -32, "invalid platform")                                            \
+    X(CL_INVALID_DEVICE, -33, "invalid device")                                                \
+    X(CL_INVALID_CONTEXT, -34, "invalid OpenCL context")                                       \
+    X(CL_INVALID_QUEUE_PROPERTIES, -35, "invalid queue properties")                            \
+    X(CL_INVALID_COMMAND_QUEUE, -36, "invalid command queue")                                  \
+    X(CL_INVALID_HOST_PTR, -37, "invalid host pointer")                                        \
+    X(CL_INVALID_MEM_OBJECT, -38, "invalid buffer (cl_mem)")                                   \
+    X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR, -39, "invalid image format descriptor")              \
+    X(CL_INVALID_IMAGE_SIZE, -40, "invalid image size")                                        \
+    X(CL_INVALID_SAMPLER, -41, "invalid sampler")                                              \
+    X(CL_INVALID_BINARY, -42, "invalid program binary")                                        \
+    X(CL_INVALID_BUILD_OPTIONS, -43, "invalid build options")                                  \
+    X(CL_INVALID_PROGRAM, -44, "invalid program")                                              \
+    X(CL_INVALID_PROGRAM_EXECUTABLE, -45, "program not built for the device")                  \
+    X(CL_INVALID_KERNEL_NAME, -46, "kernel name not found in program")                         \
+    X(CL_INVALID_KERNEL_DEFINITION, -47, "invalid kernel definition")                          \
+    X(CL_INVALID_KERNEL, -48, "invalid kernel")                                                \
+    X(CL_INVALID_ARG_INDEX, -49, "invalid kernel argument index")                              \
+    X(CL_INVALID_ARG_VALUE, -50, "invalid kernel argument value")                              \
+    X(CL_INVALID_ARG_SIZE, -51, "invalid kernel argument size")                                \
+    X(CL_INVALID_KERNEL_ARGS, -52, "kernel arguments not set")                                 \
+    X(CL_INVALID_WORK_DIMENSION, -53, "invalid work dimension")                                \
+    X(CL_INVALID_WORK_GROUP_SIZE, -54, "invalid work-group size")                              \
+    X(CL_INVALID_WORK_ITEM_SIZE, -55, "invalid work-item size")                                \
+    X(CL_INVALID_GLOBAL_OFFSET, -56, "invalid global offset")                                  \
+    X(CL_INVALID_EVENT_WAIT_LIST, -57, "invalid event wait list")                              \
+    X(CL_INVALID_EVENT, -58, "invalid event")                                                  \
+    X(CL_INVALID_OPERATION, -59, "invalid OpenCL operation")                                   \
+    X(CL_INVALID_GL_OBJECT, -60, "invalid GL object")                                          \
+    X(CL_INVALID_BUFFER_SIZE, -61, "invalid buffer size")                                      \
+    X(CL_INVALID_MIP_LEVEL, -62, "invalid mip level")                                          \
+    X(CL_INVALID_GLOBAL_WORK_SIZE, -63, "invalid global work size")                            \
+    X(CL_INVALID_PROPERTY, -64, "invalid property")                                            \
+    X(CL_INVALID_IMAGE_DESCRIPTOR, -65, "invalid image descriptor")                            \
+    X(CL_INVALID_COMPILER_OPTIONS, -66, "invalid compiler options")                            \
+    X(CL_INVALID_LINKER_OPTIONS, -67, "invalid linker options")                                \
+    X(CL_INVALID_DEVICE_PARTITION_COUNT, -68, "invalid device partition count")                \
+    X(CL_INVALID_PIPE_SIZE, -69, "invalid pipe size")                                          \
+    X(CL_INVALID_DEVICE_QUEUE, -70, "invalid device queue")                                    \
+    X(CL_INVALID_SPEC_ID, -71, "invalid specialization constant id")                           \
+    X(CL_MAX_SIZE_RESTRICTION_EXCEEDED, -72, "size exceeds a device limit")                    \
+    X(CL_PLATFORM_NOT_FOUND_KHR, -1001, "no OpenCL platform installed (ICD loader)")           \
+    X(ERR_INVALID_ARGUMENT, -7001, "invalid argument")                                  \
+    X(ERR_UNSUPPORTED, -7002, "not supported")                                          \
+    X(ERR_NO_DEVICE, -7003, "no OpenCL device found")                                   \
+    X(ERR_OUT_OF_MEMORY, -7004, "out of memory")                                        \
+    X(ERR_BUILD, -7005, "kernel build failed")                                          \
+    X(ERR_IO, -7006, "file input/output failed")                                        \
+    X(ERR_FORMAT, -7007, "malformed input file")                                        \
+    X(ERR_BLAS, -7008, "CLBlast call failed")
+
+#define CLATTN_STATUS_ENUM_ENTRY(name, value, text) CLATTN_##name = (value),
+/** Status of every call: CLATTN_SUCCESS, CLATTN_CL_* (OpenCL's codes and values) and
+ *  CLATTN_ERR_* (the library's own). */
+typedef enum clattn_status {
+    CLATTN_STATUS_MAP(CLATTN_STATUS_ENUM_ENTRY)
+} clattn_status;
+#undef CLATTN_STATUS_ENUM_ENTRY
+
+/** @return the name of a status: "CLATTN_ERR_BUILD", or OpenCL's own name for its codes
+ *  ("CL_INVALID_VALUE"); "unknown status" for a value not in the table. */
+CLATTN_API const char *clattn_status_name(clattn_status status);
+
+/** @return a one-line description of a status ("kernel build failed", ...). */
+CLATTN_API const char *clattn_status_string(clattn_status status);
+
+/* ---------------------------------------------------------------- devices */
+
+/** What planning needs to know about one OpenCL device. */
+typedef struct clattn_device_info {
+    size_t index;             /* position in clattn's list of every device of every platform */
+    unsigned platform_index;  /* P of the "P:D" device spec */
+    unsigned device_index;    /* D of the "P:D" device spec */
+    cl_platform_id platform;
+    cl_device_id device;
+    char name[256];
+    char vendor[256];
+    char platform_name[256];
+    char platform_version[256];
+    char driver_version[256];
+    char opencl_c_version[128]; /* e.g. "OpenCL C 1.2 PoCL" */
+    cl_device_type type;
+    cl_uint compute_units;
+    cl_ulong global_mem_bytes;
+    cl_ulong local_mem_bytes;
+    cl_ulong max_alloc_bytes;
+    size_t max_work_group_size;
+    cl_uint preferred_vector_width_float;
+    cl_uint preferred_vector_width_half;
+    int has_fp16;             /* cl_khr_fp16: half arithmetic (half storage works everywhere) */
+    int has_fp64;
+    int has_subgroups;        /* cl_khr_subgroups, cl_intel_subgroups or OpenCL 3.0 subgroups */
+    unsigned num_subgroup_sizes;
+    size_t subgroup_sizes[8]; /* as reported: Intel's list, NVIDIA's warp, AMD's wavefront */
+} clattn_device_info;
+
+/** Counts every device of every platform the ICD loader knows.
+ *  @return CLATTN_SUCCESS, also when the count is 0. */
+CLATTN_API clattn_status clattn_device_count(size_t *count);
+
+/** Fills *info for device `index` of the flat list (0 <= index < count).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for an index out of range. */
+CLATTN_API clattn_status clattn_device_get_info(size_t index, clattn_device_info *info);
+
+/** Resolves a device spec to device indices, in list order.
+ *  spec: an index ("0"), "P:D" (platform P, device D), a type ("gpu", "cpu", "accelerator",
+ *  "all"), or a case-insensitive substring of the device or platform name. NULL or "" means
+ *  $CLATTN_DEVICE when set, else the default: the first GPU, else the first device.
+ *  Writes up to `capacity` indices; *count receives how many matched.
+ *  @return CLATTN_SUCCESS with *count >= 1; CLATTN_ERR_NO_DEVICE when nothing is installed or
+ *  nothing matches; CLATTN_ERR_INVALID_ARGUMENT for a malformed spec. */
+CLATTN_API clattn_status clattn_device_select(const char *spec, size_t *indices, size_t capacity,
+                                              size_t *count);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct clattn_context clattn_context;
+
+/** Creates a context, an in-order profiling command queue and a program cache on device
+ *  `device_index` (see clattn_device_select). The context owns everything it creates.
+ *  @return CLATTN_SUCCESS or the OpenCL / library error; *ctx is NULL on failure. */
+CLATTN_API clattn_status clattn_context_create(clattn_context **ctx, size_t device_index);
+
+/** Wraps a caller's OpenCL objects (interop). The caller keeps ownership: clattn retains them
+ *  while the clattn context lives and releases only its own references. Work is enqueued on
+ *  `queue`, which must be in-order; if it lacks CL_QUEUE_PROFILING_ENABLE, kernel timings are
+ *  unavailable. A context is used by one thread at a time.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL handles, queue of another
+ *  device) or CLATTN_ERR_UNSUPPORTED (an out-of-order queue). */
+CLATTN_API clattn_status clattn_context_wrap(clattn_context **ctx, cl_context cl_ctx,
+                                             cl_device_id device, cl_command_queue queue);
+
+/** Releases the context and everything it owns. Accepts NULL. */
+CLATTN_API void clattn_context_destroy(clattn_context *ctx);
+
+/** Copies the context's device description into *info.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT for NULL arguments. */
+CLATTN_API clattn_status clattn_context_device_info(const clattn_context *ctx,
+                                                    clattn_device_info *info);
+
+/** @return the context's OpenCL context (owned by clattn unless wrapped). */
+CLATTN_API cl_context clattn_context_cl_context(const clattn_context *ctx);
+
+/** @return the queue clattn enqueues on (owned by clattn unless wrapped). */
+CLATTN_API cl_command_queue clattn_context_queue(const clattn_context *ctx);
+
+/** @return the build log of the last program build that failed, or "" (never NULL). */
+CLATTN_API const char *clattn_context_build_log(const clattn_context *ctx);
+
+/** @return a one-line description of the last failing call on this context, naming the
+ *  argument, file or sizes involved, or "" (never NULL). */
+CLATTN_API const char *clattn_context_last_error(const clattn_context *ctx);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef enum clattn_dtype {
+    CLATTN_F32 = 0, /* float32 */
+    CLATTN_F16 = 1  /* float16 storage; all arithmetic accumulates in float32 */
+} clattn_dtype;
+
+typedef enum clattn_layout {
+    CLATTN_LAYOUT_BSHD = 0, /* [B, N, H, D]: FlashAttention, ggml */
+    CLATTN_LAYOUT_BHSD = 1  /* [B, H, N, D]: PyTorch */
+} clattn_layout;
+
+/** Where one of Q, K, V, O lives in its buffer: element offset and strides in elements for
+ *  (batch, head, sequence); the head-dim stride is 1. */
+typedef struct clattn_tensor {
+    size_t offset;
+    size_t stride_batch;
+    size_t stride_head;
+    size_t stride_seq;
+} clattn_tensor;
+
+/* ---------------------------------------------------------------- softmax */
+
+/** A row softmax over a [rows, cols] matrix: out[r][c] = exp(scale*x[r][c] - m) / sum, and
+ *  lse[r] = log(sum_c exp(scale*x[r][c])) (natural log). */
+typedef struct clattn_softmax_desc {
+    size_t rows, cols;
+    clattn_dtype dtype;    /* storage of in and out */
+    float scale;           /* multiplies every input */
+    size_t in_offset, in_row_stride;   /* elements */
+    size_t out_offset, out_row_stride; /* elements; out may be in (in place) */
+} clattn_softmax_desc;
+
+/** Enqueues the softmax. `lse` may be NULL (float32, `rows` entries from offset 0). `event` may
+ *  be NULL; otherwise it receives the kernel's event (the caller releases it).
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (sizes, strides, buffers too small),
+ *  CLATTN_ERR_BUILD, or an OpenCL error. */
+CLATTN_API clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *desc,
+                                        cl_mem in, cl_mem out, cl_mem lse, cl_event *event);
+
+/* ---------------------------------------------------------------- attention */
+
+typedef enum clattn_path {
+    CLATTN_PATH_AUTO = 0,   /* fused unless it cannot serve the call, then gemm */
+    CLATTN_PATH_FUSED = 1,  /* one tiled kernel, online softmax */
+    CLATTN_PATH_GEMM = 2,   /* CLBlast GEMM, masked softmax, CLBlast GEMM */
+    CLATTN_PATH_REFERENCE = 3 /* the CPU reference (double accumulation) */
+} clattn_path;
+
+typedef enum clattn_variant {
+    CLATTN_VARIANT_AUTO = 0, /* by device type; $CLATTN_KERNEL=cpu|gpu overrides */
+    CLATTN_VARIANT_CPU = 1,  /* register-tiled, wide vectors, one work-item per tile */
+    CLATTN_VARIANT_GPU = 2   /* local-memory tiles, one work-item per query row */
+} clattn_variant;
+
+/** Everything about one attention call except the buffers. Start from
+ *  clattn_attention_desc_init(), then set the fields you need. */
+typedef struct clattn_attention_desc {
+    /* sizes, all >= 1; heads_q % heads_kv == 0 */
+    size_t batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v;
+    clattn_dtype dtype;     /* storage of Q, K, V */
+    clattn_dtype out_dtype; /* storage of O; LSE is always float32 [B, Hq, Nq] */
+    clattn_tensor q, k, v, o;
+    float scale; /* 0 selects the default 1/sqrt(dim_qk) */
+
+    /* which keys a query may see (SPEC section 2); p = i + len_k - len_q */
+    int causal;                 /* j <= p */
+    int64_t window_left;        /* p - left <= j; -1: unbounded */
+    int64_t window_right;       /* j <= p + right; -1: unbounded */
+    int64_t dilation;           /* >= 1; with a window: (p - j) mod dilation == 0 */
+    const int64_t *global_tokens; /* host array of key positions in [0, len_k), or NULL */
+    size_t num_global_tokens;
+    const uint8_t *block_layout; /* host [L][ceil(Nq/block_q)][ceil(Nk/block_k)], nonzero =
+                                    allowed; L = heads_q if block_layout_per_head else 1 */
+    size_t block_q, block_k;
+    int block_layout_per_head;
+
+    /* additive float32 bias [b, h, i, j] at bias_offset + b*stride_batch + h*stride_head +
+       i*stride_seq + j; zero strides broadcast; -inf masks. clattn_attention reads `bias`,
+       clattn_attention_host reads `bias_host`. */
+    cl_mem bias;
+    const float *bias_host;
+    clattn_tensor bias_strides;
+
+    clattn_path path;
+    clattn_variant variant;
+    size_t gemm_budget_bytes; /* score buffer budget of the gemm path; 0: default */
+} clattn_attention_desc;
+
+/** Fills *desc with the sizes, dense strides for `layout` on all of Q, K, V, O, float32
+ *  storage, the default scale, no mask, path AUTO.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size of 0, overflow). */
+CLATTN_API clattn_status clattn_attention_desc_init(clattn_attention_desc *desc,
+                                                    clattn_layout layout, size_t batch,
+                                                    size_t heads_q, size_t heads_kv,
+                                                    size_t len_q, size_t len_k, size_t dim_qk,
+                                                    size_t dim_v);
+
+/** Sets the strides of one tensor for a dense layout of `heads` heads, `len` rows and `dim`
+ *  columns, at element offset `offset`. */
+CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout,
+                                             size_t heads, size_t len, size_t dim,
+                                             size_t offset);
+
+/** Enqueues attention on the context's queue. `lse` may be NULL. `event_out` may be NULL;
+ *  otherwise it receives an event that completes with the call (the caller releases it).
+ *  Buffers must not alias O or LSE with an input.
+ *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, heads, strides, a tensor that
+ *  does not fit its buffer, overflow); CLATTN_ERR_UNSUPPORTED (no path serves the call);
+ *  CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
+CLATTN_API clattn_status clattn_attention(clattn_context *ctx,
+                                          const clattn_attention_desc *desc, cl_mem q,
+                                          cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                          cl_event *event_out);
+
+/** Like clattn_attention on host memory: copies in, computes, copies out, waits. The host
+ *  arrays hold each tensor's extent as its desc describes (offset and strides included).
+ *  @return as clattn_attention. */
+CLATTN_API clattn_status clattn_attention_host(clattn_context *ctx,
+                                               const clattn_attention_desc *desc,
+                                               const void *q, const void *k, const void *v,
+                                               void *o, float *lse);
+
+/** The CPU reference (double accumulation), no context needed. Host arrays as for
+ *  clattn_attention_host; bias from desc->bias_host.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
+CLATTN_API clattn_status clattn_attention_reference(const clattn_attention_desc *desc,
+                                                    const void *q, const void *k,
+                                                    const void *v, void *o, float *lse);
+
+/** What the last attention call on a context did. */
+typedef struct clattn_stats {
+    clattn_path path;         /* the path that ran (never AUTO) */
+    clattn_variant variant;   /* fused variant that ran (AUTO for other paths) */
+    uint64_t pairs;           /* allowed (b, h, i, j) pairs of the pattern (bias not counted) */
+    double density;           /* pairs / (B * Hq * Nq * Nk) */
+    uint64_t tiles_visited;   /* key tiles the fused kernel walked, summed over query tiles */
+    uint64_t tiles_total;     /* key tiles a dense walk would take */
+    uint64_t device_bytes;    /* device memory the call allocated (peak, bytes) */
+    unsigned block_m, block_n;/* tile shape of the fused kernel, or the gemm chunk rows */
+    unsigned chunks;          /* gemm path: query chunks */
+    double kernel_ms;         /* summed kernel execution time, when timing is on (else 0) */
+    char kernel[96];          /* kernel and its specialisation, for logs */
+} clattn_stats;
+
+/** Turns kernel timing on or off. While on, each attention call waits for its kernels and
+ *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_UNSUPPORTED for a wrapped queue without profiling. */
+CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled);
+
+/** Copies the statistics of the last successful attention call.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT when none ran yet. */
+CLATTN_API clattn_status clattn_context_last_stats(const clattn_context *ctx,
+                                                   clattn_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLATTN_H */

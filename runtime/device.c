@@ -1,0 +1,306 @@
+/*
+ * Device discovery and selection. Every platform the ICD loader reports and every device of
+ * each is flattened into one list (platform order, then device order); a device's index in
+ * that list is what clattn_context_create takes. Selection follows SPEC section 5.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Vendor queries for subgroup sizes (values from cl_ext.h, repeated for older headers). */
+#define QUERY_SUB_GROUP_SIZES_INTEL 0x4108
+#define QUERY_WARP_SIZE_NV 0x4003
+#define QUERY_WAVEFRONT_WIDTH_AMD 0x4043
+#define QUERY_MAX_NUM_SUB_GROUPS 0x105C
+
+typedef struct device_list {
+    size_t count;
+    cl_platform_id platform[256];
+    cl_device_id device[256];
+    unsigned platform_index[256];
+    unsigned device_index[256];
+} device_list;
+
+/* Fills *list with every device of every platform. No platform is not an error. */
+static clattn_status list_devices(device_list *list) {
+    cl_platform_id platforms[32];
+    cl_uint num_platforms = 0;
+    list->count = 0;
+    cl_int err = clGetPlatformIDs(ARRAY_LEN(platforms), platforms, &num_platforms);
+    if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || num_platforms == 0) return CLATTN_SUCCESS;
+    if (err != CL_SUCCESS) return (clattn_status)err;
+    if (num_platforms > ARRAY_LEN(platforms)) num_platforms = ARRAY_LEN(platforms);
+    for (cl_uint p = 0; p < num_platforms; p++) {
+        cl_device_id devices[64];
+        cl_uint num_devices = 0;
+        err = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, ARRAY_LEN(devices), devices,
+                             &num_devices);
+        if (err != CL_SUCCESS) continue; /* CL_DEVICE_NOT_FOUND: an empty platform */
+        if (num_devices > ARRAY_LEN(devices)) num_devices = ARRAY_LEN(devices);
+        for (cl_uint d = 0; d < num_devices && list->count < ARRAY_LEN(list->device); d++) {
+            list->platform[list->count] = platforms[p];
+            list->device[list->count] = devices[d];
+            list->platform_index[list->count] = p;
+            list->device_index[list->count] = d;
+            list->count++;
+        }
+    }
+    return CLATTN_SUCCESS;
+}
+
+static void query_string(cl_device_id device, cl_device_info what, char *out, size_t size) {
+    out[0] = '\0';
+    if (clGetDeviceInfo(device, what, size, out, NULL) != CL_SUCCESS) out[0] = '\0';
+    out[size - 1] = '\0';
+}
+
+static void query_platform_string(cl_platform_id platform, cl_platform_info what, char *out,
+                                  size_t size) {
+    out[0] = '\0';
+    if (clGetPlatformInfo(platform, what, size, out, NULL) != CL_SUCCESS) out[0] = '\0';
+    out[size - 1] = '\0';
+}
+
+/* Reads a scalar device property; leaves *out zeroed when the device does not know it. */
+static void query_value(cl_device_id device, cl_device_info what, void *out, size_t size) {
+    memset(out, 0, size);
+    if (clGetDeviceInfo(device, what, size, out, NULL) != CL_SUCCESS) memset(out, 0, size);
+}
+
+static int has_extension(const char *extensions, const char *name) {
+    size_t len = strlen(name);
+    for (const char *at = strstr(extensions, name); at; at = strstr(at + 1, name)) {
+        int starts = at == extensions || at[-1] == ' ';
+        int ends = at[len] == '\0' || at[len] == ' ';
+        if (starts && ends) return 1;
+    }
+    return 0;
+}
+
+/* Subgroup support and sizes: the standard query where present, else what vendors report. */
+static void describe_subgroups(cl_device_id device, const char *extensions,
+                               clattn_device_info *info) {
+    cl_uint max_subgroups = 0;
+    query_value(device, QUERY_MAX_NUM_SUB_GROUPS, &max_subgroups, sizeof max_subgroups);
+    info->has_subgroups = max_subgroups > 0 || has_extension(extensions, "cl_khr_subgroups") ||
+                          has_extension(extensions, "cl_intel_subgroups");
+    size_t sizes[8] = {0};
+    size_t bytes = 0;
+    if (has_extension(extensions, "cl_intel_required_subgroup_size") &&
+        clGetDeviceInfo(device, QUERY_SUB_GROUP_SIZES_INTEL, sizeof sizes, sizes, &bytes) ==
+            CL_SUCCESS) {
+        info->num_subgroup_sizes = (unsigned)(bytes / sizeof(size_t));
+        if (info->num_subgroup_sizes > ARRAY_LEN(sizes)) info->num_subgroup_sizes = 8;
+        memcpy(info->subgroup_sizes, sizes, info->num_subgroup_sizes * sizeof(size_t));
+        return;
+    }
+    cl_uint width = 0;
+    if (has_extension(extensions, "cl_nv_device_attribute_query"))
+        query_value(device, QUERY_WARP_SIZE_NV, &width, sizeof width);
+    else if (has_extension(extensions, "cl_amd_device_attribute_query"))
+        query_value(device, QUERY_WAVEFRONT_WIDTH_AMD, &width, sizeof width);
+    if (width > 0) {
+        info->subgroup_sizes[0] = width;
+        info->num_subgroup_sizes = 1;
+    }
+}
+
+clattn_status device_describe(cl_platform_id platform, cl_device_id device,
+                              clattn_device_info *info) {
+    memset(info, 0, sizeof *info);
+    info->platform = platform;
+    info->device = device;
+    query_string(device, CL_DEVICE_NAME, info->name, sizeof info->name);
+    query_string(device, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
+    query_string(device, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
+    query_string(device, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version,
+                 sizeof info->opencl_c_version);
+    query_platform_string(platform, CL_PLATFORM_NAME, info->platform_name,
+                          sizeof info->platform_name);
+    query_platform_string(platform, CL_PLATFORM_VERSION, info->platform_version,
+                          sizeof info->platform_version);
+    query_value(device, CL_DEVICE_TYPE, &info->type, sizeof info->type);
+    query_value(device, CL_DEVICE_MAX_COMPUTE_UNITS, &info->compute_units,
+                sizeof info->compute_units);
+    query_value(device, CL_DEVICE_GLOBAL_MEM_SIZE, &info->global_mem_bytes,
+                sizeof info->global_mem_bytes);
+    query_value(device, CL_DEVICE_LOCAL_MEM_SIZE, &info->local_mem_bytes,
+                sizeof info->local_mem_bytes);
+    query_value(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, &info->max_alloc_bytes,
+                sizeof info->max_alloc_bytes);
+    query_value(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, &info->max_work_group_size,
+                sizeof info->max_work_group_size);
+    query_value(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
+                &info->preferred_vector_width_float, sizeof(cl_uint));
+    query_value(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF, &info->preferred_vector_width_half,
+                sizeof(cl_uint));
+
+    size_t ext_size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_size) != CL_SUCCESS)
+        ext_size = 0;
+    char *extensions = calloc(ext_size + 1, 1);
+    if (!extensions) return CLATTN_ERR_OUT_OF_MEMORY;
+    if (ext_size > 0) clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, ext_size, extensions, NULL);
+    info->has_fp16 = has_extension(extensions, "cl_khr_fp16");
+    info->has_fp64 = has_extension(extensions, "cl_khr_fp64");
+    describe_subgroups(device, extensions, info);
+    free(extensions);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_device_count(size_t *count) {
+    if (!count) return CLATTN_ERR_INVALID_ARGUMENT;
+    device_list list;
+    clattn_status status = list_devices(&list);
+    *count = list.count;
+    return status;
+}
+
+clattn_status clattn_device_get_info(size_t index, clattn_device_info *info) {
+    if (!info) return CLATTN_ERR_INVALID_ARGUMENT;
+    device_list list;
+    clattn_status status = list_devices(&list);
+    if (status != CLATTN_SUCCESS) return status;
+    if (index >= list.count) return CLATTN_ERR_INVALID_ARGUMENT;
+    status = device_describe(list.platform[index], list.device[index], info);
+    info->index = index;
+    info->platform_index = list.platform_index[index];
+    info->device_index = list.device_index[index];
+    return status;
+}
+
+/* ---------------------------------------------------------------- selection */
+
+static int is_number(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+static int contains_nocase(const char *haystack, const char *needle) {
+    size_t n = strlen(needle);
+    for (; *haystack; haystack++) {
+        size_t i = 0;
+        while (i < n && haystack[i] &&
+               tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n) return 1;
+    }
+    return n == 0;
+}
+
+static int equals_nocase(const char *a, const char *b) {
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    return *a == *b;
+}
+
+/* The kind of spec a string is, and its parsed parts. */
+typedef enum { SPEC_DEFAULT, SPEC_INDEX, SPEC_PAIR, SPEC_TYPE, SPEC_NAME } spec_kind;
+typedef struct device_spec {
+    spec_kind kind;
+    unsigned long index, platform, device;
+    cl_device_type type;
+    const char *name;
+} device_spec;
+
+static clattn_status parse_spec(const char *text, device_spec *spec) {
+    memset(spec, 0, sizeof *spec);
+    static const struct {
+        const char *word;
+        cl_device_type type;
+    } types[] = {{"gpu", CL_DEVICE_TYPE_GPU},
+                 {"cpu", CL_DEVICE_TYPE_CPU},
+                 {"accelerator", CL_DEVICE_TYPE_ACCELERATOR},
+                 {"all", CL_DEVICE_TYPE_ALL}};
+    if (!text || !*text || equals_nocase(text, "default")) return CLATTN_SUCCESS;
+    if (is_number(text)) {
+        spec->kind = SPEC_INDEX;
+        spec->index = strtoul(text, NULL, 10);
+        return CLATTN_SUCCESS;
+    }
+    const char *colon = strchr(text, ':');
+    if (colon) {
+        char left[32];
+        size_t len = (size_t)(colon - text);
+        if (len == 0 || len >= sizeof left || !is_number(colon + 1))
+            return CLATTN_ERR_INVALID_ARGUMENT;
+        memcpy(left, text, len);
+        left[len] = '\0';
+        if (!is_number(left)) return CLATTN_ERR_INVALID_ARGUMENT;
+        spec->kind = SPEC_PAIR;
+        spec->platform = strtoul(left, NULL, 10);
+        spec->device = strtoul(colon + 1, NULL, 10);
+        return CLATTN_SUCCESS;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(types); i++) {
+        if (equals_nocase(text, types[i].word)) {
+            spec->kind = SPEC_TYPE;
+            spec->type = types[i].type;
+            return CLATTN_SUCCESS;
+        }
+    }
+    spec->kind = SPEC_NAME;
+    spec->name = text;
+    return CLATTN_SUCCESS;
+}
+
+static int spec_matches(const device_spec *spec, const device_list *list, size_t i) {
+    switch (spec->kind) {
+    case SPEC_INDEX: return spec->index == i;
+    case SPEC_PAIR:
+        return spec->platform == list->platform_index[i] &&
+               spec->device == list->device_index[i];
+    case SPEC_TYPE: {
+        cl_device_type type = 0;
+        query_value(list->device[i], CL_DEVICE_TYPE, &type, sizeof type);
+        return (type & spec->type) != 0;
+    }
+    case SPEC_NAME: {
+        char name[256], platform[256];
+        query_string(list->device[i], CL_DEVICE_NAME, name, sizeof name);
+        query_platform_string(list->platform[i], CL_PLATFORM_NAME, platform, sizeof platform);
+        return contains_nocase(name, spec->name) || contains_nocase(platform, spec->name);
+    }
+    case SPEC_DEFAULT: break;
+    }
+    return 0;
+}
+
+/* Default: the first GPU, else the first device of any type. */
+static size_t default_device(const device_list *list) {
+    for (size_t i = 0; i < list->count; i++) {
+        cl_device_type type = 0;
+        query_value(list->device[i], CL_DEVICE_TYPE, &type, sizeof type);
+        if (type & CL_DEVICE_TYPE_GPU) return i;
+    }
+    return 0;
+}
+
+clattn_status clattn_device_select(const char *spec_text, size_t *indices, size_t capacity,
+                                   size_t *count) {
+    if (!count || (capacity > 0 && !indices)) return CLATTN_ERR_INVALID_ARGUMENT;
+    *count = 0;
+    if (!spec_text || !*spec_text) spec_text = getenv("CLATTN_DEVICE");
+    device_spec spec;
+    clattn_status status = parse_spec(spec_text, &spec);
+    if (status != CLATTN_SUCCESS) return status;
+    device_list list;
+    status = list_devices(&list);
+    if (status != CLATTN_SUCCESS) return status;
+    if (list.count == 0) return CLATTN_ERR_NO_DEVICE;
+    if (spec.kind == SPEC_DEFAULT) {
+        if (capacity > 0) indices[0] = default_device(&list);
+        *count = 1;
+        return CLATTN_SUCCESS;
+    }
+    for (size_t i = 0; i < list.count; i++) {
+        if (!spec_matches(&spec, &list, i)) continue;
+        if (*count < capacity) indices[*count] = i;
+        (*count)++;
+    }
+    return *count > 0 ? CLATTN_SUCCESS : CLATTN_ERR_NO_DEVICE;
+}

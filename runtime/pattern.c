@@ -1,0 +1,2 @@
+/* pattern: in progress */
+typedef int clattn_placeholder_pattern;

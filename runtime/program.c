@@ -1,0 +1,457 @@
+/*
+ * Building OpenCL programs and caching them: in memory per context, and on disk across
+ * processes. A program is the concatenation of some files of cl/ (embedded in the library, or
+ * read from $CLATTN_KERNEL_DIR while developing) built with options that follow the device.
+ *
+ * Disk cache entries live in $CLATTN_CACHE_DIR, else $XDG_CACHE_HOME/clattn, else
+ * ~/.cache/clattn ("off" disables it). An entry is
+ *
+ *     magic "CLATTNPC" | u32 format | u32 key bytes | u64 binary bytes | u64 checksum | key | binary
+ *
+ * where the key spells out everything the binary depends on (library version, source hash,
+ * options, device, driver and platform version) and the checksum (FNV-1a 64) covers key and
+ * binary. An entry that is short, damaged or made for another key is ignored and rewritten.
+ * Writes go to a temporary file that is renamed into place.
+ */
+#include "embedded.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CACHE_MAGIC "CLATTNPC"
+#define CACHE_FORMAT 1u
+#define CACHE_HEADER_BYTES 32u
+#define MAX_KERNELS_PER_PROGRAM 8
+
+struct program_entry {
+    struct program_entry *next;
+    char *key; /* files and options: identifies the program within the context */
+    cl_program program;
+    const char *kernel_names[MAX_KERNELS_PER_PROGRAM];
+    cl_kernel kernels[MAX_KERNELS_PER_PROGRAM];
+    size_t num_kernels;
+};
+
+/* ---------------------------------------------------------------- small helpers */
+
+static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
+    const unsigned char *bytes = data;
+    for (size_t i = 0; i < size; i++) {
+        hash ^= bytes[i];
+        hash *= 1099511628211ull;
+    }
+    return hash;
+}
+#define FNV_SEED 14695981039346656037ull
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Reads a whole file; returns NULL when it cannot. *size receives its length. */
+static char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *data = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) data = malloc((size_t)len + 1);
+    if (data && fread(data, 1, (size_t)len, f) != (size_t)len) {
+        free(data);
+        data = NULL;
+    }
+    fclose(f);
+    if (data) {
+        data[len] = '\0';
+        *size = (size_t)len;
+    }
+    return data;
+}
+
+/* The text of one file of cl/: from $CLATTN_KERNEL_DIR when set, else embedded. */
+static clattn_status kernel_source(clattn_context *ctx, const char *file, char **text) {
+    *text = NULL;
+    const char *dir = getenv("CLATTN_KERNEL_DIR");
+    if (dir && *dir) {
+        char path[4096];
+        size_t size = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        *text = read_file(path, &size);
+        if (!*text)
+            return ctx_error(ctx, CLATTN_ERR_IO, "CLATTN_KERNEL_DIR: cannot read %s: %s", path,
+                             strerror(errno));
+        return CLATTN_SUCCESS;
+    }
+    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
+        if (strcmp(k->name, file) == 0) {
+            *text = malloc(k->size + 1);
+            if (!*text) return CLATTN_ERR_OUT_OF_MEMORY;
+            memcpy(*text, k->source, k->size + 1);
+            return CLATTN_SUCCESS;
+        }
+    }
+    return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no embedded kernel file %s", file);
+}
+
+/* Concatenates the sources of `files`, each starting on a new line. */
+static clattn_status program_source(clattn_context *ctx, const char *const *files, size_t n,
+                                    char **out) {
+    *out = NULL;
+    size_t total = 1;
+    char *parts[8] = {0};
+    clattn_status status = CLATTN_SUCCESS;
+    if (n > ARRAY_LEN(parts)) return CLATTN_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < n && status == CLATTN_SUCCESS; i++) {
+        status = kernel_source(ctx, files[i], &parts[i]);
+        if (status == CLATTN_SUCCESS) total += strlen(parts[i]) + 1;
+    }
+    if (status == CLATTN_SUCCESS) {
+        *out = malloc(total);
+        if (!*out) status = CLATTN_ERR_OUT_OF_MEMORY;
+    }
+    if (status == CLATTN_SUCCESS) {
+        (*out)[0] = '\0';
+        for (size_t i = 0; i < n; i++) {
+            strcat(*out, parts[i]);
+            strcat(*out, "\n");
+        }
+    }
+    for (size_t i = 0; i < n; i++) free(parts[i]);
+    return status;
+}
+
+/* "-cl-std=CLx.y" from the device's "OpenCL C x.y ..." string, then the defines. */
+static void build_options(const clattn_device_info *device, const char *defines, char *out,
+                          size_t size) {
+    int major = 0, minor = 0;
+    out[0] = '\0';
+    if (sscanf(device->opencl_c_version, "OpenCL C %d.%d", &major, &minor) == 2 && major >= 1)
+        snprintf(out, size, "-cl-std=CL%d.%d ", major, minor);
+    size_t used = strlen(out);
+    snprintf(out + used, size - used, "%s", defines ? defines : "");
+}
+
+/* ---------------------------------------------------------------- disk cache */
+
+const char *program_cache_dir(char *buf, size_t size) {
+    const char *dir = getenv("CLATTN_CACHE_DIR");
+    if (dir && strcmp(dir, "off") == 0) return NULL;
+    if (dir && *dir) {
+        snprintf(buf, size, "%s", dir);
+        return buf;
+    }
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(buf, size, "%s/clattn", xdg);
+    else if (home && *home)
+        snprintf(buf, size, "%s/.cache/clattn", home);
+    else
+        return NULL;
+    return buf;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+typedef struct cache_entry {
+    char path[4200];
+    char *key;
+    size_t key_len;
+} cache_entry;
+
+/* Describes the entry for a program: its file path and the key text it must hold. */
+static clattn_status cache_entry_init(clattn_context *ctx, const char *source,
+                                      const char *options, cache_entry *entry) {
+    char dir[4096];
+    entry->key = NULL;
+    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
+    const clattn_device_info *d = &ctx->device;
+    size_t cap = strlen(options) + strlen(d->name) + strlen(d->driver_version) +
+                 strlen(d->platform_version) + strlen(d->platform_name) + 256;
+    entry->key = malloc(cap);
+    if (!entry->key) return CLATTN_ERR_OUT_OF_MEMORY;
+    snprintf(entry->key, cap,
+             "clattn %s\nsource-fnv64 %016llx\noptions %s\ndevice %s\ndriver %s\nplatform %s %s\n",
+             CLATTN_VERSION_STRING,
+             (unsigned long long)fnv1a(FNV_SEED, source, strlen(source)), options, d->name,
+             d->driver_version, d->platform_name, d->platform_version);
+    entry->key_len = strlen(entry->key);
+    snprintf(entry->path, sizeof entry->path, "%s/%016llx.clbin", dir,
+             (unsigned long long)fnv1a(FNV_SEED, entry->key, entry->key_len));
+    return CLATTN_SUCCESS;
+}
+
+/* Returns the binary stored for the entry, or NULL (missing, damaged or foreign). */
+static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) {
+    size_t size = 0;
+    unsigned char *data = (unsigned char *)read_file(entry->path, &size);
+    if (!data) return NULL;
+    const char *why = NULL;
+    uint64_t key_len = 0, bin_len = 0;
+    if (size < CACHE_HEADER_BYTES || memcmp(data, CACHE_MAGIC, 8) != 0)
+        why = "bad magic";
+    else if (get_u32(data + 8) != CACHE_FORMAT)
+        why = "other format version";
+    else {
+        key_len = get_u32(data + 12);
+        bin_len = get_u64(data + 16);
+        if (key_len > size || bin_len > size || CACHE_HEADER_BYTES + key_len + bin_len != size)
+            why = "truncated or oversized";
+        else if (key_len != entry->key_len ||
+                 memcmp(data + CACHE_HEADER_BYTES, entry->key, key_len) != 0)
+            why = "made for another key";
+        else if (fnv1a(FNV_SEED, data + CACHE_HEADER_BYTES, key_len + bin_len) !=
+                 get_u64(data + 24))
+            why = "checksum mismatch";
+    }
+    if (why) {
+        log_msg("cache entry %s ignored (%s); rebuilding", entry->path, why);
+        free(data);
+        return NULL;
+    }
+    memmove(data, data + CACHE_HEADER_BYTES + key_len, bin_len);
+    *binary_size = bin_len;
+    return data;
+}
+
+static void cache_write(const cache_entry *entry, const unsigned char *binary, size_t size) {
+    char dir[4096], tmp[4300];
+    if (!program_cache_dir(dir, sizeof dir) || make_dirs(dir) != 0) {
+        log_msg("cache folder %s cannot be created; not caching", dir);
+        return;
+    }
+    unsigned char header[CACHE_HEADER_BYTES];
+    memcpy(header, CACHE_MAGIC, 8);
+    put_u32(header + 8, CACHE_FORMAT);
+    put_u32(header + 12, (uint32_t)entry->key_len);
+    put_u64(header + 16, size);
+    put_u64(header + 24, fnv1a(fnv1a(FNV_SEED, entry->key, entry->key_len), binary, size));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", entry->path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(header, 1, sizeof header, f) == sizeof header &&
+             fwrite(entry->key, 1, entry->key_len, f) == entry->key_len &&
+             fwrite(binary, 1, size, f) == size;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, entry->path) == 0) {
+        log_msg("cached %s (%zu bytes)", entry->path, size);
+        return;
+    }
+    remove(tmp);
+    log_msg("cannot write cache entry %s: %s", entry->path, strerror(errno));
+}
+
+/* ---------------------------------------------------------------- building */
+
+static void keep_build_log(clattn_context *ctx, cl_program program) {
+    size_t size = 0;
+    free(ctx->build_log);
+    ctx->build_log = NULL;
+    if (clGetProgramBuildInfo(program, ctx->device.device, CL_PROGRAM_BUILD_LOG, 0, NULL,
+                              &size) != CL_SUCCESS)
+        return;
+    ctx->build_log = calloc(size + 1, 1);
+    if (ctx->build_log)
+        clGetProgramBuildInfo(program, ctx->device.device, CL_PROGRAM_BUILD_LOG, size,
+                              ctx->build_log, NULL);
+}
+
+/* A test-only switch: CLATTN_TEST_FAIL_BUILD=<file> makes every build using that file fail. */
+static int simulated_failure(const char *const *files, size_t n) {
+    const char *fail = getenv("CLATTN_TEST_FAIL_BUILD");
+    for (size_t i = 0; fail && *fail && i < n; i++)
+        if (strcmp(files[i], fail) == 0) return 1;
+    return 0;
+}
+
+static clattn_status build_from_source(clattn_context *ctx, const char *source,
+                                       const char *options, const char *label,
+                                       cl_program *out) {
+    cl_int err = CL_SUCCESS;
+    double t0 = seconds_now();
+    *out = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, "creating program");
+    err = clBuildProgram(*out, 1, &ctx->device.device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        keep_build_log(ctx, *out);
+        clReleaseProgram(*out);
+        *out = NULL;
+        return ctx_error(ctx, CLATTN_ERR_BUILD, "building %s [%s] failed: %s (%d); see the build log",
+                         label, options, clattn_status_name((clattn_status)err), (int)err);
+    }
+    log_msg("built %s [%s] in %.2f s", label, options, seconds_now() - t0);
+    return CLATTN_SUCCESS;
+}
+
+static cl_program build_from_binary(clattn_context *ctx, const unsigned char *binary,
+                                    size_t size, const char *options) {
+    cl_int err = CL_SUCCESS, binary_status = CL_SUCCESS;
+    cl_program program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device.device, &size,
+                                                   &binary, &binary_status, &err);
+    if (err != CL_SUCCESS || binary_status != CL_SUCCESS) {
+        if (program) clReleaseProgram(program);
+        return NULL;
+    }
+    if (clBuildProgram(program, 1, &ctx->device.device, options, NULL, NULL) != CL_SUCCESS) {
+        clReleaseProgram(program);
+        return NULL;
+    }
+    return program;
+}
+
+static void store_binary(cl_program program, const cache_entry *entry) {
+    size_t size = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
+            CL_SUCCESS ||
+        size == 0)
+        return;
+    unsigned char *binary = malloc(size);
+    if (binary && clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) ==
+                      CL_SUCCESS)
+        cache_write(entry, binary, size);
+    free(binary);
+}
+
+/* Builds a program, through the disk cache when it is enabled. */
+static clattn_status program_build(clattn_context *ctx, const char *const *files, size_t n,
+                                   const char *options, const char *label, cl_program *out) {
+    char *source = NULL;
+    cache_entry entry = {{0}, NULL, 0};
+    clattn_status status = program_source(ctx, files, n, &source);
+    if (status != CLATTN_SUCCESS) return status;
+    int cached = cache_entry_init(ctx, source, options, &entry) == CLATTN_SUCCESS;
+    *out = NULL;
+    if (cached) {
+        size_t size = 0;
+        unsigned char *binary = cache_read(&entry, &size);
+        if (binary) {
+            *out = build_from_binary(ctx, binary, size, options);
+            log_msg(*out ? "cache hit %s [%s]: %s" : "cache entry %s [%s] rejected by the "
+                                                     "driver: %s",
+                    label, options, entry.path);
+            free(binary);
+        }
+    }
+    if (*out) ctx->programs_loaded++;
+    if (!*out) {
+        status = build_from_source(ctx, source, options, label, out);
+        if (status == CLATTN_SUCCESS) ctx->programs_built++;
+        if (status == CLATTN_SUCCESS && cached) store_binary(*out, &entry);
+    }
+    free(entry.key);
+    free(source);
+    return status;
+}
+
+/* ---------------------------------------------------------------- the in-memory cache */
+
+static struct program_entry *find_program(clattn_context *ctx, const char *key) {
+    for (struct program_entry *e = ctx->programs; e; e = e->next)
+        if (strcmp(e->key, key) == 0) return e;
+    return NULL;
+}
+
+static clattn_status program_get(clattn_context *ctx, const char *const *files, size_t n,
+                                 const char *defines, struct program_entry **out) {
+    char options[2048], key[4096], label[256] = "";
+    build_options(&ctx->device, defines, options, sizeof options);
+    for (size_t i = 0; i < n; i++) {
+        strncat(label, files[i], sizeof label - strlen(label) - 2);
+        if (i + 1 < n) strcat(label, "+");
+    }
+    snprintf(key, sizeof key, "%s|%s", label, options);
+    if ((*out = find_program(ctx, key))) return CLATTN_SUCCESS;
+
+    if (simulated_failure(files, n)) {
+        free(ctx->build_log);
+        ctx->build_log = strdup("simulated build failure (CLATTN_TEST_FAIL_BUILD)");
+        return ctx_error(ctx, CLATTN_ERR_BUILD, "building %s failed: simulated by "
+                         "CLATTN_TEST_FAIL_BUILD", label);
+    }
+    struct program_entry *entry = calloc(1, sizeof *entry);
+    if (!entry || !(entry->key = strdup(key))) {
+        free(entry);
+        return CLATTN_ERR_OUT_OF_MEMORY;
+    }
+    clattn_status status = program_build(ctx, files, n, options, label, &entry->program);
+    if (status != CLATTN_SUCCESS) {
+        free(entry->key);
+        free(entry);
+        return status;
+    }
+    entry->next = ctx->programs;
+    ctx->programs = entry;
+    *out = entry;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status kernel_get(clattn_context *ctx, const char *const *files, size_t num_files,
+                         const char *defines, const char *kernel_name, cl_kernel *kernel) {
+    struct program_entry *entry = NULL;
+    *kernel = NULL;
+    clattn_status status = program_get(ctx, files, num_files, defines, &entry);
+    if (status != CLATTN_SUCCESS) return status;
+    for (size_t i = 0; i < entry->num_kernels; i++) {
+        if (strcmp(entry->kernel_names[i], kernel_name) == 0) {
+            *kernel = entry->kernels[i];
+            return CLATTN_SUCCESS;
+        }
+    }
+    if (entry->num_kernels == MAX_KERNELS_PER_PROGRAM)
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "too many kernels in one program");
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(entry->program, kernel_name, &err);
+    if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, kernel_name);
+    entry->kernel_names[entry->num_kernels] = kernel_name; /* callers pass string literals */
+    entry->kernels[entry->num_kernels++] = k;
+    *kernel = k;
+    return CLATTN_SUCCESS;
+}
+
+void program_cache_release(clattn_context *ctx) {
+    struct program_entry *e = ctx->programs;
+    while (e) {
+        struct program_entry *next = e->next;
+        for (size_t i = 0; i < e->num_kernels; i++) clReleaseKernel(e->kernels[i]);
+        clReleaseProgram(e->program);
+        free(e->key);
+        free(e);
+        e = next;
+    }
+    ctx->programs = NULL;
+}

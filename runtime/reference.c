@@ -1,0 +1,199 @@
+/*
+ * The CPU reference: SPEC section 1 in plain C with double accumulation, asking mask.h which
+ * keys a query may see (SPEC section 2). Every device and path is compared against it, so it
+ * favours being obviously right over being fast: one query row at a time, two passes over
+ * its allowed keys, no online softmax.
+ */
+#include "reference.h"
+
+#include "desc.h"
+#include "half.h"
+#include "mask.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Everything one reference call reads, shared by its rows. */
+typedef struct reference_call {
+    const clattn_attention_desc *desc;
+    const void *q, *k, *v; /* desc->dtype storage at desc->q/k/v */
+    const float *bias;     /* NULL or float32 at desc->bias_strides */
+    const mask_spec *mask;
+    double scale;
+    double *scores; /* [len_k] scratch: scores of the allowed keys of the current row */
+    int64_t *keys;  /* [len_k] scratch: the allowed keys themselves */
+} reference_call;
+
+/* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32). */
+static double load(const void *base, clattn_dtype dtype, size_t index) {
+    if (dtype == CLATTN_F16) return half_to_float(((const uint16_t *)base)[index]);
+    return ((const float *)base)[index];
+}
+
+/* Element index of row `row` of head `head` in batch `b` (the head-dim stride is 1). */
+static size_t row_start(const clattn_tensor *t, size_t b, size_t head, size_t row) {
+    return t->offset + b * t->stride_batch + head * t->stride_head + row * t->stride_seq;
+}
+
+/* scale * dot(Q[b,h,i,:], K[b,kvh,j,:]) + bias[b,h,i,j]. */
+static double score(const reference_call *c, size_t b, size_t h, size_t kvh, size_t i, size_t j) {
+    const clattn_attention_desc *d = c->desc;
+    size_t qi = row_start(&d->q, b, h, i), kj = row_start(&d->k, b, kvh, j);
+    double dot = 0.0;
+    for (size_t x = 0; x < d->dim_qk; x++)
+        dot += load(c->q, d->dtype, qi + x) * load(c->k, d->dtype, kj + x);
+    double s = c->scale * dot;
+    if (c->bias) s += c->bias[row_start(&d->bias_strides, b, h, i) + j];
+    return s;
+}
+
+/* Pass 1: the scores of the allowed keys of row (b, h, i) into c->scores / c->keys, and their
+ * maximum. A NaN score makes the maximum NaN (a plain `>` would skip it), so that it reaches
+ * every output of the row. @return how many keys are allowed. */
+static size_t score_row(const reference_call *c, size_t b, size_t h, size_t i, double *max) {
+    const clattn_attention_desc *d = c->desc;
+    size_t kvh = h / (d->heads_q / d->heads_kv), n = 0;
+    double m = -INFINITY;
+    for (size_t j = 0; j < d->len_k; j++) {
+        if (!mask_allowed(c->mask, (int64_t)h, (int64_t)i, (int64_t)j)) continue;
+        double s = score(c, b, h, kvh, i, j);
+        if (s > m || isnan(s)) m = isnan(m) ? m : s;
+        c->scores[n] = s;
+        c->keys[n] = (int64_t)j;
+        n++;
+    }
+    *max = m;
+    return n;
+}
+
+/* One query row: o_row is [dim_v] doubles; lse may be NULL. */
+static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, double *o_row,
+                       double *lse) {
+    const clattn_attention_desc *d = c->desc;
+    size_t kvh = h / (d->heads_q / d->heads_kv);
+    double m;
+    size_t n = score_row(c, b, h, i, &m);
+    memset(o_row, 0, d->dim_v * sizeof *o_row);
+    if (n == 0 || m == -INFINITY) { /* no key, or every allowed score is -inf: empty row */
+        if (lse) *lse = -INFINITY;
+        return;
+    }
+    /* pass 2: P = exp(s - m) / sum, O = sum of P * V (divided once at the end) */
+    double sum = 0.0;
+    for (size_t t = 0; t < n; t++) {
+        double p = exp(c->scores[t] - m);
+        size_t vj = row_start(&d->v, b, kvh, (size_t)c->keys[t]);
+        sum += p;
+        for (size_t x = 0; x < d->dim_v; x++) o_row[x] += p * load(c->v, d->dtype, vj + x);
+    }
+    for (size_t x = 0; x < d->dim_v; x++) o_row[x] /= sum;
+    if (lse) *lse = m + log(sum); /* = log(sum of exp(s)), without overflow */
+}
+
+clattn_status reference_attention(const clattn_attention_desc *desc, const void *q, const void *k,
+                                  const void *v, const float *bias, double *o, double *lse) {
+    tensor_extents ext;
+    clattn_status status = desc_check(NULL, desc, bias != NULL, &ext);
+    if (status != CLATTN_SUCCESS) return status;
+    if (!q || !k || !v || !o) return CLATTN_ERR_INVALID_ARGUMENT;
+
+    mask_spec mask;
+    status = mask_from_desc(desc, &mask);
+    if (status != CLATTN_SUCCESS) return status;
+    reference_call c = {desc, q, k, v, bias, &mask, (double)desc_scale(desc), NULL, NULL};
+    c.scores = malloc(desc->len_k * sizeof *c.scores);
+    c.keys = malloc(desc->len_k * sizeof *c.keys);
+    if (!c.scores || !c.keys) {
+        status = CLATTN_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    size_t row = 0; /* (b, h, i) in dense [B][Hq][Nq] order */
+    for (size_t b = 0; b < desc->batch; b++)
+        for (size_t h = 0; h < desc->heads_q; h++)
+            for (size_t i = 0; i < desc->len_q; i++, row++)
+                attend_row(&c, b, h, i, o + row * desc->dim_v, lse ? lse + row : NULL);
+done:
+    free(c.keys);
+    free(c.scores);
+    mask_release(&mask);
+    return status;
+}
+
+/* Writes the dense double O [B][Hq][Nq][Dv] into `o` at desc->o in desc->out_dtype (float16
+ * rounds to nearest even from the float32 value). */
+static void store_output(const clattn_attention_desc *d, const double *ref, void *o) {
+    size_t row = 0;
+    for (size_t b = 0; b < d->batch; b++)
+        for (size_t h = 0; h < d->heads_q; h++)
+            for (size_t i = 0; i < d->len_q; i++, row++) {
+                size_t at = row_start(&d->o, b, h, i);
+                const double *src = ref + row * d->dim_v;
+                for (size_t x = 0; x < d->dim_v; x++) {
+                    float value = (float)src[x];
+                    if (d->out_dtype == CLATTN_F16)
+                        ((uint16_t *)o)[at + x] = float_to_half(value);
+                    else
+                        ((float *)o)[at + x] = value;
+                }
+            }
+}
+
+clattn_status clattn_attention_reference(const clattn_attention_desc *desc, const void *q,
+                                         const void *k, const void *v, void *o, float *lse) {
+    tensor_extents ext;
+    clattn_status status = desc_check(NULL, desc, desc && desc->bias_host != NULL, &ext);
+    if (status != CLATTN_SUCCESS) return status;
+    if (!q || !k || !v || !o) return CLATTN_ERR_INVALID_ARGUMENT;
+
+    size_t rows = 0, elements = 0, o_bytes = 0;
+    if (size_mul(desc->batch, desc->heads_q, &rows) || size_mul(rows, desc->len_q, &rows) ||
+        size_mul(rows, desc->dim_v, &elements) || size_mul(elements, sizeof(double), &o_bytes))
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    double *o_ref = malloc(o_bytes);
+    double *lse_ref = lse ? malloc(rows * sizeof *lse_ref) : NULL;
+    if (!o_ref || (lse && !lse_ref)) {
+        status = CLATTN_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    status = reference_attention(desc, q, k, v, desc->bias_host, o_ref, lse_ref);
+    if (status != CLATTN_SUCCESS) goto done;
+    store_output(desc, o_ref, o);
+    for (size_t r = 0; lse && r < rows; r++) lse[r] = (float)lse_ref[r];
+done:
+    free(lse_ref);
+    free(o_ref);
+    return status;
+}
+
+/* ---------------------------------------------------------------- softmax */
+
+/* One row: out = exp(scale*x - m) / sum, lse = m + log(sum); a row whose maximum is -inf
+ * (everything masked) gets zeros and -inf, as cl/softmax.cl does. NaN propagates. */
+static void softmax_row(const float *x, size_t cols, double scale, double *out, double *lse) {
+    /* pass 1: the maximum of the scaled row, keeping NaN */
+    double m = -INFINITY;
+    for (size_t c = 0; c < cols; c++) {
+        double s = scale * x[c];
+        if (s > m || isnan(s)) m = isnan(m) ? m : s;
+    }
+    if (m == -INFINITY) {
+        for (size_t c = 0; c < cols; c++) out[c] = 0.0;
+        if (lse) *lse = -INFINITY;
+        return;
+    }
+    /* pass 2: exponentials, their sum, and the normalisation */
+    double sum = 0.0;
+    for (size_t c = 0; c < cols; c++) {
+        out[c] = exp(scale * x[c] - m);
+        sum += out[c];
+    }
+    for (size_t c = 0; c < cols; c++) out[c] /= sum;
+    if (lse) *lse = m + log(sum);
+}
+
+void reference_softmax(const float *in, size_t rows, size_t cols, float scale, double *out,
+                       double *lse) {
+    for (size_t r = 0; r < rows; r++)
+        softmax_row(in + r * cols, cols, (double)scale, out + r * cols, lse ? lse + r : NULL);
+}

@@ -1,0 +1,91 @@
+/* clattn_softmax: the public row softmax, the first kernel through the build and the cache. */
+#include "desc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The largest power of two <= limit, capped at 256. */
+static size_t pow2_group_size(size_t limit) {
+    size_t wg = 1;
+    while (wg * 2 <= limit && wg * 2 <= 256) wg *= 2;
+    return wg;
+}
+
+/* Bytes from the matrix's offset to its last element + 1, or 0 on overflow. */
+static size_t matrix_span(size_t rows, size_t cols, size_t offset, size_t row_stride,
+                          size_t elem) {
+    size_t a, total, bytes;
+    if (size_mul(rows - 1, row_stride, &a) || size_add(a, cols, &total) ||
+        size_add(total, offset, &total) || size_mul(total, elem, &bytes))
+        return 0;
+    return bytes;
+}
+
+static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_desc *d, cl_mem in,
+                                   cl_mem out, cl_mem lse) {
+    if (!d || !in || !out) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: NULL "
+                                            "desc or buffer");
+    if (d->rows == 0 || d->cols == 0 || d->cols > UINT32_MAX)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: rows and cols must be >= 1 and cols < 2^32 (got %zu x %zu)",
+                         d->rows, d->cols);
+    if (d->dtype != CLATTN_F32 && d->dtype != CLATTN_F16)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: unknown dtype %d",
+                         (int)d->dtype);
+    if ((d->rows > 1 && (d->in_row_stride < d->cols || d->out_row_stride < d->cols)))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: row strides (in %zu, out %zu) must be >= cols (%zu)",
+                         d->in_row_stride, d->out_row_stride, d->cols);
+    size_t elem = dtype_size(d->dtype);
+    size_t need_in = matrix_span(d->rows, d->cols, d->in_offset, d->in_row_stride, elem);
+    size_t need_out = matrix_span(d->rows, d->cols, d->out_offset, d->out_row_stride, elem);
+    if (!need_in || !need_out)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: sizes overflow");
+    if (need_in > buffer_size(in) || need_out > buffer_size(out))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: %zu x %zu needs %zu input and %zu output bytes; the buffers "
+                         "hold %zu and %zu",
+                         d->rows, d->cols, need_in, need_out, buffer_size(in), buffer_size(out));
+    if (lse && buffer_size(lse) / sizeof(float) < d->rows)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: the LSE buffer holds %zu floats, %zu rows need one each",
+                         buffer_size(lse) / sizeof(float), d->rows);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *d, cl_mem in,
+                             cl_mem out, cl_mem lse, cl_event *event) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (event) *event = NULL;
+    clattn_status status = softmax_check(ctx, d, in, out, lse);
+    if (status != CLATTN_SUCCESS) return status;
+
+    size_t wg = pow2_group_size(ctx->device.max_work_group_size);
+    char defines[128];
+    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=%d -DOUT_F16=%d", wg,
+             d->dtype == CLATTN_F16, d->dtype == CLATTN_F16);
+    static const char *const files[] = {"common.cl", "softmax.cl"};
+    cl_kernel kernel = NULL;
+    status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "softmax_rows", &kernel);
+    if (status != CLATTN_SUCCESS) return status;
+
+    cl_ulong in_offset = d->in_offset, in_stride = d->in_row_stride;
+    cl_ulong out_offset = d->out_offset, out_stride = d->out_row_stride;
+    cl_uint cols = (cl_uint)d->cols;
+    cl_int write_lse = lse != NULL;
+    kernel_args args = {kernel, 0, CL_SUCCESS};
+    KARG(args, in);
+    KARG(args, in_offset);
+    KARG(args, in_stride);
+    KARG(args, out);
+    KARG(args, out_offset);
+    KARG(args, out_stride);
+    KARG(args, cols);
+    KARG(args, d->scale);
+    KARG(args, lse); /* a NULL cl_mem is a NULL pointer in the kernel */
+    KARG(args, write_lse);
+    if (args.err != CL_SUCCESS) return ctx_cl_error(ctx, args.err, "softmax: kernel arguments");
+    size_t global = d->rows * wg;
+    return kernel_launch(ctx, kernel, 1, &global, &wg, event, "softmax: launch");
+}

@@ -1,0 +1,238 @@
+/*
+ * The program cache: a second context loads from disk, damaged or foreign entries are
+ * rebuilt (never trusted), "off" disables it, the folder follows the environment, builds that
+ * fail keep their log, and CLATTN_KERNEL_DIR replaces the embedded sources.
+ */
+#include <criterion/criterion.h>
+
+#include "internal.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char cache_dir[128];
+
+static void use_fresh_cache(void) {
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/clattn-cache-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(cache_dir));
+    setenv("CLATTN_CACHE_DIR", cache_dir, 1);
+    unsetenv("CLATTN_KERNEL_DIR");
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Runs a 2x3 softmax on a fresh context; returns the context for inspection. */
+static clattn_context *softmax_once(float *out_first) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    float x[6] = {1, 2, 3, 0, 0, 0}, y[6];
+    cl_mem in = clCreateBuffer(ctx->cl_ctx, CL_MEM_COPY_HOST_PTR, sizeof x, x, NULL);
+    cl_mem out = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, sizeof y, NULL, NULL);
+    clattn_softmax_desc d = {2, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3};
+    clattn_status status = clattn_softmax(ctx, &d, in, out, NULL, NULL);
+    cr_assert_eq(status, CLATTN_SUCCESS, "%s", clattn_context_last_error(ctx));
+    clEnqueueReadBuffer(ctx->queue, out, CL_TRUE, 0, sizeof y, y, 0, NULL, NULL);
+    if (out_first) *out_first = y[0];
+    clReleaseMemObject(in);
+    clReleaseMemObject(out);
+    return ctx;
+}
+
+/* Builds and loads counted on a fresh context running the softmax. */
+static void expect_counts(unsigned built, unsigned loaded) {
+    clattn_context *ctx = softmax_once(NULL);
+    cr_assert_eq(ctx->programs_built, built, "built %u, expected %u", ctx->programs_built, built);
+    cr_assert_eq(ctx->programs_loaded, loaded, "loaded %u, expected %u", ctx->programs_loaded,
+                 loaded);
+    clattn_context_destroy(ctx);
+}
+
+/* The path of the single cache entry in cache_dir. */
+static void entry_path(char *out, size_t size) {
+    DIR *dir = opendir(cache_dir);
+    cr_assert_not_null(dir);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        if (!strstr(e->d_name, ".clbin")) continue;
+        cr_assert(strstr(e->d_name, ".tmp") == NULL, "a temporary file was left behind");
+        snprintf(out, size, "%s/%s", cache_dir, e->d_name);
+        found++;
+    }
+    closedir(dir);
+    cr_assert_eq(found, 1, "expected one cache entry, found %d", found);
+}
+
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return size;
+}
+
+/* Replaces the byte at `offset` with `value`, or flips all its bits when value is -1. */
+static void poke(const char *path, long offset, int value) {
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, offset, SEEK_SET);
+    int old = fgetc(f);
+    fseek(f, offset, SEEK_SET);
+    fputc(value < 0 ? old ^ 0xFF : value, f);
+    fclose(f);
+}
+
+Test(cache, second_context_loads_from_disk) {
+    use_fresh_cache();
+    expect_counts(1, 0);
+    expect_counts(0, 1);
+    remove_dir(cache_dir);
+}
+
+Test(cache, one_context_builds_once) {
+    use_fresh_cache();
+    clattn_context *ctx = softmax_once(NULL);
+    float x[3] = {0, 0, 0};
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_COPY_HOST_PTR, sizeof x, x, NULL);
+    clattn_softmax_desc d = {1, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3};
+    cr_assert_eq(clattn_softmax(ctx, &d, buf, buf, NULL, NULL), CLATTN_SUCCESS);
+    clFinish(ctx->queue);
+    cr_assert_eq(ctx->programs_built + ctx->programs_loaded, 1);
+    clReleaseMemObject(buf);
+    clattn_context_destroy(ctx);
+    remove_dir(cache_dir);
+}
+
+/* Each kind of damage makes the entry ignored and rebuilt; the rebuilt entry loads again. */
+Test(cache, damaged_entries_are_rebuilt_not_trusted) {
+    use_fresh_cache();
+    expect_counts(1, 0);
+    char path[512];
+    entry_path(path, sizeof path);
+    long size = file_size(path);
+    const char *kinds[] = {"last binary byte", "magic", "format version", "key", "truncated",
+                           "empty"};
+    for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
+        switch (kind) {
+        case 0: poke(path, size - 1, -1); break;
+        case 1: poke(path, 0, 'X'); break;
+        case 2: poke(path, 8, 7); break;
+        case 3: poke(path, 40, '#'); break; /* inside the key text */
+        case 4: cr_assert_eq(truncate(path, size / 2), 0); break;
+        case 5: cr_assert_eq(truncate(path, 0), 0); break;
+        }
+        cr_log_info("damage: %s", kinds[kind]);
+        expect_counts(1, 0);
+        expect_counts(0, 1);
+        size = file_size(path);
+    }
+    remove_dir(cache_dir);
+}
+
+/* An entry made for another program, under this program's name, is foreign: rebuilt. */
+Test(cache, foreign_entry_is_rebuilt) {
+    use_fresh_cache();
+    expect_counts(1, 0);
+    char path[512], moved[600];
+    entry_path(path, sizeof path);
+    snprintf(moved, sizeof moved, "%s/other.bin", cache_dir);
+    cr_assert_eq(rename(path, moved), 0);
+    /* A float16 softmax is another program: its entry is a valid file with another key. */
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    uint16_t x[3] = {0, 0, 0};
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_COPY_HOST_PTR, sizeof x, x, NULL);
+    clattn_softmax_desc d = {1, 3, CLATTN_F16, 1.0f, 0, 3, 0, 3};
+    cr_assert_eq(clattn_softmax(ctx, &d, buf, buf, NULL, NULL), CLATTN_SUCCESS);
+    clFinish(ctx->queue);
+    clReleaseMemObject(buf);
+    clattn_context_destroy(ctx);
+    char f16_path[512];
+    entry_path(f16_path, sizeof f16_path);
+    cr_assert_eq(rename(f16_path, path), 0); /* the f16 entry under the f32 name */
+    expect_counts(1, 0);
+    remove(moved);
+    remove_dir(cache_dir);
+}
+
+Test(cache, off_disables_the_disk_cache) {
+    setenv("CLATTN_CACHE_DIR", "off", 1);
+    char buf[256];
+    cr_assert_null(program_cache_dir(buf, sizeof buf));
+    expect_counts(1, 0);
+    expect_counts(1, 0);
+}
+
+Test(cache, folder_follows_the_environment) {
+    char buf[256];
+    unsetenv("CLATTN_CACHE_DIR");
+    setenv("XDG_CACHE_HOME", "/tmp/xdg-test", 1);
+    cr_assert_str_eq(program_cache_dir(buf, sizeof buf), "/tmp/xdg-test/clattn");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/tmp/home-test", 1);
+    cr_assert_str_eq(program_cache_dir(buf, sizeof buf), "/tmp/home-test/.cache/clattn");
+    setenv("CLATTN_CACHE_DIR", "/tmp/elsewhere", 1);
+    cr_assert_str_eq(program_cache_dir(buf, sizeof buf), "/tmp/elsewhere");
+}
+
+/* Writes cl/common.cl and a softmax.cl edited by `edit` (from, to) into a temporary folder. */
+static void kernel_dir_with(const char *from, const char *to, char *dir, size_t size) {
+    snprintf(dir, size, "/tmp/clattn-kernels-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cp '%s/cl/common.cl' '%s/' && sed 's|%s|%s|' '%s/cl/softmax.cl' > '%s/softmax.cl'",
+             CLATTN_SOURCE_DIR, dir, from, to, CLATTN_SOURCE_DIR, dir);
+    cr_assert_eq(system(cmd), 0);
+    setenv("CLATTN_KERNEL_DIR", dir, 1);
+}
+
+Test(cache, kernel_dir_replaces_the_embedded_sources) {
+    setenv("CLATTN_CACHE_DIR", "off", 1);
+    float first = 0, doubled = 0;
+    unsetenv("CLATTN_KERNEL_DIR");
+    clattn_context_destroy(softmax_once(&first));
+    char dir[64];
+    kernel_dir_with("1.0f / row_sum", "2.0f / row_sum", dir, sizeof dir);
+    clattn_context_destroy(softmax_once(&doubled));
+    cr_assert_float_eq(doubled, 2 * first, 1e-6);
+    remove_dir(dir);
+}
+
+Test(cache, failed_build_returns_build_and_keeps_the_log) {
+    setenv("CLATTN_CACHE_DIR", "off", 1);
+    char dir[64];
+    kernel_dir_with("float local_max", "float local_max = undeclared_name +", dir, sizeof dir);
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    float x[3] = {0};
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_COPY_HOST_PTR, sizeof x, x, NULL);
+    clattn_softmax_desc d = {1, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3};
+    cr_assert_eq(clattn_softmax(ctx, &d, buf, buf, NULL, NULL), CLATTN_ERR_BUILD);
+    cr_assert(strstr(clattn_context_build_log(ctx), "undeclared_name") != NULL, "log: %s",
+              clattn_context_build_log(ctx));
+    cr_assert(strstr(clattn_context_last_error(ctx), "softmax.cl") != NULL);
+    clReleaseMemObject(buf);
+    clattn_context_destroy(ctx);
+    remove_dir(dir);
+}
+
+Test(cache, missing_kernel_dir_file_is_an_io_error) {
+    setenv("CLATTN_KERNEL_DIR", "/nonexistent-clattn-kernels", 1);
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    float x[3] = {0};
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_COPY_HOST_PTR, sizeof x, x, NULL);
+    clattn_softmax_desc d = {1, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3};
+    cr_assert_eq(clattn_softmax(ctx, &d, buf, buf, NULL, NULL), CLATTN_ERR_IO);
+    cr_assert(strstr(clattn_context_last_error(ctx), "common.cl") != NULL);
+    clReleaseMemObject(buf);
+    clattn_context_destroy(ctx);
+}

@@ -1,0 +1,95 @@
+/* See util.h. */
+#include "util.h"
+
+#include "half.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void fill_uniform(float *x, size_t n, uint64_t seed) {
+    uint64_t state = seed;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((double)(splitmix64(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+void fill_uniform_f16(uint16_t *x, size_t n, uint64_t seed) {
+    uint64_t state = seed;
+    for (size_t i = 0; i < n; i++)
+        x[i] = float_to_half((float)((double)(splitmix64(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0));
+}
+
+size_t compare_outputs(const char *label, const float *got, const double *ref, size_t n,
+                       double atol, double rtol) {
+    case_result result;
+    memset(&result, 0, sizeof result);
+    compare_values(label, got, ref, n, atol, rtol, &result);
+    if (result.mismatches)
+        fprintf(stderr, "%s: %zu mismatches; first: %s\n", label, result.mismatches,
+                result.message);
+    return result.mismatches;
+}
+
+static clattn_context **contexts;
+static size_t num_contexts;
+
+static void release_contexts(void) {
+    for (size_t i = 0; i < num_contexts; i++) clattn_context_destroy(contexts[i]);
+    free(contexts);
+}
+
+size_t test_contexts(clattn_context ***out) {
+    if (!contexts) {
+        size_t count = 0;
+        if (clattn_device_count(&count) != CLATTN_SUCCESS || count == 0) {
+            fprintf(stderr, "no OpenCL device: install pocl-opencl-icd\n");
+            abort();
+        }
+        contexts = calloc(count, sizeof *contexts);
+        for (size_t i = 0; i < count; i++) {
+            clattn_status status = clattn_context_create(&contexts[num_contexts], i);
+            if (status != CLATTN_SUCCESS) {
+                fprintf(stderr, "device %zu: %s\n", i, clattn_status_name(status));
+                abort();
+            }
+            num_contexts++;
+        }
+        atexit(release_contexts);
+    }
+    *out = contexts;
+    return num_contexts;
+}
+
+static size_t check_one(clattn_context *ctx, size_t device, const attn_case *c, clattn_path path,
+                        clattn_variant variant) {
+    case_result r;
+    case_run(ctx, c, path, variant, &r);
+    if (r.status == CLATTN_SUCCESS && r.mismatches == 0) return 0;
+    char what[512];
+    case_describe(c, what, sizeof what);
+    fprintf(stderr, "FAIL device %zu path %d variant %d: %s\n  %s (%zu of %zu values off)\n",
+            device, (int)path, (int)variant, what, r.message, r.mismatches, r.checked);
+    return 1;
+}
+
+size_t check_cases(const attn_case *cases, size_t count, clattn_path path,
+                   clattn_variant variant) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs), failed = 0;
+    clattn_variant both[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
+    int sweep_variants = path == CLATTN_PATH_FUSED && variant == CLATTN_VARIANT_AUTO;
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t i = 0; i < count; i++)
+            for (size_t v = 0; v < (sweep_variants ? 2u : 1u); v++)
+                failed += check_one(ctxs[dev], dev, &cases[i], path,
+                                    sweep_variants ? both[v] : variant);
+    return failed;
+}

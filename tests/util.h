@@ -1,0 +1,46 @@
+/*
+ * Helpers shared by the Criterion tests: seeded inputs, SPEC section 4 comparisons that print
+ * the first mismatches, and a context on every device found.
+ */
+#ifndef CLATTN_TEST_UTIL_H
+#define CLATTN_TEST_UTIL_H
+
+#include "clattn.h"
+#include "conformance.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* SPEC section 4 tolerances: |got - ref| <= atol + rtol * |ref|. */
+#define TOL_F32_ATOL 2e-5
+#define TOL_F32_RTOL 2e-4
+#define TOL_F16_ATOL 2e-3
+#define TOL_F16_RTOL 4e-3
+
+/* Uniform in [-1, 1], reproducible from the seed. */
+void fill_uniform(float *x, size_t n, uint64_t seed);
+/* Same, stored as float16 (the reference then reads the rounded values). */
+void fill_uniform_f16(uint16_t *x, size_t n, uint64_t seed);
+
+/* Counts elements outside atol + rtol*|ref| (NaN and infinities must match exactly) and
+ * prints the first mismatch with its index. */
+size_t compare_outputs(const char *label, const float *got, const double *ref, size_t n,
+                       double atol, double rtol);
+
+/* Contexts on every device found (created on first use in this process, kept until exit). */
+size_t test_contexts(clattn_context ***contexts);
+
+/* Runs every case on every device through `path` with `variant` (AUTO: both fused variants
+ * for the fused path) and fails the test, naming the case, device and first mismatch, when a
+ * case errs or leaves the tolerance. Returns the number of failing runs. */
+size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant);
+
+/* Criterion assertion on a status, printing the context's last error when it fails. */
+#define ASSERT_OK(ctx, call)                                                                   \
+    do {                                                                                       \
+        clattn_status status_ = (call);                                                        \
+        cr_assert_eq(status_, CLATTN_SUCCESS, "%s -> %s: %s", #call,                          \
+                     clattn_status_name(status_), clattn_context_last_error(ctx));              \
+    } while (0)
+
+#endif
