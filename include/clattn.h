@@ -387,6 +387,41 @@ CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enab
 CLATTN_API clattn_status clattn_context_last_stats(const clattn_context *ctx,
                                                    clattn_stats *stats);
 
+/* ---------------------------------------------------------------- sparse patterns */
+
+/** Block-sparse layouts of the standard patterns, for desc->block_layout. Block rows and
+ *  columns are aligned to the end, like causal attention: block row a sits at block column
+ *  a + (blocks_k - blocks_q). */
+typedef enum clattn_pattern_kind {
+    CLATTN_PATTERN_SLIDING = 0,    /* |a' - b| <= window/2 (window: odd width in blocks) */
+    CLATTN_PATTERN_BIGBIRD = 1,    /* sliding window + global + `random` random blocks a row */
+    CLATTN_PATTERN_FIXED = 2,      /* Sparse Transformer "fixed": own stride-block + summaries */
+    CLATTN_PATTERN_STRIDED = 3,    /* Sparse Transformer "strided": local band + every stride */
+    CLATTN_PATTERN_LONGFORMER = 4  /* sliding window + the blocks of given global indices */
+} clattn_pattern_kind;
+
+/** A pattern's parameters; fields a kind does not use are ignored. */
+typedef struct clattn_pattern_desc {
+    clattn_pattern_kind kind;
+    size_t blocks_q, blocks_k; /* layout shape: ceil(Nq/BQ), ceil(Nk/BK) */
+    size_t window;             /* SLIDING, BIGBIRD, LONGFORMER: band width in blocks (odd) */
+    size_t global;             /* BIGBIRD: the first `global` block rows and columns are dense */
+    size_t random;             /* BIGBIRD: random blocks per block row (seeded) */
+    uint64_t seed;             /* BIGBIRD */
+    size_t stride;             /* FIXED, STRIDED: stride in blocks */
+    size_t summary;            /* FIXED: summary blocks at the end of each stride */
+    const size_t *global_blocks; /* LONGFORMER: block indices whose rows and columns are dense */
+    size_t num_global_blocks;
+    int causal;                /* keep only blocks at or below the (end-aligned) diagonal */
+} clattn_pattern_desc;
+
+/** Fills layout[blocks_q * blocks_k] (row-major, 1 = allowed) with the pattern.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT naming nothing but the status (bad
+ *  sizes, an even window, a zero stride, a summary larger than the stride, a global block out
+ *  of range, NULL pointers). */
+CLATTN_API clattn_status clattn_pattern_layout(const clattn_pattern_desc *pattern,
+                                               uint8_t *layout);
+
 #ifdef __cplusplus
 }
 #endif

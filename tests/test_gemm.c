@@ -1,0 +1,2 @@
+/* test_gemm.c: being written. */
+#include <criterion/criterion.h>

@@ -1,0 +1,2 @@
+/* test_pattern.c: being written. */
+#include <criterion/criterion.h>
