@@ -64,13 +64,24 @@ typedef struct attn_params {
     long write_lse;
 } attn_params;
 
+/* Integer division with its remainder. LLVM turns a `/` and `%` pair (or a - (a/b)*b) into
+ * code with a `freeze` instruction that oclgrind's uninitialized-value checker cannot run; the
+ * volatile quotient hides the pattern. Used for index set-up only, never in a hot loop. */
+inline long div_rem(long a, long b, long *rem) {
+    volatile long quotient = a / b;
+    long q = quotient;
+    *rem = a - q * b;
+    return q;
+}
+
 inline long floor_div(long a, long b) {
-    long q = a / b;
-    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+    long r, q = div_rem(a, b, &r);
+    return (r != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
 inline long positive_mod(long a, long b) {
-    long r = a % b;
+    long r;
+    div_rem(a, b, &r);
     return r < 0 ? r + b : r;
 }
 

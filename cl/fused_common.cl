@@ -47,7 +47,7 @@ ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_l
         long at = tile * BLOCK_M + m;
         return at < P->num_listed_rows ? row_list[at] : -1;
     }
-    long d = P->dilation, r = tile / P->tiles_per_class, t = tile % P->tiles_per_class;
+    long t, d = P->dilation, r = div_rem(tile, P->tiles_per_class, &t);
     long i = positive_mod(r - P->offset, d) + (t * BLOCK_M + m) * d; /* class r's rows */
     return i < P->len_q ? i : -1;
 }

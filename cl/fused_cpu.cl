@@ -14,18 +14,18 @@
 #define NV (BLOCK_N / 16) /* score vectors per row */
 #define NDV (DV_PAD / 16) /* output vectors per row */
 
+/* Horizontal max and sum, lane by lane: oclgrind mis-tracks 16-wide shuffles (v.lo, v.hi) as
+ * uninitialized, and the cost is the same on PoCL (once per row and tile). */
 ALWAYS_INLINE float max16(float16 v) {
-    float8 a = fmax(v.lo, v.hi);
-    float4 b = fmax(a.lo, a.hi);
-    float2 c = fmax(b.lo, b.hi);
-    return fmax(c.x, c.y);
+    float a = fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
+    float b = fmax(fmax(fmax(v.s8, v.s9), fmax(v.sa, v.sb)), fmax(fmax(v.sc, v.sd), fmax(v.se, v.sf)));
+    return fmax(a, b);
 }
 
 ALWAYS_INLINE float sum16(float16 v) {
-    float8 a = v.lo + v.hi;
-    float4 b = a.lo + a.hi;
-    float2 c = b.lo + b.hi;
-    return c.x + c.y;
+    float a = ((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7));
+    float b = ((v.s8 + v.s9) + (v.sa + v.sb)) + ((v.sc + v.sd) + (v.se + v.sf));
+    return a + b;
 }
 
 /* A work-item's query tile and its running softmax state. */
@@ -244,8 +244,7 @@ void attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global c
     query_tile t;
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
-    t.b = bh / P->heads_q;
-    t.h = bh % P->heads_q;
+    t.b = div_rem(bh, P->heads_q, &t.h);
     t.kv_bh = t.b * P->heads_kv + t.h / (P->heads_q / P->heads_kv);
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
     load_queries(P, Q, q_scale, &t);

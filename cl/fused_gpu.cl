@@ -133,7 +133,8 @@ void attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global c
     __local float vt[BLOCK_N * DV_PAD];  /* V tile */
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* the whole group: a class's spare tile */
-    const long b = bh / P->heads_q, h = bh % P->heads_q;
+    long h;
+    const long b = div_rem(bh, P->heads_q, &h);
     const long kv_bh = b * P->heads_kv + h / (P->heads_q / P->heads_kv);
     row_state st;
     st.i = tile_row(P, row_list, tile, get_local_id(0));

@@ -14,15 +14,17 @@ __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __glo
                         __global float *Kp, __global float *Vp) {
     const long s = get_global_id(0), bh = get_global_id(1);
     if (s >= slots) return;
-    const long b = bh / P->heads_kv, h = bh % P->heads_kv;
+    long h, m;
+    const long b = div_rem(bh, P->heads_kv, &h);
     long j = NO_KEY;
     if (from_list) {
         if (s < P->num_global) j = gpos[s];
     } else {
-        long r = s / P->class_slots, m = s % P->class_slots;
+        long r = div_rem(s, P->class_slots, &m);
         if (r < P->dilation && m < class_keys(P, r)) j = r + m * P->dilation;
     }
-    __global float *kt = Kp + (bh * slots + (s / BLOCK_N) * BLOCK_N) * DQK_PAD + s % BLOCK_N;
+    const ulong tile = (ulong)s / BLOCK_N, lane = (ulong)s % BLOCK_N; /* unsigned: no freeze */
+    __global float *kt = Kp + (bh * slots + tile * BLOCK_N) * DQK_PAD + lane;
     __global float *vr = Vp + (bh * slots + s) * DV_PAD;
     const long k_row = P->k_offset + b * P->k_stride_b + h * P->k_stride_h + j * P->k_stride_s;
     const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
