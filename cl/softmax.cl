@@ -5,6 +5,9 @@
  * maximum is -inf (everything masked) gets zeros and lse = -inf.
  *
  * in/out: [rows][cols] at an element offset with a row stride; out may alias in.
+ *
+ * softmax_masked is the gemm path's step between its two GEMMs: the same three passes over a
+ * chunk of attention scores, with the bias and every mask of SPEC section 2 (common.cl).
  */
 #ifndef WG_SIZE
 #define WG_SIZE 256
@@ -74,4 +77,60 @@ void softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride,
         STORE_OUT(p, y, c);
     }
     if (write_lse && lid == 0) lse[row] = empty ? -INFINITY : row_max + log(row_sum);
+}
+
+/*
+ * The gemm path's masked softmax, in place over a chunk of scores S = scale * Q K^T.
+ *
+ * scores: [G][R][keys] float, dense: G (b, h) groups of the chunk, the first being group0
+ *         (b = group / heads_q, h = group % heads_q), R query rows of each from row0, and the
+ *         keys [key0, key0 + keys) the chunk's rows may see (the GEMMs skip the others).
+ * Adds bias[b, h, i, j] (zero strides broadcast), applies every mask of SPEC section 2 through
+ * mask_allowed, and writes P over S. A disallowed key gets exactly 0 (never exp of NaN), so
+ * that P V sums only allowed values; a row with no allowed key (or only -inf scores) gets
+ * P = 0 and LSE = -inf; a NaN among the allowed scores makes the row's P and LSE NaN.
+ * lse: [B][Hq][Nq] float, natural log, written when P->write_lse.
+ * One work-group per row: global (WG_SIZE * R, G), local (WG_SIZE, 1).
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
+void softmax_masked(__constant attn_params *P, __global float *scores, long group0, long row0,
+                    long key0, long keys, __global const float *bias,
+                    __global const uchar *is_global, __global const uchar *layout,
+                    __global float *lse) {
+    __local float scratch[WG_SIZE];
+    const long rows = get_num_groups(0), r = get_group_id(0), g = get_global_id(1);
+    const int lid = get_local_id(0);
+    const long group = group0 + g, b = group / P->heads_q, h = group % P->heads_q;
+    const long i = row0 + r, cols = keys;
+    __global float *s = scores + (g * rows + r) * cols; /* s[c] is key key0 + c */
+    const long bias_row = P->has_bias ? P->bias_offset + b * P->bias_stride_b +
+                                            h * P->bias_stride_h + i * P->bias_stride_s + key0
+                                      : 0;
+
+    /* pass 1: bias and masks, written back (-inf where masked), and the row maximum */
+    float local_max = -INFINITY;
+    for (long j = lid; j < cols; j += WG_SIZE) {
+        float x = -INFINITY;
+        if (mask_allowed(P, is_global, layout, h, i, key0 + j))
+            x = P->has_bias ? s[j] + bias[bias_row + j] : s[j];
+        s[j] = x;
+        local_max = max_keep_nan(local_max, x);
+    }
+    const float row_max = group_max(local_max, scratch);
+
+    /* pass 2: sum of exponentials (each work-item reads back only what it wrote) */
+    const int empty = row_max == -INFINITY;
+    float local_sum = 0.0f;
+    for (long j = lid; !empty && j < cols; j += WG_SIZE)
+        if (s[j] != -INFINITY) local_sum += exp(s[j] - row_max);
+    const float row_sum = group_sum(local_sum, scratch);
+
+    /* pass 3: P in place; masked keys exactly 0 */
+    const float inv_sum = empty ? 0.0f : 1.0f / row_sum;
+    for (long j = lid; j < cols; j += WG_SIZE) {
+        const float x = s[j];
+        s[j] = empty || x == -INFINITY ? 0.0f : exp(x - row_max) * inv_sum;
+    }
+    if (P->write_lse && lid == 0)
+        lse[(b * P->heads_q + h) * P->len_q + i] = empty ? -INFINITY : row_max + log(row_sum);
 }

@@ -86,13 +86,16 @@ static clattn_status reference_on_buffers(clattn_context *ctx, const clattn_atte
     return status;
 }
 
-/* AUTO: the fused kernel unless it cannot serve the call or fails to build, then GEMM. */
+/* AUTO: the fused kernel unless it cannot serve the call (unsupported) or fails to build,
+ * then GEMM. Other failures are the caller's to see. */
 static clattn_status run_auto(clattn_context *ctx, const clattn_attention_desc *d,
                               const attention_buffers *b, cl_event *event) {
     clattn_status status = fused_supports(ctx, d);
     if (status == CLATTN_SUCCESS) {
         status = fused_attention(ctx, d, b, event);
         if (status != CLATTN_ERR_BUILD) return status;
+    } else if (status != CLATTN_ERR_UNSUPPORTED) {
+        return status;
     }
     log_msg("auto: fused path unavailable (%s); using the gemm path", ctx->last_error);
     ctx_clear_error(ctx);

@@ -97,13 +97,8 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
     return CLATTN_SUCCESS;
 }
 
-void timing_track(clattn_context *ctx, cl_event event) {
-    if (!ctx->timing || !event || ctx->num_timed == ARRAY_LEN(ctx->timed)) return;
-    clRetainEvent(event);
-    ctx->timed[ctx->num_timed++] = event;
-}
-
-double timing_finish(clattn_context *ctx) {
+/* Waits for the kept events, sums their execution times (ms) and releases them. */
+static double timing_sum(clattn_context *ctx) {
     double total_ns = 0;
     if (ctx->num_timed > 0) clWaitForEvents(ctx->num_timed, ctx->timed);
     for (unsigned i = 0; i < ctx->num_timed; i++) {
@@ -118,6 +113,19 @@ double timing_finish(clattn_context *ctx) {
     }
     ctx->num_timed = 0;
     return total_ns * 1e-6;
+}
+
+void timing_track(clattn_context *ctx, cl_event event) {
+    if (!ctx->timing || !event) return;
+    if (ctx->num_timed == ARRAY_LEN(ctx->timed)) ctx->timed_ms += timing_sum(ctx);
+    clRetainEvent(event);
+    ctx->timed[ctx->num_timed++] = event;
+}
+
+double timing_finish(clattn_context *ctx) {
+    double total = ctx->timed_ms + timing_sum(ctx);
+    ctx->timed_ms = 0;
+    return total;
 }
 
 /* ---------------------------------------------------------------- lifetime */

@@ -1,7 +1,648 @@
-/* The gemm path: in progress. */
+/*
+ * The gemm path: attention in three steps per chunk of query rows, for the calls the fused
+ * kernel cannot serve and as the baseline the benchmarks compare against:
+ *
+ *     S = scale * Q K^T       CLBlastSgemmBatched, one batch entry per (b, h) group of the chunk
+ *     P = masked softmax(S)   softmax_masked (cl/softmax.cl): bias, every mask of SPEC section 2
+ *                             and LSE; P overwrites S
+ *     O = P V                 CLBlastSgemmBatched
+ *
+ * Batched GEMM takes one element offset per entry and one leading dimension, so GQA (entry h
+ * reads K/V head h / (Hq/Hkv)) and both layouts (ld = the sequence stride) read the caller's
+ * float32 tensors where they are, without copies. float16 storage: CLBlast's half GEMM needs
+ * cl_khr_fp16, which many devices (PoCL among them) lack, so K and V are widened once and Q
+ * chunk by chunk into float32 scratch, and a float16 O is narrowed from a float32 chunk
+ * (cl/convert.cl).
+ *
+ * Memory: the score buffer is [groups][rows][Nk] floats and fits a budget: desc->
+ * gemm_budget_bytes, else $CLATTN_GEMM_BUDGET_MB, else a quarter of the device's global
+ * memory; never more than the device's largest allocation. A chunk is whole (b, h) groups when
+ * one group's Nq score rows fit, else rows of one group. CLBlast's own temporaries (its
+ * "indirect" kernel pads and copies its operands) come on top and are not counted.
+ *
+ * Work: a chunk's GEMMs cover only the keys its rows can reach by causality and the window
+ * (all keys with global tokens); the softmax applies the exact mask inside that range. Each
+ * score and output row is computed the same way whatever chunk holds it.
+ */
+#include "kernel_params.h"
+#include "mask.h"
 #include "paths.h"
+
+#include <clblast_c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* CLBlast passes offsets and leading dimensions to its kernels as int. */
+#define CLBLAST_MAX_ELEMENTS ((size_t)INT32_MAX)
+/* At most 2^30 scores (4 GiB) a chunk, so that CLBlast's padded copies of them stay
+ * addressable with int offsets too. */
+#define MAX_CHUNK_SCORES ((size_t)1 << 30)
+
+/* ---------------------------------------------------------------- CLBlast status */
+
+#define CLBLAST_CODE(name)                                                                         \
+    { name, #name }
+static const struct {
+    CLBlastStatusCode code;
+    const char *name;
+} clblast_codes[] = {
+    CLBLAST_CODE(CLBlastNotImplemented),
+    CLBLAST_CODE(CLBlastInvalidMatrixA),
+    CLBLAST_CODE(CLBlastInvalidMatrixB),
+    CLBLAST_CODE(CLBlastInvalidMatrixC),
+    CLBLAST_CODE(CLBlastInvalidDimension),
+    CLBLAST_CODE(CLBlastInvalidLeadDimA),
+    CLBLAST_CODE(CLBlastInvalidLeadDimB),
+    CLBLAST_CODE(CLBlastInvalidLeadDimC),
+    CLBLAST_CODE(CLBlastInsufficientMemoryA),
+    CLBLAST_CODE(CLBlastInsufficientMemoryB),
+    CLBLAST_CODE(CLBlastInsufficientMemoryC),
+    CLBLAST_CODE(CLBlastInsufficientMemoryTemp),
+    CLBLAST_CODE(CLBlastInvalidBatchCount),
+    CLBLAST_CODE(CLBlastInvalidOverrideKernel),
+    CLBLAST_CODE(CLBlastMissingOverrideParameter),
+    CLBLAST_CODE(CLBlastInvalidLocalMemUsage),
+    CLBLAST_CODE(CLBlastNoHalfPrecision),
+    CLBLAST_CODE(CLBlastNoDoublePrecision),
+    CLBLAST_CODE(CLBlastDatabaseError),
+    CLBLAST_CODE(CLBlastUnknownError),
+    CLBLAST_CODE(CLBlastUnexpectedError),
+};
+#undef CLBLAST_CODE
+
+/* A failed CLBlast call as a status and a message naming it: CLBlast's own codes become
+ * CLATTN_ERR_BLAS; OpenCL's codes, which CLBlast passes on unchanged, keep their value. */
+static clattn_status blas_error(clattn_context *ctx, CLBlastStatusCode code, const char *what) {
+    for (size_t i = 0; i < ARRAY_LEN(clblast_codes); i++)
+        if (clblast_codes[i].code == code)
+            return ctx_error(ctx, CLATTN_ERR_BLAS, "gemm: CLBlast failed in %s: %s (%d)", what,
+                             clblast_codes[i].name, (int)code);
+    const char *name = clattn_status_name((clattn_status)code);
+    if (code < 0 && strcmp(name, "unknown status") != 0)
+        return ctx_error(ctx, (clattn_status)code,
+                         "gemm: CLBlast failed in %s: OpenCL error %s (%d)", what, name, (int)code);
+    return ctx_error(ctx, CLATTN_ERR_BLAS, "gemm: CLBlast failed in %s: status %d", what,
+                     (int)code);
+}
+
+/* ---------------------------------------------------------------- planning */
+
+typedef struct gemm_plan {
+    size_t groups;           /* (b, h) groups: B * Hq */
+    size_t group_chunk;      /* groups per chunk */
+    size_t row_chunk;        /* query rows of each group per chunk */
+    size_t chunks;           /* chunks of the call */
+    size_t budget;           /* bytes the score buffer may take, after the caps */
+    const char *budget_from; /* where the budget came from, for messages */
+    size_t wg;               /* softmax work-group size */
+    int in_f16, out_f16;     /* float16 storage of Q/K/V and of O */
+    int fail_gemm;           /* test-only: $CLATTN_TEST_FAIL_GEMM makes the first GEMM invalid */
+} gemm_plan;
+
+/* One chunk: groups [group0, group0 + groups), query rows [row0, row0 + rows) of each, and
+ * the keys [key0, key0 + keys) any of those rows may see. */
+typedef struct gemm_chunk {
+    size_t group0, groups, row0, rows, key0, keys;
+} gemm_chunk;
+
+/* $CLATTN_GEMM_BUDGET_MB as bytes; 0 when unset. */
+static clattn_status budget_from_env(clattn_context *ctx, size_t *bytes) {
+    const char *env = getenv("CLATTN_GEMM_BUDGET_MB");
+    *bytes = 0;
+    if (!env || !*env) return CLATTN_SUCCESS;
+    char *end = NULL;
+    unsigned long long mib = strtoull(env, &end, 10);
+    if (*end != '\0' || env[0] == '-' || mib == 0 || mib > SIZE_MAX / (1024 * 1024))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "CLATTN_GEMM_BUDGET_MB=%s: expected a whole number of MiB >= 1", env);
+    *bytes = (size_t)mib * 1024 * 1024;
+    return CLATTN_SUCCESS;
+}
+
+/* The score budget: desc, else environment, else a quarter of global memory; capped by the
+ * largest allocation and by MAX_CHUNK_SCORES. */
+static clattn_status choose_budget(clattn_context *ctx, const clattn_attention_desc *d,
+                                   gemm_plan *p) {
+    size_t env_bytes = 0;
+    clattn_status status = budget_from_env(ctx, &env_bytes);
+    if (status != CLATTN_SUCCESS) return status;
+    if (d->gemm_budget_bytes) {
+        p->budget = d->gemm_budget_bytes;
+        p->budget_from = "desc->gemm_budget_bytes";
+    } else if (env_bytes) {
+        p->budget = env_bytes;
+        p->budget_from = "CLATTN_GEMM_BUDGET_MB";
+    } else {
+        cl_ulong quarter = ctx->device.global_mem_bytes / 4;
+        p->budget = quarter > SIZE_MAX ? SIZE_MAX : (size_t)quarter;
+        p->budget_from = "a quarter of global memory";
+    }
+    if (p->budget > ctx->device.max_alloc_bytes) {
+        p->budget = (size_t)ctx->device.max_alloc_bytes;
+        p->budget_from = "the device's largest allocation";
+    }
+    if (p->budget / sizeof(float) > MAX_CHUNK_SCORES) p->budget = MAX_CHUNK_SCORES * sizeof(float);
+    return CLATTN_SUCCESS;
+}
+
+static size_t ceil_div(size_t a, size_t b) {
+    return a / b + (a % b != 0);
+}
+
+/* Chunks of the budget: whole groups when a group's Nq score rows fit, else rows of one group;
+ * evened out so that the last chunk is not a sliver. */
+static clattn_status plan_chunks(clattn_context *ctx, const clattn_attention_desc *d,
+                                 gemm_plan *p) {
+    size_t row_bytes = d->len_k * sizeof(float);                 /* one row of scores */
+    size_t fit = p->budget / row_bytes;                          /* score rows a chunk may hold */
+    size_t widest = d->dim_qk > d->dim_v ? d->dim_qk : d->dim_v; /* float16 scratch rows */
+    if (fit > CLBLAST_MAX_ELEMENTS / widest) fit = CLBLAST_MAX_ELEMENTS / widest;
+    if (fit == 0)
+        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                         "gemm: a score budget of %zu bytes (%s) cannot hold one row of scores: "
+                         "Nk=%zu keys need %zu bytes; raise desc->gemm_budget_bytes or "
+                         "CLATTN_GEMM_BUDGET_MB",
+                         p->budget, p->budget_from, d->len_k, row_bytes);
+    p->groups = d->batch * d->heads_q;
+    if (fit >= d->len_q) {
+        size_t per_chunk = fit / d->len_q < p->groups ? fit / d->len_q : p->groups;
+        p->chunks = ceil_div(p->groups, per_chunk);
+        p->group_chunk = ceil_div(p->groups, p->chunks);
+        p->row_chunk = d->len_q;
+    } else {
+        size_t per_group = ceil_div(d->len_q, fit);
+        p->row_chunk = ceil_div(d->len_q, per_group);
+        p->group_chunk = 1;
+        p->chunks = p->groups * per_group;
+    }
+    return CLATTN_SUCCESS;
+}
+
+/* The keys rows [row0, row0 + rows) may see by causality and the window (with global tokens,
+ * by causality only): the chunk's GEMMs skip the rest. With none, one key stays, which the
+ * softmax masks, so that O = 0 and LSE = -inf are still written. */
+static void chunk_keys(const mask_spec *m, gemm_chunk *c) {
+    int64_t first = (int64_t)c->row0 + m->offset, last = first + (int64_t)c->rows - 1;
+    int64_t lo = 0, hi = m->len_k - 1;
+    if (m->causal && last < hi) hi = last;
+    if (m->num_globals == 0 && m->right >= 0 && last + m->right < hi) hi = last + m->right;
+    if (m->num_globals == 0 && m->left >= 0 && first - m->left > lo) lo = first - m->left;
+    if (lo > hi) lo = hi = 0;
+    c->key0 = (size_t)lo;
+    c->keys = (size_t)(hi - lo + 1);
+}
+
+static gemm_chunk chunk_at(const gemm_plan *p, const clattn_attention_desc *d, const mask_spec *m,
+                           size_t index) {
+    gemm_chunk c = {0, 1, 0, d->len_q, 0, d->len_k};
+    if (p->row_chunk == d->len_q) { /* whole groups */
+        c.group0 = index * p->group_chunk;
+        c.groups = p->groups - c.group0 < p->group_chunk ? p->groups - c.group0 : p->group_chunk;
+    } else {
+        size_t per_group = p->chunks / p->groups;
+        c.group0 = index / per_group;
+        c.row0 = (index % per_group) * p->row_chunk;
+        c.rows = d->len_q - c.row0 < p->row_chunk ? d->len_q - c.row0 : p->row_chunk;
+    }
+    chunk_keys(m, &c);
+    return c;
+}
+
+/* Elements of dense float32 scratch [b][h][len][dim]; SIZE_MAX on overflow. */
+static size_t dense_elements(size_t b, size_t h, size_t len, size_t dim) {
+    size_t n = 0;
+    if (size_mul(b, h, &n) || size_mul(n, len, &n) || size_mul(n, dim, &n)) return SIZE_MAX;
+    return n;
+}
+
+/* CLBlast addresses its operands with int offsets: every tensor it reads or writes in place,
+ * and the widened K and V, must span at most 2^31-1 elements. */
+static clattn_status check_int_offsets(clattn_context *ctx, const clattn_attention_desc *d,
+                                       const gemm_plan *p, int has_bias) {
+    tensor_extents ext;
+    clattn_status status = desc_check(ctx, d, has_bias, &ext);
+    if (status != CLATTN_SUCCESS) return status;
+    static const char *const names[4] = {"Q", "K", "V", "O"};
+    size_t kv = d->heads_kv, span[4]; /* elements of Q, K, V, O as CLBlast sees them */
+    span[0] = p->in_f16 ? 0 : ext.q / 4;
+    span[1] = p->in_f16 ? dense_elements(d->batch, kv, d->len_k, d->dim_qk) : ext.k / 4;
+    span[2] = p->in_f16 ? dense_elements(d->batch, kv, d->len_k, d->dim_v) : ext.v / 4;
+    span[3] = p->out_f16 ? 0 : ext.o / 4;
+    for (int i = 0; i < 4; i++)
+        if (span[i] > CLBLAST_MAX_ELEMENTS)
+            return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                             "gemm: CLBlast addresses operands with int offsets, and %s spans "
+                             "more than 2^31-1 elements (B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu)",
+                             names[i], d->batch, d->heads_q, d->heads_kv, d->len_q, d->len_k);
+    return CLATTN_SUCCESS;
+}
+
+static clattn_status plan_call(clattn_context *ctx, const clattn_attention_desc *d,
+                               const attention_buffers *buf, gemm_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->in_f16 = d->dtype == CLATTN_F16;
+    p->out_f16 = d->out_dtype == CLATTN_F16;
+    const char *fail = getenv("CLATTN_TEST_FAIL_GEMM");
+    p->fail_gemm = fail && *fail && strcmp(fail, "0") != 0;
+    p->wg = 1;
+    while (p->wg * 2 <= ctx->device.max_work_group_size && p->wg * 2 <= 256) p->wg *= 2;
+    clattn_status status = check_int_offsets(ctx, d, p, buf->bias != NULL);
+    if (status == CLATTN_SUCCESS) status = choose_budget(ctx, d, p);
+    if (status == CLATTN_SUCCESS) status = plan_chunks(ctx, d, p);
+    return status;
+}
+
+/* ---------------------------------------------------------------- device buffers */
+
+typedef struct gemm_buffers {
+    cl_mem params;        /* attn_params, read as __constant */
+    cl_mem scores;        /* [group_chunk][row_chunk][Nk] float: S, then P in place */
+    cl_mem q32, k32, v32; /* float32 copies of float16 inputs: Q of a chunk, all of K and V */
+    cl_mem o32;           /* [group_chunk][row_chunk][Dv] float, for a float16 O */
+    cl_mem is_global;     /* [Nk] flags of the global tokens */
+    cl_mem layout;        /* [Hq or 1][blocks_q][blocks_k] block layout */
+    cl_mem dummy;         /* stands in for absent optional buffers */
+    uint64_t bytes;       /* what this call allocated */
+} gemm_buffers;
+
+static void buffers_release(gemm_buffers *gb) {
+    cl_mem all[] = {gb->params, gb->scores,    gb->q32,    gb->k32,  gb->v32,
+                    gb->o32,    gb->is_global, gb->layout, gb->dummy};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (all[i]) clReleaseMemObject(all[i]);
+    memset(gb, 0, sizeof *gb);
+}
+
+/* count * a * b floats (copied from `host` when given); nothing when `count` is 0. */
+static clattn_status add_buffer(clattn_context *ctx, gemm_buffers *gb, size_t count, size_t a,
+                                size_t b, size_t elem, const void *host, cl_mem *out,
+                                const char *what) {
+    size_t bytes = 0;
+    *out = NULL;
+    if (count == 0) return CLATTN_SUCCESS;
+    if (size_mul(count, a, &bytes) || size_mul(bytes, b, &bytes) || size_mul(bytes, elem, &bytes))
+        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: the size of %s overflows", what);
+    cl_mem_flags flags = host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
+    clattn_status status = buffer_create(ctx, flags, bytes, (void *)host, out, what);
+    if (status == CLATTN_SUCCESS) gb->bytes += bytes;
+    return status;
+}
+
+static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_desc *d,
+                                  const gemm_plan *p, const mask_spec *m, const attn_params *P,
+                                  gemm_buffers *gb) {
+    size_t rows = p->group_chunk * p->row_chunk, kv = d->batch * d->heads_kv;
+    size_t layout_heads = m->layout ? (m->layout_per_head ? d->heads_q : 1) : 0;
+    clattn_status s = buffer_create(ctx, CL_MEM_READ_WRITE, 16, NULL, &gb->dummy, "placeholder");
+    if (!s) s = add_buffer(ctx, gb, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
+    if (!s) s = add_buffer(ctx, gb, rows, d->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
+    if (!s)
+        s = add_buffer(ctx, gb, p->in_f16 ? rows : 0, d->dim_qk, 1, 4, NULL, &gb->q32,
+                       "float32 Q chunk");
+    if (!s)
+        s = add_buffer(ctx, gb, p->in_f16 ? kv : 0, d->len_k, d->dim_qk, 4, NULL, &gb->k32,
+                       "float32 K");
+    if (!s)
+        s = add_buffer(ctx, gb, p->in_f16 ? kv : 0, d->len_k, d->dim_v, 4, NULL, &gb->v32,
+                       "float32 V");
+    if (!s)
+        s = add_buffer(ctx, gb, p->out_f16 ? rows : 0, d->dim_v, 1, 4, NULL, &gb->o32,
+                       "float32 O chunk");
+    if (!s)
+        s = add_buffer(ctx, gb, m->num_globals ? 1 : 0, (size_t)m->len_k, 1, 1, m->is_global,
+                       &gb->is_global, "global flags");
+    if (!s)
+        s = add_buffer(ctx, gb, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
+                       m->layout, &gb->layout, "block layout");
+    return s;
+}
+
+/* ---------------------------------------------------------------- operands */
+
+/* Where the rows of a GEMM operand live: the caller's strided tensor, or float32 scratch. */
+typedef struct operand {
+    cl_mem buffer;
+    clattn_tensor t; /* element offset and strides of (b, head, row) */
+    size_t ld;       /* row stride passed to CLBlast */
+    int chunk_local; /* scratch of the current chunk only: entry g at g * rows * ld */
+} operand;
+
+static operand strided_operand(cl_mem buffer, const clattn_tensor *t, size_t ld) {
+    operand op = {buffer, *t, ld, 0};
+    return op;
+}
+
+/* Dense [B][heads][len][dim] float32 scratch (the widened K or V). */
+static operand dense_operand(cl_mem buffer, size_t heads, size_t len, size_t dim) {
+    operand op = {buffer, {0, heads * len * dim, len * dim, dim}, dim, 0};
+    return op;
+}
+
+static operand chunk_operand(cl_mem buffer, size_t dim) {
+    operand op = {buffer, {0, 0, 0, dim}, dim, 1};
+    return op;
+}
+
+/* Element offset of batch entry g (group b, head) of chunk c: query rows start at c->row0,
+ * key rows (kv operands) at c->key0. */
+static size_t entry_offset(const operand *op, const gemm_chunk *c, size_t g, size_t b, size_t head,
+                           int kv) {
+    if (op->chunk_local) return g * c->rows * op->ld;
+    return op->t.offset + b * op->t.stride_batch + head * op->t.stride_head +
+           (kv ? c->key0 : c->row0) * op->t.stride_seq;
+}
+
+/* The operands of both GEMMs; float16 storage reads and writes float32 scratch instead. */
+typedef struct gemm_operands {
+    operand q, k, v, o, s; /* s: the score buffer, [rows][keys] per entry (ld set per chunk) */
+} gemm_operands;
+
+static void make_operands(const clattn_attention_desc *d, const gemm_plan *p,
+                          const gemm_buffers *gb, const attention_buffers *buf,
+                          gemm_operands *ops) {
+    ops->q = p->in_f16 ? chunk_operand(gb->q32, d->dim_qk)
+                       : strided_operand(buf->q, &d->q, d->q.stride_seq);
+    ops->k = p->in_f16 ? dense_operand(gb->k32, d->heads_kv, d->len_k, d->dim_qk)
+                       : strided_operand(buf->k, &d->k, d->k.stride_seq);
+    ops->v = p->in_f16 ? dense_operand(gb->v32, d->heads_kv, d->len_k, d->dim_v)
+                       : strided_operand(buf->v, &d->v, d->v.stride_seq);
+    /* a single row's stride is never used, but CLBlast wants ld >= Dv for C */
+    size_t o_ld = d->len_q == 1 && d->o.stride_seq < d->dim_v ? d->dim_v : d->o.stride_seq;
+    ops->o = p->out_f16 ? chunk_operand(gb->o32, d->dim_v) : strided_operand(buf->o, &d->o, o_ld);
+    ops->s = chunk_operand(gb->scores, d->len_k);
+}
+
+/* ---------------------------------------------------------------- launching */
+
+/* Per-entry arguments of a batched GEMM, sized for the largest chunk. */
+typedef struct batch_args {
+    size_t *a, *b, *c;
+    float *alpha, *beta;
+} batch_args;
+
+static void batch_args_release(batch_args *args) {
+    free(args->a), free(args->b), free(args->c), free(args->alpha), free(args->beta);
+    memset(args, 0, sizeof *args);
+}
+
+static clattn_status batch_args_alloc(clattn_context *ctx, size_t n, batch_args *args) {
+    args->a = malloc(n * sizeof *args->a), args->b = malloc(n * sizeof *args->b);
+    args->c = malloc(n * sizeof *args->c);
+    args->alpha = malloc(n * sizeof *args->alpha), args->beta = malloc(n * sizeof *args->beta);
+    if (args->a && args->b && args->c && args->alpha && args->beta) return CLATTN_SUCCESS;
+    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: batch arguments for %zu entries", n);
+}
+
+/* Keeps a CLBlast event for timing and turns its status into ours. */
+static clattn_status blas_done(clattn_context *ctx, CLBlastStatusCode code, cl_event event,
+                               const char *what) {
+    if (event) {
+        if (code == CLBlastSuccess) timing_track(ctx, event);
+        clReleaseEvent(event);
+    }
+    return code == CLBlastSuccess ? CLATTN_SUCCESS : blas_error(ctx, code, what);
+}
+
+/* One GEMM of a chunk: C[rows][n] = alpha * A[rows][k] * B for every (b, h) entry, where A
+ * and C hold query rows and B key rows, at the entry's kv head: [n][k] read transposed (K) or
+ * [k][n] (V). */
+typedef struct gemm_step {
+    const operand *a, *b, *c;
+    int transpose_b;
+    size_t n, k;
+    float alpha;
+    int invalid; /* test-only: pass ldc = 0, which CLBlast rejects */
+    const char *what;
+} gemm_step;
+
+static clattn_status batched_gemm(clattn_context *ctx, const clattn_attention_desc *d,
+                                  const gemm_chunk *c, batch_args *args, const gemm_step *st) {
+    size_t group_size = d->heads_q / d->heads_kv;
+    for (size_t g = 0; g < c->groups; g++) {
+        size_t batch = (c->group0 + g) / d->heads_q, head = (c->group0 + g) % d->heads_q;
+        args->a[g] = entry_offset(st->a, c, g, batch, head, 0);
+        args->b[g] = entry_offset(st->b, c, g, batch, head / group_size, 1);
+        args->c[g] = entry_offset(st->c, c, g, batch, head, 0);
+        args->alpha[g] = st->alpha;
+        args->beta[g] = 0.0f;
+    }
+    cl_event event = NULL;
+    CLBlastStatusCode code = CLBlastSgemmBatched(
+        CLBlastLayoutRowMajor, CLBlastTransposeNo,
+        st->transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo, c->rows, st->n, st->k,
+        args->alpha, st->a->buffer, args->a, st->a->ld, st->b->buffer, args->b, st->b->ld,
+        args->beta, st->c->buffer, args->c, st->invalid ? 0 : st->c->ld, c->groups, &ctx->queue,
+        ctx->timing ? &event : NULL);
+    return blas_done(ctx, code, event, st->what);
+}
+
+typedef struct gemm_kernels {
+    cl_kernel softmax, widen, narrow; /* widen and narrow only for float16 storage */
+} gemm_kernels;
+
+static clattn_status get_kernels(clattn_context *ctx, const gemm_plan *p, gemm_kernels *k) {
+    static const char *const softmax_files[] = {"common.cl", "softmax.cl"};
+    static const char *const convert_files[] = {"convert.cl"};
+    char defines[96];
+    memset(k, 0, sizeof *k);
+    /* the same defines as clattn_softmax's float32 program, so both share one build */
+    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=0 -DOUT_F16=0", p->wg);
+    clattn_status status = kernel_get(ctx, softmax_files, ARRAY_LEN(softmax_files), defines,
+                                      "softmax_masked", &k->softmax);
+    if (status == CLATTN_SUCCESS && p->in_f16)
+        status = kernel_get(ctx, convert_files, 1, "", "widen_rows", &k->widen);
+    if (status == CLATTN_SUCCESS && p->out_f16)
+        status = kernel_get(ctx, convert_files, 1, "", "narrow_rows", &k->narrow);
+    return status;
+}
+
+/* Rows [row0, row0 + rows) of groups [group0, group0 + groups) of a strided tensor (`heads`
+ * heads per batch), widened into dense [groups][rows][dim] (narrow: the other way). */
+typedef struct convert_range {
+    const clattn_tensor *t;
+    size_t heads, group0, groups, row0, rows, dim;
+} convert_range;
+
+/* widen_rows and narrow_rows take the same arguments: tensor, its addressing, scratch. */
+static clattn_status launch_convert(clattn_context *ctx, cl_kernel kernel, cl_mem tensor,
+                                    cl_mem scratch, const convert_range *r, const char *what) {
+    cl_long offset = (cl_long)r->t->offset, sb = (cl_long)r->t->stride_batch;
+    cl_long sh = (cl_long)r->t->stride_head, ss = (cl_long)r->t->stride_seq;
+    cl_long heads = (cl_long)r->heads, group0 = (cl_long)r->group0, row0 = (cl_long)r->row0;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, tensor);
+    KARG(a, offset);
+    KARG(a, sb);
+    KARG(a, sh);
+    KARG(a, ss);
+    KARG(a, heads);
+    KARG(a, group0);
+    KARG(a, row0);
+    KARG(a, scratch);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, what);
+    size_t global[3] = {r->dim, r->rows, r->groups};
+    return kernel_launch(ctx, kernel, 3, global, NULL, NULL, what);
+}
+
+static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const gemm_plan *p,
+                                    const gemm_buffers *gb, const attention_buffers *buf,
+                                    const gemm_chunk *c) {
+    cl_long group0 = (cl_long)c->group0, row0 = (cl_long)c->row0;
+    cl_long key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
+    cl_mem bias = buf->bias ? buf->bias : gb->dummy, lse = buf->lse ? buf->lse : gb->dummy;
+    cl_mem is_global = gb->is_global ? gb->is_global : gb->dummy;
+    cl_mem layout = gb->layout ? gb->layout : gb->dummy;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, gb->params);
+    KARG(a, gb->scores);
+    KARG(a, group0);
+    KARG(a, row0);
+    KARG(a, key0);
+    KARG(a, keys);
+    KARG(a, bias);
+    KARG(a, is_global);
+    KARG(a, layout);
+    KARG(a, lse);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: softmax arguments");
+    size_t global[2] = {p->wg * c->rows, c->groups}, local[2] = {p->wg, 1};
+    return kernel_launch(ctx, kernel, 2, global, local, NULL, "gemm: masked softmax");
+}
+
+/* Everything a chunk needs, prepared once per call. */
+typedef struct gemm_call {
+    const clattn_attention_desc *d;
+    const gemm_plan *p;
+    const gemm_buffers *gb;
+    const attention_buffers *buf;
+    const mask_spec *mask;
+    gemm_kernels kernels;
+    gemm_operands ops;
+    batch_args args;
+    uint64_t scores_computed; /* by the first GEMM, summed over the chunks */
+} gemm_call;
+
+static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_chunk *c) {
+    const clattn_attention_desc *d = call->d;
+    const gemm_plan *p = call->p;
+    clattn_status status = CLATTN_SUCCESS;
+    if (p->in_f16) {
+        convert_range q = {&d->q, d->heads_q, c->group0, c->groups, c->row0, c->rows, d->dim_qk};
+        status = launch_convert(ctx, call->kernels.widen, call->buf->q, call->gb->q32, &q,
+                                "gemm: widening Q");
+    }
+    gemm_operands ops = call->ops;
+    ops.s.ld = c->keys; /* this chunk's scores: [groups][rows][keys] */
+    gemm_step scores = {.a = &ops.q,
+                        .b = &ops.k,
+                        .c = &ops.s,
+                        .transpose_b = 1,
+                        .n = c->keys,
+                        .k = d->dim_qk,
+                        .alpha = desc_scale(d),
+                        .invalid = p->fail_gemm,
+                        .what = "CLBlastSgemmBatched (scores S = scale*Q*K^T)"};
+    gemm_step output = {.a = &ops.s,
+                        .b = &ops.v,
+                        .c = &ops.o,
+                        .n = d->dim_v,
+                        .k = c->keys,
+                        .alpha = 1.0f,
+                        .what = "CLBlastSgemmBatched (output O = P*V)"};
+    if (!status) status = batched_gemm(ctx, d, c, &call->args, &scores);
+    if (!status) status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c);
+    if (!status) status = batched_gemm(ctx, d, c, &call->args, &output);
+    if (!status && p->out_f16) {
+        convert_range o = {&d->o, d->heads_q, c->group0, c->groups, c->row0, c->rows, d->dim_v};
+        status = launch_convert(ctx, call->kernels.narrow, call->buf->o, call->gb->o32, &o,
+                                "gemm: narrowing O");
+    }
+    return status;
+}
+
+/* float16 K and V, widened once for every chunk. */
+static clattn_status widen_keys(clattn_context *ctx, const gemm_call *call) {
+    const clattn_attention_desc *d = call->d;
+    size_t kv = d->batch * d->heads_kv;
+    convert_range k = {&d->k, d->heads_kv, 0, kv, 0, d->len_k, d->dim_qk};
+    convert_range v = {&d->v, d->heads_kv, 0, kv, 0, d->len_k, d->dim_v};
+    clattn_status status = launch_convert(ctx, call->kernels.widen, call->buf->k, call->gb->k32, &k,
+                                          "gemm: widening K");
+    if (status == CLATTN_SUCCESS)
+        status = launch_convert(ctx, call->kernels.widen, call->buf->v, call->gb->v32, &v,
+                                "gemm: widening V");
+    return status;
+}
+
+static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
+    clattn_status status = get_kernels(ctx, call->p, &call->kernels);
+    if (!status) status = batch_args_alloc(ctx, call->p->group_chunk, &call->args);
+    if (!status && call->p->in_f16) status = widen_keys(ctx, call);
+    make_operands(call->d, call->p, call->gb, call->buf, &call->ops);
+    for (size_t i = 0; !status && i < call->p->chunks; i++) {
+        gemm_chunk c = chunk_at(call->p, call->d, call->mask, i);
+        status = run_chunk(ctx, call, &c);
+        call->scores_computed += (uint64_t)c.groups * c.rows * c.keys;
+    }
+    return status;
+}
+
+static void record_stats(clattn_context *ctx, const clattn_attention_desc *d, const gemm_plan *p,
+                         const mask_spec *m, uint64_t bytes) {
+    clattn_stats *s = &ctx->stats;
+    memset(s, 0, sizeof *s);
+    s->path = CLATTN_PATH_GEMM;
+    s->variant = CLATTN_VARIANT_AUTO;
+    s->pairs = mask_count_pairs(m, (int64_t)d->batch, (int64_t)d->heads_q);
+    s->density = (double)s->pairs / ((double)d->batch * d->heads_q * d->len_q * d->len_k);
+    s->device_bytes = bytes;
+    s->block_m = (unsigned)(p->group_chunk * p->row_chunk); /* score rows of a chunk */
+    s->block_n = (unsigned)d->len_k;                        /* score columns of a chunk, at most */
+    s->chunks = p->chunks > UINT32_MAX ? UINT32_MAX : (unsigned)p->chunks;
+    snprintf(s->kernel, sizeof s->kernel, "gemm-clblast %zux%zu rows softmax wg%zu %s->%s",
+             p->group_chunk, p->row_chunk, p->wg, p->in_f16 ? "f16" : "f32",
+             p->out_f16 ? "f16" : "f32");
+    ctx->has_stats = 1;
+}
 
 clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d,
                              const attention_buffers *buf, cl_event *event) {
-    return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "the gemm path is not built yet");
+    gemm_plan plan;
+    gemm_buffers gb;
+    mask_spec mask;
+    attn_params P;
+    memset(&gb, 0, sizeof gb);
+    memset(&mask, 0, sizeof mask);
+    gemm_call call;
+    memset(&call, 0, sizeof call);
+    call.d = d, call.p = &plan, call.gb = &gb, call.buf = buf, call.mask = &mask;
+    clattn_status status = plan_call(ctx, d, buf, &plan);
+    if (!status) {
+        status = mask_from_desc(d, &mask);
+        if (status) ctx_error(ctx, status, "gemm: building the mask of the call");
+    }
+    if (!status) {
+        params_from_desc(d, buf->lse != NULL, &P);
+        P.has_bias = buf->bias != NULL;
+        P.has_global = mask.num_globals > 0;
+        P.num_global = mask.num_globals;
+        status = make_buffers(ctx, d, &plan, &mask, &P, &gb);
+    }
+    if (!status) status = run_chunks(ctx, &call);
+    if (!status && event) {
+        cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
+        if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: completion event");
+    }
+    if (!status) {
+        record_stats(ctx, d, &plan, &mask, gb.bytes);
+        log_msg("gemm: %s, %zu chunks, score budget %zu bytes (%s), %.1f%% of the scores "
+                "computed",
+                ctx->stats.kernel, plan.chunks, plan.budget, plan.budget_from,
+                100.0 * (double)call.scores_computed /
+                    ((double)plan.groups * (double)d->len_q * (double)d->len_k));
+    }
+    batch_args_release(&call.args);
+    buffers_release(&gb);
+    mask_release(&mask);
+    return status;
 }

@@ -37,6 +37,7 @@ struct clattn_context {
     int timing;               /* sum kernel times into stats.kernel_ms (waits for each call) */
     cl_event timed[32];       /* the current call's kernels while timing */
     unsigned num_timed;
+    double timed_ms;          /* kernel time of events already summed (the list was full) */
 };
 
 /* ---- errors and logging (context.c) */
@@ -93,7 +94,8 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                             const size_t *global, const size_t *local, cl_event *event,
                             const char *what);
 
-/* Keeps an event of the current call for timing_finish (no-op unless timing). */
+/* Keeps an event of the current call for timing_finish (no-op unless timing); a full list is
+ * waited for and summed first, so a call may launch any number of kernels. */
 void timing_track(clattn_context *ctx, cl_event event);
 /* Waits for the call's kernels and returns their summed execution time in ms (0 when not
  * timing); releases the kept events. */
