@@ -1,8 +1,382 @@
-/* clattn check: in progress. */
+/*
+ * clattn check: a built-in conformance sweep (the shapes and masks of the tests, without
+ * Criterion) on every selected device, for each path and fused kernel variant, against the
+ * CPU reference with SPEC section 4's tolerances. Prints a table (device, path, variant,
+ * cases passed and failed, worst error as a fraction of the tolerance, time), optionally JSON,
+ * and for each failing case its description, the first mismatch and how to replay it.
+ */
 #include "args.h"
 #include "commands.h"
+#include "conformance.h"
+#include "npy.h"
+#include "textbuf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CASES 160
+#define MAX_DEVICES 16
+#define MAX_RUNS 64 /* (device, path, variant) rows */
+
+static const cli_option check_options[] = {
+    {"device", "SPEC", "devices to check (default all)"},
+    {"quick", NULL, "a short sweep (small shapes)"},
+    {"path", "LIST", "paths to check: fused,gemm,reference (default fused,gemm)"},
+    {"variant", "LIST", "fused variants: cpu,gpu (default both)"},
+    {"case", "N", "run only case N of the sweep (see --list)"},
+    {"list", NULL, "list the cases of the sweep and exit"},
+    {"dump", "DIR", "write failing cases' inputs to DIR with a clattn run command"},
+    {"json", "FILE", "also write the results as JSON"},
+    {"verbose", NULL, "print every case"},
+    {"help", NULL, "show this help"},
+};
+
+/* ---------------------------------------------------------------- the sweep */
+
+typedef struct sweep {
+    attn_case cases[MAX_CASES];
+    size_t count;
+} sweep;
+
+static attn_case *add_case(sweep *s, size_t b, size_t hq, size_t hkv, size_t nq, size_t nk,
+                           size_t dqk, size_t dv) {
+    attn_case *c = &s->cases[s->count];
+    case_init(c, b, hq, hkv, nq, nk, dqk, dv);
+    c->seed = 1000 + s->count++;
+    return c;
+}
+
+/* Lengths that are not tile multiples, head dims, heads, causal alignment, float16. */
+static void add_dense_cases(sweep *s, int quick) {
+    static const size_t lengths[] = {1, 7, 113, 203, 1023, 1025};
+    static const size_t dims[][2] = {{1, 1}, {3, 3}, {32, 32}, {59, 59}, {64, 64}, {80, 80},
+                                     {96, 96}, {111, 111}, {128, 128}, {256, 256}, {192, 128}};
+    static const size_t heads[][2] = {{4, 4}, {4, 2}, {8, 1}};
+    static const size_t causal[][2] = {{17, 100}, {64, 64}, {100, 17}};
+    size_t n_lengths = quick ? 4 : 6, n_dims = quick ? 5 : 11;
+    for (size_t i = 0; i < n_lengths; i++)
+        add_case(s, 1, 2, 2, lengths[i], lengths[(i + 1) % n_lengths], 64, 64)->causal = i % 2;
+    for (size_t i = 0; i < n_dims; i++)
+        add_case(s, 1, 2, 1, 37, 53, dims[i][0], dims[i][1])->causal = i % 2;
+    for (size_t i = 0; i < 3; i++) add_case(s, 2, heads[i][0], heads[i][1], 29, 41, 32, 32);
+    for (size_t i = 0; i < 3; i++) add_case(s, 1, 2, 2, causal[i][0], causal[i][1], 32, 32)->causal = 1;
+    for (int i = 0; i < 3; i++) {
+        attn_case *c = add_case(s, 2, 4, 2, 45, 67, 64, 48);
+        c->dtype = i != 1 ? CLATTN_F16 : CLATTN_F32;
+        c->out_dtype = i != 0 ? CLATTN_F16 : CLATTN_F32;
+        c->layout = i == 2 ? CLATTN_LAYOUT_BHSD : CLATTN_LAYOUT_BSHD;
+        c->offset = 3 * (size_t)i;
+    }
+}
+
+/* Windows, dilation, global tokens, block layouts, bias, and NaN inputs. */
+static void add_sparse_cases(sweep *s, int quick) {
+    static const int64_t windows[][3] = {{0, 0, 0}, {-1, 5, 0}, {9, -1, 0}, {9, 0, 1}, {20, 20, 1}};
+    for (size_t i = 0; i < (quick ? 3u : 5u); i++) {
+        attn_case *c = add_case(s, 1, 2, 1, 70, 90, 32, 32);
+        c->left = windows[i][0], c->right = windows[i][1], c->causal = (int)windows[i][2];
+    }
+    attn_case *c = add_case(s, 1, 2, 2, 60, 60, 32, 32);
+    c->left = 12, c->right = 12, c->dilation = 3;
+    c = add_case(s, 1, 2, 1, 50, 77, 32, 32);
+    c->left = 4, c->right = 4, c->causal = 1, c->num_globals = 3;
+    c->globals[0] = 0, c->globals[1] = 30, c->globals[2] = 76;
+    c = add_case(s, 1, 4, 2, 64, 96, 32, 32);
+    c->block_layout = LAYOUT_PER_HEAD, c->bq = 16, c->bk = 16, c->causal = 1;
+    c = add_case(s, 2, 2, 2, 33, 47, 32, 32);
+    c->block_layout = LAYOUT_SHARED, c->bq = 8, c->bk = 12;
+    c = add_case(s, 2, 2, 1, 40, 52, 32, 32);
+    c->bias = BIAS_FULL;
+    c = add_case(s, 1, 2, 2, 40, 40, 32, 32);
+    c->bias = BIAS_BROADCAST, c->left = 6, c->right = 6;
+    c = add_case(s, 1, 2, 1, 40, 40, 32, 32);
+    c->nan_key = 1, c->causal = 1;
+    if (quick) return;
+    c = add_case(s, 2, 4, 1, 129, 257, 64, 64);
+    c->left = 20, c->right = 3, c->dilation = 2, c->num_globals = 2, c->globals[0] = 5;
+    c->globals[1] = 200, c->block_layout = LAYOUT_SHARED, c->bq = 32, c->bk = 32, c->causal = 1;
+    c->bias = BIAS_BROADCAST;
+    c = add_case(s, 1, 2, 2, 300, 300, 64, 64);
+    c->block_layout = LAYOUT_ALL_ONES, c->bq = 64, c->bk = 64;
+}
+
+static void build_sweep(sweep *s, int quick) {
+    s->count = 0;
+    add_dense_cases(s, quick);
+    add_sparse_cases(s, quick);
+}
+
+/* ---------------------------------------------------------------- what to run */
+
+typedef struct run_row {
+    size_t device;
+    clattn_path path;
+    clattn_variant variant;
+    size_t passed, failed;
+    double worst, ms;
+} run_row;
+
+typedef struct check_plan {
+    size_t devices[MAX_DEVICES], num_devices;
+    clattn_path paths[3];
+    size_t num_paths;
+    int variants[2]; /* cpu, gpu */
+    long only_case;  /* -1: all */
+    int verbose;
+    const char *dump_dir;
+    run_row rows[MAX_RUNS];
+    size_t num_rows;
+    size_t failures;
+} check_plan;
+
+static const char *path_name(clattn_path path) {
+    static const char *const names[] = {"auto", "fused", "gemm", "reference"};
+    return names[path];
+}
+
+static const char *variant_name(clattn_variant v) {
+    return v == CLATTN_VARIANT_CPU ? "cpu" : v == CLATTN_VARIANT_GPU ? "gpu" : "-";
+}
+
+static int parse_paths(const cli_args *args, check_plan *plan) {
+    char words[4][64];
+    size_t n = 0;
+    plan->paths[0] = CLATTN_PATH_FUSED;
+    plan->paths[1] = CLATTN_PATH_GEMM;
+    plan->num_paths = 2;
+    if (!args_has(args, "path")) return 0;
+    if (parse_word_list(args, "path", words, 4, &n) != 0) return EXIT_USAGE;
+    plan->num_paths = 0;
+    for (size_t i = 0; i < n; i++) {
+        clattn_path p = strcmp(words[i], "fused") == 0       ? CLATTN_PATH_FUSED
+                        : strcmp(words[i], "gemm") == 0      ? CLATTN_PATH_GEMM
+                        : strcmp(words[i], "reference") == 0 ? CLATTN_PATH_REFERENCE
+                                                             : CLATTN_PATH_AUTO;
+        if (p == CLATTN_PATH_AUTO || plan->num_paths == 3) {
+            cli_error("check", "--path: expected fused, gemm or reference, got '%s'", words[i]);
+            return EXIT_USAGE;
+        }
+        plan->paths[plan->num_paths++] = p;
+    }
+    return 0;
+}
+
+static int parse_variants(const cli_args *args, check_plan *plan) {
+    char words[2][64];
+    size_t n = 0;
+    plan->variants[0] = plan->variants[1] = 1;
+    if (!args_has(args, "variant")) return 0;
+    if (parse_word_list(args, "variant", words, 2, &n) != 0) return EXIT_USAGE;
+    plan->variants[0] = plan->variants[1] = 0;
+    for (size_t i = 0; i < n; i++) {
+        int cpu = strcmp(words[i], "cpu") == 0, gpu = strcmp(words[i], "gpu") == 0;
+        if (!cpu && !gpu) {
+            cli_error("check", "--variant: expected cpu or gpu, got '%s'", words[i]);
+            return EXIT_USAGE;
+        }
+        plan->variants[gpu] = 1;
+    }
+    return 0;
+}
+
+static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->only_case = -1;
+    plan->verbose = args_has(args, "verbose");
+    plan->dump_dir = args_get(args, "dump");
+    int rc = parse_paths(args, plan);
+    if (!rc) rc = parse_variants(args, plan);
+    if (!rc && args_has(args, "case")) {
+        size_t n = 0;
+        if (parse_size(args, "case", 0, &n) != 0) return EXIT_USAGE;
+        if (n >= s->count) {
+            cli_error("check", "--case: the sweep has cases 0 to %zu, got %zu", s->count - 1, n);
+            return EXIT_USAGE;
+        }
+        plan->only_case = (long)n;
+    }
+    if (rc) return rc;
+    const char *spec = args_has(args, "device") ? args_get(args, "device") : "all";
+    return cli_select_devices("check", spec, plan->devices, MAX_DEVICES, &plan->num_devices);
+}
+
+/* ---------------------------------------------------------------- running */
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Writes a failing case's inputs into DIR/case-N and prints the clattn run line. */
+static void dump_failure(const check_plan *plan, const attn_case *c, size_t index,
+                         clattn_path path, size_t device) {
+    char dir[1024], cmd[4096], err[512], dev[32];
+    snprintf(dir, sizeof dir, "%s/case-%zu", plan->dump_dir, index);
+    snprintf(dev, sizeof dev, "%zu", device);
+    if ((mkdir(plan->dump_dir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
+        cli_error("check", "--dump: cannot create %s: %s", dir, strerror(errno));
+        return;
+    }
+    if (case_dump(c, dir, path_name(path), dev, cmd, sizeof cmd, err, sizeof err) != CLATTN_SUCCESS)
+        cli_error("check", "--dump: %s", err);
+    else
+        fprintf(stderr, "  replay with: %s\n", cmd);
+}
+
+static void report_failure(check_plan *plan, const attn_case *c, size_t index,
+                           const run_row *row, const case_result *r) {
+    char what[512];
+    case_describe(c, what, sizeof what);
+    fprintf(stderr, "FAIL case %zu on device %zu, path %s, variant %s: %s\n  %s\n", index,
+            row->device, path_name(row->path), variant_name(row->variant), what, r->message);
+    fprintf(stderr, "  replay with: clattn check --case %zu --device %zu --path %s%s%s%s\n", index,
+            row->device, path_name(row->path),
+            row->path == CLATTN_PATH_FUSED ? " --variant " : "",
+            row->path == CLATTN_PATH_FUSED ? variant_name(row->variant) : "",
+            plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
+    if (plan->dump_dir) dump_failure(plan, c, index, row->path, row->device);
+    plan->failures++;
+}
+
+/* Every case of the sweep (or the one asked for) on one (device, path, variant). */
+static void run_row_cases(check_plan *plan, clattn_context *ctx, const sweep *s, run_row *row) {
+    double t0 = seconds_now();
+    int progress = isatty(STDERR_FILENO) && !plan->verbose;
+    for (size_t i = 0; i < s->count; i++) {
+        if (plan->only_case >= 0 && (size_t)plan->only_case != i) continue;
+        if (progress)
+            fprintf(stderr, "\rdevice %zu %s %s: case %zu/%zu ", row->device,
+                    path_name(row->path), variant_name(row->variant), i + 1, s->count);
+        case_result r;
+        case_run(ctx, &s->cases[i], row->path, row->variant, &r);
+        int ok = r.status == CLATTN_SUCCESS && r.mismatches == 0;
+        if (ok) row->passed++; else row->failed++;
+        if (r.worst > row->worst) row->worst = r.worst;
+        if (plan->verbose) {
+            char what[512];
+            case_describe(&s->cases[i], what, sizeof what);
+            printf("  case %-3zu %s worst %.3f %8.1f ms  %s\n", i, ok ? "ok  " : "FAIL", r.worst,
+                   r.ms, what);
+        }
+        if (progress) fprintf(stderr, "\r%60s\r", "");
+        if (!ok) report_failure(plan, &s->cases[i], i, row, &r);
+    }
+    row->ms = (seconds_now() - t0) * 1e3;
+}
+
+static void print_row(const check_plan *plan, const run_row *row) {
+    clattn_device_info info;
+    clattn_device_get_info(row->device, &info);
+    printf("%-3zu %-36.36s %-9s %-7s %6zu %6zu %9.3f %10.1f\n", row->device, info.name,
+           path_name(row->path), variant_name(row->variant), row->passed, row->failed, row->worst,
+           row->ms / 1e3);
+    fflush(stdout);
+    (void)plan;
+}
+
+/* All paths and variants on one device, sharing one context (CLBlast compiles once). */
+static int check_device(check_plan *plan, const sweep *s, size_t device) {
+    clattn_context *ctx = NULL;
+    clattn_status status = clattn_context_create(&ctx, device);
+    if (status != CLATTN_SUCCESS) {
+        cli_error("check", "cannot open device %zu: %s", device, clattn_status_name(status));
+        plan->failures++;
+        return 1;
+    }
+    for (size_t p = 0; p < plan->num_paths; p++)
+        for (int v = 0; v < 2; v++) {
+            int fused = plan->paths[p] == CLATTN_PATH_FUSED;
+            if ((fused && !plan->variants[v]) || (!fused && v == 1)) continue;
+            if (plan->num_rows == MAX_RUNS) break;
+            run_row *row = &plan->rows[plan->num_rows++];
+            memset(row, 0, sizeof *row);
+            row->device = device;
+            row->path = plan->paths[p];
+            row->variant = fused ? (v ? CLATTN_VARIANT_GPU : CLATTN_VARIANT_CPU)
+                                 : CLATTN_VARIANT_AUTO;
+            run_row_cases(plan, ctx, s, row);
+            print_row(plan, row);
+        }
+    clattn_context_destroy(ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void json_devices(textbuf *t, const check_plan *plan) {
+    textbuf_printf(t, "  \"devices\": [");
+    for (size_t i = 0; i < plan->num_devices; i++) {
+        clattn_device_info d;
+        clattn_device_get_info(plan->devices[i], &d);
+        textbuf_printf(t, "%s\n    {\"index\": %zu, \"name\": ", i ? "," : "", d.index);
+        textbuf_json_string(t, d.name);
+        textbuf_printf(t, ", \"platform\": ");
+        textbuf_json_string(t, d.platform_name);
+        textbuf_printf(t, ", \"driver\": ");
+        textbuf_json_string(t, d.driver_version);
+        textbuf_printf(t, "}");
+    }
+    textbuf_printf(t, "\n  ],\n");
+}
+
+static int write_json(const check_plan *plan, const char *path) {
+    textbuf t = {0};
+    textbuf_printf(&t, "{\n  \"clattn\": \"%s\",\n", clattn_version());
+    json_devices(&t, plan);
+    textbuf_printf(&t, "  \"results\": [");
+    for (size_t i = 0; i < plan->num_rows; i++) {
+        const run_row *r = &plan->rows[i];
+        textbuf_printf(&t,
+                       "%s\n    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", "
+                       "\"passed\": %zu, \"failed\": %zu, \"worst_of_tolerance\": %.6g, "
+                       "\"seconds\": %.3f}",
+                       i ? "," : "", r->device, path_name(r->path), variant_name(r->variant),
+                       r->passed, r->failed, r->worst, r->ms / 1e3);
+    }
+    textbuf_printf(&t, "\n  ],\n  \"failures\": %zu\n}\n", plan->failures);
+    int rc = textbuf_write(&t, path, "check");
+    textbuf_free(&t);
+    return rc;
+}
+
+static void list_cases(const sweep *s) {
+    for (size_t i = 0; i < s->count; i++) {
+        char what[512];
+        case_describe(&s->cases[i], what, sizeof what);
+        printf("%-3zu %s\n", i, what);
+    }
+}
 
 int cmd_check(int argc, char **argv) {
-    cli_error("check", "not built yet");
-    return 1;
+    const size_t n = sizeof check_options / sizeof check_options[0];
+    cli_args args;
+    int parsed = args_parse(&args, check_options, n, "check", argc, argv);
+    if (parsed == 1) {
+        args_usage("check", "[--device SPEC|all] [--quick] [options]", check_options, n);
+        return 0;
+    }
+    if (parsed) return parsed;
+    static sweep s; /* large: keep it off the stack */
+    build_sweep(&s, args_has(&args, "quick"));
+    if (args_has(&args, "list")) {
+        list_cases(&s);
+        return 0;
+    }
+    static check_plan plan;
+    int rc = parse_plan(&args, &s, &plan);
+    if (rc) return rc;
+    printf("%-3s %-36s %-9s %-7s %6s %6s %9s %10s\n", "#", "device", "path", "variant", "passed",
+           "failed", "worst", "seconds");
+    for (size_t i = 0; i < plan.num_devices; i++) check_device(&plan, &s, plan.devices[i]);
+    printf("%s: %zu failing runs; worst is the largest |error| / tolerance (<= 1 passes)\n",
+           plan.failures ? "FAILED" : "all passed", plan.failures);
+    if (args_has(&args, "json") && write_json(&plan, args_get(&args, "json"))) return 1;
+    return plan.failures ? 1 : 0;
 }

@@ -3,9 +3,11 @@
 
 #include "desc.h"
 #include "half.h"
+#include "npy.h"
 #include "reference.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,7 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     d->dtype = c->dtype;
     d->out_dtype = c->out_dtype;
     d->scale = c->scale;
+    d->gemm_budget_bytes = c->gemm_budget_bytes;
     d->q.offset = d->k.offset = d->v.offset = d->o.offset = c->offset;
     uint64_t state = c->seed;
     setup_mask(c, data, &state);
@@ -219,22 +222,104 @@ clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path
     return status;
 }
 
+/* Appends printf-style text to a line. */
+static void append(char *out, size_t size, const char *fmt, ...) PRINTF_LIKE(3, 4);
+static void append(char *out, size_t size, const char *fmt, ...) {
+    size_t used = strlen(out);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + used, size > used ? size - used : 0, fmt, ap);
+    va_end(ap);
+}
+
 void case_describe(const attn_case *c, char *out, size_t size) {
-    static const char *const layouts[] = {"", " layout=shared", " layout=per-head", " layout=ones"};
+    static const char *const layouts[] = {"", "shared", "per-head", "ones"};
     static const char *const biases[] = {"", " bias=full", " bias=broadcast"};
-    char globals[160] = "";
-    for (size_t g = 0; g < c->num_globals; g++) {
-        size_t used = strlen(globals);
-        snprintf(globals + used, sizeof globals - used, "%s%lld", g ? "," : " global=",
-                 (long long)c->globals[g]);
-    }
-    snprintf(out, size,
-             "B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu %s %s->%s%s window=%lld,%lld "
-             "dilation=%lld%s%s block=%zu,%zu%s offset=%zu scale=%g%s seed=%llu",
-             c->b, c->hq, c->hkv, c->nq, c->nk, c->dqk, c->dv,
+    snprintf(out, size, "B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu %s %s->%s%s", c->b,
+             c->hq, c->hkv, c->nq, c->nk, c->dqk, c->dv,
              c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd", c->dtype ? "f16" : "f32",
-             c->out_dtype ? "f16" : "f32", c->causal ? " causal" : "", (long long)c->left,
-             (long long)c->right, (long long)(c->dilation > 0 ? c->dilation : 1), globals,
-             layouts[c->block_layout], c->bq, c->bk, biases[c->bias], c->offset,
-             (double)c->scale, c->nan_key ? " nan-key" : "", (unsigned long long)c->seed);
+             c->out_dtype ? "f16" : "f32", c->causal ? " causal" : "");
+    if (c->left >= 0 || c->right >= 0)
+        append(out, size, " window=%lld,%lld", (long long)c->left, (long long)c->right);
+    if (c->dilation > 1) append(out, size, " dilation=%lld", (long long)c->dilation);
+    for (size_t g = 0; g < c->num_globals; g++)
+        append(out, size, "%s%lld", g ? "," : " global=", (long long)c->globals[g]);
+    if (c->block_layout != LAYOUT_NONE)
+        append(out, size, " layout=%s(%zu,%zu)", layouts[c->block_layout], c->bq, c->bk);
+    append(out, size, "%s", biases[c->bias]);
+    if (c->offset) append(out, size, " offset=%zu", c->offset);
+    if (c->scale != 0.0f) append(out, size, " scale=%g", (double)c->scale);
+    if (c->nan_key) append(out, size, " nan-key");
+    if (c->gemm_budget_bytes) append(out, size, " gemm-budget=%zu", c->gemm_budget_bytes);
+    append(out, size, " seed=%llu", (unsigned long long)c->seed);
+}
+
+/* ---------------------------------------------------------------- replaying a case */
+
+/* Writes one dense tensor of the case as DIR/NAME.npy. */
+static clattn_status dump_tensor(const char *dir, const char *name, npy_dtype dtype, size_t ndim,
+                                 const size_t *shape, const void *data, char *err, size_t size) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    return npy_write(path, dtype, ndim, shape, data, err, size);
+}
+
+/* The inputs of the case (Q, K, V; bias and block layout when it has them). */
+static clattn_status dump_inputs(const attn_case *c, const case_data *data, const char *dir,
+                                 char *err, size_t size) {
+    int bshd = c->layout == CLATTN_LAYOUT_BSHD;
+    npy_dtype dtype = c->dtype == CLATTN_F16 ? NPY_F16 : NPY_F32;
+    size_t elem = c->dtype == CLATTN_F16 ? 2 : 4, skip = c->offset * elem;
+    size_t q[4] = {c->b, bshd ? c->nq : c->hq, bshd ? c->hq : c->nq, c->dqk};
+    size_t k[4] = {c->b, bshd ? c->nk : c->hkv, bshd ? c->hkv : c->nk, c->dqk};
+    size_t v[4] = {c->b, bshd ? c->nk : c->hkv, bshd ? c->hkv : c->nk, c->dv};
+    clattn_status s = dump_tensor(dir, "q", dtype, 4, q, (const char *)data->q + skip, err, size);
+    if (!s) s = dump_tensor(dir, "k", dtype, 4, k, (const char *)data->k + skip, err, size);
+    if (!s) s = dump_tensor(dir, "v", dtype, 4, v, (const char *)data->v + skip, err, size);
+    if (!s && c->bias != BIAS_NONE) {
+        size_t full[4] = {c->b, c->hq, c->nq, c->nk}, shared[2] = {c->nq, c->nk};
+        s = c->bias == BIAS_FULL
+                ? dump_tensor(dir, "bias", NPY_F32, 4, full, data->bias + c->offset, err, size)
+                : dump_tensor(dir, "bias", NPY_F32, 2, shared, data->bias + c->offset, err, size);
+    }
+    if (!s && c->block_layout != LAYOUT_NONE) {
+        size_t heads = c->block_layout == LAYOUT_PER_HEAD ? c->hq : 1;
+        size_t shape[3] = {heads, (c->nq + c->bq - 1) / c->bq, (c->nk + c->bk - 1) / c->bk};
+        s = dump_tensor(dir, "layout", NPY_U8, 3, shape, data->layout, err, size);
+    }
+    return s;
+}
+
+
+/* The `clattn run` line that computes the case from the dumped files. */
+static void replay_command(const attn_case *c, const char *dir, const char *path_name,
+                           const char *device, char *cmd, size_t size) {
+    snprintf(cmd, size, "clattn run --q %s/q.npy --k %s/k.npy --v %s/v.npy --out %s/o.npy "
+             "--lse %s/lse.npy --layout %s --out-dtype %s --path %s --device %s",
+             dir, dir, dir, dir, dir, c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd",
+             c->out_dtype == CLATTN_F16 ? "f16" : "f32", path_name, device);
+    if (c->causal) append(cmd, size, " --causal");
+    if (c->left >= 0 || c->right >= 0)
+        append(cmd, size, " --window=%lld,%lld", (long long)c->left, (long long)c->right);
+    if (c->dilation > 1) append(cmd, size, " --dilation %lld", (long long)c->dilation);
+    for (size_t g = 0; g < c->num_globals; g++)
+        append(cmd, size, "%s%lld", g ? "," : " --global ", (long long)c->globals[g]);
+    if (c->block_layout != LAYOUT_NONE)
+        append(cmd, size, " --block-layout %s/layout.npy --block-size %zu,%zu", dir, c->bq, c->bk);
+    if (c->bias != BIAS_NONE) append(cmd, size, " --bias %s/bias.npy", dir);
+    if (c->scale != 0.0f) append(cmd, size, " --scale %.9g", (double)c->scale);
+}
+
+clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
+                        const char *device, char *cmd, size_t cmd_size, char *err,
+                        size_t err_size) {
+    case_data data;
+    clattn_status status = case_setup(c, &data);
+    if (status != CLATTN_SUCCESS)
+        snprintf(err, err_size, "setting up the case: %s", clattn_status_name(status));
+    else
+        status = dump_inputs(c, &data, dir, err, err_size);
+    if (status == CLATTN_SUCCESS) replay_command(c, dir, path_name, device, cmd, cmd_size);
+    case_free(&data);
+    return status;
 }

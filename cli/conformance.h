@@ -30,6 +30,7 @@ typedef struct attn_case {
     size_t offset;             /* extra element offset of every tensor */
     float scale;               /* 0: default */
     int nan_key;               /* poison K row 0 of kv head 0 with NaN */
+    size_t gemm_budget_bytes;  /* desc->gemm_budget_bytes: the gemm path's score budget */
     uint64_t seed;
 } attn_case;
 
@@ -58,6 +59,13 @@ void case_describe(const attn_case *c, char *out, size_t size);
  * match exactly. Adds to result->checked/mismatches/worst and describes the first mismatch. */
 void compare_values(const char *what, const float *got, const double *ref, size_t n, double atol,
                     double rtol, case_result *result);
+
+/* Writes the case's inputs as .npy files into `dir` (which must exist) and the `clattn run`
+ * command that computes it from them into cmd. @return CLATTN_SUCCESS or the failing status
+ * with `err` naming the file. */
+clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
+                        const char *device, char *cmd, size_t cmd_size, char *err,
+                        size_t err_size);
 
 /* LSE: |got - ref| <= 1e-4 * max(1, |ref|); -inf must match exactly. */
 void compare_lse_values(const float *got, const double *ref, size_t n, case_result *result);

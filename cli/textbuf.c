@@ -1,0 +1,66 @@
+/* See textbuf.h. */
+#include "textbuf.h"
+
+#include "args.h"
+#include "npy.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int reserve(textbuf *t, size_t extra) {
+    if (t->failed) return 0;
+    if (t->len + extra + 1 <= t->cap) return 1;
+    size_t cap = t->cap ? t->cap : 4096;
+    while (cap < t->len + extra + 1) cap *= 2;
+    char *data = realloc(t->data, cap);
+    if (!data) {
+        t->failed = 1;
+        return 0;
+    }
+    t->data = data;
+    t->cap = cap;
+    return 1;
+}
+
+void textbuf_printf(textbuf *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0 || !reserve(t, (size_t)need)) return;
+    va_start(ap, fmt);
+    vsnprintf(t->data + t->len, (size_t)need + 1, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)need;
+}
+
+void textbuf_json_string(textbuf *t, const char *s) {
+    textbuf_printf(t, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') textbuf_printf(t, "\\%c", c);
+        else if (c < 0x20) textbuf_printf(t, "\\u%04x", c);
+        else textbuf_printf(t, "%c", c);
+    }
+    textbuf_printf(t, "\"");
+}
+
+int textbuf_write(const textbuf *t, const char *path, const char *command) {
+    if (t->failed) {
+        cli_error(command, "%s: out of memory while formatting", path);
+        return 1;
+    }
+    int err = write_file_atomic(path, t->data ? t->data : "", t->len);
+    if (err) {
+        cli_error(command, "%s: cannot write: %s", path, strerror(err));
+        return 1;
+    }
+    return 0;
+}
+
+void textbuf_free(textbuf *t) {
+    free(t->data);
+    memset(t, 0, sizeof *t);
+}

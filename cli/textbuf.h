@@ -1,0 +1,26 @@
+/* A growable text buffer for the program's CSV and JSON outputs, written whole and atomically
+ * (a temporary file renamed into place) so that no output is ever half-written. */
+#ifndef CLATTN_CLI_TEXTBUF_H
+#define CLATTN_CLI_TEXTBUF_H
+
+#include <stddef.h>
+
+typedef struct textbuf {
+    char *data;
+    size_t len, cap;
+    int failed; /* an allocation failed: the text is incomplete */
+} textbuf;
+
+void textbuf_printf(textbuf *t, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* A JSON string literal, quoted and escaped. */
+void textbuf_json_string(textbuf *t, const char *s);
+/* Writes the text to `path` atomically; prints "clattn CMD: PATH: why" on failure.
+ * @return 0 or 1. */
+int textbuf_write(const textbuf *t, const char *path, const char *command);
+void textbuf_free(textbuf *t);
+
+#endif
