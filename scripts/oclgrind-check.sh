@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs clattn's own kernels on oclgrind, the OpenCL device simulator, and fails if it reports
+# anything (oclgrind itself exits 0 even when it finds errors, so its logs are inspected):
+#  1. the whole quick conformance sweep in one process, fused (both variants) and gemm paths,
+#     checking invalid accesses, data races and API misuse, and that every result is right;
+#  2. each quick case of the fused path in its own process with the uninitialized-value check
+#     as well. Built with -cl-opt-disable there: oclgrind 21.10's checker cannot execute the
+#     `freeze` and undef-lane shuffles that LLVM's optimizer emits, and its shadow state misreports
+#     packed buffers once a context has run a first call, so every case gets a fresh process.
+# Usage: oclgrind-check.sh PATH/TO/clattn
+set -euo pipefail
+clattn="$(realpath "$1")"
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+export CLATTN_CACHE_DIR=off # binaries built for another oclgrind configuration must not be reused
+failed=0
+
+report() { # LOG WHAT: prints and counts a non-empty oclgrind log
+  if [ -s "$1" ]; then
+    echo "oclgrind reported errors for $2:"
+    head -n 40 "$1"
+    failed=1
+  fi
+}
+
+echo "-- quick sweep in one simulator process (memory, races, API)"
+if ! oclgrind --data-races --check-api --log "$logs/sweep.log" \
+     "$clattn" check --quick --device 0 --path fused,gemm; then
+  echo "clattn check failed on the simulator"
+  failed=1
+fi
+report "$logs/sweep.log" "the quick sweep"
+
+cases=$("$clattn" check --quick --list | wc -l)
+echo "-- $cases quick cases x 2 fused variants, each in its own process (+ uninitialized values)"
+for ((i = 0; i < cases; i++)); do
+  for variant in cpu gpu; do
+    log="$logs/case-$i-$variant.log"
+    if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
+         --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \
+         --case "$i" > "$logs/out" 2>&1; then
+      echo "case $i ($variant) failed on the simulator:"
+      cat "$logs/out"
+      failed=1
+    fi
+    report "$log" "case $i ($variant)"
+  done
+done
+[ "$failed" -eq 0 ] && echo "oclgrind: no reports"
+exit "$failed"

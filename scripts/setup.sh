@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything clattn needs from Debian's packages: the OpenCL ICD loader and headers,
+# PoCL (an OpenCL device on the CPU, present on every machine), CLBlast, Criterion, clinfo,
+# oclgrind, OpenBLAS (the host baseline of the benchmarks) and gnuplot (benchmark plots).
+# Run as root, or as a user who may use sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  libclblast-dev libcriterion-dev oclgrind
+  libopenblas-dev gnuplot-nox
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo > /dev/null || { echo "setup.sh: run as root (or install sudo)" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update
+"${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${packages[@]}"

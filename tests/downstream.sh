@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the build tree into a temporary prefix, then builds and runs a downstream program
+# against it three ways: CMake's find_package with the shared and the static library, and
+# pkg-config. Usage: downstream.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build="$1" source="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" > /dev/null
+cmake -S "$source/tests/downstream" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
+cmake --build "$work/build" > /dev/null
+export LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64:$work/prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"$work/build/uses_shared"
+"$work/build/uses_static"
+pc_dir="$(dirname "$(find "$work/prefix" -name clattn.pc | head -n 1)")"
+cc -o "$work/uses_pkgconfig" "$source/tests/downstream/main.c" \
+   $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs clattn) -lm
+"$work/uses_pkgconfig"
+test -x "$work/prefix/bin/clattn" && "$work/prefix/bin/clattn" --version
