@@ -188,10 +188,12 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
     const int listed = P->use_tile_list && pass == PASS_WINDOW;
     const long count = listed ? tile_ptr[list_row + 1] - tile_ptr[list_row] : last - first + 1;
     for (long n = 0; n < count; n++) {
-        const long kt = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
-        const long k0 = kt * BLOCK_N;
+        /* listed entries are kt * 2 + needs_pairs (the layout is not all ones over the tile) */
+        const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
+        const long k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
+        const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout;
         const int inside = k0 >= full_lo && k0 + BLOCK_N - 1 <= full_hi;
-        const int kind = P->has_layout ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
+        const int kind = needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
         attend_tile(P, layout, bias, 0, t, pass, kind, k0, Kp + (base + k0) * DQK_PAD,
                     Vp + (base + k0) * DV_PAD);
     }

@@ -183,18 +183,21 @@ static uint32_t *layout_prefix_sums(const mask_spec *m, int64_t head) {
     return sums;
 }
 
-/* Whether the layout has a one among the blocks covering rows [i0, i1] and keys [j0, j1]. */
-static int layout_any(const mask_spec *m, const uint32_t *sums, int64_t i0, int64_t i1,
-                      int64_t j0, int64_t j1) {
+/* The ones among the blocks covering rows [i0, i1] and keys [j0, j1], and how many blocks
+ * that is. */
+static uint32_t layout_ones(const mask_spec *m, const uint32_t *sums, int64_t i0, int64_t i1,
+                            int64_t j0, int64_t j1, uint32_t *blocks) {
     size_t w = (size_t)m->blocks_k + 1;
     int64_t a0 = i0 / m->block_q, a1 = i1 / m->block_q + 1;
     int64_t b0 = j0 / m->block_k, b1 = j1 / m->block_k + 1;
-    return sums[a1 * w + b1] - sums[a0 * w + b1] - sums[a1 * w + b0] + sums[a0 * w + b0] > 0;
+    *blocks = (uint32_t)((a1 - a0) * (b1 - b0));
+    return sums[a1 * w + b1] - sums[a0 * w + b1] - sums[a1 * w + b0] + sums[a0 * w + b0];
 }
 
-/* Appends the key tiles of query tile t (class r) whose block rectangle holds a one. The
- * rectangle spans the tile's first to last row and key: exact without dilation, a superset
- * with it (the kernel masks each pair exactly). */
+/* Appends the key tiles of query tile t (class r) whose block rectangle holds a one, as
+ * kt * 2 + needs_pairs. The rectangle spans the tile's first to last row and key: exact
+ * without dilation, a superset with it. A tile whose rectangle is all ones needs no per-pair
+ * layout rule (needs_pairs = 0: the kernel still bounds it by the window and causality). */
 static void list_tile(const mask_spec *m, const fused_plan *p, const uint32_t *sums, int64_t r,
                       int64_t t, fused_pattern *pat) {
     int64_t first, last, d = m->dilation;
@@ -205,7 +208,9 @@ static void list_tile(const mask_spec *m, const fused_plan *p, const uint32_t *s
     for (int64_t kt = first; kt <= last; kt++) {
         int64_t j0 = r + kt * p->block_n * d, j1 = r + ((kt + 1) * p->block_n - 1) * d;
         if (j1 > m->len_k - 1) j1 = m->len_k - 1;
-        if (layout_any(m, sums, i0, i1, j0, j1)) pat->tile_idx[pat->num_entries++] = (int32_t)kt;
+        uint32_t blocks = 0, ones = layout_ones(m, sums, i0, i1, j0, j1, &blocks);
+        int needs_pairs = ones < blocks || d > 1;
+        if (ones > 0) pat->tile_idx[pat->num_entries++] = (int32_t)(kt * 2 + needs_pairs);
     }
 }
 
@@ -218,7 +223,7 @@ static clattn_status build_tile_lists(clattn_context *ctx, const fused_plan *p, 
     pat->num_lists = per_head * (size_t)heads;
     pat->tile_ptr = malloc((pat->num_lists + 1) * sizeof *pat->tile_ptr);
     pat->tile_idx = malloc((cap ? cap : 1) * sizeof *pat->tile_idx);
-    if (!pat->tile_ptr || !pat->tile_idx || cap > INT32_MAX)
+    if (!pat->tile_ptr || !pat->tile_idx || cap > INT32_MAX / 2)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: key tile lists (%zu entries)",
                          cap);
     size_t list = 0;
