@@ -1,8 +1,618 @@
-/* clattn bench: in progress. */
+/*
+ * clattn bench: times attention over sweeps of paths, sizes and patterns on the selected
+ * devices. Each measurement warms up, then repeats; it reports the minimum and median of the
+ * kernel time (OpenCL profiling events) and of the wall time around the call, the build time
+ * of the first call separately, FLOP/s over the allowed pairs only, bytes moved and the device
+ * memory the call allocated. See bench/README.md for the presets and results.
+ */
 #include "args.h"
+#include "bench.h"
 #include "commands.h"
+#include "half.h"
+#include "host_attention.h"
+#include "mask.h"
+#include "npy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LIST 16
+#define MAX_PATTERNS 16
+#define MAX_RECORDS 4096
+
+static const cli_option bench_options[] = {
+    {"preset", "quick|paths|sparse", "a ready-made sweep (writes CSV, JSON and a plot to --out)"},
+    {"path", "LIST", "fused,gemm,host,reference (default fused)"},
+    {"b", "LIST", "batch sizes (default 1)"},
+    {"hq", "LIST", "query heads (default 8)"},
+    {"hkv", "LIST", "key/value heads (default: = hq)"},
+    {"nq", "LIST", "query lengths (default 1024)"},
+    {"nk", "LIST", "key lengths (default: = nq)"},
+    {"d", "LIST", "query/key head dims (default 64)"},
+    {"dv", "LIST", "value head dims (default: = d)"},
+    {"pattern", "LIST", "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
+                        "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
+    {"dtype", "f32|f16", "storage of Q, K, V and O (default f32)"},
+    {"variant", "auto|cpu|gpu", "fused kernel variant (default auto)"},
+    {"warmup", "N", "untimed runs first (default 1)"},
+    {"repeat", "N", "timed runs (default 5)"},
+    {"device", "SPEC|all", "devices (default: CLATTN_DEVICE or the first GPU, else device 0)"},
+    {"csv", "FILE", "write the results as CSV"},
+    {"json", "FILE", "write the results and the devices as JSON"},
+    {"out", "DIR", "folder for a preset's CSV, JSON and PNG plot (default bench-out)"},
+    {"help", NULL, "show this help"},
+};
+
+/* ---------------------------------------------------------------- patterns */
+
+typedef enum pattern_kind { P_FULL, P_CAUSAL, P_WINDOW, P_DILATED, P_BIGBIRD, P_LONGFORMER, P_BLOCKS } pattern_kind;
+
+typedef struct bench_pattern {
+    char text[96];
+    pattern_kind kind;
+    int64_t num[5]; /* the numbers after the name, in order */
+    size_t count;
+    char file[512];
+} bench_pattern;
+
+/* Splits "full,window:128,128,bigbird:64,3,2,3" into patterns: a word that starts with a digit
+ * (or '-') belongs to the pattern before it. */
+static int split_patterns(const char *list, bench_pattern *out, size_t *count) {
+    static const struct { const char *name; pattern_kind kind; size_t min, max; } kinds[] = {
+        {"full", P_FULL, 0, 0},       {"causal", P_CAUSAL, 0, 0},
+        {"window", P_WINDOW, 2, 2},   {"dilated", P_DILATED, 3, 3},
+        {"bigbird", P_BIGBIRD, 4, 5}, {"longformer", P_LONGFORMER, 2, 2},
+        {"blocks", P_BLOCKS, 2, 2}};
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    *count = 0;
+    bench_pattern *p = NULL;
+    for (char *word = strtok(buf, ","); word; word = strtok(NULL, ",")) {
+        int numeric = (word[0] >= '0' && word[0] <= '9') || word[0] == '-';
+        if (numeric && p && p->count < 5) {
+            char *end = NULL;
+            p->num[p->count++] = strtoll(word, &end, 10);
+            if (*end) return -1;
+            snprintf(p->text + strlen(p->text), sizeof p->text - strlen(p->text), ",%s", word);
+            continue;
+        }
+        if (numeric || *count == MAX_PATTERNS) return -1;
+        p = &out[(*count)++];
+        memset(p, 0, sizeof *p);
+        char *colon = strchr(word, ':');
+        if (colon) *colon = '\0';
+        size_t k = 0;
+        while (k < sizeof kinds / sizeof kinds[0] && strcmp(kinds[k].name, word) != 0) k++;
+        if (k == sizeof kinds / sizeof kinds[0]) return -1;
+        p->kind = kinds[k].kind;
+        snprintf(p->text, sizeof p->text, "%s%s", word, colon ? ":" : "");
+        if (colon && p->kind == P_BLOCKS) { /* blocks:FILE,BQ,BK */
+            snprintf(p->file, sizeof p->file, "%s", colon + 1);
+            snprintf(p->text + strlen(p->text), sizeof p->text - strlen(p->text), "%s", colon + 1);
+        } else if (colon && colon[1]) {
+            char *end = NULL;
+            p->num[p->count++] = strtoll(colon + 1, &end, 10);
+            if (*end) return -1;
+            snprintf(p->text + strlen(p->text), sizeof p->text - strlen(p->text), "%s", colon + 1);
+        }
+    }
+    for (size_t i = 0; i < *count; i++) {
+        size_t k = 0;
+        while (kinds[k].kind != out[i].kind) k++;
+        if (out[i].count < kinds[k].min || out[i].count > kinds[k].max) return -1;
+    }
+    return *count > 0 ? 0 : -1;
+}
+
+/* What a pattern allocates for a desc. */
+typedef struct pattern_data {
+    uint8_t *layout;
+    int64_t *globals;
+} pattern_data;
+
+static void pattern_data_free(pattern_data *pd) {
+    free(pd->layout);
+    free(pd->globals);
+    memset(pd, 0, sizeof *pd);
+}
+
+static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    size_t block = (size_t)p->num[0];
+    clattn_pattern_desc pat = {CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
+                               (d->len_k + block - 1) / block, (size_t)p->num[1],
+                               (size_t)p->num[2], (size_t)p->num[3],
+                               p->count > 4 ? (uint64_t)p->num[4] : 0, 0, 0, NULL, 0, 0};
+    if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
+        clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
+        cli_error("bench", "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
+                  "RANDOM[,SEED])", p->text);
+        return 1;
+    }
+    d->block_layout = pd->layout;
+    d->block_q = d->block_k = block;
+    return 0;
+}
+
+/* blocks:FILE,BQ,BK: a 2-D or 3-D layout from a .npy file, as clattn run reads it. */
+static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    npy_array a;
+    char err[512];
+    if (npy_read(p->file, &a, err, sizeof err) != CLATTN_SUCCESS) {
+        cli_error("bench", "%s", err);
+        return 1;
+    }
+    size_t bq = (size_t)p->num[0], bk = (size_t)p->num[1];
+    size_t rows = (d->len_q + bq - 1) / bq, cols = (d->len_k + bk - 1) / bk;
+    int ok = (a.ndim == 2 || (a.ndim == 3 && a.shape[0] == d->heads_q)) &&
+             a.shape[a.ndim - 2] == rows && a.shape[a.ndim - 1] == cols &&
+             (a.dtype == NPY_U8 || a.dtype == NPY_BOOL || a.dtype == NPY_I32);
+    if (ok && (pd->layout = malloc(a.count)))
+        for (size_t i = 0; i < a.count; i++)
+            pd->layout[i] = a.dtype == NPY_I32 ? ((int32_t *)a.data)[i] != 0
+                                               : ((uint8_t *)a.data)[i] != 0;
+    else
+        cli_error("bench", "%s: a |u1, |b1 or <i4 layout of shape [%zu, %zu] or [%zu, %zu, %zu] "
+                  "is needed for Nq=%zu, Nk=%zu", p->file, rows, cols, d->heads_q, rows, cols,
+                  d->len_q, d->len_k);
+    d->block_layout = pd->layout;
+    d->block_q = bq, d->block_k = bk;
+    d->block_layout_per_head = a.ndim == 3;
+    npy_free(&a);
+    return pd->layout ? 0 : 1;
+}
+
+/* Sets the desc's mask fields for a pattern. */
+static int apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    switch (p->kind) {
+    case P_FULL: return 0;
+    case P_CAUSAL: d->causal = 1; return 0;
+    case P_DILATED: d->dilation = p->num[2] > 0 ? p->num[2] : 1; /* fall through */
+    case P_WINDOW:
+        d->window_left = p->num[0] < -1 ? -1 : p->num[0];
+        d->window_right = p->num[1] < -1 ? -1 : p->num[1];
+        return 0;
+    case P_LONGFORMER: { /* window of W each side; the first G positions are global */
+        size_t g = (size_t)(p->num[1] > 0 ? p->num[1] : 0);
+        if (g > d->len_k) g = d->len_k;
+        d->window_left = d->window_right = p->num[0];
+        if (g && !(pd->globals = malloc(g * sizeof *pd->globals))) return 1;
+        for (size_t i = 0; i < g; i++) pd->globals[i] = (int64_t)i;
+        d->global_tokens = pd->globals;
+        d->num_global_tokens = g;
+        return 0;
+    }
+    case P_BIGBIRD: return bigbird_layout(p, d, pd);
+    case P_BLOCKS: return file_layout(p, d, pd);
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- configuration */
+
+typedef struct bench_config {
+    bench_path paths[4];
+    size_t num_paths;
+    size_t list[7][MAX_LIST]; /* b, hq, hkv, nq, nk, d, dv */
+    size_t count[7];          /* 0 for hkv, nk, dv: follow hq, nq, d */
+    bench_pattern patterns[MAX_PATTERNS];
+    size_t num_patterns;
+    clattn_dtype dtype;
+    clattn_variant variant;
+    size_t warmup, repeat;
+    size_t devices[16], num_devices;
+    const char *csv, *json, *out;
+} bench_config;
+
+enum { L_B, L_HQ, L_HKV, L_NQ, L_NK, L_D, L_DV };
+
+static int parse_paths(const cli_args *args, bench_config *c) {
+    char words[4][64];
+    size_t n = 0;
+    if (parse_word_list(args, "path", words, 4, &n) != 0) return EXIT_USAGE;
+    c->num_paths = 0;
+    for (size_t i = 0; i < n; i++) {
+        bench_path p = BENCH_FUSED;
+        while (p <= BENCH_REFERENCE && strcmp(words[i], bench_path_name(p)) != 0) p++;
+        if (p > BENCH_REFERENCE) {
+            cli_error("bench", "--path: expected fused, gemm, host or reference, got '%s'",
+                      words[i]);
+            return EXIT_USAGE;
+        }
+        if (p == BENCH_HOST && !host_attention_available()) {
+            cli_error("bench", "--path host: this build has no OpenBLAS (install libopenblas-dev "
+                      "and rebuild)");
+            return EXIT_USAGE;
+        }
+        c->paths[c->num_paths++] = p;
+    }
+    return 0;
+}
+
+static int parse_lists(const cli_args *args, bench_config *c) {
+    static const char *const names[7] = {"b", "hq", "hkv", "nq", "nk", "d", "dv"};
+    for (int i = 0; i < 7; i++)
+        if (args_has(args, names[i]) &&
+            parse_size_list(args, names[i], 1, c->list[i], MAX_LIST, &c->count[i]) != 0)
+            return EXIT_USAGE;
+    return 0;
+}
+
+static int parse_settings(const cli_args *args, bench_config *c) {
+    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const variants[] = {"auto", "cpu", "gpu", NULL};
+    int choice = 0;
+    if (args_has(args, "dtype")) {
+        if (parse_choice(args, "dtype", dtypes, &choice) != 0) return EXIT_USAGE;
+        c->dtype = choice ? CLATTN_F16 : CLATTN_F32;
+    }
+    if (args_has(args, "variant")) {
+        if (parse_choice(args, "variant", variants, &choice) != 0) return EXIT_USAGE;
+        c->variant = (clattn_variant)choice;
+    }
+    if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0) return EXIT_USAGE;
+    if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0) return EXIT_USAGE;
+    if (args_has(args, "pattern") &&
+        split_patterns(args_get(args, "pattern"), c->patterns, &c->num_patterns) != 0) {
+        cli_error("bench", "--pattern: expected a list of full, causal, window:L,R, "
+                  "dilated:L,R,D, bigbird:BLOCK,W,G,R[,SEED], longformer:W,G or blocks:FILE,BQ,BK; "
+                  "got '%s'", args_get(args, "pattern"));
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Ready-made sweeps; explicit options given with them override their settings. */
+static int apply_preset(const char *name, bench_config *c) {
+    if (strcmp(name, "quick") == 0) {
+        c->paths[0] = BENCH_FUSED, c->num_paths = 1;
+        if (host_attention_available()) c->paths[c->num_paths++] = BENCH_HOST;
+        c->list[L_NQ][0] = 1024, c->count[L_NQ] = 1;
+        c->repeat = 3;
+        return split_patterns("full,causal", c->patterns, &c->num_patterns);
+    }
+    if (strcmp(name, "paths") == 0) {
+        c->paths[0] = BENCH_FUSED, c->paths[1] = BENCH_GEMM, c->num_paths = 2;
+        if (host_attention_available()) c->paths[c->num_paths++] = BENCH_HOST;
+        static const size_t lengths[] = {512, 1024, 2048, 4096};
+        memcpy(c->list[L_NQ], lengths, sizeof lengths), c->count[L_NQ] = 4;
+        c->repeat = 3;
+        return split_patterns("full,causal", c->patterns, &c->num_patterns);
+    }
+    if (strcmp(name, "sparse") == 0) {
+        static const size_t lengths[] = {1024, 2048, 4096, 8192, 16384};
+        memcpy(c->list[L_NQ], lengths, sizeof lengths), c->count[L_NQ] = 5;
+        c->list[L_HQ][0] = 4, c->count[L_HQ] = 1;
+        c->repeat = 3;
+        return split_patterns("full,causal,window:128,128,bigbird:64,3,2,3", c->patterns,
+                              &c->num_patterns);
+    }
+    cli_error("bench", "--preset: expected quick, paths or sparse, got '%s'", name);
+    return EXIT_USAGE;
+}
+
+static void config_defaults(bench_config *c) {
+    memset(c, 0, sizeof *c);
+    c->paths[0] = BENCH_FUSED, c->num_paths = 1;
+    c->list[L_B][0] = 1, c->count[L_B] = 1;
+    c->list[L_HQ][0] = 8, c->count[L_HQ] = 1;
+    c->list[L_NQ][0] = 1024, c->count[L_NQ] = 1;
+    c->list[L_D][0] = 64, c->count[L_D] = 1;
+    c->warmup = 1, c->repeat = 5;
+    split_patterns("full", c->patterns, &c->num_patterns);
+}
+
+static int parse_config(const cli_args *args, bench_config *c) {
+    config_defaults(c);
+    int rc = 0;
+    if (args_has(args, "preset")) {
+        rc = apply_preset(args_get(args, "preset"), c);
+        c->out = "bench-out";
+    }
+    if (!rc && args_has(args, "path")) rc = parse_paths(args, c);
+    if (!rc) rc = parse_lists(args, c);
+    if (!rc) rc = parse_settings(args, c);
+    if (rc) return rc;
+    c->csv = args_get(args, "csv");
+    c->json = args_get(args, "json");
+    if (args_has(args, "out")) c->out = args_get(args, "out");
+    return cli_select_devices("bench", args_get(args, "device"), c->devices, 16,
+                              &c->num_devices);
+}
+
+/* ---------------------------------------------------------------- measuring */
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* min and median of n values (sorts them) */
+static void min_median(double *v, size_t n, double *min, double *median) {
+    qsort(v, n, sizeof *v, compare_double);
+    *min = v[0];
+    *median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One call of a path; *kernel_ms is the device's kernel time (0 for host paths). */
+typedef struct bench_inputs {
+    const clattn_attention_desc *desc;
+    clattn_context *ctx;
+    cl_mem q, k, v, o;          /* device copies */
+    const void *hq, *hk, *hv;   /* host copies */
+    void *ho;
+} bench_inputs;
+
+static clattn_status run_once(const bench_inputs *in, bench_path path, double *wall_ms,
+                              double *kernel_ms) {
+    clattn_attention_desc d = *in->desc;
+    clattn_status status = CLATTN_SUCCESS;
+    double t0 = seconds_now();
+    if (path == BENCH_HOST) {
+        status = host_attention(&d, in->hq, in->hk, in->hv, in->ho, NULL, NULL);
+    } else if (path == BENCH_REFERENCE) {
+        status = clattn_attention_reference(&d, in->hq, in->hk, in->hv, in->ho, NULL);
+    } else {
+        d.path = path == BENCH_FUSED ? CLATTN_PATH_FUSED : CLATTN_PATH_GEMM;
+        status = clattn_attention(in->ctx, &d, in->q, in->k, in->v, in->o, NULL, NULL);
+        clFinish(clattn_context_queue(in->ctx));
+    }
+    *wall_ms = (seconds_now() - t0) * 1e3;
+    clattn_stats stats;
+    *kernel_ms = path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == 0
+                     ? stats.kernel_ms
+                     : 0;
+    return status;
+}
+
+/* Warm-up (the first run builds kernels), then the timed repeats. */
+static clattn_status measure(const bench_inputs *in, bench_path path, const bench_config *c,
+                             bench_record *r) {
+    double wall[256], kernel[256], first = 0, ignored = 0;
+    size_t repeat = c->repeat < 256 ? c->repeat : 256;
+    clattn_status status = run_once(in, path, &first, &ignored);
+    for (size_t w = 1; status == CLATTN_SUCCESS && w < c->warmup; w++)
+        status = run_once(in, path, &ignored, &ignored);
+    for (size_t i = 0; status == CLATTN_SUCCESS && i < repeat; i++)
+        status = run_once(in, path, &wall[i], &kernel[i]);
+    if (status != CLATTN_SUCCESS) return status;
+    min_median(wall, repeat, &r->wall_min, &r->wall_median);
+    if (path <= BENCH_GEMM)
+        min_median(kernel, repeat, &r->ms_min, &r->ms_median);
+    else
+        r->ms_min = r->wall_min, r->ms_median = r->wall_median;
+    r->build_ms = first > r->wall_median ? first - r->wall_median : 0;
+    clattn_stats stats;
+    if (path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == CLATTN_SUCCESS) {
+        r->variant = stats.variant;
+        r->device_bytes = stats.device_bytes;
+        r->tiles_visited = stats.tiles_visited, r->tiles_total = stats.tiles_total;
+        snprintf(r->kernel, sizeof r->kernel, "%s", stats.kernel);
+    }
+    return CLATTN_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- the sweep */
+
+typedef struct bench_run {
+    const bench_config *config;
+    bench_record *records;
+    size_t num_records, total, done;
+    int failed;
+} bench_run;
+
+/* A shape's inputs: seeded uniform values on the host and their device copies. */
+typedef struct shape_inputs {
+    clattn_attention_desc desc;
+    void *host[4]; /* q, k, v, o */
+    cl_mem dev[4];
+} shape_inputs;
+
+static void shape_free(shape_inputs *s) {
+    for (int i = 0; i < 4; i++) {
+        free(s->host[i]);
+        if (s->dev[i]) clReleaseMemObject(s->dev[i]);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype dtype,
+                       shape_inputs *s) {
+    memset(s, 0, sizeof *s);
+    clattn_attention_desc *d = &s->desc;
+    if (clattn_attention_desc_init(d, CLATTN_LAYOUT_BSHD, shape[L_B], shape[L_HQ], shape[L_HKV],
+                                   shape[L_NQ], shape[L_NK], shape[L_D], shape[L_DV])) {
+        cli_error("bench", "invalid sizes (Hq must be a multiple of Hkv)");
+        return 1;
+    }
+    d->dtype = d->out_dtype = dtype;
+    size_t elem = dtype == CLATTN_F16 ? 2 : 4;
+    size_t count[4] = {shape[L_B] * shape[L_NQ] * shape[L_HQ] * shape[L_D],
+                       shape[L_B] * shape[L_NK] * shape[L_HKV] * shape[L_D],
+                       shape[L_B] * shape[L_NK] * shape[L_HKV] * shape[L_DV],
+                       shape[L_B] * shape[L_NQ] * shape[L_HQ] * shape[L_DV]};
+    uint64_t state = 42;
+    for (int t = 0; t < 4; t++) {
+        if (!(s->host[t] = calloc(count[t], elem))) goto fail;
+        for (size_t i = 0; t < 3 && i < count[t]; i++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            float x = (float)((double)(state >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+            if (dtype == CLATTN_F16) ((uint16_t *)s->host[t])[i] = float_to_half(x);
+            else ((float *)s->host[t])[i] = x;
+        }
+        cl_int err = CL_SUCCESS;
+        s->dev[t] = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR,
+                                   count[t] * elem, s->host[t], &err);
+        if (err != CL_SUCCESS) goto fail;
+    }
+    return 0;
+fail:
+    cli_error("bench", "cannot allocate the inputs of B=%zu Hq=%zu Nq=%zu Nk=%zu D=%zu",
+              shape[L_B], shape[L_HQ], shape[L_NQ], shape[L_NK], shape[L_D]);
+    shape_free(s);
+    return 1;
+}
+
+static void fill_record(bench_record *r, size_t device, bench_path path,
+                        const clattn_attention_desc *d, const bench_pattern *p) {
+    memset(r, 0, sizeof *r);
+    r->device = device, r->path = path, r->dtype = d->dtype;
+    r->b = d->batch, r->hq = d->heads_q, r->hkv = d->heads_kv, r->nq = d->len_q;
+    r->nk = d->len_k, r->dqk = d->dim_qk, r->dv = d->dim_v;
+    snprintf(r->pattern, sizeof r->pattern, "%s", p->text);
+    mask_spec m;
+    if (mask_from_desc(d, &m) == CLATTN_SUCCESS) {
+        r->pairs = mask_count_pairs(&m, (int64_t)d->batch, (int64_t)d->heads_q);
+        mask_release(&m);
+    }
+}
+
+/* Every path for one shape and pattern on one device. */
+static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t device,
+                                const shape_inputs *s, const bench_pattern *p) {
+    const bench_config *c = run->config;
+    clattn_attention_desc d = s->desc;
+    d.variant = c->variant;
+    pattern_data pd = {0};
+    if (apply_pattern(p, &d, &pd) != 0) {
+        run->failed = 1;
+        run->done += c->num_paths;
+        return;
+    }
+    bench_inputs in = {&d, ctx, s->dev[0], s->dev[1], s->dev[2], s->dev[3],
+                       s->host[0], s->host[1], s->host[2], s->host[3]};
+    for (size_t i = 0; i < c->num_paths && run->num_records < MAX_RECORDS; i++) {
+        bench_record *r = &run->records[run->num_records];
+        fill_record(r, device, c->paths[i], &d, p);
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "\r[%zu/%zu] %s %s Nq=%zu ...", ++run->done, run->total,
+                    bench_path_name(r->path), r->pattern, r->nq);
+        clattn_status status = measure(&in, c->paths[i], c, r);
+        if (isatty(STDERR_FILENO)) fprintf(stderr, "\r%70s\r", "");
+        if (status == CLATTN_SUCCESS) {
+            bench_print_record(r);
+            run->num_records++;
+        } else if (!(status == CLATTN_ERR_UNSUPPORTED && c->paths[i] == BENCH_HOST)) {
+            cli_report("bench", bench_path_name(c->paths[i]), status, ctx);
+            run->failed = 1;
+        }
+    }
+    pattern_data_free(&pd);
+}
+
+/* The shape at `index` of the cartesian product of the lists (hkv, nk, dv follow hq, nq, d
+ * when not given). */
+static void shape_at(const bench_config *c, size_t index, size_t shape[7]) {
+    for (int i = 0; i < 7; i++) {
+        if (c->count[i] == 0) continue;
+        shape[i] = c->list[i][index % c->count[i]];
+        index /= c->count[i];
+    }
+    if (!c->count[L_HKV]) shape[L_HKV] = shape[L_HQ];
+    if (!c->count[L_NK]) shape[L_NK] = shape[L_NQ];
+    if (!c->count[L_DV]) shape[L_DV] = shape[L_D];
+}
+
+static size_t num_shapes(const bench_config *c) {
+    size_t n = 1;
+    for (int i = 0; i < 7; i++) n *= c->count[i] ? c->count[i] : 1;
+    return n;
+}
+
+static void bench_device(bench_run *run, size_t device) {
+    const bench_config *c = run->config;
+    clattn_context *ctx = NULL;
+    clattn_device_info info;
+    if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
+        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS) {
+        cli_error("bench", "cannot open device %zu", device);
+        clattn_context_destroy(ctx);
+        run->failed = 1;
+        return;
+    }
+    clattn_context_device_info(ctx, &info);
+    bench_print_header(&info);
+    for (size_t i = 0; i < num_shapes(c); i++) {
+        size_t shape[7];
+        shape_inputs s;
+        shape_at(c, i, shape);
+        if (shape_setup(ctx, shape, c->dtype, &s) != 0) {
+            run->failed = 1;
+            continue;
+        }
+        for (size_t p = 0; p < c->num_patterns; p++)
+            bench_pattern_paths(run, ctx, device, &s, &c->patterns[p]);
+        shape_free(&s);
+    }
+    clattn_context_destroy(ctx);
+}
+
+/* ---------------------------------------------------------------- outputs */
+
+static int write_outputs(const bench_run *run, const char *csv, const char *json) {
+    textbuf t = {0};
+    int rc = 0;
+    if (csv) {
+        bench_csv(&t, run->records, run->num_records);
+        rc |= textbuf_write(&t, csv, "bench");
+        textbuf_free(&t);
+    }
+    if (json) {
+        bench_json(&t, run->records, run->num_records, run->config->devices,
+                   run->config->num_devices);
+        rc |= textbuf_write(&t, json, "bench");
+        textbuf_free(&t);
+    }
+    return rc;
+}
+
+/* A preset's folder: bench.csv, bench.json and plot.png. */
+static int write_preset(const bench_run *run, const char *dir, const char *title) {
+    char csv[1024], json[1024];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        cli_error("bench", "--out: cannot create %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    snprintf(csv, sizeof csv, "%s/bench.csv", dir);
+    snprintf(json, sizeof json, "%s/bench.json", dir);
+    int rc = write_outputs(run, csv, json);
+    if (!rc) rc = bench_plot(run->records, run->num_records, dir, title);
+    if (!rc) printf("wrote %s/bench.csv, %s/bench.json and %s/plot.png\n", dir, dir, dir);
+    return rc;
+}
 
 int cmd_bench(int argc, char **argv) {
-    cli_error("bench", "not built yet");
-    return 1;
+    const size_t n = sizeof bench_options / sizeof bench_options[0];
+    cli_args args;
+    int parsed = args_parse(&args, bench_options, n, "bench", argc, argv);
+    if (parsed == 1) {
+        args_usage("bench", "[--preset quick|paths|sparse] [options]", bench_options, n);
+        printf("\nLists (comma-separated) make sweeps. Times are kernel times from OpenCL events "
+               "for fused and gemm,\nwall times for host and reference; see bench/README.md.\n");
+        return 0;
+    }
+    if (parsed) return parsed;
+    static bench_config config;
+    static bench_record records[MAX_RECORDS];
+    int rc = parse_config(&args, &config);
+    if (rc) return rc;
+    bench_run run = {&config, records, 0, 0, 0, 0};
+    run.total = config.num_devices * num_shapes(&config) * config.num_patterns * config.num_paths;
+    for (size_t i = 0; i < config.num_devices; i++) bench_device(&run, config.devices[i]);
+    rc = write_outputs(&run, config.csv, config.json);
+    if (config.out && !rc)
+        rc = write_preset(&run, config.out,
+                          args_has(&args, "preset") ? args_get(&args, "preset") : "clattn bench");
+    return rc || run.failed ? 1 : 0;
 }

@@ -1,2 +1,159 @@
-/* in progress */
-typedef int host_attention_placeholder;
+/*
+ * The host baseline of the benchmarks: attention the way a CPU user writes it with NumPy and
+ * OpenBLAS. For each (batch, head) and chunk of query rows:
+ *
+ *     S = scale * Q K^T    cblas_sgemm (OpenBLAS's own threads)
+ *     P = softmax(S)       masked (mask.h), over the host's threads
+ *     O = P V              cblas_sgemm
+ *
+ * float32 only, dense tensors in the desc's layout (the strides say where each row is).
+ * Scores of one chunk take at most HOST_SCORE_BUDGET bytes.
+ */
+#include "host_attention.h"
+
+#include "desc.h"
+#include "mask.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef CLATTN_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define HOST_SCORE_BUDGET ((size_t)256 << 20)
+#define MAX_THREADS 64
+
+int host_attention_available(void) {
+#ifdef CLATTN_HAVE_OPENBLAS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef CLATTN_HAVE_OPENBLAS
+
+/* One softmax job: rows [row_begin, row_end) of a chunk's scores. */
+typedef struct softmax_job {
+    const mask_spec *mask;
+    const clattn_attention_desc *d;
+    float *scores;          /* [rows][len_k] */
+    float *lse;             /* [B][Hq][Nq], or NULL */
+    size_t b, h, row0;      /* the chunk: query rows row0... of (b, h) */
+    size_t row_begin, row_end;
+    int dense;              /* no mask: skip the per-pair rule */
+} softmax_job;
+
+/* Masked softmax of one score row in place; returns its LSE. */
+static float softmax_row(const softmax_job *job, size_t i, float *s) {
+    size_t nk = job->d->len_k;
+    float max = -INFINITY;
+    for (size_t j = 0; j < nk; j++) {
+        if (!job->dense && !mask_allowed(job->mask, (int64_t)job->h, (int64_t)i, (int64_t)j))
+            s[j] = -INFINITY;
+        if (s[j] > max) max = s[j];
+    }
+    if (max == -INFINITY) {
+        memset(s, 0, nk * sizeof *s);
+        return -INFINITY;
+    }
+    float sum = 0.0f;
+    for (size_t j = 0; j < nk; j++) sum += (s[j] = expf(s[j] - max));
+    for (size_t j = 0; j < nk; j++) s[j] /= sum;
+    return max + logf(sum);
+}
+
+static void *softmax_rows_job(void *arg) {
+    const softmax_job *job = arg;
+    const clattn_attention_desc *d = job->d;
+    for (size_t r = job->row_begin; r < job->row_end; r++) {
+        size_t i = job->row0 + r;
+        float lse = softmax_row(job, i, job->scores + r * d->len_k);
+        if (job->lse) job->lse[(job->b * d->heads_q + job->h) * d->len_q + i] = lse;
+    }
+    return NULL;
+}
+
+/* Splits the chunk's rows over the host's threads. */
+static void softmax_chunk(const softmax_job *base, size_t rows) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t threads = online > 0 ? (size_t)online : 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > rows) threads = rows;
+    pthread_t tid[MAX_THREADS];
+    softmax_job jobs[MAX_THREADS];
+    size_t started = 0;
+    for (size_t t = 0; t < threads; t++) {
+        jobs[t] = *base;
+        jobs[t].row_begin = rows * t / threads;
+        jobs[t].row_end = rows * (t + 1) / threads;
+        if (t + 1 < threads && pthread_create(&tid[t], NULL, softmax_rows_job, &jobs[t]) == 0)
+            started++;
+        else
+            softmax_rows_job(&jobs[t]); /* the last share, or one a thread could not take */
+    }
+    for (size_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
+}
+
+/* One chunk: rows [row0, row0 + rows) of (b, h). */
+static void host_chunk(const clattn_attention_desc *d, const mask_spec *mask, int dense,
+                       const float *q, const float *k, const float *v, float *o, float *lse,
+                       float *scores, size_t b, size_t h, size_t row0, size_t rows) {
+    size_t kvh = h / (d->heads_q / d->heads_kv);
+    const float *qb = q + d->q.offset + b * d->q.stride_batch + h * d->q.stride_head +
+                      row0 * d->q.stride_seq;
+    const float *kb = k + d->k.offset + b * d->k.stride_batch + kvh * d->k.stride_head;
+    const float *vb = v + d->v.offset + b * d->v.stride_batch + kvh * d->v.stride_head;
+    float *ob = o + d->o.offset + b * d->o.stride_batch + h * d->o.stride_head +
+                row0 * d->o.stride_seq;
+    int nk = (int)d->len_k, dqk = (int)d->dim_qk, dv = (int)d->dim_v;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, nk, dqk, desc_scale(d), qb,
+                (int)d->q.stride_seq, kb, (int)d->k.stride_seq, 0.0f, scores, nk);
+    softmax_job job = {mask, d, scores, lse, b, h, row0, 0, 0, dense};
+    softmax_chunk(&job, rows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, dv, nk, 1.0f, scores, nk,
+                vb, (int)d->v.stride_seq, 0.0f, ob, (int)d->o.stride_seq);
+}
+
+clattn_status host_attention(const clattn_attention_desc *d, const float *q, const float *k,
+                             const float *v, float *o, float *lse, size_t *scratch_bytes) {
+    tensor_extents ext;
+    if (d->dtype != CLATTN_F32 || d->out_dtype != CLATTN_F32 || d->bias_host)
+        return CLATTN_ERR_UNSUPPORTED;
+    clattn_status status = desc_check(NULL, d, 0, &ext);
+    if (status != CLATTN_SUCCESS) return status;
+    mask_spec mask;
+    if ((status = mask_from_desc(d, &mask)) != CLATTN_SUCCESS) return status;
+    int dense = !d->causal && d->window_left < 0 && d->window_right < 0 && d->dilation == 1 &&
+                !d->block_layout;
+    size_t rows = HOST_SCORE_BUDGET / (d->len_k * sizeof(float));
+    if (rows == 0) rows = 1;
+    if (rows > d->len_q) rows = d->len_q;
+    float *scores = malloc(rows * d->len_k * sizeof(float));
+    if (!scores) {
+        mask_release(&mask);
+        return CLATTN_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t b = 0; b < d->batch; b++)
+        for (size_t h = 0; h < d->heads_q; h++)
+            for (size_t row0 = 0; row0 < d->len_q; row0 += rows)
+                host_chunk(d, &mask, dense, q, k, v, o, lse, scores, b, h, row0,
+                           row0 + rows <= d->len_q ? rows : d->len_q - row0);
+    if (scratch_bytes) *scratch_bytes = rows * d->len_k * sizeof(float);
+    free(scores);
+    mask_release(&mask);
+    return CLATTN_SUCCESS;
+}
+
+#else
+
+clattn_status host_attention(const clattn_attention_desc *d, const float *q, const float *k,
+                             const float *v, float *o, float *lse, size_t *scratch_bytes) {
+    return CLATTN_ERR_UNSUPPORTED;
+}
+
+#endif

@@ -1,0 +1,42 @@
+/* clattn bench: what a measurement is, shared by the runner (cmd_bench.c) and the outputs
+ * (bench_output.c). */
+#ifndef CLATTN_CLI_BENCH_H
+#define CLATTN_CLI_BENCH_H
+
+#include "clattn.h"
+#include "textbuf.h"
+
+#include <stdint.h>
+
+typedef enum bench_path { BENCH_FUSED, BENCH_GEMM, BENCH_HOST, BENCH_REFERENCE } bench_path;
+
+typedef struct bench_record {
+    size_t device;             /* device index (host and reference: the run's device anyway) */
+    bench_path path;
+    clattn_variant variant;    /* fused: the variant that ran */
+    clattn_dtype dtype;
+    size_t b, hq, hkv, nq, nk, dqk, dv;
+    char pattern[96];
+    uint64_t pairs;            /* allowed (b, h, i, j) pairs */
+    double ms_min, ms_median;  /* kernel time (device paths) or wall time (host, reference) */
+    double wall_min, wall_median; /* end to end around the call */
+    double build_ms;           /* first call minus the median: building and caching kernels */
+    uint64_t device_bytes;     /* device memory the call allocated */
+    uint64_t tiles_visited, tiles_total;
+    char kernel[96];
+} bench_record;
+
+const char *bench_path_name(bench_path path);
+double bench_gflops(const bench_record *r);    /* 2 * pairs * (dqk + dv) / time */
+double bench_gbytes_s(const bench_record *r);  /* Q, K, V read once and O written once / time */
+
+void bench_print_header(const clattn_device_info *device);
+void bench_print_record(const bench_record *r);
+void bench_csv(textbuf *t, const bench_record *records, size_t count);
+void bench_json(textbuf *t, const bench_record *records, size_t count, const size_t *devices,
+                size_t num_devices);
+/* Writes DIR/plot.gp and DIR/plot.png (time against Nq, one line per path and pattern) with
+ * gnuplot; returns 0, or 1 with a message when gnuplot is missing or fails. */
+int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title);
+
+#endif

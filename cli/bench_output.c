@@ -1,0 +1,201 @@
+/* clattn bench's outputs: the human table, CSV, JSON and gnuplot plots (see bench.h). */
+#include "bench.h"
+
+#include "args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *bench_path_name(bench_path path) {
+    static const char *const names[] = {"fused", "gemm", "host", "reference"};
+    return names[path];
+}
+
+static const char *variant_name(const bench_record *r) {
+    if (r->path != BENCH_FUSED) return "-";
+    return r->variant == CLATTN_VARIANT_GPU ? "gpu" : "cpu";
+}
+
+double bench_gflops(const bench_record *r) {
+    return r->ms_median > 0 ? 2.0 * (double)r->pairs * (double)(r->dqk + r->dv) /
+                                  (r->ms_median * 1e6)
+                            : 0;
+}
+
+double bench_gbytes_s(const bench_record *r) {
+    double in = r->dtype == CLATTN_F16 ? 2 : 4;
+    double bytes = in * (double)r->b *
+                   ((double)r->hq * r->nq * r->dqk + (double)r->hkv * r->nk * (r->dqk + r->dv)) +
+                   in * (double)r->b * r->hq * r->nq * r->dv;
+    return r->ms_median > 0 ? bytes / (r->ms_median * 1e6) : 0;
+}
+
+void bench_print_header(const clattn_device_info *d) {
+    printf("\ndevice %zu: %s (%s, driver %s)\n", d->index, d->name, d->platform_name,
+           d->driver_version);
+    printf("%-6s %-3s %-3s %3s %4s %4s %6s %6s %4s %4s %-22s %8s %9s %9s %9s %8s %7s %8s\n",
+           "path", "var", "dt", "B", "Hq", "Hkv", "Nq", "Nk", "Dqk", "Dv", "pattern", "density",
+           "ms min", "ms med", "wall med", "GFLOP/s", "GB/s", "dev MiB");
+    fflush(stdout);
+}
+
+void bench_print_record(const bench_record *r) {
+    double full = (double)r->b * r->hq * r->nq * r->nk;
+    printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %9.2f %9.2f %9.2f "
+           "%8.1f %7.2f %8.1f\n",
+           bench_path_name(r->path), variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32",
+           r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv, r->pattern,
+           full > 0 ? (double)r->pairs / full : 0, r->ms_min, r->ms_median, r->wall_median,
+           bench_gflops(r), bench_gbytes_s(r), (double)r->device_bytes / (1 << 20));
+    fflush(stdout);
+}
+
+/* A CSV field, quoted when it holds a comma or a quote. */
+static void csv_field(textbuf *t, const char *s) {
+    if (!strpbrk(s, ",\"")) {
+        textbuf_printf(t, "%s", s);
+        return;
+    }
+    textbuf_printf(t, "\"");
+    for (; *s; s++) textbuf_printf(t, *s == '"' ? "\"\"" : "%c", *s);
+    textbuf_printf(t, "\"");
+}
+
+void bench_csv(textbuf *t, const bench_record *records, size_t count) {
+    textbuf_printf(t, "device,path,variant,dtype,b,hq,hkv,nq,nk,dqk,dv,pattern,pairs,ms_min,"
+                      "ms_median,gflops,gbytes_s,device_bytes\n");
+    for (size_t i = 0; i < count; i++) {
+        const bench_record *r = &records[i];
+        clattn_device_info d;
+        if (clattn_device_get_info(r->device, &d) != CLATTN_SUCCESS) d.name[0] = '\0';
+        csv_field(t, d.name);
+        textbuf_printf(t, ",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),
+                       variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32", r->b, r->hq,
+                       r->hkv, r->nq, r->nk, r->dqk, r->dv);
+        csv_field(t, r->pattern);
+        textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu\n", (unsigned long long)r->pairs,
+                       r->ms_min, r->ms_median, bench_gflops(r), bench_gbytes_s(r),
+                       (unsigned long long)r->device_bytes);
+    }
+}
+
+static void json_device(textbuf *t, size_t index) {
+    clattn_device_info d;
+    if (clattn_device_get_info(index, &d) != CLATTN_SUCCESS) return;
+    textbuf_printf(t, "    {\"index\": %zu, \"name\": ", d.index);
+    textbuf_json_string(t, d.name);
+    textbuf_printf(t, ", \"vendor\": ");
+    textbuf_json_string(t, d.vendor);
+    textbuf_printf(t, ", \"platform\": ");
+    textbuf_json_string(t, d.platform_name);
+    textbuf_printf(t, ", \"platform_version\": ");
+    textbuf_json_string(t, d.platform_version);
+    textbuf_printf(t, ", \"driver\": ");
+    textbuf_json_string(t, d.driver_version);
+    textbuf_printf(t, ", \"opencl_c\": ");
+    textbuf_json_string(t, d.opencl_c_version);
+    textbuf_printf(t,
+                   ", \"type\": \"%s\", \"compute_units\": %u, \"global_mem_bytes\": %llu, "
+                   "\"local_mem_bytes\": %llu, \"max_alloc_bytes\": %llu, "
+                   "\"max_work_group_size\": %zu, \"fp16\": %s, \"subgroups\": %s}",
+                   d.type & CL_DEVICE_TYPE_GPU   ? "gpu"
+                   : d.type & CL_DEVICE_TYPE_CPU ? "cpu"
+                                                 : "other",
+                   d.compute_units, (unsigned long long)d.global_mem_bytes,
+                   (unsigned long long)d.local_mem_bytes, (unsigned long long)d.max_alloc_bytes,
+                   d.max_work_group_size, d.has_fp16 ? "true" : "false",
+                   d.has_subgroups ? "true" : "false");
+}
+
+static void json_record(textbuf *t, const bench_record *r) {
+    textbuf_printf(t,
+                   "    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", \"dtype\": "
+                   "\"%s\", \"b\": %zu, \"hq\": %zu, \"hkv\": %zu, \"nq\": %zu, \"nk\": %zu, "
+                   "\"dqk\": %zu, \"dv\": %zu, \"pattern\": ",
+                   r->device, bench_path_name(r->path), variant_name(r),
+                   r->dtype == CLATTN_F16 ? "f16" : "f32", r->b, r->hq, r->hkv, r->nq, r->nk,
+                   r->dqk, r->dv);
+    textbuf_json_string(t, r->pattern);
+    textbuf_printf(t,
+                   ", \"pairs\": %llu, \"ms_min\": %.4f, \"ms_median\": %.4f, \"wall_ms_min\": "
+                   "%.4f, \"wall_ms_median\": %.4f, \"build_ms\": %.1f, \"gflops\": %.3f, "
+                   "\"gbytes_s\": %.3f, \"device_bytes\": %llu, \"tiles_visited\": %llu, "
+                   "\"tiles_total\": %llu, \"kernel\": ",
+                   (unsigned long long)r->pairs, r->ms_min, r->ms_median, r->wall_min,
+                   r->wall_median, r->build_ms, bench_gflops(r), bench_gbytes_s(r),
+                   (unsigned long long)r->device_bytes, (unsigned long long)r->tiles_visited,
+                   (unsigned long long)r->tiles_total);
+    textbuf_json_string(t, r->kernel);
+    textbuf_printf(t, "}");
+}
+
+void bench_json(textbuf *t, const bench_record *records, size_t count, const size_t *devices,
+                size_t num_devices) {
+    textbuf_printf(t, "{\n  \"clattn\": \"%s\",\n  \"devices\": [\n", clattn_version());
+    for (size_t i = 0; i < num_devices; i++) {
+        json_device(t, devices[i]);
+        textbuf_printf(t, "%s\n", i + 1 < num_devices ? "," : "");
+    }
+    textbuf_printf(t, "  ],\n  \"records\": [\n");
+    for (size_t i = 0; i < count; i++) {
+        json_record(t, &records[i]);
+        textbuf_printf(t, "%s\n", i + 1 < count ? "," : "");
+    }
+    textbuf_printf(t, "  ]\n}\n");
+}
+
+/* ---------------------------------------------------------------- plots */
+
+/* Series are (device, path, pattern); each becomes DIR/series-K.dat with "nq ms_median". */
+static size_t write_series(const bench_record *records, size_t count, const char *dir,
+                           textbuf *plot) {
+    size_t series = 0;
+    char *done = calloc(count ? count : 1, 1);
+    for (size_t i = 0; done && i < count; i++) {
+        if (done[i]) continue;
+        textbuf data = {0};
+        for (size_t j = i; j < count; j++) {
+            const bench_record *a = &records[i], *b = &records[j];
+            if (done[j] || a->device != b->device || a->path != b->path ||
+                strcmp(a->pattern, b->pattern) != 0)
+                continue;
+            done[j] = 1;
+            textbuf_printf(&data, "%zu %.4f\n", b->nq, b->ms_median);
+        }
+        char path[1024];
+        snprintf(path, sizeof path, "%s/series-%zu.dat", dir, series);
+        if (textbuf_write(&data, path, "bench") == 0)
+            textbuf_printf(plot, "%s'%s' using 1:2 with linespoints title '%s %s'",
+                           series ? ", \\\n     " : "plot ", path,
+                           bench_path_name(records[i].path), records[i].pattern);
+        textbuf_free(&data);
+        series++;
+    }
+    free(done);
+    return series;
+}
+
+int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title) {
+    textbuf plot = {0};
+    char script[1024], cmd[1200];
+    textbuf_printf(&plot,
+                   "set terminal png size 1000,650\nset output '%s/plot.png'\n"
+                   "set title 'clattn bench: %s (median kernel time)'\nset logscale xy\n"
+                   "set xlabel 'sequence length (Nq = Nk)'\nset ylabel 'ms'\nset grid\n"
+                   "set key left top\n",
+                   dir, title);
+    size_t series = write_series(records, count, dir, &plot);
+    textbuf_printf(&plot, "\n");
+    snprintf(script, sizeof script, "%s/plot.gp", dir);
+    int rc = series == 0 || textbuf_write(&plot, script, "bench");
+    textbuf_free(&plot);
+    if (rc) return series == 0 ? 0 : 1;
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script);
+    if (system(cmd) != 0) {
+        cli_error("bench", "gnuplot failed or is missing (apt-get install gnuplot-nox); the "
+                  "script is %s", script);
+        return 1;
+    }
+    return 0;
+}
