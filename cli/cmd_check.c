@@ -30,7 +30,7 @@ static const cli_option check_options[] = {
     {"variant", "LIST", "fused variants: cpu,gpu (default both)"},
     {"case", "N", "run only case N of the sweep (see --list)"},
     {"list", NULL, "list the cases of the sweep and exit"},
-    {"dump", "DIR", "write failing cases' inputs to DIR with a clattn run command"},
+    {"dump", "DIR", "write failing cases' inputs (with --case: that case's) to DIR/case-N"},
     {"json", "FILE", "also write the results as JSON"},
     {"verbose", NULL, "print every case"},
     {"help", NULL, "show this help"},
@@ -213,8 +213,8 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Writes a failing case's inputs into DIR/case-N and prints the clattn run line. */
-static void dump_failure(const check_plan *plan, const attn_case *c, size_t index,
+/* Writes a case's inputs into DIR/case-N and prints the clattn run line that computes it. */
+static void dump_case(const check_plan *plan, const attn_case *c, size_t index,
                          clattn_path path, size_t device) {
     char dir[1024], cmd[4096], err[512], dev[32];
     snprintf(dir, sizeof dir, "%s/case-%zu", plan->dump_dir, index);
@@ -227,7 +227,7 @@ static void dump_failure(const check_plan *plan, const attn_case *c, size_t inde
     if (case_dump(c, dir, path_name(path), dev, cmd, sizeof cmd, err, sizeof err) != CLATTN_SUCCESS)
         cli_error("check", "--dump: %s", err);
     else
-        fprintf(stderr, "  replay with: %s\n", cmd);
+        printf("  inputs in %s; compute it with: %s\n", dir, cmd);
 }
 
 static void report_failure(check_plan *plan, const attn_case *c, size_t index,
@@ -241,7 +241,7 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index,
             row->path == CLATTN_PATH_FUSED ? " --variant " : "",
             row->path == CLATTN_PATH_FUSED ? variant_name(row->variant) : "",
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
-    if (plan->dump_dir) dump_failure(plan, c, index, row->path, row->device);
+    if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
     plan->failures++;
 }
 
@@ -267,6 +267,8 @@ static void run_row_cases(check_plan *plan, clattn_context *ctx, const sweep *s,
         }
         if (progress) fprintf(stderr, "\r%60s\r", "");
         if (!ok) report_failure(plan, &s->cases[i], i, row, &r);
+        else if (plan->only_case >= 0 && plan->dump_dir)
+            dump_case(plan, &s->cases[i], i, row->path, row->device);
     }
     row->ms = (seconds_now() - t0) * 1e3;
 }

@@ -6,6 +6,7 @@
  */
 #include "args.h"
 #include "commands.h"
+#include "conformance.h"
 #include "half.h"
 #include "npy.h"
 
@@ -32,6 +33,7 @@ static const cli_option run_options[] = {
     {"out-dtype", "f32|f16", "storage of O (default: that of Q)"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
+    {"compare", "REF.npy", "check O against REF.npy with SPEC's tolerance; exit 1 if outside"},
     {"help", NULL, "show this help"},
 };
 
@@ -313,6 +315,44 @@ static int write_outputs(const cli_args *args, const run_state *s) {
     return 0;
 }
 
+/* Values of an array as float (float16 widened). */
+static float *as_floats(const void *data, size_t count, int f16) {
+    float *out = malloc(count * sizeof *out);
+    for (size_t i = 0; out && i < count; i++)
+        out[i] = f16 ? half_to_float(((const uint16_t *)data)[i]) : ((const float *)data)[i];
+    return out;
+}
+
+/* --compare REF.npy: O against a saved output (of --path reference, or another device) with
+ * SPEC section 4's tolerance for the storage types. */
+static int compare_with(const cli_args *args, const run_state *s) {
+    const clattn_attention_desc *d = &s->desc;
+    const char *file = args_get(args, "compare");
+    npy_array ref;
+    if (load(args, "compare", &ref)) return 1;
+    size_t count = d->batch * d->heads_q * d->len_q * d->dim_v;
+    if (ref.count != count || ref.ndim != 4 || (ref.dtype != NPY_F32 && ref.dtype != NPY_F16)) {
+        cli_error("run", "%s: expected a <f4 or <f2 array of O's shape (%zu values)", file, count);
+        npy_free(&ref);
+        return 1;
+    }
+    float *got = as_floats(s->o, count, d->out_dtype == CLATTN_F16);
+    float *want = as_floats(ref.data, count, ref.dtype == NPY_F16);
+    double *want64 = malloc(count * sizeof *want64);
+    case_result result = {0};
+    for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
+    int f16 = d->dtype == CLATTN_F16 || d->out_dtype == CLATTN_F16 || ref.dtype == NPY_F16;
+    if (got && want && want64)
+        compare_values("O", got, want64, count, f16 ? 2e-3 : 2e-5, f16 ? 4e-3 : 2e-4, &result);
+    printf("compare with %s: %zu of %zu values outside the tolerance; worst %.3g of it%s%s\n",
+           file, result.mismatches, result.checked, result.worst,
+           result.mismatches ? "; first: " : "", result.mismatches ? result.message : "");
+    int rc = !got || !want || !want64 || result.mismatches ? 1 : 0;
+    free(got), free(want), free(want64);
+    npy_free(&ref);
+    return rc;
+}
+
 static int run_with_args(const cli_args *args, run_state *s) {
     static const char *const required[] = {"q", "k", "v", "out"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
@@ -335,6 +375,7 @@ static int run_with_args(const cli_args *args, run_state *s) {
     if (!rc) rc = compute(args, s, where, sizeof where);
     double elapsed = seconds_now() - t0;
     if (!rc) rc = write_outputs(args, s);
+    if (!rc && args_has(args, "compare")) rc = compare_with(args, s);
     if (!rc)
         printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
                args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv,

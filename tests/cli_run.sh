@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The clattn program end to end: `run` for every mask kind on every path (inputs from
+# `check --dump`, the reference's output compared with --compare), malformed inputs and bad
+# options (one clear line, the documented exit status, no output file), help and version, the
+# message when no OpenCL platform is installed, and the program cache found warm by a second
+# process. Usage: cli_run.sh PATH/TO/clattn
+set -uo pipefail
+clattn="$(realpath "$1")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect STATUS TEXT -- COMMAND...: the command exits with STATUS and stderr mentions TEXT.
+expect() {
+  local want="$1" text="$2"
+  shift 3
+  "$@" > "$work/stdout" 2> "$work/stderr"
+  local got=$?
+  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want: $(cat "$work/stderr")"
+  grep -qF -- "$text" "$work/stderr" || fail "'$*': stderr lacks '$text': $(cat "$work/stderr")"
+}
+
+# ---- every mask kind, every path, against the reference
+for kind in "window=0,0" "window=9,-1" "dilation=" "global=" "layout=per-head" \
+            "layout=shared" "bias=full" "bias=broadcast" "nan-key" "f16->f16" "bhsd"; do
+  index=$("$clattn" check --list | grep -m1 -F -- "$kind" | awk '{print $1}')
+  [ -n "$index" ] || { fail "no check case with $kind"; continue; }
+  line=$("$clattn" check --case "$index" --path reference --dump "$work/cases" |
+         grep -o 'clattn run.*') || { fail "check --case $index --dump"; continue; }
+  read -r -a run <<< "${line#clattn }"
+  dir="$work/cases/case-$index"
+  "$clattn" "${run[@]}" --path reference > /dev/null || fail "reference run of $kind"
+  [ -s "$dir/o.npy" ] && [ -s "$dir/lse.npy" ] || fail "$kind: outputs missing"
+  for path in fused gemm auto; do
+    "$clattn" "${run[@]}" --path "$path" --out "$dir/o-$path.npy" --lse "$dir/lse-$path.npy" \
+      --compare "$dir/o.npy" > "$work/stdout" 2>&1 ||
+      fail "$kind on the $path path: $(cat "$work/stdout")"
+  done
+done
+
+# ---- malformed inputs: exit 1, one line naming the file, no output written
+index=$("$clattn" check --list --quick | grep -m1 "Nk=53 Dqk=32" | awk '{print $1}')
+other=$("$clattn" check --list --quick | grep -m1 "Nk=53 Dqk=64" | awk '{print $1}')
+"$clattn" check --quick --case "$index" --path reference --dump "$work/in" > /dev/null
+"$clattn" check --quick --case "$other" --path reference --dump "$work/in" > /dev/null
+in="$work/in/case-$index"
+good=(run --q "$in/q.npy" --k "$in/k.npy" --v "$in/v.npy")
+out="$work/never.npy"
+expect 1 "no-such.npy" -- "$clattn" run --q "$work/no-such.npy" --k "$in/k.npy" --v "$in/v.npy" --out "$out"
+head -c 100 "$in/q.npy" > "$work/short.npy"
+expect 1 "short.npy" -- "$clattn" run --q "$work/short.npy" --k "$in/k.npy" --v "$in/v.npy" --out "$out"
+printf 'not an npy file at all' > "$work/junk.npy"
+f16_index=$("$clattn" check --list --quick | grep -m1 "f16->" | awk '{print $1}')
+"$clattn" check --quick --case "$f16_index" --path reference --dump "$work/in" > /dev/null
+cp "$work/in/case-$f16_index/v.npy" "$work/f16.npy"
+expect 1 "magic" -- "$clattn" run --q "$in/q.npy" --k "$work/junk.npy" --v "$in/v.npy" --out "$out"
+expect 1 "head dims differ" -- "$clattn" run --q "$in/q.npy" --k "$work/in/case-$other/k.npy" --v "$in/v.npy" --out "$out"
+expect 1 "must share a dtype" -- "$clattn" run --q "$in/q.npy" --k "$in/k.npy" --v "$work/f16.npy" --out "$out"
+"$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --out "$work/layout.npy" > /dev/null
+expect 1 "layout shape" -- "$clattn" "${good[@]}" --out "$out" --block-layout "$work/layout.npy" --block-size 4,4
+expect 1 "bias shape" -- "$clattn" "${good[@]}" --out "$out" --bias "$work/layout.npy"
+expect 1 "expected a 4-D array" -- "$clattn" run --q "$work/layout.npy" --k "$in/k.npy" --v "$in/v.npy" --out "$out"
+expect 1 "no-such-dir" -- "$clattn" "${good[@]}" --out "$work/no-such-dir/o.npy"
+[ -e "$out" ] && fail "an output was written by a failing run"
+ls "$work"/no-such-dir* > /dev/null 2>&1 && fail "a folder or temporary file was left behind"
+
+# ---- bad options: exit 2 and a line naming the option
+expect 2 "--window" -- "$clattn" "${good[@]}" --out "$out" --window=abc
+expect 2 "--window" -- "$clattn" "${good[@]}" --out "$out" --window 3
+expect 2 "--layout" -- "$clattn" "${good[@]}" --out "$out" --layout xyz
+expect 2 "--scale" -- "$clattn" "${good[@]}" --out "$out" --scale 0
+expect 2 "--dilation" -- "$clattn" "${good[@]}" --out "$out" --dilation=0
+expect 2 "--bogus" -- "$clattn" "${good[@]}" --out "$out" --bogus
+expect 2 "--out is required" -- "$clattn" "${good[@]}"
+expect 2 "--causal takes no value" -- "$clattn" "${good[@]}" --out "$out" --causal=1
+expect 2 "unknown command" -- "$clattn" frobnicate
+"$clattn" "${good[@]}" --out "$work/window.npy" --window=-1,0 > /dev/null || fail "--window=-1,0"
+[ -e "$out" ] && fail "an output was written by a rejected command"
+
+# ---- help, version, devices
+"$clattn" --version | grep -q "^clattn [0-9]" || fail "--version"
+"$clattn" --help | grep -q "commands:" || fail "--help"
+for cmd in devices run check bench pattern; do
+  "$clattn" help "$cmd" | grep -q "usage: clattn $cmd" || fail "help $cmd"
+done
+"$clattn" devices | grep -q "Portable Computing Language" || fail "devices does not list PoCL"
+mkdir -p "$work/no-icds"
+expect 1 "pocl-opencl-icd" -- env OCL_ICD_VENDORS="$work/no-icds" "$clattn" devices
+expect 1 "pocl-opencl-icd" -- env OCL_ICD_VENDORS="$work/no-icds" "$clattn" "${good[@]}" --out "$out"
+
+# ---- the program cache: a second process finds it warm
+export CLATTN_CACHE_DIR="$work/cache"
+CLATTN_VERBOSE=1 "$clattn" "${good[@]}" --out "$work/first.npy" --path fused 2> "$work/first.log" > /dev/null
+CLATTN_VERBOSE=1 "$clattn" "${good[@]}" --out "$work/second.npy" --path fused 2> "$work/second.log" > /dev/null
+grep -q "built " "$work/first.log" || fail "the first process did not build: $(cat "$work/first.log")"
+grep -q "cache hit" "$work/second.log" || fail "the second process missed the cache: $(cat "$work/second.log")"
+grep -q "built " "$work/second.log" && fail "the second process rebuilt a program"
+cmp -s "$work/first.npy" "$work/second.npy" || fail "the cached program computed something else"
+
+[ "$failures" -eq 0 ] && echo "cli_run: all passed"
+exit "$failures"
