@@ -108,6 +108,13 @@ ALWAYS_INLINE long tile_last_position(__constant attn_params *P, __global const 
     return last;
 }
 
+/* Whether any key slot of a tile has a non-finite V row (pack.cl's flags). */
+ALWAYS_INLINE int tile_has_bad_values(__global const uchar *vbad) {
+    int bad = 0;
+    for (int c = 0; c < BLOCK_N; c++) bad |= vbad[c];
+    return bad;
+}
+
 /* Whether the pass owns pair (i, j): see the top of this file. */
 ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *layout, int pass, long head,
                      long i, long j) {
@@ -151,7 +158,7 @@ ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar
             if (kind == TILE_GENERAL &&
                 (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
                 x = -INFINITY;
-            else if (P->has_bias && kpos[c] != NO_KEY)
+            else if (P->has_bias && kpos[c] != NO_KEY && x != -INFINITY) /* not onto a mask */
                 x += bias_row[kpos[c]] * M_LOG2E_F;
             s[m * BLOCK_N + c] = x;
         }

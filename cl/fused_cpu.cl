@@ -127,13 +127,26 @@ ALWAYS_INLINE void tile_accumulate(query_tile *t, const float *p, __global const
     }
 }
 
+/* O += P V for a tile whose V holds a NaN or an infinity: a zero probability (a key the row
+ * does not see) adds nothing, instead of 0 * NaN. Rare, so plain. */
+ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float *p,
+                                           __global const float *vt) {
+    for (int m = 0; m < BLOCK_M; m++)
+        for (int j = 0; j < BLOCK_N; j++) {
+            const float pm = p[m * BLOCK_N + j];
+            if (pm == 0.0f) continue;
+            for (int c = 0; c < NDV; c++)
+                t->acc[m][c] = fma((float16)pm, vload16(c, vt + j * DV_PAD), t->acc[m][c]);
+        }
+}
+
 /* One key tile of a pass: scores, masks (and bias), softmax update, accumulation.
  * kt: K^T tile [DQK_PAD][BLOCK_N]; vt: V tile [BLOCK_N][DV_PAD]; k0: first class index (or
- * global-list index) of the tile's keys. */
+ * global-list index) of the tile's keys; careful: the V tile holds a NaN or an infinity. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
                         __global const float *bias, __global const int *gpos, query_tile *t,
                         int pass, int kind, long k0, __global const float *kt,
-                        __global const float *vt) {
+                        __global const float *vt, int careful) {
     float16 s[BLOCK_M][NV];
     float p[BLOCK_M * BLOCK_N];
     tile_scores(t, kt, s);
@@ -152,7 +165,10 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
             for (int v = 0; v < NV; v++) s[m][v] = vload16(v, p + m * BLOCK_N);
     }
     softmax_update(t, s, p);
-    tile_accumulate(t, p, vt);
+    if (careful)
+        tile_accumulate_careful(t, p, vt);
+    else
+        tile_accumulate(t, p, vt);
 }
 
 /* Loads the tile's query rows, pre-scaled; zero past dim_qk and for rows past the end. */
@@ -172,7 +188,8 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
 
 /* Walks the key tiles of class r for a pass (the tile list when the planner made one). */
 ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
-                              __global const float *Vp, __global const uchar *layout,
+                              __global const float *Vp, __global const uchar *Vbad,
+                              __global const uchar *layout,
                               __global const float *bias, __global const int *tile_ptr,
                               __global const int *tile_idx, __global const int *row_list,
                               long tile, long list_row, query_tile *t, int pass, long r) {
@@ -195,14 +212,15 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
         const int inside = k0 >= full_lo && k0 + BLOCK_N - 1 <= full_hi;
         const int kind = needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
         attend_tile(P, layout, bias, 0, t, pass, kind, k0, Kp + (base + k0) * DQK_PAD,
-                    Vp + (base + k0) * DV_PAD);
+                    Vp + (base + k0) * DV_PAD, tile_has_bad_values(Vbad + base + k0));
     }
 }
 
 /* The global keys, packed like one class: every tile, masked pair by pair. Sorted positions
  * let the walk stop at the first tile past every row's causal limit. */
 ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
-                                    __global const float *Vg, __global const int *gpos,
+                                    __global const float *Vg, __global const uchar *Vbad_g,
+                                    __global const int *gpos,
                                     __global const uchar *layout, __global const float *bias,
                                     __global const int *row_list, long tile, query_tile *t) {
     const long last_p = tile_last_position(P, row_list, tile);
@@ -210,7 +228,8 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
     for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
         if (P->causal && gpos[k0] > last_p) break;
         attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0,
-                    Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD);
+                    Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD,
+                    tile_has_bad_values(Vbad_g + base + k0));
     }
 }
 
@@ -238,7 +257,9 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
  * or the tile of listed rows (row_mode 1). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
-                   __global const float *Vp, __global const float *Kg, __global const float *Vg,
+                   __global const float *Vp, __global const uchar *Vbad,
+                   __global const float *Kg, __global const float *Vg,
+                   __global const uchar *Vbad_g,
                    __global const int *gpos, __global OUT_T *O, __global float *LSE,
                    __global const float *bias, __global const uchar *is_global,
                    __global const uchar *layout, __global const int *tile_ptr,
@@ -252,14 +273,15 @@ void attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global c
     load_queries(P, Q, q_scale, &t);
     if (P->row_mode == 1) {
         for (long c = 0; c < P->dilation; c++)
-            walk_class(P, Kp, Vp, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, &t,
+            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, &t,
                        PASS_GLOBAL_ROWS, c);
     } else {
         const long list_row = (P->layout_per_head ? t.h : 0) * P->dilation * P->tiles_per_class +
                               tile;
-        walk_class(P, Kp, Vp, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, &t,
-                   PASS_WINDOW, tile_class(P, tile));
-        if (P->has_global) walk_global_keys(P, Kg, Vg, gpos, layout, bias, row_list, tile, &t);
+        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row,
+                   &t, PASS_WINDOW, tile_class(P, tile));
+        if (P->has_global)
+            walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, &t);
     }
     store_rows(P, is_global, O, LSE, &t);
 }

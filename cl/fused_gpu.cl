@@ -24,11 +24,13 @@ ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, 
     for (int at = get_local_id(0); at < count; at += BLOCK_M) dst[at] = src[at];
 }
 
-/* The row against one key tile in local memory: scores, masks, softmax update, P V. */
+/* The row against one key tile in local memory: scores, masks, softmax update, P V.
+ * careful: the V tile holds a NaN or an infinity, so zero probabilities add nothing (instead of
+ * 0 * NaN). */
 ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *layout,
                               __global const float *bias, __global const int *gpos, long b,
                               long h, long r, row_state *st, int pass, int kind, long k0,
-                              __local const float *kt, __local const float *vt) {
+                              __local const float *kt, __local const float *vt, int careful) {
     float s[BLOCK_N];
     for (int c = 0; c < BLOCK_N; c++) s[c] = 0.0f;
     for (int d = 0; d < DQK_PAD; d++) {
@@ -54,6 +56,7 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     for (int c = 0; c < BLOCK_N; c++) {
         const float p = exp2(s[c] - base);
         st->sum += p;
+        if (careful && p == 0.0f) continue;
         for (int e = 0; e < DV_PAD; e++) st->o[e] = fma(p, vt[c * DV_PAD + e], st->o[e]);
     }
 }
@@ -61,7 +64,8 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
 /* Walks the key tiles of class r for a pass; every work-item of the group takes the same
  * tiles, so the barriers are uniform. */
 ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
-                              __global const float *Vp, __global const uchar *layout,
+                              __global const float *Vp, __global const uchar *Vbad,
+                              __global const uchar *layout,
                               __global const float *bias, __global const int *tile_ptr,
                               __global const int *tile_idx, __global const int *row_list,
                               long tile, long list_row, long b, long h, long kv_bh,
@@ -85,14 +89,16 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
         copy_to_local(kt, Kp + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
         copy_to_local(vt, Vp + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
         barrier(CLK_LOCAL_MEM_FENCE);
-        attend_row(P, layout, bias, 0, b, h, r, st, pass, kind, k0, kt, vt);
+        attend_row(P, layout, bias, 0, b, h, r, st, pass, kind, k0, kt, vt,
+                   tile_has_bad_values(Vbad + base + k0));
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
 
 /* The packed global keys, pair by pair; stops past every row's causal limit. */
 ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
-                                    __global const float *Vg, __global const int *gpos,
+                                    __global const float *Vg, __global const uchar *Vbad_g,
+                                    __global const int *gpos,
                                     __global const uchar *layout, __global const float *bias,
                                     __global const int *row_list, long tile, long b, long h,
                                     long kv_bh, row_state *st, __local float *kt,
@@ -104,7 +110,8 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
         copy_to_local(kt, Kg + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
         copy_to_local(vt, Vg + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
         barrier(CLK_LOCAL_MEM_FENCE);
-        attend_row(P, layout, bias, gpos, b, h, 0, st, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, kt, vt);
+        attend_row(P, layout, bias, gpos, b, h, 0, st, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, kt, vt,
+                   tile_has_bad_values(Vbad_g + base + k0));
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
@@ -127,7 +134,9 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */
 __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1)))
 void attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
-                   __global const float *Vp, __global const float *Kg, __global const float *Vg,
+                   __global const float *Vp, __global const uchar *Vbad,
+                   __global const float *Kg, __global const float *Vg,
+                   __global const uchar *Vbad_g,
                    __global const int *gpos, __global OUT_T *O, __global float *LSE,
                    __global const float *bias, __global const uchar *is_global,
                    __global const uchar *layout, __global const int *tile_ptr,
@@ -150,16 +159,16 @@ void attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global c
     st.sum = 0.0f;
     if (P->row_mode == 1) {
         for (long c = 0; c < P->dilation; c++)
-            walk_class(P, Kp, Vp, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b, h,
-                       kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
+            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b,
+                       h, kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
     } else {
         const long list_row = (P->layout_per_head ? h : 0) * P->dilation * P->tiles_per_class +
                               tile;
-        walk_class(P, Kp, Vp, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b, h,
-                   kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
+        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b,
+                   h, kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
         if (P->has_global)
-            walk_global_keys(P, Kg, Vg, gpos, layout, bias, row_list, tile, b, h, kv_bh, &st, kt,
-                             vt);
+            walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, b, h, kv_bh,
+                             &st, kt, vt);
     }
     store_row(P, is_global, O, LSE, b, h, &st);
 }

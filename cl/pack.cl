@@ -8,10 +8,13 @@
  * Slot s holds key j = r + m*dilation with r = s / class_slots, m = s % class_slots (keys
  * grouped by dilation class), or, when from_list is set, j = gpos[s] (the global keys).
  * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after fused_common.cl.
+ *
+ * Vbad[b*Hkv + kvh][s] is 1 when the slot's V row holds a NaN or an infinity: tiles with such a
+ * slot must not add 0 * V for keys a row does not see (0 * NaN is NaN).
  */
 __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __global const IN_T *V,
                         __global const int *gpos, int from_list, long slots,
-                        __global float *Kp, __global float *Vp) {
+                        __global float *Kp, __global float *Vp, __global uchar *Vbad) {
     const long s = get_global_id(0), bh = get_global_id(1);
     if (s >= slots) return;
     long h, m;
@@ -30,6 +33,11 @@ __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __glo
     const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
     for (int d = 0; d < DQK_PAD; d++)
         kt[d * BLOCK_N] = (j != NO_KEY && d < P->dim_qk) ? LOAD_IN(K, k_row + d) : 0.0f;
-    for (int d = 0; d < DV_PAD; d++)
-        vr[d] = (j != NO_KEY && d < P->dim_v) ? LOAD_IN(V, v_row + d) : 0.0f;
+    int bad = 0;
+    for (int d = 0; d < DV_PAD; d++) {
+        const float x = (j != NO_KEY && d < P->dim_v) ? LOAD_IN(V, v_row + d) : 0.0f;
+        bad |= !isfinite(x);
+        vr[d] = x;
+    }
+    Vbad[bh * slots + s] = bad;
 }

@@ -131,6 +131,11 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
         if (c->dtype == CLATTN_F16) ((uint16_t *)data->k)[d->k.offset] = 0x7e00;
         else ((float *)data->k)[d->k.offset] = NAN;
     }
+    if (c->bad_value && c->nk > 1) { /* V[b=0, kvh=0, j=1, 0] */
+        size_t at = d->v.offset + d->v.stride_seq;
+        if (c->dtype == CLATTN_F16) ((uint16_t *)data->v)[at] = c->bad_value == 1 ? 0x7e00 : 0x7c00;
+        else ((float *)data->v)[at] = c->bad_value == 1 ? NAN : INFINITY;
+    }
     return reference_attention(d, data->q, data->k, data->v, data->bias, data->ref_o,
                                data->ref_lse);
 }
@@ -250,6 +255,7 @@ void case_describe(const attn_case *c, char *out, size_t size) {
     if (c->offset) append(out, size, " offset=%zu", c->offset);
     if (c->scale != 0.0f) append(out, size, " scale=%g", (double)c->scale);
     if (c->nan_key) append(out, size, " nan-key");
+    if (c->bad_value) append(out, size, c->bad_value == 1 ? " nan-value" : " inf-value");
     if (c->gemm_budget_bytes) append(out, size, " gemm-budget=%zu", c->gemm_budget_bytes);
     append(out, size, " seed=%llu", (unsigned long long)c->seed);
 }

@@ -30,6 +30,8 @@ typedef struct attn_case {
     size_t offset;             /* extra element offset of every tensor */
     float scale;               /* 0: default */
     int nan_key;               /* poison K row 0 of kv head 0 with NaN */
+    int bad_value;             /* poison V row 1 of kv head 0: 1 NaN, 2 +inf (rows that do not
+                                  see key 1 must stay finite) */
     size_t gemm_budget_bytes;  /* desc->gemm_budget_bytes: the gemm path's score budget */
     uint64_t seed;
 } attn_case;

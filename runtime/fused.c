@@ -307,15 +307,15 @@ static clattn_status build_pattern(clattn_context *ctx, const clattn_attention_d
 /* ---------------------------------------------------------------- device buffers */
 
 typedef struct fused_buffers {
-    cl_mem params, params_rows, kp, vp, kg, vg, gpos, is_global, layout, tile_ptr, tile_idx,
-        row_list, dummy;
+    cl_mem params, params_rows, kp, vp, vbad, kg, vg, vbad_g, gpos, is_global, layout, tile_ptr,
+        tile_idx, row_list, dummy;
     uint64_t bytes; /* what this call allocated */
 } fused_buffers;
 
 static void buffers_release(fused_buffers *fb) {
-    cl_mem all[] = {fb->params, fb->params_rows, fb->kp,       fb->vp,       fb->kg,
-                    fb->vg,     fb->gpos,        fb->is_global, fb->layout, fb->tile_ptr,
-                    fb->tile_idx, fb->row_list,  fb->dummy};
+    cl_mem all[] = {fb->params, fb->params_rows, fb->kp,       fb->vp,       fb->vbad,
+                    fb->kg,     fb->vg,          fb->vbad_g,   fb->gpos,     fb->is_global,
+                    fb->layout, fb->tile_ptr,    fb->tile_idx, fb->row_list, fb->dummy};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
         if (all[i]) clReleaseMemObject(all[i]);
 }
@@ -360,6 +360,11 @@ static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_de
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, slots, p->dv_pad), NULL, &fb->vp, "packed V");
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, gslots, p->dqk_pad), NULL, &fb->kg, "global K");
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, gslots, p->dv_pad), NULL, &fb->vg, "global V");
+    /* one flag byte per packed slot: its V row holds a NaN or an infinity */
+    if (!s) s = add_buffer(ctx, fb, (size_t)(d->batch * d->heads_kv * slots), NULL, &fb->vbad,
+                           "V flags");
+    if (!s) s = add_buffer(ctx, fb, (size_t)(d->batch * d->heads_kv * gslots), NULL, &fb->vbad_g,
+                           "V flags");
     if (!s && p->globals_matter)
         s = add_buffer(ctx, fb, (size_t)m->num_globals * 4, pat->gpos, &fb->gpos, "global list");
     else if (!s)
@@ -414,7 +419,8 @@ static clattn_status get_kernels(clattn_context *ctx, const clattn_attention_des
 
 static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const fused_buffers *fb,
                                  const attention_buffers *buf, const clattn_attention_desc *d,
-                                 int from_list, int64_t slots, cl_mem kp, cl_mem vp) {
+                                 int from_list, int64_t slots, cl_mem kp, cl_mem vp,
+                                 cl_mem vbad) {
     cl_int list = from_list;
     cl_long count = slots;
     kernel_args a = {kernel, 0, CL_SUCCESS};
@@ -426,6 +432,7 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const fu
     KARG(a, count);
     KARG(a, kp);
     KARG(a, vp);
+    KARG(a, vbad);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: pack arguments");
     size_t global[2] = {(size_t)slots, d->batch * d->heads_kv};
     return kernel_launch(ctx, kernel, 2, global, NULL, NULL, "fused: packing K and V");
@@ -442,8 +449,10 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel,
     KARG(a, buf->q);
     KARG(a, fb->kp);
     KARG(a, fb->vp);
+    KARG(a, fb->vbad);
     KARG(a, fb->kg);
     KARG(a, fb->vg);
+    KARG(a, fb->vbad_g);
     KARG(a, fb->gpos);
     KARG(a, buf->o);
     KARG(a, lse);
@@ -470,9 +479,10 @@ static clattn_status run_kernels(clattn_context *ctx, const clattn_attention_des
     size_t heads = d->batch * d->heads_q;
     if (!status)
         status = launch_pack(ctx, pack, fb, buf, d, 0, p->dilation * p->class_slots, fb->kp,
-                             fb->vp);
+                             fb->vp, fb->vbad);
     if (!status && P->global_slots > 0)
-        status = launch_pack(ctx, pack, fb, buf, d, 1, P->global_slots, fb->kg, fb->vg);
+        status = launch_pack(ctx, pack, fb, buf, d, 1, P->global_slots, fb->kg, fb->vg,
+                             fb->vbad_g);
     if (!status)
         status = launch_attention(ctx, attention, p, fb, buf, fb->params,
                                   (size_t)(p->dilation * p->tiles_per_class), heads, q_scale,

@@ -82,6 +82,7 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
     /* pass 2: P = exp(s - m) / sum, O = sum of P * V (divided once at the end) */
     double sum = 0.0;
     for (size_t t = 0; t < n; t++) {
+        if (c->scores[t] == -INFINITY) continue; /* masked by the bias: adds nothing, not 0*V */
         double p = exp(c->scores[t] - m);
         size_t vj = row_start(&d->v, b, kvh, (size_t)c->keys[t]);
         sum += p;

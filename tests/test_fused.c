@@ -110,15 +110,26 @@ Test(fused, layouts_offsets_and_scale) {
     expect_all_pass(cases, COUNT(cases));
 }
 
-/* A NaN in key 0 of kv head 0: NaN exactly where that key is allowed, the rest untouched. */
-Test(fused, nan_inputs_stay_where_they_belong) {
-    attn_case cases[2];
+/* A NaN in K, or a NaN or an infinity in V: NaN or Inf exactly where that key is allowed, the
+ * rest untouched (no 0 * NaN from keys a row does not see, nor from a -inf bias). */
+Test(fused, nan_and_inf_inputs_stay_where_they_belong) {
+    attn_case cases[8];
     case_init(&cases[0], 1, 2, 1, 40, 40, 64, 64);
     cases[0].nan_key = 1;
     cases[1] = cases[0];
-    cases[1].causal = 1;
-    cases[1].left = 5;
-    cases[1].right = 0; /* most rows do not see key 0 */
+    cases[1].causal = 1, cases[1].left = 5, cases[1].right = 0; /* most rows do not see key 0 */
+    for (int i = 2; i < 8; i++) {
+        case_init(&cases[i], 2, 4, 2, 70, 90, 64, 64);
+        cases[i].bad_value = 1 + i % 2; /* NaN, +inf in V row 1 */
+        cases[i].seed = 70 + i;
+    }
+    cases[2].causal = 1;
+    cases[3].left = cases[3].right = 3;
+    cases[4].dtype = cases[4].out_dtype = CLATTN_F16, cases[4].causal = 1;
+    cases[5].left = cases[5].right = 2, cases[5].num_globals = 2, cases[5].globals[0] = 1;
+    cases[5].globals[1] = 50, cases[5].bias = BIAS_BROADCAST; /* -inf bias at some (i, 1) */
+    cases[6].block_layout = LAYOUT_SHARED, cases[6].bq = cases[6].bk = 16;
+    cases[7].bias = BIAS_FULL, cases[7].dilation = 2, cases[7].left = 8, cases[7].right = 8;
     expect_all_pass(cases, COUNT(cases));
 }
 
