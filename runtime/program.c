@@ -15,6 +15,7 @@
  */
 #include "embedded.h"
 #include "internal.h"
+#include "npy.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -22,7 +23,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #define CACHE_MAGIC "CLATTNPC"
 #define CACHE_FORMAT 1u
@@ -250,30 +250,29 @@ static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) 
     return data;
 }
 
+/* Writes header, key and binary as one file, atomically (npy.c's write_file_atomic). */
 static void cache_write(const cache_entry *entry, const unsigned char *binary, size_t size) {
-    char dir[4096], tmp[4300];
+    char dir[4096];
     if (!program_cache_dir(dir, sizeof dir) || make_dirs(dir) != 0) {
         log_msg("cache folder %s cannot be created; not caching", dir);
         return;
     }
-    unsigned char header[CACHE_HEADER_BYTES];
-    memcpy(header, CACHE_MAGIC, 8);
-    put_u32(header + 8, CACHE_FORMAT);
-    put_u32(header + 12, (uint32_t)entry->key_len);
-    put_u64(header + 16, size);
-    put_u64(header + 24, fnv1a(fnv1a(FNV_SEED, entry->key, entry->key_len), binary, size));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", entry->path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(header, 1, sizeof header, f) == sizeof header &&
-             fwrite(entry->key, 1, entry->key_len, f) == entry->key_len &&
-             fwrite(binary, 1, size, f) == size;
-    if (f && fclose(f) != 0) ok = 0;
-    if (ok && rename(tmp, entry->path) == 0) {
+    size_t total = CACHE_HEADER_BYTES + entry->key_len + size;
+    unsigned char *file = malloc(total);
+    if (!file) return;
+    memcpy(file, CACHE_MAGIC, 8);
+    put_u32(file + 8, CACHE_FORMAT);
+    put_u32(file + 12, (uint32_t)entry->key_len);
+    put_u64(file + 16, size);
+    put_u64(file + 24, fnv1a(fnv1a(FNV_SEED, entry->key, entry->key_len), binary, size));
+    memcpy(file + CACHE_HEADER_BYTES, entry->key, entry->key_len);
+    memcpy(file + CACHE_HEADER_BYTES + entry->key_len, binary, size);
+    int err = write_file_atomic(entry->path, file, total);
+    free(file);
+    if (err)
+        log_msg("cannot write cache entry %s: %s", entry->path, strerror(err));
+    else
         log_msg("cached %s (%zu bytes)", entry->path, size);
-        return;
-    }
-    remove(tmp);
-    log_msg("cannot write cache entry %s: %s", entry->path, strerror(errno));
 }
 
 /* ---------------------------------------------------------------- building */
