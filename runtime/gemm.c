@@ -23,6 +23,13 @@
  * Work: a chunk's GEMMs cover only the keys its rows can reach by causality and the window
  * (all keys with global tokens); the softmax applies the exact mask inside that range. Each
  * score and output row is computed the same way whatever chunk holds it.
+ *
+ * NaN and inf in V (SPEC section 1): inside O = P V, 0 * NaN and 0 * inf are NaN, so one bad
+ * value in row j of V would reach every row of its (b, kv head), also the rows that do not
+ * see key j. Every call therefore flags the rows of V holding a non-finite value (one pass over
+ * V, B*Hkv*Nk bytes read back). With none, nothing else changes. With some, the second GEMM
+ * reads V with those rows zeroed (a float32 copy, or the widened scratch of float16 V), and
+ * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
 #include "kernel_params.h"
 #include "mask.h"
@@ -260,6 +267,7 @@ typedef struct gemm_buffers {
     cl_mem scores;        /* [group_chunk][row_chunk][Nk] float: S, then P in place */
     cl_mem q32, k32, v32; /* float32 copies of float16 inputs: Q of a chunk, all of K and V */
     cl_mem o32;           /* [group_chunk][row_chunk][Dv] float, for a float16 O */
+    cl_mem flags;         /* [B*Hkv][Nk] bytes: 1 where the row of V holds NaN or inf */
     cl_mem is_global;     /* [Nk] flags of the global tokens */
     cl_mem layout;        /* [Hq or 1][blocks_q][blocks_k] block layout */
     cl_mem dummy;         /* stands in for absent optional buffers */
@@ -267,15 +275,16 @@ typedef struct gemm_buffers {
 } gemm_buffers;
 
 static void buffers_release(gemm_buffers *gb) {
-    cl_mem all[] = {gb->params, gb->scores,    gb->q32,    gb->k32,  gb->v32,
-                    gb->o32,    gb->is_global, gb->layout, gb->dummy};
+    cl_mem all[] = {gb->params, gb->scores, gb->q32,       gb->k32,    gb->v32,
+                    gb->o32,    gb->flags,  gb->is_global, gb->layout, gb->dummy};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
         if (all[i]) clReleaseMemObject(all[i]);
     memset(gb, 0, sizeof *gb);
 }
 
-/* count * a * b floats (copied from `host` when given); nothing when `count` is 0. */
-static clattn_status add_buffer(clattn_context *ctx, gemm_buffers *gb, size_t count, size_t a,
+/* count * a * b elements of `elem` bytes (copied from `host` when given), added to *total;
+ * nothing when `count` is 0. */
+static clattn_status add_buffer(clattn_context *ctx, uint64_t *total, size_t count, size_t a,
                                 size_t b, size_t elem, const void *host, cl_mem *out,
                                 const char *what) {
     size_t bytes = 0;
@@ -285,7 +294,7 @@ static clattn_status add_buffer(clattn_context *ctx, gemm_buffers *gb, size_t co
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: the size of %s overflows", what);
     cl_mem_flags flags = host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
     clattn_status status = buffer_create(ctx, flags, bytes, (void *)host, out, what);
-    if (status == CLATTN_SUCCESS) gb->bytes += bytes;
+    if (status == CLATTN_SUCCESS) *total += bytes;
     return status;
 }
 
@@ -295,25 +304,26 @@ static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_de
     size_t rows = p->group_chunk * p->row_chunk, kv = d->batch * d->heads_kv;
     size_t layout_heads = m->layout ? (m->layout_per_head ? d->heads_q : 1) : 0;
     clattn_status s = buffer_create(ctx, CL_MEM_READ_WRITE, 16, NULL, &gb->dummy, "placeholder");
-    if (!s) s = add_buffer(ctx, gb, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
-    if (!s) s = add_buffer(ctx, gb, rows, d->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
+    if (!s) s = add_buffer(ctx, &gb->bytes, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
+    if (!s) s = add_buffer(ctx, &gb->bytes, rows, d->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
     if (!s)
-        s = add_buffer(ctx, gb, p->in_f16 ? rows : 0, d->dim_qk, 1, 4, NULL, &gb->q32,
+        s = add_buffer(ctx, &gb->bytes, p->in_f16 ? rows : 0, d->dim_qk, 1, 4, NULL, &gb->q32,
                        "float32 Q chunk");
     if (!s)
-        s = add_buffer(ctx, gb, p->in_f16 ? kv : 0, d->len_k, d->dim_qk, 4, NULL, &gb->k32,
+        s = add_buffer(ctx, &gb->bytes, p->in_f16 ? kv : 0, d->len_k, d->dim_qk, 4, NULL, &gb->k32,
                        "float32 K");
     if (!s)
-        s = add_buffer(ctx, gb, p->in_f16 ? kv : 0, d->len_k, d->dim_v, 4, NULL, &gb->v32,
+        s = add_buffer(ctx, &gb->bytes, p->in_f16 ? kv : 0, d->len_k, d->dim_v, 4, NULL, &gb->v32,
                        "float32 V");
     if (!s)
-        s = add_buffer(ctx, gb, p->out_f16 ? rows : 0, d->dim_v, 1, 4, NULL, &gb->o32,
+        s = add_buffer(ctx, &gb->bytes, p->out_f16 ? rows : 0, d->dim_v, 1, 4, NULL, &gb->o32,
                        "float32 O chunk");
+    if (!s) s = add_buffer(ctx, &gb->bytes, kv, d->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, gb, m->num_globals ? 1 : 0, (size_t)m->len_k, 1, 1, m->is_global,
-                       &gb->is_global, "global flags");
+        s = add_buffer(ctx, &gb->bytes, m->num_globals ? 1 : 0, (size_t)m->len_k, 1, 1,
+                       m->is_global, &gb->is_global, "global flags");
     if (!s)
-        s = add_buffer(ctx, gb, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
+        s = add_buffer(ctx, &gb->bytes, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
                        m->layout, &gb->layout, "block layout");
     return s;
 }
@@ -439,6 +449,7 @@ static clattn_status batched_gemm(clattn_context *ctx, const clattn_attention_de
 
 typedef struct gemm_kernels {
     cl_kernel softmax, widen, narrow; /* widen and narrow only for float16 storage */
+    cl_kernel flag;                   /* flag_nonfinite_rows, every call */
 } gemm_kernels;
 
 static clattn_status get_kernels(clattn_context *ctx, const gemm_plan *p, gemm_kernels *k) {
@@ -454,6 +465,8 @@ static clattn_status get_kernels(clattn_context *ctx, const gemm_plan *p, gemm_k
         status = kernel_get(ctx, convert_files, 1, "", "widen_rows", &k->widen);
     if (status == CLATTN_SUCCESS && p->out_f16)
         status = kernel_get(ctx, convert_files, 1, "", "narrow_rows", &k->narrow);
+    if (status == CLATTN_SUCCESS)
+        status = kernel_get(ctx, convert_files, 1, "", "flag_nonfinite_rows", &k->flag);
     return status;
 }
 
@@ -509,6 +522,31 @@ static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const
     return kernel_launch(ctx, kernel, 2, global, local, NULL, "gemm: masked softmax");
 }
 
+/* ---------------------------------------------------------------- NaN and inf in V */
+
+/* The keys whose row of V holds NaN or inf ("bad" keys), found once per call. A row number
+ * is q * Nk + j: key j of kv group q = b * Hkv + kvh. Everything but `count` stays empty in
+ * the normal case of none. */
+typedef struct bad_keys {
+    size_t count;     /* over all kv groups */
+    cl_uint *start;   /* host [B*Hkv + 1]: group q's bad rows are rows[start[q] .. start[q+1]) */
+    cl_uint *rows;    /* host [count], ascending */
+    cl_mem start_buf; /* device copy of start */
+    cl_mem rows_buf;  /* device copy of rows */
+    cl_mem values;    /* [count][Dv] float: the bad rows' original values */
+    cl_mem v0;        /* float32 V: dense [B][Hkv][Nk][Dv] copy with the bad rows zeroed */
+    cl_kernel add;    /* add_flagged_keys */
+    uint64_t bytes;   /* device memory of the above */
+} bad_keys;
+
+static void bad_keys_release(bad_keys *bad) {
+    cl_mem all[] = {bad->start_buf, bad->rows_buf, bad->values, bad->v0};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (all[i]) clReleaseMemObject(all[i]);
+    free(bad->start), free(bad->rows);
+    memset(bad, 0, sizeof *bad);
+}
+
 /* Everything a chunk needs, prepared once per call. */
 typedef struct gemm_call {
     const clattn_attention_desc *d;
@@ -519,8 +557,173 @@ typedef struct gemm_call {
     gemm_kernels kernels;
     gemm_operands ops;
     batch_args args;
+    bad_keys bad;
     uint64_t scores_computed; /* by the first GEMM, summed over the chunks */
 } gemm_call;
+
+/* A strided float32 tensor as convert.cl's kernels address it: `heads` heads a batch entry. */
+typedef struct float_tensor {
+    cl_mem buffer;
+    clattn_tensor t;
+    size_t heads;
+} float_tensor;
+
+/* Offset, strides of (b, head, row) and heads: five long kernel arguments. */
+static void karg_tensor(kernel_args *a, const float_tensor *ft) {
+    cl_long v[5] = {(cl_long)ft->t.offset, (cl_long)ft->t.stride_batch, (cl_long)ft->t.stride_head,
+                    (cl_long)ft->t.stride_seq, (cl_long)ft->heads};
+    for (size_t i = 0; i < ARRAY_LEN(v); i++) kernel_arg(a, sizeof v[i], &v[i]);
+}
+
+/* V as float32: the caller's tensor, or for float16 storage the widened [B][Hkv][Nk][Dv]. */
+static float_tensor v_as_float(const gemm_call *call) {
+    const clattn_attention_desc *d = call->d;
+    size_t plane = d->len_k * d->dim_v;
+    float_tensor dense = {call->gb->v32, {0, d->heads_kv * plane, plane, d->dim_v}, d->heads_kv};
+    float_tensor caller = {call->buf->v, d->v, d->heads_kv};
+    return call->p->in_f16 ? dense : caller;
+}
+
+/* The host list of bad keys from the flags, [B*Hkv][Nk] bytes. */
+static clattn_status list_bad_keys(clattn_context *ctx, const clattn_attention_desc *d,
+                                   const unsigned char *flags, bad_keys *bad) {
+    size_t kv = d->batch * d->heads_kv, all = kv * d->len_k, n = 0;
+    for (size_t i = 0; i < all; i++) bad->count += flags[i] != 0;
+    if (bad->count == 0) return CLATTN_SUCCESS;
+    /* the copy of V the GEMM then reads must be addressable by CLBlast (and rows by cl_uint) */
+    if (dense_elements(d->batch, d->heads_kv, d->len_k, d->dim_v) > CLBLAST_MAX_ELEMENTS)
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "gemm: V holds NaN or inf and its float32 copy without them would span "
+                         "more than 2^31-1 elements (B=%zu Hkv=%zu Nk=%zu Dv=%zu)",
+                         d->batch, d->heads_kv, d->len_k, d->dim_v);
+    bad->start = malloc((kv + 1) * sizeof *bad->start);
+    bad->rows = malloc(bad->count * sizeof *bad->rows);
+    if (!bad->start || !bad->rows)
+        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: a list of %zu keys", bad->count);
+    for (size_t q = 0; q < kv; q++) {
+        bad->start[q] = (cl_uint)n;
+        for (size_t j = 0; j < d->len_k; j++)
+            if (flags[q * d->len_k + j]) bad->rows[n++] = (cl_uint)(q * d->len_k + j);
+    }
+    bad->start[kv] = (cl_uint)n;
+    return CLATTN_SUCCESS;
+}
+
+/* Flags the rows of V that hold NaN or inf and lists them in call->bad: one pass over V and
+ * the one wait for the device that every call pays, to read the flags back. */
+static clattn_status find_bad_keys(clattn_context *ctx, gemm_call *call) {
+    const clattn_attention_desc *d = call->d;
+    size_t kv = d->batch * d->heads_kv, bytes = kv * d->len_k;
+    float_tensor v = v_as_float(call);
+    cl_long dim = (cl_long)d->dim_v;
+    kernel_args a = {call->kernels.flag, 0, CL_SUCCESS};
+    KARG(a, v.buffer);
+    karg_tensor(&a, &v);
+    KARG(a, dim);
+    KARG(a, call->gb->flags);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: flagging V: arguments");
+    size_t global[2] = {d->len_k, kv};
+    clattn_status status = kernel_launch(ctx, call->kernels.flag, 2, global, NULL, NULL,
+                                         "gemm: flagging the rows of V with NaN or inf");
+    unsigned char *flags = status ? NULL : malloc(bytes);
+    if (!status && !flags)
+        status = ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: %zu flags of V", bytes);
+    if (!status) {
+        cl_int err = clEnqueueReadBuffer(ctx->queue, call->gb->flags, CL_TRUE, 0, bytes, flags, 0,
+                                         NULL, NULL);
+        if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: reading the flags of V");
+    }
+    if (!status) status = list_bad_keys(ctx, d, flags, &call->bad);
+    free(flags);
+    return status;
+}
+
+/* The bad rows' original values into bad->values, then V with them zeroed where the second
+ * GEMM reads it: float32 storage into the copy v0; float16 in place in the widened scratch. */
+static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kernel gather,
+                             cl_kernel zero) {
+    const clattn_attention_desc *d = call->d;
+    const bad_keys *bad = &call->bad;
+    float_tensor v = v_as_float(call);
+    cl_mem dst = call->p->in_f16 ? call->gb->v32 : bad->v0;
+    cl_long len = (cl_long)d->len_k;
+    kernel_args g = {gather, 0, CL_SUCCESS}, z = {zero, 0, CL_SUCCESS};
+    KARG(g, v.buffer);
+    karg_tensor(&g, &v);
+    KARG(g, len);
+    KARG(g, bad->rows_buf);
+    KARG(g, bad->values);
+    KARG(z, v.buffer);
+    karg_tensor(&z, &v);
+    KARG(z, call->gb->flags);
+    KARG(z, dst);
+    if (g.err != CL_SUCCESS || z.err != CL_SUCCESS)
+        return ctx_cl_error(ctx, g.err != CL_SUCCESS ? g.err : z.err, "gemm: cleaning V");
+    size_t rows[2] = {d->dim_v, bad->count};
+    size_t all[3] = {d->dim_v, d->len_k, d->batch * d->heads_kv};
+    clattn_status status =
+        kernel_launch(ctx, gather, 2, rows, NULL, NULL, "gemm: keeping the bad rows of V");
+    if (status == CLATTN_SUCCESS)
+        status = kernel_launch(ctx, zero, 3, all, NULL, NULL, "gemm: zeroing the bad rows of V");
+    return status;
+}
+
+/* With bad keys: their device list and values, the kernels, and the cleaned V (clean_v). */
+static clattn_status prepare_bad_keys(clattn_context *ctx, gemm_call *call) {
+    static const char *const convert_files[] = {"convert.cl"};
+    const clattn_attention_desc *d = call->d;
+    bad_keys *bad = &call->bad;
+    size_t kv = d->batch * d->heads_kv, n = bad->count, u = sizeof(cl_uint);
+    cl_kernel gather = NULL, zero = NULL;
+    clattn_status s = add_buffer(ctx, &bad->bytes, kv + 1, u, 1, 1, bad->start, &bad->start_buf,
+                                 "bad key starts");
+    if (!s) s = add_buffer(ctx, &bad->bytes, n, u, 1, 1, bad->rows, &bad->rows_buf, "bad keys");
+    if (!s) s = add_buffer(ctx, &bad->bytes, n, d->dim_v, 1, 4, NULL, &bad->values, "bad V rows");
+    if (!s && !call->p->in_f16)
+        s = add_buffer(ctx, &bad->bytes, kv, d->len_k, d->dim_v, 4, NULL, &bad->v0,
+                       "float32 V without its bad rows");
+    if (!s) s = kernel_get(ctx, convert_files, 1, "", "gather_rows", &gather);
+    if (!s) s = kernel_get(ctx, convert_files, 1, "", "zero_flagged_rows", &zero);
+    if (!s) s = kernel_get(ctx, convert_files, 1, "", "add_flagged_keys", &bad->add);
+    if (!s) s = clean_v(ctx, call, gather, zero);
+    if (!s)
+        log_msg("gemm: %zu keys hold NaN or inf in V; O = P V reads them as 0 and adds them to "
+                "the rows that see them",
+                n);
+    return s;
+}
+
+/* After a chunk's O = P V0: the bad keys' share, P[i][j] * V[j][:], added to the rows with
+ * P[i][j] != 0 (the caller's O, or the float32 chunk of a float16 O before narrowing). */
+static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, const gemm_chunk *c) {
+    const clattn_attention_desc *d = call->d;
+    const bad_keys *bad = &call->bad;
+    int dense = call->p->out_f16; /* o32: [groups][rows][Dv], group and row from 0 */
+    float_tensor o32 = {call->gb->o32, {0, c->rows * d->dim_v, 0, d->dim_v}, 1};
+    float_tensor caller = {call->buf->o, d->o, d->heads_q};
+    cl_long group0 = (cl_long)c->group0, key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
+    cl_long hq = (cl_long)d->heads_q, hkv = (cl_long)d->heads_kv, len = (cl_long)d->len_k;
+    cl_long o_group0 = dense ? 0 : group0, o_row0 = dense ? 0 : (cl_long)c->row0;
+    kernel_args a = {bad->add, 0, CL_SUCCESS};
+    KARG(a, call->gb->scores);
+    KARG(a, group0);
+    KARG(a, key0);
+    KARG(a, keys);
+    KARG(a, hq);
+    KARG(a, hkv);
+    KARG(a, len);
+    KARG(a, bad->start_buf);
+    KARG(a, bad->rows_buf);
+    KARG(a, bad->values);
+    const float_tensor *o = dense ? &o32 : &caller;
+    KARG(a, o->buffer);
+    karg_tensor(&a, o);
+    KARG(a, o_group0);
+    KARG(a, o_row0);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: adding bad keys: arguments");
+    size_t global[3] = {d->dim_v, c->rows, c->groups};
+    return kernel_launch(ctx, bad->add, 3, global, NULL, NULL, "gemm: adding the bad keys of V");
+}
 
 static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_chunk *c) {
     const clattn_attention_desc *d = call->d;
@@ -552,6 +755,7 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
     if (!status) status = batched_gemm(ctx, d, c, &call->args, &scores);
     if (!status) status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c);
     if (!status) status = batched_gemm(ctx, d, c, &call->args, &output);
+    if (!status && call->bad.count) status = add_bad_keys(ctx, call, c);
     if (!status && p->out_f16) {
         convert_range o = {&d->o, d->heads_q, c->group0, c->groups, c->row0, c->rows, d->dim_v};
         status = launch_convert(ctx, call->kernels.narrow, call->buf->o, call->gb->o32, &o,
@@ -578,7 +782,12 @@ static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
     clattn_status status = get_kernels(ctx, call->p, &call->kernels);
     if (!status) status = batch_args_alloc(ctx, call->p->group_chunk, &call->args);
     if (!status && call->p->in_f16) status = widen_keys(ctx, call);
+    if (!status) status = find_bad_keys(ctx, call);
+    if (!status && call->bad.count) status = prepare_bad_keys(ctx, call);
     make_operands(call->d, call->p, call->gb, call->buf, &call->ops);
+    if (call->bad.v0) /* float32 V with bad rows: the GEMM reads the cleaned copy */
+        call->ops.v =
+            dense_operand(call->bad.v0, call->d->heads_kv, call->d->len_k, call->d->dim_v);
     for (size_t i = 0; !status && i < call->p->chunks; i++) {
         gemm_chunk c = chunk_at(call->p, call->d, call->mask, i);
         status = run_chunk(ctx, call, &c);
@@ -634,7 +843,7 @@ clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d
         if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: completion event");
     }
     if (!status) {
-        record_stats(ctx, d, &plan, &mask, gb.bytes);
+        record_stats(ctx, d, &plan, &mask, gb.bytes + call.bad.bytes);
         log_msg("gemm: %s, %zu chunks, score budget %zu bytes (%s), %.1f%% of the scores "
                 "computed",
                 ctx->stats.kernel, plan.chunks, plan.budget, plan.budget_from,
@@ -642,6 +851,7 @@ clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d
                     ((double)plan.groups * (double)d->len_q * (double)d->len_k));
     }
     batch_args_release(&call.args);
+    bad_keys_release(&call.bad);
     buffers_release(&gb);
     mask_release(&mask);
     return status;

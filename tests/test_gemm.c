@@ -2,9 +2,10 @@
  * The gemm path (CLBlast GEMM, masked softmax, CLBlast GEMM) on every device against the CPU
  * reference (SPEC section 4 tolerances): the fused kernel's sweep, every mask kind of SPEC
  * section 2, the chunk boundaries of the score budget (and results that do not depend on
- * them), AUTO falling back to it (head dims beyond the fused kernel, a fused build failure),
- * CLBlast errors and budgets too small as clear statuses, statistics, timing and events, and a
- * long sequence in bounded memory.
+ * them), NaN and inf in V reaching only the rows that see them (SPEC section 1), AUTO
+ * falling back to it (head dims beyond the fused kernel, a fused build failure), CLBlast errors
+ * and budgets too small as clear statuses, statistics, timing and events, and a long sequence
+ * in bounded memory.
  *
  * CLBlast compiles its GEMM kernels on first use in every process (about 30 s on PoCL when its
  * kernel cache is cold) and Criterion runs each Test in a process of its own, so the cases are
@@ -278,6 +279,93 @@ Test(gemm, results_do_not_depend_on_chunking) {
     free(q), free(k), free(v), free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
 }
 
+/* ---------------------------------------------------------------- NaN and inf in V */
+
+/* bad_value poisons V[b=0, kvh=0, key 1, dim 0] with NaN (1) or +inf (2). The reference then
+ * has NaN or inf in dim 0 of exactly the rows of kv head 0's query heads that see key 1 with
+ * P > 0, and finite values everywhere else; check_cases wants the same positions. A GEMM
+ * alone (0 * NaN = NaN) would spread the value to every row of those heads. The cases below
+ * leave many rows without key 1: causal with Nq > Nk (empty rows too), windows, and chunks
+ * whose key range starts after key 1. */
+static size_t bad_value_cases(attn_case *cases) {
+    size_t n = 0;
+    /* every row sees key 1; batch entry 1 and kv head 1 stay finite */
+    cases[n] = mask_case(4, 2, 30, 45, 200);
+    /* causal, Nq > Nk: rows 0..19 see no key (O = 0), row 20 only key 0, the rest key 1 */
+    cases[++n] = mask_case(2, 1, 60, 40, 201);
+    cases[n].causal = 1;
+    /* causal window (GQA: kv head 0 serves 4 query heads): only rows 1..6 see key 1 */
+    cases[++n] = mask_case(4, 1, 70, 70, 202);
+    cases[n].causal = 1, cases[n].left = 5;
+    /* a window around the diagonal, BHSD with an offset, Dqk != Dv */
+    cases[++n] = mask_case(3, 1, 50, 50, 203);
+    cases[n].left = 3, cases[n].right = 2, cases[n].layout = CLATTN_LAYOUT_BHSD;
+    cases[n].offset = 7;
+    /* float16 in and out, in only, out only: causal window, GQA */
+    for (int i = 0; i < 3; i++) {
+        cases[++n] = mask_case(4, 2, 64, 80, 204 + i);
+        cases[n].causal = 1, cases[n].left = 20;
+        cases[n].dtype = i != 2 ? CLATTN_F16 : CLATTN_F32;
+        cases[n].out_dtype = i != 1 ? CLATTN_F16 : CLATTN_F32;
+    }
+    /* rows of one group per chunk (25 rows of 100 keys): the window puts key 1 outside the key
+       range of the later chunks */
+    cases[++n] = mask_case(2, 1, 100, 100, 207);
+    cases[n].causal = 1, cases[n].left = 10, cases[n].gemm_budget_bytes = 25 * 100 * 4;
+    /* the same with float16 O, and with whole groups per chunk (GQA, B = 2: groups of kv head
+       0 in the first chunk only) */
+    cases[n + 1] = cases[n], cases[n + 1].out_dtype = CLATTN_F16, n++;
+    cases[++n] = mask_case(4, 2, 40, 50, 208);
+    cases[n].causal = 1, cases[n].right = 0, cases[n].left = 8;
+    cases[n].gemm_budget_bytes = 3 * 40 * 50 * 4;
+    /* a global token at key 1 (seen by all), a block layout, a bias with -inf entries */
+    cases[++n] = mask_case(2, 1, 40, 60, 209);
+    cases[n].left = 2, cases[n].right = 2, cases[n].globals[0] = 1, cases[n].num_globals = 1;
+    cases[++n] = mask_case(4, 2, 50, 70, 210);
+    cases[n].block_layout = LAYOUT_PER_HEAD, cases[n].bq = 8, cases[n].bk = 8;
+    cases[++n] = mask_case(2, 2, 50, 50, 211);
+    cases[n].bias = BIAS_FULL, cases[n].causal = 1;
+    return n + 1;
+}
+
+Test(gemm, nan_and_inf_in_v_reach_only_the_rows_that_see_them) {
+    attn_case cases[2 * 16];
+    size_t n = bad_value_cases(cases);
+    cr_assert_leq(2 * n, COUNT(cases));
+    for (size_t i = 0; i < n; i++) {
+        cases[n + i] = cases[i];
+        cases[i].bad_value = 1;     /* NaN */
+        cases[n + i].bad_value = 2; /* +inf */
+    }
+    expect_all_pass(cases, 2 * n);
+}
+
+/* The normal case pays one pass over V and B*Hkv*Nk flag bytes: only a call whose V holds NaN
+ * or inf allocates the bad keys' list, their rows and, for float32 V, a float32 copy of V
+ * without them (float16 V is zeroed in its widened scratch). device_bytes shows which ran. */
+Test(gemm, finite_v_takes_the_fast_path) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            attn_case c = mask_case(2, 1, 64, 64, 220); /* V: 64 keys * 40 dims */
+            c.b = 1, c.causal = 1;
+            c.dtype = f16 ? CLATTN_F16 : CLATTN_F32;
+            uint64_t v_bytes = 64 * 40 * 4, scores = 2 * 64 * 64 * 4;
+            uint64_t widened = f16 ? 64 * (48 + 40) * 4 + 2 * 64 * 48 * 4 : 0; /* K, V, Q */
+            clattn_stats clean = expect_case(ctxs[dev], &c, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO);
+            c.bad_value = 2;
+            clattn_stats bad = expect_case(ctxs[dev], &c, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO);
+            cr_expect_lt(clean.device_bytes, scores + widened + 64 + 1024, "%s: %llu bytes",
+                         f16 ? "f16" : "f32", (unsigned long long)clean.device_bytes);
+            /* list starts (B*Hkv + 1 words), one key, its row of 40 floats, the copy of V */
+            uint64_t extra = 2 * 4 + 4 + 40 * 4 + (f16 ? 0 : v_bytes);
+            cr_expect_eq(bad.device_bytes, clean.device_bytes + extra, "%s: %llu vs %llu bytes",
+                         f16 ? "f16" : "f32", (unsigned long long)bad.device_bytes,
+                         (unsigned long long)clean.device_bytes);
+        }
+}
+
 /* ---------------------------------------------------------------- AUTO falls back */
 
 /* With the fused kernel's build failing (the test-only switch of program.c), AUTO computes
@@ -461,7 +549,9 @@ Test(gemm, long_sequence_in_bounded_memory) {
     clattn_stats s;
     ASSERT_OK(ctx, clattn_context_last_stats(ctx, &s));
     cr_expect_eq(s.chunks, n / (budget / (n * 4)), "%u chunks", s.chunks); /* 512 rows each */
-    cr_expect_leq(s.device_bytes, budget + 4096, "%llu bytes", (unsigned long long)s.device_bytes);
+    /* the scores, one flag byte per key (rows of V with NaN or inf) and the parameters */
+    cr_expect_leq(s.device_bytes, budget + n + 4096, "%llu bytes",
+                  (unsigned long long)s.device_bytes);
     cr_expect_lt(s.device_bytes, (uint64_t)n * n * 4 / 32); /* N^2 floats: 4 GiB */
     static const size_t rows[] = {0, 1, 511, 512, 513, 16385, 32766, 32767};
     for (size_t i = 0; i < COUNT(rows); i++) expect_row(q, k, v, o, lse, rows[i], dim);
