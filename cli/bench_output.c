@@ -34,20 +34,26 @@ double bench_gbytes_s(const bench_record *r) {
 void bench_print_header(const clattn_device_info *d) {
     printf("\ndevice %zu: %s (%s, driver %s)\n", d->index, d->name, d->platform_name,
            d->driver_version);
-    printf("%-6s %-3s %-3s %3s %4s %4s %6s %6s %4s %4s %-22s %8s %9s %9s %9s %8s %7s %8s\n",
+    printf("%-6s %-3s %-3s %3s %4s %4s %6s %6s %4s %4s %-22s %8s %7s %9s %9s %9s %8s %7s %8s\n",
            "path", "var", "dt", "B", "Hq", "Hkv", "Nq", "Nk", "Dqk", "Dv", "pattern", "density",
-           "ms min", "ms med", "wall med", "GFLOP/s", "GB/s", "dev MiB");
+           "tiles", "ms min", "ms med", "wall med", "GFLOP/s", "GB/s", "dev MiB");
     fflush(stdout);
 }
 
+/* density: allowed pairs of the full matrix; tiles: key tiles the fused kernel visited, of a
+ * dense walk's ("-" for other paths) */
 void bench_print_record(const bench_record *r) {
     double full = (double)r->b * r->hq * r->nq * r->nk;
-    printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %9.2f %9.2f %9.2f "
-           "%8.1f %7.2f %8.1f\n",
+    char tiles[16] = "-";
+    if (r->tiles_total)
+        snprintf(tiles, sizeof tiles, "%.4f", (double)r->tiles_visited / (double)r->tiles_total);
+    printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %7s %9.2f %9.2f "
+           "%9.2f %8.1f %7.2f %8.1f\n",
            bench_path_name(r->path), variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32",
            r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv, r->pattern,
-           full > 0 ? (double)r->pairs / full : 0, r->ms_min, r->ms_median, r->wall_median,
-           bench_gflops(r), bench_gbytes_s(r), (double)r->device_bytes / (1 << 20));
+           full > 0 ? (double)r->pairs / full : 0, tiles, r->ms_min, r->ms_median,
+           r->wall_median, bench_gflops(r), bench_gbytes_s(r),
+           (double)r->device_bytes / (1 << 20));
     fflush(stdout);
 }
 
