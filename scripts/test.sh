@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds clattn and runs the whole test suite, the way CI does:
+#  1. the CTest suite (Criterion tests, CLI tests, the install test) on PoCL's pthread device;
+#  2. the same suite on PoCL's single-threaded "basic" device;
+#  3. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
+#     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
+#     so the log is searched);
+#  4. clattn's kernels under oclgrind (scripts/oclgrind-check.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+section() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
+
+section "build"
+./scripts/build.sh build
+
+section "tests on PoCL's pthread device"
+ctest --test-dir build -j "$jobs" --output-on-failure
+
+section "tests on PoCL's basic device"
+POCL_DEVICES=basic ctest --test-dir build -j "$jobs" --output-on-failure \
+  -E '^(downstream|device_two_pocl)$'
+
+section "tests under AddressSanitizer and UndefinedBehaviorSanitizer"
+./scripts/build.sh build-sanitize -DCLATTN_SANITIZE=ON
+log=build-sanitize/sanitizers.log
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+if ! ctest --test-dir build-sanitize -j "$jobs" -V -E '^downstream$' > "$log" 2>&1; then
+  grep -E '(Passed|Failed|\*\*\*)' "$log" | tail -n 30
+  echo "the sanitizer build's tests failed (full log: $log)"
+  exit 1
+fi
+if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
+  echo "sanitizer reports above (full log: $log)"
+  exit 1
+fi
+echo "no sanitizer reports"
+
+section "kernels under oclgrind"
+./scripts/oclgrind-check.sh build/clattn
+
+section "all tests passed"
