@@ -16,9 +16,11 @@
 #if IN_F16
 #define IN_T half
 #define LOAD_IN(ptr, index) vload_half((index), (ptr))
+#define LOAD16_IN(ptr, index) vload_half16(0, (ptr) + (index)) /* 16 values from index on */
 #else
 #define IN_T float
 #define LOAD_IN(ptr, index) ((ptr)[(index)])
+#define LOAD16_IN(ptr, index) vload16(0, (ptr) + (index))
 #endif
 
 #if OUT_F16
@@ -64,12 +66,9 @@ typedef struct attn_params {
     long write_lse;
 } attn_params;
 
-/* Integer division with its remainder. LLVM turns a `/` and `%` pair (or a - (a/b)*b) into
- * code with a `freeze` instruction that oclgrind's uninitialized-value checker cannot run; the
- * volatile quotient hides the pattern. Used for index set-up only, never in a hot loop. */
+/* Integer division with its remainder. */
 inline long div_rem(long a, long b, long *rem) {
-    volatile long quotient = a / b;
-    long q = quotient;
+    long q = a / b;
     *rem = a - q * b;
     return q;
 }

@@ -12,6 +12,16 @@
  * Vbad[b*Hkv + kvh][s] is 1 when the slot's V row holds a NaN or an infinity: tiles with such a
  * slot must not add 0 * V for keys a row does not see (0 * NaN is NaN).
  */
+/* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
+ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim,
+                                 int present) {
+    if (!present || d0 >= dim) return (float16)0.0f;
+    if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
+    float lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_IN(x, row + d0 + e) : 0.0f;
+    return vload16(0, lanes);
+}
+
 __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __global const IN_T *V,
                         __global const int *gpos, int from_list, long slots,
                         __global float *Kp, __global float *Vp, __global uchar *Vbad) {
@@ -26,18 +36,22 @@ __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __glo
         long r = div_rem(s, P->class_slots, &m);
         if (r < P->dilation && m < class_keys(P, r)) j = r + m * P->dilation;
     }
-    const ulong tile = (ulong)s / BLOCK_N, lane = (ulong)s % BLOCK_N; /* unsigned: no freeze */
-    __global float *kt = Kp + (bh * slots + tile * BLOCK_N) * DQK_PAD + lane;
+    const int present = j != NO_KEY;
+    const ulong tile = (ulong)s / BLOCK_N, lane = (ulong)s % BLOCK_N;
+    __global float *kt = Kp + (bh * slots + tile * BLOCK_N) * DQK_PAD + lane; /* column `lane` */
     __global float *vr = Vp + (bh * slots + s) * DV_PAD;
     const long k_row = P->k_offset + b * P->k_stride_b + h * P->k_stride_h + j * P->k_stride_s;
     const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
-    for (int d = 0; d < DQK_PAD; d++)
-        kt[d * BLOCK_N] = (j != NO_KEY && d < P->dim_qk) ? LOAD_IN(K, k_row + d) : 0.0f;
+    for (int d0 = 0; d0 < DQK_PAD; d0 += 16) {
+        float lanes[16];
+        vstore16(load_row16(K, k_row, d0, P->dim_qk, present), 0, lanes);
+        for (int e = 0; e < 16; e++) kt[(d0 + e) * BLOCK_N] = lanes[e];
+    }
     int bad = 0;
-    for (int d = 0; d < DV_PAD; d++) {
-        const float x = (j != NO_KEY && d < P->dim_v) ? LOAD_IN(V, v_row + d) : 0.0f;
-        bad |= !isfinite(x);
-        vr[d] = x;
+    for (int d0 = 0; d0 < DV_PAD; d0 += 16) {
+        const float16 x = load_row16(V, v_row, d0, P->dim_v, present);
+        bad |= !all(isfinite(x));
+        vstore16(x, d0 / 16, vr);
     }
     Vbad[bh * slots + s] = bad;
 }

@@ -75,6 +75,24 @@ clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t byte
     return CLATTN_SUCCESS;
 }
 
+clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,
+                            const char *what) {
+    *out = NULL;
+    if (ctx->workspace[slot] && ctx->workspace_bytes[slot] < bytes) {
+        clReleaseMemObject(ctx->workspace[slot]);
+        ctx->workspace[slot] = NULL;
+    }
+    if (!ctx->workspace[slot]) {
+        clattn_status status = buffer_create(ctx, CL_MEM_READ_WRITE, bytes, NULL,
+                                             &ctx->workspace[slot], what);
+        if (status != CLATTN_SUCCESS) return status;
+        ctx->workspace_bytes[slot] = bytes;
+    }
+    clRetainMemObject(ctx->workspace[slot]);
+    *out = ctx->workspace[slot];
+    return CLATTN_SUCCESS;
+}
+
 void kernel_arg(kernel_args *args, size_t size, const void *value) {
     if (args->err != CL_SUCCESS) return;
     args->err = clSetKernelArg(args->kernel, args->next, size, value);
@@ -209,6 +227,8 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context cl_ctx, cl_de
 void clattn_context_destroy(clattn_context *ctx) {
     if (!ctx) return;
     timing_finish(ctx);
+    for (int i = 0; i < WORKSPACE_SLOTS; i++)
+        if (ctx->workspace[i]) clReleaseMemObject(ctx->workspace[i]);
     program_cache_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);

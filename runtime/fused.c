@@ -335,6 +335,14 @@ static clattn_status add_buffer(clattn_context *ctx, fused_buffers *fb, size_t b
     return status;
 }
 
+/* The context's reusable buffer for `slot`; counted in the call's device bytes all the same. */
+static clattn_status add_workspace(clattn_context *ctx, fused_buffers *fb, int slot,
+                                  size_t bytes, cl_mem *out, const char *what) {
+    clattn_status status = workspace_get(ctx, slot, bytes, out, what);
+    if (status == CLATTN_SUCCESS) fb->bytes += bytes;
+    return status;
+}
+
 /* Packed key bytes: B*Hkv*slots*pad floats, checked for overflow. */
 static size_t packed_bytes(const clattn_attention_desc *d, int64_t slots, unsigned pad) {
     size_t n = 0;
@@ -356,13 +364,15 @@ static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_de
     clattn_status s = buffer_create(ctx, CL_MEM_READ_WRITE, 16, NULL, &fb->dummy, "placeholder");
     if (!s) s = add_buffer(ctx, fb, sizeof *params, params, &fb->params, "parameters");
     if (!s) s = add_buffer(ctx, fb, sizeof *params_rows, params_rows, &fb->params_rows, "parameters");
-    if (!s) s = add_buffer(ctx, fb, packed_bytes(d, slots, p->dqk_pad), NULL, &fb->kp, "packed K");
-    if (!s) s = add_buffer(ctx, fb, packed_bytes(d, slots, p->dv_pad), NULL, &fb->vp, "packed V");
+    if (!s) s = add_workspace(ctx, fb, WORKSPACE_PACKED_K, packed_bytes(d, slots, p->dqk_pad),
+                              &fb->kp, "packed K");
+    if (!s) s = add_workspace(ctx, fb, WORKSPACE_PACKED_V, packed_bytes(d, slots, p->dv_pad),
+                              &fb->vp, "packed V");
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, gslots, p->dqk_pad), NULL, &fb->kg, "global K");
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, gslots, p->dv_pad), NULL, &fb->vg, "global V");
     /* one flag byte per packed slot: its V row holds a NaN or an infinity */
-    if (!s) s = add_buffer(ctx, fb, (size_t)(d->batch * d->heads_kv * slots), NULL, &fb->vbad,
-                           "V flags");
+    if (!s) s = add_workspace(ctx, fb, WORKSPACE_V_FLAGS, (size_t)(d->batch * d->heads_kv * slots),
+                              &fb->vbad, "V flags");
     if (!s) s = add_buffer(ctx, fb, (size_t)(d->batch * d->heads_kv * gslots), NULL, &fb->vbad_g,
                            "V flags");
     if (!s && p->globals_matter)

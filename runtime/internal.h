@@ -21,6 +21,9 @@
 
 struct program_entry; /* program.c: one built program and its kernels */
 
+/* Workspace slots: the fused path's packed K, V and V flags, reused from call to call. */
+enum { WORKSPACE_PACKED_K, WORKSPACE_PACKED_V, WORKSPACE_V_FLAGS, WORKSPACE_SLOTS };
+
 struct clattn_context {
     clattn_device_info device;
     cl_context cl_ctx;
@@ -38,6 +41,8 @@ struct clattn_context {
     cl_event timed[32];       /* the current call's kernels while timing */
     unsigned num_timed;
     double timed_ms;          /* kernel time of events already summed (the list was full) */
+    cl_mem workspace[WORKSPACE_SLOTS]; /* buffers kept between calls (workspace_get) */
+    size_t workspace_bytes[WORKSPACE_SLOTS];
 };
 
 /* ---- errors and logging (context.c) */
@@ -102,6 +107,13 @@ void timing_track(clattn_context *ctx, cl_event event);
 double timing_finish(clattn_context *ctx);
 
 /* ---- buffers (context.c) */
+
+/* A buffer of at least `bytes` that the context keeps between calls (allocated, or grown, on
+ * demand), so that repeated calls do not allocate and first-touch their scratch memory each
+ * time. *out is a new reference the caller releases; the queue is in-order, so the next call's
+ * writes wait for this call's kernels. */
+clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,
+                            const char *what);
 
 /* Size of a buffer in bytes, or 0 for an invalid one. */
 size_t buffer_size(cl_mem buffer);
