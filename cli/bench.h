@@ -18,8 +18,9 @@ typedef struct bench_record {
     size_t b, hq, hkv, nq, nk, dqk, dv;
     char pattern[96];
     uint64_t pairs;            /* allowed (b, h, i, j) pairs */
-    double ms_min, ms_median;  /* kernel time (device paths) or wall time (host, reference) */
-    double wall_min, wall_median; /* end to end around the call */
+    double ms_min, ms_median;  /* wall time around the call, end to end (inputs on the device) */
+    double kernel_min, kernel_median; /* OpenCL profiling events (device paths; 0 otherwise);
+                                         CLBlast reports only its last kernel of each call */
     double build_ms;           /* first call minus the median: building and caching kernels */
     uint64_t device_bytes;     /* device memory the call allocated */
     uint64_t tiles_visited, tiles_total;

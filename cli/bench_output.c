@@ -36,7 +36,7 @@ void bench_print_header(const clattn_device_info *d) {
            d->driver_version);
     printf("%-6s %-3s %-3s %3s %4s %4s %6s %6s %4s %4s %-22s %8s %7s %9s %9s %9s %8s %7s %8s\n",
            "path", "var", "dt", "B", "Hq", "Hkv", "Nq", "Nk", "Dqk", "Dv", "pattern", "density",
-           "tiles", "ms min", "ms med", "wall med", "GFLOP/s", "GB/s", "dev MiB");
+           "tiles", "ms min", "ms med", "kern med", "GFLOP/s", "GB/s", "dev MiB");
     fflush(stdout);
 }
 
@@ -44,15 +44,16 @@ void bench_print_header(const clattn_device_info *d) {
  * dense walk's ("-" for other paths) */
 void bench_print_record(const bench_record *r) {
     double full = (double)r->b * r->hq * r->nq * r->nk;
-    char tiles[16] = "-";
+    char tiles[16] = "-", kernel[16] = "-";
     if (r->tiles_total)
         snprintf(tiles, sizeof tiles, "%.4f", (double)r->tiles_visited / (double)r->tiles_total);
+    if (r->kernel_median > 0) snprintf(kernel, sizeof kernel, "%.2f", r->kernel_median);
     printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %7s %9.2f %9.2f "
-           "%9.2f %8.1f %7.2f %8.1f\n",
+           "%9s %8.1f %7.2f %8.1f\n",
            bench_path_name(r->path), variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32",
            r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv, r->pattern,
-           full > 0 ? (double)r->pairs / full : 0, tiles, r->ms_min, r->ms_median,
-           r->wall_median, bench_gflops(r), bench_gbytes_s(r),
+           full > 0 ? (double)r->pairs / full : 0, tiles, r->ms_min, r->ms_median, kernel,
+           bench_gflops(r), bench_gbytes_s(r),
            (double)r->device_bytes / (1 << 20));
     fflush(stdout);
 }
@@ -124,12 +125,13 @@ static void json_record(textbuf *t, const bench_record *r) {
                    r->dqk, r->dv);
     textbuf_json_string(t, r->pattern);
     textbuf_printf(t,
-                   ", \"pairs\": %llu, \"ms_min\": %.4f, \"ms_median\": %.4f, \"wall_ms_min\": "
-                   "%.4f, \"wall_ms_median\": %.4f, \"build_ms\": %.1f, \"gflops\": %.3f, "
+                   ", \"pairs\": %llu, \"ms_min\": %.4f, \"ms_median\": %.4f, "
+                   "\"kernel_ms_min\": %.4f, \"kernel_ms_median\": %.4f, \"build_ms\": %.1f, "
+                   "\"gflops\": %.3f, "
                    "\"gbytes_s\": %.3f, \"device_bytes\": %llu, \"tiles_visited\": %llu, "
                    "\"tiles_total\": %llu, \"kernel\": ",
-                   (unsigned long long)r->pairs, r->ms_min, r->ms_median, r->wall_min,
-                   r->wall_median, r->build_ms, bench_gflops(r), bench_gbytes_s(r),
+                   (unsigned long long)r->pairs, r->ms_min, r->ms_median, r->kernel_min,
+                   r->kernel_median, r->build_ms, bench_gflops(r), bench_gbytes_s(r),
                    (unsigned long long)r->device_bytes, (unsigned long long)r->tiles_visited,
                    (unsigned long long)r->tiles_total);
     textbuf_json_string(t, r->kernel);
@@ -187,7 +189,7 @@ int bench_plot(const bench_record *records, size_t count, const char *dir, const
     char script[1024], cmd[1200];
     textbuf_printf(&plot,
                    "set terminal png size 1000,650\nset output '%s/plot.png'\n"
-                   "set title 'clattn bench: %s (median kernel time)'\nset logscale xy\n"
+                   "set title 'clattn bench: %s (median time per call)'\nset logscale xy\n"
                    "set xlabel 'sequence length (Nq = Nk)'\nset ylabel 'ms'\nset grid\n"
                    "set key left top\n",
                    dir, title);
