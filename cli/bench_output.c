@@ -191,8 +191,16 @@ int bench_plot(const bench_record *records, size_t count, const char *dir, const
                    "set terminal png size 1000,650\nset output '%s/plot.png'\n"
                    "set title 'clattn bench: %s (median time per call)'\nset logscale xy\n"
                    "set xlabel 'sequence length (Nq = Nk)'\nset ylabel 'ms'\nset grid\n"
+                   "set autoscale xfix\nset offsets graph 0.04, graph 0.04, 0, 0\n"
                    "set key left top\n",
                    dir, title);
+    textbuf_printf(&plot, "set xtics (");
+    for (size_t i = 0, shown = 0; i < count; i++) { /* a tick at each length measured */
+        size_t j = 0;
+        while (j < i && records[j].nq != records[i].nq) j++;
+        if (j == i) textbuf_printf(&plot, "%s%zu", shown++ ? ", " : "", records[i].nq);
+    }
+    textbuf_printf(&plot, ")\n");
     size_t series = write_series(records, count, dir, &plot);
     textbuf_printf(&plot, "\n");
     snprintf(script, sizeof script, "%s/plot.gp", dir);
