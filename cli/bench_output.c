@@ -191,26 +191,29 @@ int bench_plot(const bench_record *records, size_t count, const char *dir, const
                    "set terminal png size 1000,650\nset output '%s/plot.png'\n"
                    "set title 'clattn bench: %s (median time per call)'\nset logscale xy\n"
                    "set xlabel 'sequence length (Nq = Nk)'\nset ylabel 'ms'\nset grid\n"
-                   "set autoscale xfix\nset offsets graph 0.04, graph 0.04, 0, 0\n"
+
                    "set key left top\n",
                    dir, title);
+    size_t lengths = 0;
     textbuf_printf(&plot, "set xtics (");
-    for (size_t i = 0, shown = 0; i < count; i++) { /* a tick at each length measured */
+    for (size_t i = 0; i < count; i++) { /* a tick at each length measured */
         size_t j = 0;
         while (j < i && records[j].nq != records[i].nq) j++;
-        if (j == i) textbuf_printf(&plot, "%s%zu", shown++ ? ", " : "", records[i].nq);
+        if (j == i) textbuf_printf(&plot, "%s%zu", lengths++ ? ", " : "", records[i].nq);
     }
     textbuf_printf(&plot, ")\n");
+    if (lengths > 1) /* the x range is the lengths measured (a single one keeps the default) */
+        textbuf_printf(&plot, "set autoscale xfix\nset offsets graph 0.04, graph 0.04, 0, 0\n");
     size_t series = write_series(records, count, dir, &plot);
     textbuf_printf(&plot, "\n");
     snprintf(script, sizeof script, "%s/plot.gp", dir);
     int rc = series == 0 || textbuf_write(&plot, script, "bench");
     textbuf_free(&plot);
     if (rc) return series == 0 ? 0 : 1;
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script);
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' > /dev/null 2>&1", script);
     if (system(cmd) != 0) {
-        cli_error("bench", "gnuplot failed or is missing (apt-get install gnuplot-nox); the "
-                  "script is %s", script);
+        cli_error("bench", "gnuplot failed or is missing (apt-get install gnuplot-nox); run "
+                  "gnuplot %s to see why", script);
         return 1;
     }
     return 0;
