@@ -108,6 +108,25 @@ ALWAYS_INLINE long tile_last_position(__constant attn_params *P, __global const 
     return last;
 }
 
+/* The key tiles a walk of class r takes: from the planner's list (window pass with a block
+ * layout) or the range [first, last]. tile_walk_count says how many; tile_walk_at gives the
+ * n-th one's first class index (*k0) and its kind. Listed entries are kt * 2 + needs_pairs
+ * (the layout is not all ones over the tile). */
+ALWAYS_INLINE long tile_walk_count(__global const int *tile_ptr, long list_row, int listed,
+                                   long first, long last) {
+    return listed ? tile_ptr[list_row + 1] - tile_ptr[list_row] : last - first + 1;
+}
+
+ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *tile_ptr,
+                               __global const int *tile_idx, long list_row, int listed,
+                               long first, long n, long full_lo, long full_hi, long *k0) {
+    const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
+    const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout;
+    *k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
+    const int inside = *k0 >= full_lo && *k0 + BLOCK_N - 1 <= full_hi;
+    return needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
+}
+
 /* Whether any key slot of a tile has a non-finite V row (pack.cl's flags). */
 ALWAYS_INLINE int tile_has_bad_values(__global const uchar *vbad) {
     int bad = 0;

@@ -78,14 +78,11 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
     if (st->i >= 0) row_key_range(P, pass, r, st->i + P->offset, &st->lo, &st->hi);
     const long base = (kv_bh * P->dilation + r) * P->class_slots;
     const int listed = P->use_tile_list && pass == PASS_WINDOW;
-    const long count = listed ? tile_ptr[list_row + 1] - tile_ptr[list_row] : last - first + 1;
+    const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
     for (long n = 0; n < count; n++) {
-        /* listed entries are kt * 2 + needs_pairs (the layout is not all ones over the tile) */
-        const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
-        const long k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
-        const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout;
-        const int inside = k0 >= full_lo && k0 + BLOCK_N - 1 <= full_hi;
-        const int kind = needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
+        long k0;
+        const int kind = tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n,
+                                      full_lo, full_hi, &k0);
         copy_to_local(kt, Kp + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
         copy_to_local(vt, Vp + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
         barrier(CLK_LOCAL_MEM_FENCE);

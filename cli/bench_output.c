@@ -87,34 +87,6 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
     }
 }
 
-static void json_device(textbuf *t, size_t index) {
-    clattn_device_info d;
-    if (clattn_device_get_info(index, &d) != CLATTN_SUCCESS) return;
-    textbuf_printf(t, "    {\"index\": %zu, \"name\": ", d.index);
-    textbuf_json_string(t, d.name);
-    textbuf_printf(t, ", \"vendor\": ");
-    textbuf_json_string(t, d.vendor);
-    textbuf_printf(t, ", \"platform\": ");
-    textbuf_json_string(t, d.platform_name);
-    textbuf_printf(t, ", \"platform_version\": ");
-    textbuf_json_string(t, d.platform_version);
-    textbuf_printf(t, ", \"driver\": ");
-    textbuf_json_string(t, d.driver_version);
-    textbuf_printf(t, ", \"opencl_c\": ");
-    textbuf_json_string(t, d.opencl_c_version);
-    textbuf_printf(t,
-                   ", \"type\": \"%s\", \"compute_units\": %u, \"global_mem_bytes\": %llu, "
-                   "\"local_mem_bytes\": %llu, \"max_alloc_bytes\": %llu, "
-                   "\"max_work_group_size\": %zu, \"fp16\": %s, \"subgroups\": %s}",
-                   d.type & CL_DEVICE_TYPE_GPU   ? "gpu"
-                   : d.type & CL_DEVICE_TYPE_CPU ? "cpu"
-                                                 : "other",
-                   d.compute_units, (unsigned long long)d.global_mem_bytes,
-                   (unsigned long long)d.local_mem_bytes, (unsigned long long)d.max_alloc_bytes,
-                   d.max_work_group_size, d.has_fp16 ? "true" : "false",
-                   d.has_subgroups ? "true" : "false");
-}
-
 static void json_record(textbuf *t, const bench_record *r) {
     textbuf_printf(t,
                    "    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", \"dtype\": "
@@ -142,7 +114,8 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
                 size_t num_devices) {
     textbuf_printf(t, "{\n  \"clattn\": \"%s\",\n  \"devices\": [\n", clattn_version());
     for (size_t i = 0; i < num_devices; i++) {
-        json_device(t, devices[i]);
+        textbuf_printf(t, "    ");
+        textbuf_json_device(t, devices[i]);
         textbuf_printf(t, "%s\n", i + 1 < num_devices ? "," : "");
     }
     textbuf_printf(t, "  ],\n  \"records\": [\n");

@@ -315,15 +315,8 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
 static void json_devices(textbuf *t, const check_plan *plan) {
     textbuf_printf(t, "  \"devices\": [");
     for (size_t i = 0; i < plan->num_devices; i++) {
-        clattn_device_info d;
-        clattn_device_get_info(plan->devices[i], &d);
-        textbuf_printf(t, "%s\n    {\"index\": %zu, \"name\": ", i ? "," : "", d.index);
-        textbuf_json_string(t, d.name);
-        textbuf_printf(t, ", \"platform\": ");
-        textbuf_json_string(t, d.platform_name);
-        textbuf_printf(t, ", \"driver\": ");
-        textbuf_json_string(t, d.driver_version);
-        textbuf_printf(t, "}");
+        textbuf_printf(t, "%s\n    ", i ? "," : "");
+        textbuf_json_device(t, plan->devices[i]);
     }
     textbuf_printf(t, "\n  ],\n");
 }

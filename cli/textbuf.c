@@ -47,6 +47,34 @@ void textbuf_json_string(textbuf *t, const char *s) {
     textbuf_printf(t, "\"");
 }
 
+void textbuf_json_device(textbuf *t, size_t index) {
+    clattn_device_info d;
+    if (clattn_device_get_info(index, &d) != CLATTN_SUCCESS) return;
+    textbuf_printf(t, "{\"index\": %zu, \"name\": ", d.index);
+    textbuf_json_string(t, d.name);
+    textbuf_printf(t, ", \"vendor\": ");
+    textbuf_json_string(t, d.vendor);
+    textbuf_printf(t, ", \"platform\": ");
+    textbuf_json_string(t, d.platform_name);
+    textbuf_printf(t, ", \"platform_version\": ");
+    textbuf_json_string(t, d.platform_version);
+    textbuf_printf(t, ", \"driver\": ");
+    textbuf_json_string(t, d.driver_version);
+    textbuf_printf(t, ", \"opencl_c\": ");
+    textbuf_json_string(t, d.opencl_c_version);
+    textbuf_printf(t,
+                   ", \"type\": \"%s\", \"compute_units\": %u, \"global_mem_bytes\": %llu, "
+                   "\"local_mem_bytes\": %llu, \"max_alloc_bytes\": %llu, "
+                   "\"max_work_group_size\": %zu, \"fp16\": %s, \"subgroups\": %s}",
+                   d.type & CL_DEVICE_TYPE_GPU   ? "gpu"
+                   : d.type & CL_DEVICE_TYPE_CPU ? "cpu"
+                                                 : "other",
+                   d.compute_units, (unsigned long long)d.global_mem_bytes,
+                   (unsigned long long)d.local_mem_bytes, (unsigned long long)d.max_alloc_bytes,
+                   d.max_work_group_size, d.has_fp16 ? "true" : "false",
+                   d.has_subgroups ? "true" : "false");
+}
+
 int textbuf_write(const textbuf *t, const char *path, const char *command) {
     if (t->failed) {
         cli_error(command, "%s: out of memory while formatting", path);

@@ -3,6 +3,8 @@
 #ifndef CLATTN_CLI_TEXTBUF_H
 #define CLATTN_CLI_TEXTBUF_H
 
+#include "clattn.h"
+
 #include <stddef.h>
 
 typedef struct textbuf {
@@ -18,6 +20,9 @@ void textbuf_printf(textbuf *t, const char *fmt, ...)
     ;
 /* A JSON string literal, quoted and escaped. */
 void textbuf_json_string(textbuf *t, const char *s);
+/* A JSON object describing device `index` of clattn's device list (nothing when it is not
+ * one). */
+void textbuf_json_device(textbuf *t, size_t index);
 /* Writes the text to `path` atomically; prints "clattn CMD: PATH: why" on failure.
  * @return 0 or 1. */
 int textbuf_write(const textbuf *t, const char *path, const char *command);
