@@ -14,20 +14,20 @@
 #endif
 
 #if IN_F16
-#define IN_T half
-#define LOAD_IN(ptr, index) vload_half((index), (ptr))
+#define IN_T                  half
+#define LOAD_IN(ptr, index)   vload_half((index), (ptr))
 #define LOAD16_IN(ptr, index) vload_half16(0, (ptr) + (index)) /* 16 values from index on */
 #else
-#define IN_T float
-#define LOAD_IN(ptr, index) ((ptr)[(index)])
+#define IN_T                  float
+#define LOAD_IN(ptr, index)   ((ptr)[(index)])
 #define LOAD16_IN(ptr, index) vload16(0, (ptr) + (index))
 #endif
 
 #if OUT_F16
-#define OUT_T half
+#define OUT_T                        half
 #define STORE_OUT(value, ptr, index) vstore_half((value), (index), (ptr))
 #else
-#define OUT_T float
+#define OUT_T                        float
 #define STORE_OUT(value, ptr, index) ((ptr)[(index)] = (value))
 #endif
 
@@ -55,14 +55,14 @@ typedef struct attn_params {
     long o_offset, o_stride_b, o_stride_h, o_stride_s;
     long bias_offset, bias_stride_b, bias_stride_h, bias_stride_s, has_bias;
     long causal, left, right, dilation;
-    long has_global, num_global;          /* global keys: positions in gpos[], flags in is_global[] */
+    long has_global, num_global; /* global keys: positions in gpos[], flags in is_global[] */
     long has_layout, layout_per_head, block_q, block_k, blocks_q, blocks_k;
     long class_slots;     /* packed key slots per dilation class (a multiple of BLOCK_N) */
     long global_slots;    /* packed slots of the global keys (a multiple of BLOCK_N) */
     long tiles_per_class; /* query tiles per dilation class */
     long row_mode;        /* 0: query tiles of a class; 1: the rows listed in row_list */
     long num_listed_rows;
-    long use_tile_list;   /* key tiles from tile_ptr/tile_idx instead of the window range */
+    long use_tile_list; /* key tiles from tile_ptr/tile_idx instead of the window range */
     long write_lse;
 } attn_params;
 

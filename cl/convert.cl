@@ -27,8 +27,8 @@ __kernel void widen_rows(__global const half *src, long offset, long stride_b, l
                          __global float *scratch) {
     const long x = get_global_id(0), r = get_global_id(1), g = get_global_id(2);
     const long dim = get_global_size(0), rows = get_global_size(1);
-    const long at = strided_index(offset, stride_b, stride_h, stride_s, heads, group0, row0, g,
-                                  r, x);
+    const long at =
+        strided_index(offset, stride_b, stride_h, stride_s, heads, group0, row0, g, r, x);
     scratch[(g * rows + r) * dim + x] = vload_half(at, src);
 }
 
@@ -39,8 +39,8 @@ __kernel void narrow_rows(__global half *dst, long offset, long stride_b, long s
                           __global const float *scratch) {
     const long x = get_global_id(0), r = get_global_id(1), g = get_global_id(2);
     const long dim = get_global_size(0), rows = get_global_size(1);
-    const long at = strided_index(offset, stride_b, stride_h, stride_s, heads, group0, row0, g,
-                                  r, x);
+    const long at =
+        strided_index(offset, stride_b, stride_h, stride_s, heads, group0, row0, g, r, x);
     vstore_half(scratch[(g * rows + r) * dim + x], at, dst);
 }
 
@@ -76,8 +76,8 @@ __kernel void gather_rows(__global const float *src, long offset, long stride_b,
                           __global float *dst) {
     const long x = get_global_id(0), k = get_global_id(1), dim = get_global_size(0);
     const long row = rows[k];
-    const long at = strided_index(offset, stride_b, stride_h, stride_s, heads, 0, 0, row / len,
-                                  row % len, x);
+    const long at =
+        strided_index(offset, stride_b, stride_h, stride_s, heads, 0, 0, row / len, row % len, x);
     dst[k * dim + x] = src[at];
 }
 

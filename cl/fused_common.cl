@@ -28,12 +28,12 @@
 #define DV_PAD 64
 #endif
 
-#define PASS_WINDOW 0
+#define PASS_WINDOW      0
 #define PASS_GLOBAL_KEYS 1
 #define PASS_GLOBAL_ROWS 2
 
 /* Tile kinds: every pair allowed; a per-row class-local range [lo, hi]; per-pair rules. */
-#define TILE_FULL 0
+#define TILE_FULL    0
 #define TILE_BOUNDED 1
 #define TILE_GENERAL 2
 
@@ -61,7 +61,7 @@ ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
  * lo > hi). The window pass bounds it by the window and causality; the global-row pass only by
  * causality. */
 ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, long p, long *lo,
-                          long *hi) {
+                                 long *hi) {
     long d = P->dilation, last = class_keys(P, r) - 1;
     long own = floor_div(p - r, d); /* p's own class-local index (exact in the window pass) */
     *lo = 0;
@@ -76,9 +76,9 @@ ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, lo
 /* Over the rows of query tile `tile`, for class r: the key tiles [first, last] that hold any
  * key a row may see, and [full_lo, full_hi], the class-local keys every row sees (tiles inside
  * it need no mask). Returns 0 when no row sees any key. The same in every work-item. */
-ALWAYS_INLINE int tile_key_span(__constant attn_params *P, __global const int *row_list,
-                                long tile, int pass, long r, long *first, long *last,
-                                long *full_lo, long *full_hi) {
+ALWAYS_INLINE int tile_key_span(__constant attn_params *P, __global const int *row_list, long tile,
+                                int pass, long r, long *first, long *last, long *full_lo,
+                                long *full_hi) {
     long lo_all = LONG_MAX, hi_all = -1;
     *full_lo = 0;
     *full_hi = LONG_MAX;
@@ -118,8 +118,8 @@ ALWAYS_INLINE long tile_walk_count(__global const int *tile_ptr, long list_row, 
 }
 
 ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *tile_ptr,
-                               __global const int *tile_idx, long list_row, int listed,
-                               long first, long n, long full_lo, long full_hi, long *k0) {
+                               __global const int *tile_idx, long list_row, int listed, long first,
+                               long n, long full_lo, long full_hi, long *k0) {
     const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
     const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout;
     *k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
@@ -135,8 +135,8 @@ ALWAYS_INLINE int tile_has_bad_values(__global const uchar *vbad) {
 }
 
 /* Whether the pass owns pair (i, j): see the top of this file. */
-ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *layout, int pass, long head,
-                     long i, long j) {
+ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *layout, int pass,
+                            long head, long i, long j) {
     long p = i + P->offset;
     if (P->causal && j > p) return 0;
     if (!layout_ok(P, layout, head, i, j)) return 0;
@@ -146,14 +146,14 @@ ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *lay
 }
 
 /* Whether this row is stored by the global-row pass instead of this one. */
-ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P, __global const uchar *is_global,
-                                   long i) {
+ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P,
+                                          __global const uchar *is_global, long i) {
     return P->row_mode == 0 && is_global_position(P, is_global, i + P->offset);
 }
 
 /* Key positions of a tile of `count` keys: class r (j = r + m*d) or the global list. */
 ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const int *gpos, int pass,
-                               long r, long first, long *kpos) {
+                                      long r, long first, long *kpos) {
     for (int c = 0; c < BLOCK_N; c++) {
         long m = first + c;
         if (pass == PASS_GLOBAL_KEYS)

@@ -11,14 +11,16 @@
  *
  * Built after common.cl and fused_common.cl. BLOCK_N and DV_PAD are multiples of 16.
  */
-#define NV (BLOCK_N / 16) /* score vectors per row */
-#define NDV (DV_PAD / 16) /* output vectors per row */
+#define NV  (BLOCK_N / 16) /* score vectors per row */
+#define NDV (DV_PAD / 16)  /* output vectors per row */
 
 /* Horizontal max and sum, lane by lane: oclgrind mis-tracks 16-wide shuffles (v.lo, v.hi) as
  * uninitialized, and the cost is the same on PoCL (once per row and tile). */
 ALWAYS_INLINE float max16(float16 v) {
-    float a = fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
-    float b = fmax(fmax(fmax(v.s8, v.s9), fmax(v.sa, v.sb)), fmax(fmax(v.sc, v.sd), fmax(v.se, v.sf)));
+    float a =
+        fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
+    float b =
+        fmax(fmax(fmax(v.s8, v.s9), fmax(v.sa, v.sb)), fmax(fmax(v.sc, v.sd), fmax(v.se, v.sf)));
     return fmax(a, b);
 }
 
@@ -31,7 +33,7 @@ ALWAYS_INLINE float sum16(float16 v) {
 /* A work-item's query tile and its running softmax state. */
 typedef struct query_tile {
     long b, h, kv_bh, r;
-    long row_i[BLOCK_M];          /* query row, or -1 past the end */
+    long row_i[BLOCK_M];           /* query row, or -1 past the end */
     long lo[BLOCK_M], hi[BLOCK_M]; /* class-local key range of each row in the current pass */
     float q[BLOCK_M][DQK_PAD];     /* pre-scaled by scale*log2(e); zero past dim_qk */
     float16 acc[BLOCK_M][NDV];     /* unnormalised O rows */
@@ -40,7 +42,8 @@ typedef struct query_tile {
 } query_tile;
 
 /* S = Q K^T for one key tile: [BLOCK_M][NV] vectors. */
-ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *kt, float16 s[BLOCK_M][NV]) {
+ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *kt,
+                               float16 s[BLOCK_M][NV]) {
 #pragma unroll
     for (int m = 0; m < BLOCK_M; m++)
 #pragma unroll
@@ -144,9 +147,9 @@ ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float *p,
  * kt: K^T tile [DQK_PAD][BLOCK_N]; vt: V tile [BLOCK_N][DV_PAD]; k0: first class index (or
  * global-list index) of the tile's keys; careful: the V tile holds a NaN or an infinity. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
-                        __global const float *bias, __global const int *gpos, query_tile *t,
-                        int pass, int kind, long k0, __global const float *kt,
-                        __global const float *vt, int careful) {
+                               __global const float *bias, __global const int *gpos, query_tile *t,
+                               int pass, int kind, long k0, __global const float *kt,
+                               __global const float *vt, int careful) {
     float16 s[BLOCK_M][NV];
     float p[BLOCK_M * BLOCK_N];
     tile_scores(t, kt, s);
@@ -173,7 +176,7 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
 
 /* Loads the tile's query rows, pre-scaled; zero past dim_qk and for rows past the end. */
 ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *Q, float q_scale,
-                         query_tile *t) {
+                                query_tile *t) {
     for (int m = 0; m < BLOCK_M; m++) {
         const long i = t->row_i[m];
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
@@ -189,25 +192,26 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
 /* Walks the key tiles of class r for a pass (the tile list when the planner made one). */
 ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
                               __global const float *Vp, __global const uchar *Vbad,
-                              __global const uchar *layout,
-                              __global const float *bias, __global const int *tile_ptr,
-                              __global const int *tile_idx, __global const int *row_list,
-                              long tile, long list_row, query_tile *t, int pass, long r) {
+                              __global const uchar *layout, __global const float *bias,
+                              __global const int *tile_ptr, __global const int *tile_idx,
+                              __global const int *row_list, long tile, long list_row, query_tile *t,
+                              int pass, long r) {
     long first, last, full_lo, full_hi;
     t->r = r;
     if (!tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)) return;
     for (int m = 0; m < BLOCK_M; m++) {
         t->lo[m] = 0;
         t->hi[m] = -1;
-        if (t->row_i[m] >= 0) row_key_range(P, pass, r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
+        if (t->row_i[m] >= 0)
+            row_key_range(P, pass, r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
     }
     const long base = (t->kv_bh * P->dilation + r) * P->class_slots; /* first slot of class r */
     const int listed = P->use_tile_list && pass == PASS_WINDOW;
     const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
     for (long n = 0; n < count; n++) {
         long k0;
-        const int kind = tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n,
-                                      full_lo, full_hi, &k0);
+        const int kind =
+            tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
         attend_tile(P, layout, bias, 0, t, pass, kind, k0, Kp + (base + k0) * DQK_PAD,
                     Vp + (base + k0) * DV_PAD, tile_has_bad_values(Vbad + base + k0));
     }
@@ -217,9 +221,9 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
  * let the walk stop at the first tile past every row's causal limit. */
 ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
                                     __global const float *Vg, __global const uchar *Vbad_g,
-                                    __global const int *gpos,
-                                    __global const uchar *layout, __global const float *bias,
-                                    __global const int *row_list, long tile, query_tile *t) {
+                                    __global const int *gpos, __global const uchar *layout,
+                                    __global const float *bias, __global const int *row_list,
+                                    long tile, query_tile *t) {
     const long last_p = tile_last_position(P, row_list, tile);
     const long base = t->kv_bh * P->global_slots;
     for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
@@ -232,7 +236,7 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
 
 /* O = acc / sum and LSE = ln(2) * (max + log2(sum)); empty rows get O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
-                       __global OUT_T *O, __global float *LSE, const query_tile *t) {
+                              __global OUT_T *O, __global float *LSE, const query_tile *t) {
     for (int m = 0; m < BLOCK_M; m++) {
         const long i = t->row_i[m];
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
@@ -241,8 +245,8 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         const float inv = empty ? 0.0f : 1.0f / t->row_sum[m];
         float o[DV_PAD];
         for (int c = 0; c < NDV; c++) vstore16(t->acc[m][c] * inv, c, o);
-        const long row = P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h +
-                         i * P->o_stride_s;
+        const long row =
+            P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
         for (int d = 0; d < P->dim_v; d++) STORE_OUT(empty ? 0.0f : o[d], O, row + d);
         if (P->write_lse)
             LSE[(t->b * P->heads_q + t->h) * P->len_q + i] =
@@ -252,15 +256,14 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
  * or the tile of listed rows (row_mode 1). */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1)))
-void attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
-                   __global const float *Vp, __global const uchar *Vbad,
-                   __global const float *Kg, __global const float *Vg,
-                   __global const uchar *Vbad_g,
-                   __global const int *gpos, __global OUT_T *O, __global float *LSE,
-                   __global const float *bias, __global const uchar *is_global,
-                   __global const uchar *layout, __global const int *tile_ptr,
-                   __global const int *tile_idx, __global const int *row_list, float q_scale) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
+              __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,
+              __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,
+              __global OUT_T *O, __global float *LSE, __global const float *bias,
+              __global const uchar *is_global, __global const uchar *layout,
+              __global const int *tile_ptr, __global const int *tile_idx,
+              __global const int *row_list, float q_scale) {
     query_tile t;
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
@@ -273,10 +276,10 @@ void attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global c
             walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, &t,
                        PASS_GLOBAL_ROWS, c);
     } else {
-        const long list_row = (P->layout_per_head ? t.h : 0) * P->dilation * P->tiles_per_class +
-                              tile;
-        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row,
-                   &t, PASS_WINDOW, tile_class(P, tile));
+        const long list_row =
+            (P->layout_per_head ? t.h : 0) * P->dilation * P->tiles_per_class + tile;
+        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, &t,
+                   PASS_WINDOW, tile_class(P, tile));
         if (P->has_global)
             walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, &t);
     }

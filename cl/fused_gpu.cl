@@ -12,11 +12,11 @@
 
 /* One work-item's row and its running softmax state. */
 typedef struct row_state {
-    long i;                /* query row, or -1 past the end */
-    long lo, hi;           /* class-local key range in the current pass */
-    float q[DQK_PAD];      /* pre-scaled by scale*log2(e) */
-    float o[DV_PAD];       /* unnormalised O row */
-    float max, sum;        /* running maximum (log2 domain) and sum of exp2(score - max) */
+    long i;           /* query row, or -1 past the end */
+    long lo, hi;      /* class-local key range in the current pass */
+    float q[DQK_PAD]; /* pre-scaled by scale*log2(e) */
+    float o[DV_PAD];  /* unnormalised O row */
+    float max, sum;   /* running maximum (log2 domain) and sum of exp2(score - max) */
 } row_state;
 
 /* Copies `count` floats from global to local memory, the group's work-items side by side. */
@@ -28,8 +28,8 @@ ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, 
  * careful: the V tile holds a NaN or an infinity, so zero probabilities add nothing (instead of
  * 0 * NaN). */
 ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *layout,
-                              __global const float *bias, __global const int *gpos, long b,
-                              long h, long r, row_state *st, int pass, int kind, long k0,
+                              __global const float *bias, __global const int *gpos, long b, long h,
+                              long r, row_state *st, int pass, int kind, long k0,
                               __local const float *kt, __local const float *vt, int careful) {
     float s[BLOCK_N];
     for (int c = 0; c < BLOCK_N; c++) s[c] = 0.0f;
@@ -65,12 +65,11 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
  * tiles, so the barriers are uniform. */
 ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
                               __global const float *Vp, __global const uchar *Vbad,
-                              __global const uchar *layout,
-                              __global const float *bias, __global const int *tile_ptr,
-                              __global const int *tile_idx, __global const int *row_list,
-                              long tile, long list_row, long b, long h, long kv_bh,
-                              row_state *st, int pass, long r, __local float *kt,
-                              __local float *vt) {
+                              __global const uchar *layout, __global const float *bias,
+                              __global const int *tile_ptr, __global const int *tile_idx,
+                              __global const int *row_list, long tile, long list_row, long b,
+                              long h, long kv_bh, row_state *st, int pass, long r,
+                              __local float *kt, __local float *vt) {
     long first, last, full_lo, full_hi;
     if (!tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)) return;
     st->lo = 0;
@@ -81,8 +80,8 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
     const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
     for (long n = 0; n < count; n++) {
         long k0;
-        const int kind = tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n,
-                                      full_lo, full_hi, &k0);
+        const int kind =
+            tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
         copy_to_local(kt, Kp + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
         copy_to_local(vt, Vp + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -95,11 +94,10 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
 /* The packed global keys, pair by pair; stops past every row's causal limit. */
 ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
                                     __global const float *Vg, __global const uchar *Vbad_g,
-                                    __global const int *gpos,
-                                    __global const uchar *layout, __global const float *bias,
-                                    __global const int *row_list, long tile, long b, long h,
-                                    long kv_bh, row_state *st, __local float *kt,
-                                    __local float *vt) {
+                                    __global const int *gpos, __global const uchar *layout,
+                                    __global const float *bias, __global const int *row_list,
+                                    long tile, long b, long h, long kv_bh, row_state *st,
+                                    __local float *kt, __local float *vt) {
     const long last_p = tile_last_position(P, row_list, tile);
     const long base = kv_bh * P->global_slots;
     for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
@@ -129,15 +127,14 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
 }
 
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */
-__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1)))
-void attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
-                   __global const float *Vp, __global const uchar *Vbad,
-                   __global const float *Kg, __global const float *Vg,
-                   __global const uchar *Vbad_g,
-                   __global const int *gpos, __global OUT_T *O, __global float *LSE,
-                   __global const float *bias, __global const uchar *is_global,
-                   __global const uchar *layout, __global const int *tile_ptr,
-                   __global const int *tile_idx, __global const int *row_list, float q_scale) {
+__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
+attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
+              __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,
+              __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,
+              __global OUT_T *O, __global float *LSE, __global const float *bias,
+              __global const uchar *is_global, __global const uchar *layout,
+              __global const int *tile_ptr, __global const int *tile_idx,
+              __global const int *row_list, float q_scale) {
     __local float kt[DQK_PAD * BLOCK_N]; /* K^T tile */
     __local float vt[BLOCK_N * DV_PAD];  /* V tile */
     const long tile = get_group_id(0), bh = get_group_id(1);
@@ -147,8 +144,8 @@ void attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global c
     const long kv_bh = b * P->heads_kv + h / (P->heads_q / P->heads_kv);
     row_state st;
     st.i = tile_row(P, row_list, tile, get_local_id(0));
-    const long q_row = P->q_offset + b * P->q_stride_b + h * P->q_stride_h +
-                       (st.i < 0 ? 0 : st.i) * P->q_stride_s;
+    const long q_row =
+        P->q_offset + b * P->q_stride_b + h * P->q_stride_h + (st.i < 0 ? 0 : st.i) * P->q_stride_s;
     for (int d = 0; d < DQK_PAD; d++)
         st.q[d] = (st.i >= 0 && d < P->dim_qk) ? LOAD_IN(Q, q_row + d) * q_scale : 0.0f;
     for (int e = 0; e < DV_PAD; e++) st.o[e] = 0.0f;
@@ -156,11 +153,11 @@ void attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global c
     st.sum = 0.0f;
     if (P->row_mode == 1) {
         for (long c = 0; c < P->dilation; c++)
-            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b,
-                       h, kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
+            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b, h,
+                       kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
     } else {
-        const long list_row = (P->layout_per_head ? h : 0) * P->dilation * P->tiles_per_class +
-                              tile;
+        const long list_row =
+            (P->layout_per_head ? h : 0) * P->dilation * P->tiles_per_class + tile;
         walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b,
                    h, kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
         if (P->has_global)

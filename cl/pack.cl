@@ -13,8 +13,7 @@
  * slot must not add 0 * V for keys a row does not see (0 * NaN is NaN).
  */
 /* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
-ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim,
-                                 int present) {
+ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim, int present) {
     if (!present || d0 >= dim) return (float16)0.0f;
     if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
     float lanes[16];
@@ -23,8 +22,8 @@ ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long
 }
 
 __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __global const IN_T *V,
-                        __global const int *gpos, int from_list, long slots,
-                        __global float *Kp, __global float *Vp, __global uchar *Vbad) {
+                        __global const int *gpos, int from_list, long slots, __global float *Kp,
+                        __global float *Vp, __global uchar *Vbad) {
     const long s = get_global_id(0), bh = get_global_id(1);
     if (s >= slots) return;
     long h, m;

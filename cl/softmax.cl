@@ -46,10 +46,10 @@ inline float group_sum(float value, __local float *scratch) {
     return result;
 }
 
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride,
-                  __global OUT_T *out, ulong out_offset, ulong out_row_stride, uint cols,
-                  float scale, __global float *lse, int write_lse) {
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride, __global OUT_T *out,
+             ulong out_offset, ulong out_row_stride, uint cols, float scale, __global float *lse,
+             int write_lse) {
     __local float scratch[WG_SIZE];
     const ulong row = get_group_id(0);
     const int lid = get_local_id(0);
@@ -92,11 +92,10 @@ void softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride,
  * lse: [B][Hq][Nq] float, natural log, written when P->write_lse.
  * One work-group per row: global (WG_SIZE * R, G), local (WG_SIZE, 1).
  */
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1)))
-void softmax_masked(__constant attn_params *P, __global float *scores, long group0, long row0,
-                    long key0, long keys, __global const float *bias,
-                    __global const uchar *is_global, __global const uchar *layout,
-                    __global float *lse) {
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+softmax_masked(__constant attn_params *P, __global float *scores, long group0, long row0, long key0,
+               long keys, __global const float *bias, __global const uchar *is_global,
+               __global const uchar *layout, __global float *lse) {
     __local float scratch[WG_SIZE];
     const long rows = get_num_groups(0), r = get_group_id(0), g = get_global_id(1);
     const int lid = get_local_id(0);

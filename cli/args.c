@@ -21,7 +21,8 @@ void cli_error(const char *command, const char *fmt, ...) {
 static const cli_option *find_option(const cli_args *args, const char *name, size_t len,
                                      size_t *index) {
     for (size_t i = 0; i < args->num_options; i++) {
-        if (strlen(args->options[i].name) == len && strncmp(args->options[i].name, name, len) == 0) {
+        if (strlen(args->options[i].name) == len &&
+            strncmp(args->options[i].name, name, len) == 0) {
             *index = i;
             return &args->options[i];
         }
@@ -108,8 +109,7 @@ int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *ou
     const char *s = args_get(args, name);
     char why[64];
     snprintf(why, sizeof why, "expected an integer >= %lld", (long long)min);
-    if (!s || to_int64(s, s + strlen(s), out) != 0 || *out < min)
-        return bad_value(args, name, why);
+    if (!s || to_int64(s, s + strlen(s), out) != 0 || *out < min) return bad_value(args, name, why);
     return 0;
 }
 
@@ -148,7 +148,7 @@ int parse_index_list(const cli_args *args, const char *name, int64_t **list, siz
     *list = malloc(cap * sizeof **list);
     *count = 0;
     if (!*list) return bad_value(args, name, "out of memory");
-    for (const char *start = s;; ) {
+    for (const char *start = s;;) {
         const char *end = strchr(start, ',');
         if (!end) end = start + strlen(start);
         int64_t v = 0;
@@ -182,7 +182,7 @@ int parse_word_list(const cli_args *args, const char *name, char storage[][64], 
                     size_t *count) {
     const char *s = args_get(args, name);
     *count = 0;
-    for (const char *start = s;; ) {
+    for (const char *start = s;;) {
         const char *end = strchr(start, ',');
         if (!end) end = start + strlen(start);
         size_t len = (size_t)(end - start);
@@ -202,7 +202,7 @@ int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *
     char why[96];
     snprintf(why, sizeof why, "expected a comma-separated list of integers >= %zu", min);
     *count = 0;
-    for (const char *start = s;; ) {
+    for (const char *start = s;;) {
         const char *end = strchr(start, ',');
         if (!end) end = start + strlen(start);
         int64_t v = 0;

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE  2
 #define MAX_OPTIONS 48
 
 typedef struct cli_option {

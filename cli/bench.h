@@ -11,25 +11,25 @@
 typedef enum bench_path { BENCH_FUSED, BENCH_GEMM, BENCH_HOST, BENCH_REFERENCE } bench_path;
 
 typedef struct bench_record {
-    size_t device;             /* device index (host and reference: the run's device anyway) */
+    size_t device; /* device index (host and reference: the run's device anyway) */
     bench_path path;
-    clattn_variant variant;    /* fused: the variant that ran */
+    clattn_variant variant; /* fused: the variant that ran */
     clattn_dtype dtype;
     size_t b, hq, hkv, nq, nk, dqk, dv;
     char pattern[96];
-    uint64_t pairs;            /* allowed (b, h, i, j) pairs */
-    double ms_min, ms_median;  /* wall time around the call, end to end (inputs on the device) */
+    uint64_t pairs;           /* allowed (b, h, i, j) pairs */
+    double ms_min, ms_median; /* wall time around the call, end to end (inputs on the device) */
     double kernel_min, kernel_median; /* OpenCL profiling events (device paths; 0 otherwise);
                                          CLBlast reports only its last kernel of each call */
-    double build_ms;           /* first call minus the median: building and caching kernels */
-    uint64_t device_bytes;     /* device memory the call allocated */
+    double build_ms;       /* first call minus the median: building and caching kernels */
+    uint64_t device_bytes; /* device memory the call allocated */
     uint64_t tiles_visited, tiles_total;
     char kernel[96];
 } bench_record;
 
 const char *bench_path_name(bench_path path);
-double bench_gflops(const bench_record *r);    /* 2 * pairs * (dqk + dv) / time */
-double bench_gbytes_s(const bench_record *r);  /* Q, K, V read once and O written once / time */
+double bench_gflops(const bench_record *r);   /* 2 * pairs * (dqk + dv) / time */
+double bench_gbytes_s(const bench_record *r); /* Q, K, V read once and O written once / time */
 
 void bench_print_header(const clattn_device_info *device);
 void bench_print_record(const bench_record *r);

@@ -18,16 +18,17 @@ static const char *variant_name(const bench_record *r) {
 }
 
 double bench_gflops(const bench_record *r) {
-    return r->ms_median > 0 ? 2.0 * (double)r->pairs * (double)(r->dqk + r->dv) /
-                                  (r->ms_median * 1e6)
-                            : 0;
+    return r->ms_median > 0
+               ? 2.0 * (double)r->pairs * (double)(r->dqk + r->dv) / (r->ms_median * 1e6)
+               : 0;
 }
 
 double bench_gbytes_s(const bench_record *r) {
     double in = r->dtype == CLATTN_F16 ? 2 : 4;
-    double bytes = in * (double)r->b *
-                   ((double)r->hq * r->nq * r->dqk + (double)r->hkv * r->nk * (r->dqk + r->dv)) +
-                   in * (double)r->b * r->hq * r->nq * r->dv;
+    double bytes =
+        in * (double)r->b *
+            ((double)r->hq * r->nq * r->dqk + (double)r->hkv * r->nk * (r->dqk + r->dv)) +
+        in * (double)r->b * r->hq * r->nq * r->dv;
     return r->ms_median > 0 ? bytes / (r->ms_median * 1e6) : 0;
 }
 
@@ -50,11 +51,10 @@ void bench_print_record(const bench_record *r) {
     if (r->kernel_median > 0) snprintf(kernel, sizeof kernel, "%.2f", r->kernel_median);
     printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %7s %9.2f %9.2f "
            "%9s %8.1f %7.2f %8.1f\n",
-           bench_path_name(r->path), variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32",
-           r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv, r->pattern,
+           bench_path_name(r->path), variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32", r->b,
+           r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv, r->pattern,
            full > 0 ? (double)r->pairs / full : 0, tiles, r->ms_min, r->ms_median, kernel,
-           bench_gflops(r), bench_gbytes_s(r),
-           (double)r->device_bytes / (1 << 20));
+           bench_gflops(r), bench_gbytes_s(r), (double)r->device_bytes / (1 << 20));
     fflush(stdout);
 }
 
@@ -78,8 +78,8 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
         if (clattn_device_get_info(r->device, &d) != CLATTN_SUCCESS) d.name[0] = '\0';
         csv_field(t, d.name);
         textbuf_printf(t, ",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),
-                       variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32", r->b, r->hq,
-                       r->hkv, r->nq, r->nk, r->dqk, r->dv);
+                       variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32", r->b, r->hq, r->hkv,
+                       r->nq, r->nk, r->dqk, r->dv);
         csv_field(t, r->pattern);
         textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu\n", (unsigned long long)r->pairs,
                        r->ms_min, r->ms_median, bench_gflops(r), bench_gbytes_s(r),
@@ -148,8 +148,8 @@ static size_t write_series(const bench_record *records, size_t count, const char
         snprintf(path, sizeof path, "%s/series-%zu.dat", dir, series);
         if (textbuf_write(&data, path, "bench") == 0)
             textbuf_printf(plot, "%s'%s' using 1:2 with linespoints title '%s %s'",
-                           series ? ", \\\n     " : "plot ", path,
-                           bench_path_name(records[i].path), records[i].pattern);
+                           series ? ", \\\n     " : "plot ", path, bench_path_name(records[i].path),
+                           records[i].pattern);
         textbuf_free(&data);
         series++;
     }
@@ -185,8 +185,10 @@ int bench_plot(const bench_record *records, size_t count, const char *dir, const
     if (rc) return series == 0 ? 0 : 1;
     snprintf(cmd, sizeof cmd, "gnuplot '%s' > /dev/null 2>&1", script);
     if (system(cmd) != 0) {
-        cli_error("bench", "gnuplot failed or is missing (apt-get install gnuplot-nox); run "
-                  "gnuplot %s to see why", script);
+        cli_error("bench",
+                  "gnuplot failed or is missing (apt-get install gnuplot-nox); run "
+                  "gnuplot %s to see why",
+                  script);
         return 1;
     }
     return 0;

@@ -3,7 +3,8 @@
  * devices. Each measurement warms up, then repeats; it reports the minimum and median of the
  * wall time around the call (end to end, with the inputs already on the device) and of the
  * kernel time (OpenCL profiling events), the build time of the first call separately, FLOP/s
- * over the allowed pairs only, bytes moved and the device memory the call allocated. See bench/README.md for the presets and results.
+ * over the allowed pairs only, bytes moved and the device memory the call allocated. See
+ * bench/README.md for the presets and results.
  */
 #include "args.h"
 #include "bench.h"
@@ -22,9 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_LIST 16
+#define MAX_LIST     16
 #define MAX_PATTERNS 16
-#define MAX_RECORDS 4096
+#define MAX_RECORDS  4096
 
 static const cli_option bench_options[] = {
     {"preset", "quick|paths|sparse", "a ready-made sweep (writes CSV, JSON and a plot to --out)"},
@@ -36,8 +37,9 @@ static const cli_option bench_options[] = {
     {"nk", "LIST", "key lengths (default: = nq)"},
     {"d", "LIST", "query/key head dims (default 64)"},
     {"dv", "LIST", "value head dims (default: = d)"},
-    {"pattern", "LIST", "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
-                        "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
+    {"pattern", "LIST",
+     "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
+     "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
     {"dtype", "f32|f16", "storage of Q, K, V and O (default f32)"},
     {"variant", "auto|cpu|gpu", "fused kernel variant (default auto)"},
     {"warmup", "N", "untimed runs first (default 1)"},
@@ -51,7 +53,15 @@ static const cli_option bench_options[] = {
 
 /* ---------------------------------------------------------------- patterns */
 
-typedef enum pattern_kind { P_FULL, P_CAUSAL, P_WINDOW, P_DILATED, P_BIGBIRD, P_LONGFORMER, P_BLOCKS } pattern_kind;
+typedef enum pattern_kind {
+    P_FULL,
+    P_CAUSAL,
+    P_WINDOW,
+    P_DILATED,
+    P_BIGBIRD,
+    P_LONGFORMER,
+    P_BLOCKS
+} pattern_kind;
 
 typedef struct bench_pattern {
     char text[96];
@@ -64,11 +74,14 @@ typedef struct bench_pattern {
 /* Splits "full,window:128,128,bigbird:64,3,2,3" into patterns: a word that starts with a digit
  * (or '-') belongs to the pattern before it. */
 static int split_patterns(const char *list, bench_pattern *out, size_t *count) {
-    static const struct { const char *name; pattern_kind kind; size_t min, max; } kinds[] = {
-        {"full", P_FULL, 0, 0},       {"causal", P_CAUSAL, 0, 0},
-        {"window", P_WINDOW, 2, 2},   {"dilated", P_DILATED, 3, 3},
-        {"bigbird", P_BIGBIRD, 4, 5}, {"longformer", P_LONGFORMER, 2, 2},
-        {"blocks", P_BLOCKS, 2, 2}};
+    static const struct {
+        const char *name;
+        pattern_kind kind;
+        size_t min, max;
+    } kinds[] = {{"full", P_FULL, 0, 0},       {"causal", P_CAUSAL, 0, 0},
+                 {"window", P_WINDOW, 2, 2},   {"dilated", P_DILATED, 3, 3},
+                 {"bigbird", P_BIGBIRD, 4, 5}, {"longformer", P_LONGFORMER, 2, 2},
+                 {"blocks", P_BLOCKS, 2, 2}};
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", list);
     *count = 0;
@@ -124,14 +137,24 @@ static void pattern_data_free(pattern_data *pd) {
 
 static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
     size_t block = (size_t)p->num[0];
-    clattn_pattern_desc pat = {CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
-                               (d->len_k + block - 1) / block, (size_t)p->num[1],
-                               (size_t)p->num[2], (size_t)p->num[3],
-                               p->count > 4 ? (uint64_t)p->num[4] : 0, 0, 0, NULL, 0, 0};
+    clattn_pattern_desc pat = {CLATTN_PATTERN_BIGBIRD,
+                               (d->len_q + block - 1) / block,
+                               (d->len_k + block - 1) / block,
+                               (size_t)p->num[1],
+                               (size_t)p->num[2],
+                               (size_t)p->num[3],
+                               p->count > 4 ? (uint64_t)p->num[4] : 0,
+                               0,
+                               0,
+                               NULL,
+                               0,
+                               0};
     if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
         clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
-        cli_error("bench", "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
-                  "RANDOM[,SEED])", p->text);
+        cli_error("bench",
+                  "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
+                  "RANDOM[,SEED])",
+                  p->text);
         return 1;
     }
     d->block_layout = pd->layout;
@@ -154,12 +177,13 @@ static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern
              (a.dtype == NPY_U8 || a.dtype == NPY_BOOL || a.dtype == NPY_I32);
     if (ok && (pd->layout = malloc(a.count)))
         for (size_t i = 0; i < a.count; i++)
-            pd->layout[i] = a.dtype == NPY_I32 ? ((int32_t *)a.data)[i] != 0
-                                               : ((uint8_t *)a.data)[i] != 0;
+            pd->layout[i] =
+                a.dtype == NPY_I32 ? ((int32_t *)a.data)[i] != 0 : ((uint8_t *)a.data)[i] != 0;
     else
-        cli_error("bench", "%s: a |u1, |b1 or <i4 layout of shape [%zu, %zu] or [%zu, %zu, %zu] "
-                  "is needed for Nq=%zu, Nk=%zu", p->file, rows, cols, d->heads_q, rows, cols,
-                  d->len_q, d->len_k);
+        cli_error("bench",
+                  "%s: a |u1, |b1 or <i4 layout of shape [%zu, %zu] or [%zu, %zu, %zu] "
+                  "is needed for Nq=%zu, Nk=%zu",
+                  p->file, rows, cols, d->heads_q, rows, cols, d->len_q, d->len_k);
     d->block_layout = pd->layout;
     d->block_q = bq, d->block_k = bk;
     d->block_layout_per_head = a.ndim == 3;
@@ -170,9 +194,13 @@ static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern
 /* Sets the desc's mask fields for a pattern. */
 static int apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
     switch (p->kind) {
-    case P_FULL: return 0;
-    case P_CAUSAL: d->causal = 1; return 0;
-    case P_DILATED: d->dilation = p->num[2] > 0 ? p->num[2] : 1; /* fall through */
+    case P_FULL:
+        return 0;
+    case P_CAUSAL:
+        d->causal = 1;
+        return 0;
+    case P_DILATED:
+        d->dilation = p->num[2] > 0 ? p->num[2] : 1; /* fall through */
     case P_WINDOW:
         d->window_left = p->num[0] < -1 ? -1 : p->num[0];
         d->window_right = p->num[1] < -1 ? -1 : p->num[1];
@@ -187,8 +215,10 @@ static int apply_pattern(const bench_pattern *p, clattn_attention_desc *d, patte
         d->num_global_tokens = g;
         return 0;
     }
-    case P_BIGBIRD: return bigbird_layout(p, d, pd);
-    case P_BLOCKS: return file_layout(p, d, pd);
+    case P_BIGBIRD:
+        return bigbird_layout(p, d, pd);
+    case P_BLOCKS:
+        return file_layout(p, d, pd);
     }
     return 1;
 }
@@ -226,7 +256,7 @@ static int parse_paths(const cli_args *args, bench_config *c) {
         }
         if (p == BENCH_HOST && !host_attention_available()) {
             cli_error("bench", "--path host: this build has no OpenBLAS (install libopenblas-dev "
-                      "and rebuild)");
+                               "and rebuild)");
             return EXIT_USAGE;
         }
         c->paths[c->num_paths++] = p;
@@ -255,13 +285,17 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         if (parse_choice(args, "variant", variants, &choice) != 0) return EXIT_USAGE;
         c->variant = (clattn_variant)choice;
     }
-    if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0) return EXIT_USAGE;
-    if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0) return EXIT_USAGE;
+    if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0)
+        return EXIT_USAGE;
+    if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
+        return EXIT_USAGE;
     if (args_has(args, "pattern") &&
         split_patterns(args_get(args, "pattern"), c->patterns, &c->num_patterns) != 0) {
-        cli_error("bench", "--pattern: expected a list of full, causal, window:L,R, "
+        cli_error("bench",
+                  "--pattern: expected a list of full, causal, window:L,R, "
                   "dilated:L,R,D, bigbird:BLOCK,W,G,R[,SEED], longformer:W,G or blocks:FILE,BQ,BK; "
-                  "got '%s'", args_get(args, "pattern"));
+                  "got '%s'",
+                  args_get(args, "pattern"));
         return EXIT_USAGE;
     }
     return 0;
@@ -321,8 +355,7 @@ static int parse_config(const cli_args *args, bench_config *c) {
     c->csv = args_get(args, "csv");
     c->json = args_get(args, "json");
     if (args_has(args, "out")) c->out = args_get(args, "out");
-    return cli_select_devices("bench", args_get(args, "device"), c->devices, 16,
-                              &c->num_devices);
+    return cli_select_devices("bench", args_get(args, "device"), c->devices, 16, &c->num_devices);
 }
 
 /* ---------------------------------------------------------------- measuring */
@@ -349,8 +382,8 @@ static void min_median(double *v, size_t n, double *min, double *median) {
 typedef struct bench_inputs {
     const clattn_attention_desc *desc;
     clattn_context *ctx;
-    cl_mem q, k, v, o;          /* device copies */
-    const void *hq, *hk, *hv;   /* host copies */
+    cl_mem q, k, v, o;        /* device copies */
+    const void *hq, *hk, *hv; /* host copies */
     void *ho;
 } bench_inputs;
 
@@ -370,9 +403,8 @@ static clattn_status run_once(const bench_inputs *in, bench_path path, double *w
     }
     *wall_ms = (seconds_now() - t0) * 1e3;
     clattn_stats stats;
-    *kernel_ms = path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == 0
-                     ? stats.kernel_ms
-                     : 0;
+    *kernel_ms =
+        path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == 0 ? stats.kernel_ms : 0;
     return status;
 }
 
@@ -445,8 +477,10 @@ static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype 
         for (size_t i = 0; t < 3 && i < count[t]; i++) {
             state = state * 6364136223846793005ull + 1442695040888963407ull;
             float x = (float)((double)(state >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-            if (dtype == CLATTN_F16) ((uint16_t *)s->host[t])[i] = float_to_half(x);
-            else ((float *)s->host[t])[i] = x;
+            if (dtype == CLATTN_F16)
+                ((uint16_t *)s->host[t])[i] = float_to_half(x);
+            else
+                ((float *)s->host[t])[i] = x;
         }
         cl_int err = CL_SUCCESS;
         s->dev[t] = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR,
@@ -455,8 +489,8 @@ static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype 
     }
     return 0;
 fail:
-    cli_error("bench", "cannot allocate the inputs of B=%zu Hq=%zu Nq=%zu Nk=%zu D=%zu",
-              shape[L_B], shape[L_HQ], shape[L_NQ], shape[L_NK], shape[L_D]);
+    cli_error("bench", "cannot allocate the inputs of B=%zu Hq=%zu Nq=%zu Nk=%zu D=%zu", shape[L_B],
+              shape[L_HQ], shape[L_NQ], shape[L_NK], shape[L_D]);
     shape_free(s);
     return 1;
 }
@@ -487,8 +521,8 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
         run->done += c->num_paths;
         return;
     }
-    bench_inputs in = {&d, ctx, s->dev[0], s->dev[1], s->dev[2], s->dev[3],
-                       s->host[0], s->host[1], s->host[2], s->host[3]};
+    bench_inputs in = {&d,        ctx,        s->dev[0],  s->dev[1],  s->dev[2],
+                       s->dev[3], s->host[0], s->host[1], s->host[2], s->host[3]};
     for (size_t i = 0; i < c->num_paths && run->num_records < MAX_RECORDS; i++) {
         bench_record *r = &run->records[run->num_records];
         fill_record(r, device, c->paths[i], &d, p);

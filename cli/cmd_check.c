@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CASES 160
+#define MAX_CASES   160
 #define MAX_DEVICES 16
-#define MAX_RUNS 64 /* (device, path, variant) rows */
+#define MAX_RUNS    64 /* (device, path, variant) rows */
 
 static const cli_option check_options[] = {
     {"device", "SPEC", "devices to check (default all)"},
@@ -54,8 +54,9 @@ static attn_case *add_case(sweep *s, size_t b, size_t hq, size_t hkv, size_t nq,
 /* Lengths that are not tile multiples, head dims, heads, causal alignment, float16. */
 static void add_dense_cases(sweep *s, int quick) {
     static const size_t lengths[] = {1, 7, 113, 203, 1023, 1025};
-    static const size_t dims[][2] = {{1, 1}, {3, 3}, {32, 32}, {59, 59}, {64, 64}, {80, 80},
-                                     {96, 96}, {111, 111}, {128, 128}, {256, 256}, {192, 128}};
+    static const size_t dims[][2] = {{1, 1},     {3, 3},     {32, 32},  {59, 59},
+                                     {64, 64},   {80, 80},   {96, 96},  {111, 111},
+                                     {128, 128}, {256, 256}, {192, 128}};
     static const size_t heads[][2] = {{4, 4}, {4, 2}, {8, 1}};
     static const size_t causal[][2] = {{17, 100}, {64, 64}, {100, 17}};
     size_t n_lengths = quick ? 4 : 6, n_dims = quick ? 5 : 11;
@@ -64,7 +65,8 @@ static void add_dense_cases(sweep *s, int quick) {
     for (size_t i = 0; i < n_dims; i++)
         add_case(s, 1, 2, 1, 37, 53, dims[i][0], dims[i][1])->causal = i % 2;
     for (size_t i = 0; i < 3; i++) add_case(s, 2, heads[i][0], heads[i][1], 29, 41, 32, 32);
-    for (size_t i = 0; i < 3; i++) add_case(s, 1, 2, 2, causal[i][0], causal[i][1], 32, 32)->causal = 1;
+    for (size_t i = 0; i < 3; i++)
+        add_case(s, 1, 2, 2, causal[i][0], causal[i][1], 32, 32)->causal = 1;
     for (int i = 0; i < 3; i++) {
         attn_case *c = add_case(s, 2, 4, 2, 45, 67, 64, 48);
         c->dtype = i != 1 ? CLATTN_F16 : CLATTN_F32;
@@ -214,8 +216,8 @@ static double seconds_now(void) {
 }
 
 /* Writes a case's inputs into DIR/case-N and prints the clattn run line that computes it. */
-static void dump_case(const check_plan *plan, const attn_case *c, size_t index,
-                         clattn_path path, size_t device) {
+static void dump_case(const check_plan *plan, const attn_case *c, size_t index, clattn_path path,
+                      size_t device) {
     char dir[1024], cmd[4096], err[512], dev[32];
     snprintf(dir, sizeof dir, "%s/case-%zu", plan->dump_dir, index);
     snprintf(dev, sizeof dev, "%zu", device);
@@ -230,15 +232,14 @@ static void dump_case(const check_plan *plan, const attn_case *c, size_t index,
         printf("  inputs in %s; compute it with: %s\n", dir, cmd);
 }
 
-static void report_failure(check_plan *plan, const attn_case *c, size_t index,
-                           const run_row *row, const case_result *r) {
+static void report_failure(check_plan *plan, const attn_case *c, size_t index, const run_row *row,
+                           const case_result *r) {
     char what[512];
     case_describe(c, what, sizeof what);
     fprintf(stderr, "FAIL case %zu on device %zu, path %s, variant %s: %s\n  %s\n", index,
             row->device, path_name(row->path), variant_name(row->variant), what, r->message);
     fprintf(stderr, "  replay with: clattn check --case %zu --device %zu --path %s%s%s%s\n", index,
-            row->device, path_name(row->path),
-            row->path == CLATTN_PATH_FUSED ? " --variant " : "",
+            row->device, path_name(row->path), row->path == CLATTN_PATH_FUSED ? " --variant " : "",
             row->path == CLATTN_PATH_FUSED ? variant_name(row->variant) : "",
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
     if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
@@ -252,12 +253,15 @@ static void run_row_cases(check_plan *plan, clattn_context *ctx, const sweep *s,
     for (size_t i = 0; i < s->count; i++) {
         if (plan->only_case >= 0 && (size_t)plan->only_case != i) continue;
         if (progress)
-            fprintf(stderr, "\rdevice %zu %s %s: case %zu/%zu ", row->device,
-                    path_name(row->path), variant_name(row->variant), i + 1, s->count);
+            fprintf(stderr, "\rdevice %zu %s %s: case %zu/%zu ", row->device, path_name(row->path),
+                    variant_name(row->variant), i + 1, s->count);
         case_result r;
         case_run(ctx, &s->cases[i], row->path, row->variant, &r);
         int ok = r.status == CLATTN_SUCCESS && r.mismatches == 0;
-        if (ok) row->passed++; else row->failed++;
+        if (ok)
+            row->passed++;
+        else
+            row->failed++;
         if (r.worst > row->worst) row->worst = r.worst;
         if (plan->verbose) {
             char what[512];
@@ -266,7 +270,8 @@ static void run_row_cases(check_plan *plan, clattn_context *ctx, const sweep *s,
                    r.ms, what);
         }
         if (progress) fprintf(stderr, "\r%60s\r", "");
-        if (!ok) report_failure(plan, &s->cases[i], i, row, &r);
+        if (!ok)
+            report_failure(plan, &s->cases[i], i, row, &r);
         else if (plan->only_case >= 0 && plan->dump_dir)
             dump_case(plan, &s->cases[i], i, row->path, row->device);
     }
@@ -301,8 +306,8 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
             memset(row, 0, sizeof *row);
             row->device = device;
             row->path = plan->paths[p];
-            row->variant = fused ? (v ? CLATTN_VARIANT_GPU : CLATTN_VARIANT_CPU)
-                                 : CLATTN_VARIANT_AUTO;
+            row->variant =
+                fused ? (v ? CLATTN_VARIANT_GPU : CLATTN_VARIANT_CPU) : CLATTN_VARIANT_AUTO;
             run_row_cases(plan, ctx, s, row);
             print_row(plan, row);
         }

@@ -15,9 +15,12 @@ static const char *type_name(cl_device_type type) {
 }
 
 static void format_bytes(cl_ulong bytes, char *out, size_t size) {
-    if (bytes >= (1ull << 30)) snprintf(out, size, "%.1f GiB", (double)bytes / (1ull << 30));
-    else if (bytes >= (1ull << 20)) snprintf(out, size, "%.1f MiB", (double)bytes / (1ull << 20));
-    else snprintf(out, size, "%.0f KiB", (double)bytes / 1024.0);
+    if (bytes >= (1ull << 30))
+        snprintf(out, size, "%.1f GiB", (double)bytes / (1ull << 30));
+    else if (bytes >= (1ull << 20))
+        snprintf(out, size, "%.1f MiB", (double)bytes / (1ull << 20));
+    else
+        snprintf(out, size, "%.0f KiB", (double)bytes / 1024.0);
 }
 
 static void print_device(const clattn_device_info *d, int is_default) {
@@ -35,11 +38,10 @@ static void print_device(const clattn_device_info *d, int is_default) {
     }
     char pair[16];
     snprintf(pair, sizeof pair, "%u:%u", d->platform_index, d->device_index);
-    printf("%-3zu %-5s %-4s %-44.44s %4u %10s %9s %10s %5zu %5u/%-3u %-4s %s%s\n", d->index,
-           pair, type_name(d->type), d->name, d->compute_units, global, local, alloc,
-           d->max_work_group_size, d->preferred_vector_width_float,
-           d->preferred_vector_width_half, d->has_fp16 ? "yes" : "no", subgroups,
-           is_default ? "  (default)" : "");
+    printf("%-3zu %-5s %-4s %-44.44s %4u %10s %9s %10s %5zu %5u/%-3u %-4s %s%s\n", d->index, pair,
+           type_name(d->type), d->name, d->compute_units, global, local, alloc,
+           d->max_work_group_size, d->preferred_vector_width_float, d->preferred_vector_width_half,
+           d->has_fp16 ? "yes" : "no", subgroups, is_default ? "  (default)" : "");
     printf("    platform %s (%s), driver %s, %s\n", d->platform_name, d->platform_version,
            d->driver_version, d->opencl_c_version);
 }
@@ -86,8 +88,10 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
     const char *shown = spec && *spec ? spec : getenv("CLATTN_DEVICE");
     status = clattn_device_select(spec, indices, capacity, count);
     if (status == CLATTN_ERR_INVALID_ARGUMENT) {
-        cli_error(command, "--device: '%s' is not a device spec (INDEX, P:D, a name, or "
-                           "gpu|cpu|accelerator|all)", shown ? shown : "");
+        cli_error(command,
+                  "--device: '%s' is not a device spec (INDEX, P:D, a name, or "
+                  "gpu|cpu|accelerator|all)",
+                  shown ? shown : "");
         return 1;
     }
     if (status != CLATTN_SUCCESS) {
@@ -105,8 +109,8 @@ int cli_open_context(const char *command, const char *spec, clattn_context **ctx
     if (cli_select_devices(command, spec, &index, 1, &count) != 0) return 1;
     clattn_status status = clattn_context_create(ctx, index);
     if (status != CLATTN_SUCCESS) {
-        cli_error(command, "cannot open device %zu: %s (%s)", index,
-                  clattn_status_string(status), clattn_status_name(status));
+        cli_error(command, "cannot open device %zu: %s (%s)", index, clattn_status_string(status),
+                  clattn_status_name(status));
         return 1;
     }
     return 0;

@@ -1,8 +1,8 @@
 /*
  * clattn run: attention from .npy files (SPEC section 5). Q, K, V are 4-D in the chosen
  * layout; the bias is [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] whatever the layout (as PyTorch's
- * attn_mask; size-1 dimensions broadcast); a block layout is 2-D (shared) or 3-D (one per query head). Outputs are
- * written whole or not at all.
+ * attn_mask; size-1 dimensions broadcast); a block layout is 2-D (shared) or 3-D (one per query
+ * head). Outputs are written whole or not at all.
  */
 #include "args.h"
 #include "commands.h"
@@ -40,8 +40,8 @@ static const cli_option run_options[] = {
 /* What the command holds while it runs; released by run_release. */
 typedef struct run_state {
     npy_array q, k, v, bias, layout;
-    float *bias_f32;       /* the bias widened to float32, when it was stored as float16 */
-    uint8_t *layout_u8;    /* the layout as 0/1 bytes */
+    float *bias_f32;    /* the bias widened to float32, when it was stored as float16 */
+    uint8_t *layout_u8; /* the layout as 0/1 bytes */
     int64_t *globals;
     clattn_attention_desc desc;
     clattn_layout layout_kind;
@@ -85,10 +85,10 @@ static int tensor_dims(const cli_args *args, const char *option, const npy_array
         return 1;
     }
     int bshd = layout == CLATTN_LAYOUT_BSHD;
-    dims[0] = a->shape[0];                 /* B */
-    dims[1] = a->shape[bshd ? 1 : 2];      /* N */
-    dims[2] = a->shape[bshd ? 2 : 1];      /* H */
-    dims[3] = a->shape[3];                 /* D */
+    dims[0] = a->shape[0];            /* B */
+    dims[1] = a->shape[bshd ? 1 : 2]; /* N */
+    dims[2] = a->shape[bshd ? 2 : 1]; /* H */
+    dims[3] = a->shape[3];            /* D */
     return 0;
 }
 
@@ -112,8 +112,8 @@ static int setup_shapes(const cli_args *args, run_state *s) {
         return 1;
     }
     if (k[1] != v[1] || k[2] != v[2]) {
-        cli_error("run", "%s has %zu keys in %zu heads but %s has %zu in %zu heads", kf, k[1],
-                  k[2], vf, v[1], v[2]);
+        cli_error("run", "%s has %zu keys in %zu heads but %s has %zu in %zu heads", kf, k[1], k[2],
+                  vf, v[1], v[2]);
         return 1;
     }
     if (k[3] != q[3]) {
@@ -121,12 +121,11 @@ static int setup_shapes(const cli_args *args, run_state *s) {
         return 1;
     }
     if (q[2] % k[2] != 0) {
-        cli_error("run", "%s has %zu heads, not a multiple of the %zu heads of %s", qf, q[2],
-                  k[2], kf);
+        cli_error("run", "%s has %zu heads, not a multiple of the %zu heads of %s", qf, q[2], k[2],
+                  kf);
         return 1;
     }
-    clattn_attention_desc_init(&s->desc, s->layout_kind, q[0], q[2], k[2], q[1], k[1], q[3],
-                               v[3]);
+    clattn_attention_desc_init(&s->desc, s->layout_kind, q[0], q[2], k[2], q[1], k[1], q[3], v[3]);
     s->desc.dtype = s->q.dtype == NPY_F16 ? CLATTN_F16 : CLATTN_F32;
     s->desc.out_dtype = s->desc.dtype;
     return 0;
@@ -150,7 +149,8 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
     if ((L->ndim != 2 && L->ndim != 3) || L->shape[L->ndim - 2] != bq_count ||
         L->shape[L->ndim - 1] != bk_count ||
         (per_head && L->shape[0] != s->desc.heads_q && L->shape[0] != 1)) {
-        cli_error("run", "%s: layout shape must be [%zu, %zu] or [%zu (heads), %zu, %zu] for "
+        cli_error("run",
+                  "%s: layout shape must be [%zu, %zu] or [%zu (heads), %zu, %zu] for "
                   "Nq=%zu, Nk=%zu and blocks %lld,%lld",
                   file, bq_count, bk_count, s->desc.heads_q, bq_count, bk_count, s->desc.len_q,
                   s->desc.len_k, (long long)bq, (long long)bk);
@@ -181,10 +181,12 @@ static int setup_bias(const cli_args *args, run_state *s) {
     const npy_array *b = &s->bias;
     const clattn_attention_desc *d = &s->desc;
     size_t shape[4] = {1, 1, 0, 0};
-    if (b->ndim >= 2 && b->ndim <= 4) memcpy(shape + 4 - b->ndim, b->shape, b->ndim * sizeof(size_t));
+    if (b->ndim >= 2 && b->ndim <= 4)
+        memcpy(shape + 4 - b->ndim, b->shape, b->ndim * sizeof(size_t));
     if (b->ndim < 2 || shape[2] != d->len_q || shape[3] != d->len_k ||
         (shape[1] != 1 && shape[1] != d->heads_q) || (shape[0] != 1 && shape[0] != d->batch)) {
-        cli_error("run", "%s: bias shape must be [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] with "
+        cli_error("run",
+                  "%s: bias shape must be [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] with "
                   "Nq=%zu, Nk=%zu, H in {1,%zu}, B in {1,%zu}",
                   file, d->len_q, d->len_k, d->heads_q, d->batch);
         return 1;
@@ -266,8 +268,8 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
         return 1;
     }
     if (d->path == CLATTN_PATH_REFERENCE) {
-        clattn_status status = clattn_attention_reference(d, s->q.data, s->k.data, s->v.data,
-                                                          s->o, s->lse);
+        clattn_status status =
+            clattn_attention_reference(d, s->q.data, s->k.data, s->v.data, s->o, s->lse);
         if (status != CLATTN_SUCCESS) {
             cli_report("run", "reference", status, NULL);
             return 1;
@@ -306,9 +308,8 @@ static int write_outputs(const cli_args *args, const run_state *s) {
         cli_error("run", "%s", err);
         return 1;
     }
-    if (args_has(args, "lse") &&
-        npy_write(args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, err, sizeof err) !=
-            CLATTN_SUCCESS) {
+    if (args_has(args, "lse") && npy_write(args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse,
+                                           err, sizeof err) != CLATTN_SUCCESS) {
         cli_error("run", "%s", err);
         return 1;
     }
@@ -344,9 +345,9 @@ static int compare_with(const cli_args *args, const run_state *s) {
     int f16 = d->dtype == CLATTN_F16 || d->out_dtype == CLATTN_F16 || ref.dtype == NPY_F16;
     if (got && want && want64)
         compare_values("O", got, want64, count, f16 ? 2e-3 : 2e-5, f16 ? 4e-3 : 2e-4, &result);
-    printf("compare with %s: %zu of %zu values outside the tolerance; worst %.3g of it%s%s\n",
-           file, result.mismatches, result.checked, result.worst,
-           result.mismatches ? "; first: " : "", result.mismatches ? result.message : "");
+    printf("compare with %s: %zu of %zu values outside the tolerance; worst %.3g of it%s%s\n", file,
+           result.mismatches, result.checked, result.worst, result.mismatches ? "; first: " : "",
+           result.mismatches ? result.message : "");
     int rc = !got || !want || !want64 || result.mismatches ? 1 : 0;
     free(got), free(want), free(want64);
     npy_free(&ref);
@@ -379,8 +380,7 @@ static int run_with_args(const cli_args *args, run_state *s) {
     if (!rc)
         printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
                args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv,
-               s->desc.len_q, s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where,
-               elapsed * 1e3);
+               s->desc.len_q, s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where, elapsed * 1e3);
     return rc;
 }
 

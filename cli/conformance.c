@@ -59,7 +59,8 @@ static void case_free(case_data *data) {
 /* Fills `bytes` of storage with uniform values in the dtype. */
 static void fill_tensor(void *data, size_t bytes, clattn_dtype dtype, uint64_t *state) {
     if (dtype == CLATTN_F16)
-        for (size_t i = 0; i < bytes / 2; i++) ((uint16_t *)data)[i] = float_to_half(uniform(state));
+        for (size_t i = 0; i < bytes / 2; i++)
+            ((uint16_t *)data)[i] = float_to_half(uniform(state));
     else
         for (size_t i = 0; i < bytes / 4; i++) ((float *)data)[i] = uniform(state);
 }
@@ -128,13 +129,17 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     fill_tensor(data->k, data->ext.k, c->dtype, &state);
     fill_tensor(data->v, data->ext.v, c->dtype, &state);
     if (c->nan_key) { /* K[b=0, kvh=0, j=0, 0] */
-        if (c->dtype == CLATTN_F16) ((uint16_t *)data->k)[d->k.offset] = 0x7e00;
-        else ((float *)data->k)[d->k.offset] = NAN;
+        if (c->dtype == CLATTN_F16)
+            ((uint16_t *)data->k)[d->k.offset] = 0x7e00;
+        else
+            ((float *)data->k)[d->k.offset] = NAN;
     }
     if (c->bad_value && c->nk > 1) { /* V[b=0, kvh=0, j=1, 0] */
         size_t at = d->v.offset + d->v.stride_seq;
-        if (c->dtype == CLATTN_F16) ((uint16_t *)data->v)[at] = c->bad_value == 1 ? 0x7e00 : 0x7c00;
-        else ((float *)data->v)[at] = c->bad_value == 1 ? NAN : INFINITY;
+        if (c->dtype == CLATTN_F16)
+            ((uint16_t *)data->v)[at] = c->bad_value == 1 ? 0x7e00 : 0x7c00;
+        else
+            ((float *)data->v)[at] = c->bad_value == 1 ? NAN : INFINITY;
     }
     return reference_attention(d, data->q, data->k, data->v, data->bias, data->ref_o,
                                data->ref_lse);
@@ -151,7 +156,8 @@ void compare_values(const char *what, const float *got, const double *ref, size_
     for (size_t i = 0; i < n; i++) {
         double tolerance = atol + rtol * fabs(ref[i]);
         int ok = value_ok(got[i], ref[i], tolerance);
-        if (isfinite(ref[i]) && isfinite(got[i]) && fabs(got[i] - ref[i]) / tolerance > result->worst)
+        if (isfinite(ref[i]) && isfinite(got[i]) &&
+            fabs(got[i] - ref[i]) / tolerance > result->worst)
             result->worst = fabs(got[i] - ref[i]) / tolerance;
         result->checked++;
         if (ok) continue;
@@ -296,11 +302,11 @@ static clattn_status dump_inputs(const attn_case *c, const case_data *data, cons
     return s;
 }
 
-
 /* The `clattn run` line that computes the case from the dumped files. */
 static void replay_command(const attn_case *c, const char *dir, const char *path_name,
                            const char *device, char *cmd, size_t size) {
-    snprintf(cmd, size, "clattn run --q %s/q.npy --k %s/k.npy --v %s/v.npy --out %s/o.npy "
+    snprintf(cmd, size,
+             "clattn run --q %s/q.npy --k %s/k.npy --v %s/v.npy --out %s/o.npy "
              "--lse %s/lse.npy --layout %s --out-dtype %s --path %s --device %s",
              dir, dir, dir, dir, dir, c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd",
              c->out_dtype == CLATTN_F16 ? "f16" : "f32", path_name, device);

@@ -13,7 +13,12 @@
 
 #define CASE_MAX_GLOBALS 8
 
-typedef enum case_layout { LAYOUT_NONE, LAYOUT_SHARED, LAYOUT_PER_HEAD, LAYOUT_ALL_ONES } case_layout;
+typedef enum case_layout {
+    LAYOUT_NONE,
+    LAYOUT_SHARED,
+    LAYOUT_PER_HEAD,
+    LAYOUT_ALL_ONES
+} case_layout;
 typedef enum case_bias { BIAS_NONE, BIAS_FULL, BIAS_BROADCAST } case_bias;
 
 typedef struct attn_case {
@@ -26,22 +31,22 @@ typedef struct attn_case {
     size_t num_globals;
     case_layout block_layout; /* random 0/1 blocks (seeded), or all ones */
     size_t bq, bk;
-    case_bias bias;            /* random values with some -inf; BROADCAST: one [Nq,Nk] matrix */
-    size_t offset;             /* extra element offset of every tensor */
-    float scale;               /* 0: default */
-    int nan_key;               /* poison K row 0 of kv head 0 with NaN */
-    int bad_value;             /* poison V row 1 of kv head 0: 1 NaN, 2 +inf (rows that do not
-                                  see key 1 must stay finite) */
-    size_t gemm_budget_bytes;  /* desc->gemm_budget_bytes: the gemm path's score budget */
+    case_bias bias;           /* random values with some -inf; BROADCAST: one [Nq,Nk] matrix */
+    size_t offset;            /* extra element offset of every tensor */
+    float scale;              /* 0: default */
+    int nan_key;              /* poison K row 0 of kv head 0 with NaN */
+    int bad_value;            /* poison V row 1 of kv head 0: 1 NaN, 2 +inf (rows that do not
+                                 see key 1 must stay finite) */
+    size_t gemm_budget_bytes; /* desc->gemm_budget_bytes: the gemm path's score budget */
     uint64_t seed;
 } attn_case;
 
 typedef struct case_result {
     clattn_status status;
     size_t checked, mismatches;
-    double worst;              /* largest |got - ref| / tolerance (<= 1 passes) */
-    double ms;                 /* wall time of the call */
-    char message[512];         /* the first mismatch, or the error */
+    double worst;      /* largest |got - ref| / tolerance (<= 1 passes) */
+    double ms;         /* wall time of the call */
+    char message[512]; /* the first mismatch, or the error */
     clattn_stats stats;
 } case_result;
 
@@ -66,8 +71,7 @@ void compare_values(const char *what, const float *got, const double *ref, size_
  * command that computes it from them into cmd. @return CLATTN_SUCCESS or the failing status
  * with `err` naming the file. */
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
-                        const char *device, char *cmd, size_t cmd_size, char *err,
-                        size_t err_size);
+                        const char *device, char *cmd, size_t cmd_size, char *err, size_t err_size);
 
 /* LSE: |got - ref| <= 1e-4 * max(1, |ref|); -inf must match exactly. */
 void compare_lse_values(const float *got, const double *ref, size_t n, case_result *result);

@@ -25,7 +25,7 @@
 #endif
 
 #define HOST_SCORE_BUDGET ((size_t)256 << 20)
-#define MAX_THREADS 64
+#define MAX_THREADS       64
 
 int host_attention_available(void) {
 #ifdef CLATTN_HAVE_OPENBLAS
@@ -41,11 +41,11 @@ int host_attention_available(void) {
 typedef struct softmax_job {
     const mask_spec *mask;
     const clattn_attention_desc *d;
-    float *scores;          /* [rows][len_k] */
-    float *lse;             /* [B][Hq][Nq], or NULL */
-    size_t b, h, row0;      /* the chunk: query rows row0... of (b, h) */
+    float *scores;     /* [rows][len_k] */
+    float *lse;        /* [B][Hq][Nq], or NULL */
+    size_t b, h, row0; /* the chunk: query rows row0... of (b, h) */
     size_t row_begin, row_end;
-    int dense;              /* no mask: skip the per-pair rule */
+    int dense; /* no mask: skip the per-pair rule */
 } softmax_job;
 
 /* Masked softmax of one score row in place; returns its LSE. */
@@ -104,19 +104,19 @@ static void host_chunk(const clattn_attention_desc *d, const mask_spec *mask, in
                        const float *q, const float *k, const float *v, float *o, float *lse,
                        float *scores, size_t b, size_t h, size_t row0, size_t rows) {
     size_t kvh = h / (d->heads_q / d->heads_kv);
-    const float *qb = q + d->q.offset + b * d->q.stride_batch + h * d->q.stride_head +
-                      row0 * d->q.stride_seq;
+    const float *qb =
+        q + d->q.offset + b * d->q.stride_batch + h * d->q.stride_head + row0 * d->q.stride_seq;
     const float *kb = k + d->k.offset + b * d->k.stride_batch + kvh * d->k.stride_head;
     const float *vb = v + d->v.offset + b * d->v.stride_batch + kvh * d->v.stride_head;
-    float *ob = o + d->o.offset + b * d->o.stride_batch + h * d->o.stride_head +
-                row0 * d->o.stride_seq;
+    float *ob =
+        o + d->o.offset + b * d->o.stride_batch + h * d->o.stride_head + row0 * d->o.stride_seq;
     int nk = (int)d->len_k, dqk = (int)d->dim_qk, dv = (int)d->dim_v;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, nk, dqk, desc_scale(d), qb,
                 (int)d->q.stride_seq, kb, (int)d->k.stride_seq, 0.0f, scores, nk);
     softmax_job job = {mask, d, scores, lse, b, h, row0, 0, 0, dense};
     softmax_chunk(&job, rows);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, dv, nk, 1.0f, scores, nk,
-                vb, (int)d->v.stride_seq, 0.0f, ob, (int)d->o.stride_seq);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, dv, nk, 1.0f, scores, nk, vb,
+                (int)d->v.stride_seq, 0.0f, ob, (int)d->o.stride_seq);
 }
 
 clattn_status host_attention(const clattn_attention_desc *d, const float *q, const float *k,

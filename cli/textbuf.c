@@ -40,9 +40,12 @@ void textbuf_json_string(textbuf *t, const char *s) {
     textbuf_printf(t, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') textbuf_printf(t, "\\%c", c);
-        else if (c < 0x20) textbuf_printf(t, "\\u%04x", c);
-        else textbuf_printf(t, "%c", c);
+        if (c == '"' || c == '\\')
+            textbuf_printf(t, "\\%c", c);
+        else if (c < 0x20)
+            textbuf_printf(t, "\\u%04x", c);
+        else
+            textbuf_printf(t, "%c", c);
     }
     textbuf_printf(t, "\"");
 }

@@ -40,11 +40,11 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 
-#define CLATTN_VERSION_MAJOR 0
-#define CLATTN_VERSION_MINOR 1
-#define CLATTN_VERSION_PATCH 0
+#define CLATTN_VERSION_MAJOR  0
+#define CLATTN_VERSION_MINOR  1
+#define CLATTN_VERSION_PATCH  0
 #define CLATTN_VERSION_STRING "0.1.0"
-#define CLATTN_VERSION_NUMBER \
+#define CLATTN_VERSION_NUMBER                                                                      \
     (CLATTN_VERSION_MAJOR * 10000 + CLATTN_VERSION_MINOR * 100 + CLATTN_VERSION_PATCH)
 
 /** @return the library's version as "MAJOR.MINOR.PATCH" (static storage). */
@@ -56,86 +56,84 @@ CLATTN_API const char *clattn_version(void);
  * X(name, value, description). OpenCL codes keep their values and names; the library's own
  * codes sit in -7001..-7099. Values are stable: new codes are only ever appended.
  */
-#define CLATTN_STATUS_MAP(X)                                                                   \
-    X(SUCCESS, 0, "success")                                                            \
-    X(CL_DEVICE_NOT_FOUND, -1, "no OpenCL device of the requested type")                       \
-    X(CL_DEVICE_NOT_AVAILABLE, -2, "OpenCL device not available")                              \
-    X(CL_COMPILER_NOT_AVAILABLE, -3, "OpenCL compiler not available")                          \
-    X(CL_MEM_OBJECT_ALLOCATION_FAILURE, -4, "device memory allocation failed")                 \
-    X(CL_OUT_OF_RESOURCES, -5, "device out of resources")                                      \
-    X(CL_OUT_OF_HOST_MEMORY, -6, "OpenCL runtime out of host memory")                          \
-    X(CL_PROFILING_INFO_NOT_AVAILABLE, -7, "profiling information not available")              \
-    X(CL_MEM_COPY_OVERLAP, -8, "overlapping memory copy")                                      \
-    X(CL_IMAGE_FORMAT_MISMATCH, -9, "image format mismatch")                                   \
-    X(CL_IMAGE_FORMAT_NOT_SUPPORTED, -10, "image format not supported")                        \
-    X(CL_BUILD_PROGRAM_FAILURE, -11, "OpenCL program build failed")                            \
-    X(CL_MAP_FAILURE, -12, "buffer map failed")                                                \
-    X(CL_MISALIGNED_SUB_BUFFER_OFFSET, -13, "misaligned sub-buffer offset")                    \
-    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, -14, "an event in the wait list failed")   \
-    X(CL_COMPILE_PROGRAM_FAILURE, -15, "OpenCL program compile failed")                        \
-    X(CL_LINKER_NOT_AVAILABLE, -16, "OpenCL linker not available")                             \
-    X(CL_LINK_PROGRAM_FAILURE, -17, "OpenCL program link failed")                              \
-    X(CL_DEVICE_PARTITION_FAILED, -18, "device partition failed")                              \
-    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE, -19, "kernel argument info not available")             \
-    X(CL_INVALID_VALUE, -30, "invalid value passed to OpenCL")                                 \
-    X(CL_INVALID_DEVICE_TYPE, -31, "invalid device type")                                      \
-    X(CL_INVALID_PLATFORM, -32, "invalid platform")                                            \
-    X(CL_INVALID_DEVICE, -33, "invalid device")                                                \
-    X(CL_INVALID_CONTEXT, -34, "invalid OpenCL context")                                       \
-    X(CL_INVALID_QUEUE_PROPERTIES, -35, "invalid queue properties")                            \
-    X(CL_INVALID_COMMAND_QUEUE, -36, "invalid command queue")                                  \
-    X(CL_INVALID_HOST_PTR, -37, "invalid host pointer")                                        \
-    X(CL_INVALID_MEM_OBJECT, -38, "invalid buffer (cl_mem)")                                   \
-    X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR, -39, "invalid image format descriptor")              \
-    X(CL_INVALID_IMAGE_SIZE, -40, "invalid image size")                                        \
-    X(CL_INVALID_SAMPLER, -41, "invalid sampler")                                              \
-    X(CL_INVALID_BINARY, -42, "invalid program binary")                                        \
-    X(CL_INVALID_BUILD_OPTIONS, -43, "invalid build options")                                  \
-    X(CL_INVALID_PROGRAM, -44, "invalid program")                                              \
-    X(CL_INVALID_PROGRAM_EXECUTABLE, -45, "program not built for the device")                  \
-    X(CL_INVALID_KERNEL_NAME, -46, "kernel name not found in program")                         \
-    X(CL_INVALID_KERNEL_DEFINITION, -47, "invalid kernel definition")                          \
-    X(CL_INVALID_KERNEL, -48, "invalid kernel")                                                \
-    X(CL_INVALID_ARG_INDEX, -49, "invalid kernel argument index")                              \
-    X(CL_INVALID_ARG_VALUE, -50, "invalid kernel argument value")                              \
-    X(CL_INVALID_ARG_SIZE, -51, "invalid kernel argument size")                                \
-    X(CL_INVALID_KERNEL_ARGS, -52, "kernel arguments not set")                                 \
-    X(CL_INVALID_WORK_DIMENSION, -53, "invalid work dimension")                                \
-    X(CL_INVALID_WORK_GROUP_SIZE, -54, "invalid work-group size")                              \
-    X(CL_INVALID_WORK_ITEM_SIZE, -55, "invalid work-item size")                                \
-    X(CL_INVALID_GLOBAL_OFFSET, -56, "invalid global offset")                                  \
-    X(CL_INVALID_EVENT_WAIT_LIST, -57, "invalid event wait list")                              \
-    X(CL_INVALID_EVENT, -58, "invalid event")                                                  \
-    X(CL_INVALID_OPERATION, -59, "invalid OpenCL operation")                                   \
-    X(CL_INVALID_GL_OBJECT, -60, "invalid GL object")                                          \
-    X(CL_INVALID_BUFFER_SIZE, -61, "invalid buffer size")                                      \
-    X(CL_INVALID_MIP_LEVEL, -62, "invalid mip level")                                          \
-    X(CL_INVALID_GLOBAL_WORK_SIZE, -63, "invalid global work size")                            \
-    X(CL_INVALID_PROPERTY, -64, "invalid property")                                            \
-    X(CL_INVALID_IMAGE_DESCRIPTOR, -65, "invalid image descriptor")                            \
-    X(CL_INVALID_COMPILER_OPTIONS, -66, "invalid compiler options")                            \
-    X(CL_INVALID_LINKER_OPTIONS, -67, "invalid linker options")                                \
-    X(CL_INVALID_DEVICE_PARTITION_COUNT, -68, "invalid device partition count")                \
-    X(CL_INVALID_PIPE_SIZE, -69, "invalid pipe size")                                          \
-    X(CL_INVALID_DEVICE_QUEUE, -70, "invalid device queue")                                    \
-    X(CL_INVALID_SPEC_ID, -71, "invalid specialization constant id")                           \
-    X(CL_MAX_SIZE_RESTRICTION_EXCEEDED, -72, "size exceeds a device limit")                    \
-    X(CL_PLATFORM_NOT_FOUND_KHR, -1001, "no OpenCL platform installed (ICD loader)")           \
-    X(ERR_INVALID_ARGUMENT, -7001, "invalid argument")                                  \
-    X(ERR_UNSUPPORTED, -7002, "not supported")                                          \
-    X(ERR_NO_DEVICE, -7003, "no OpenCL device found")                                   \
-    X(ERR_OUT_OF_MEMORY, -7004, "out of memory")                                        \
-    X(ERR_BUILD, -7005, "kernel build failed")                                          \
-    X(ERR_IO, -7006, "file input/output failed")                                        \
-    X(ERR_FORMAT, -7007, "malformed input file")                                        \
+#define CLATTN_STATUS_MAP(X)                                                                       \
+    X(SUCCESS, 0, "success")                                                                       \
+    X(CL_DEVICE_NOT_FOUND, -1, "no OpenCL device of the requested type")                           \
+    X(CL_DEVICE_NOT_AVAILABLE, -2, "OpenCL device not available")                                  \
+    X(CL_COMPILER_NOT_AVAILABLE, -3, "OpenCL compiler not available")                              \
+    X(CL_MEM_OBJECT_ALLOCATION_FAILURE, -4, "device memory allocation failed")                     \
+    X(CL_OUT_OF_RESOURCES, -5, "device out of resources")                                          \
+    X(CL_OUT_OF_HOST_MEMORY, -6, "OpenCL runtime out of host memory")                              \
+    X(CL_PROFILING_INFO_NOT_AVAILABLE, -7, "profiling information not available")                  \
+    X(CL_MEM_COPY_OVERLAP, -8, "overlapping memory copy")                                          \
+    X(CL_IMAGE_FORMAT_MISMATCH, -9, "image format mismatch")                                       \
+    X(CL_IMAGE_FORMAT_NOT_SUPPORTED, -10, "image format not supported")                            \
+    X(CL_BUILD_PROGRAM_FAILURE, -11, "OpenCL program build failed")                                \
+    X(CL_MAP_FAILURE, -12, "buffer map failed")                                                    \
+    X(CL_MISALIGNED_SUB_BUFFER_OFFSET, -13, "misaligned sub-buffer offset")                        \
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, -14, "an event in the wait list failed")       \
+    X(CL_COMPILE_PROGRAM_FAILURE, -15, "OpenCL program compile failed")                            \
+    X(CL_LINKER_NOT_AVAILABLE, -16, "OpenCL linker not available")                                 \
+    X(CL_LINK_PROGRAM_FAILURE, -17, "OpenCL program link failed")                                  \
+    X(CL_DEVICE_PARTITION_FAILED, -18, "device partition failed")                                  \
+    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE, -19, "kernel argument info not available")                 \
+    X(CL_INVALID_VALUE, -30, "invalid value passed to OpenCL")                                     \
+    X(CL_INVALID_DEVICE_TYPE, -31, "invalid device type")                                          \
+    X(CL_INVALID_PLATFORM, -32, "invalid platform")                                                \
+    X(CL_INVALID_DEVICE, -33, "invalid device")                                                    \
+    X(CL_INVALID_CONTEXT, -34, "invalid OpenCL context")                                           \
+    X(CL_INVALID_QUEUE_PROPERTIES, -35, "invalid queue properties")                                \
+    X(CL_INVALID_COMMAND_QUEUE, -36, "invalid command queue")                                      \
+    X(CL_INVALID_HOST_PTR, -37, "invalid host pointer")                                            \
+    X(CL_INVALID_MEM_OBJECT, -38, "invalid buffer (cl_mem)")                                       \
+    X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR, -39, "invalid image format descriptor")                  \
+    X(CL_INVALID_IMAGE_SIZE, -40, "invalid image size")                                            \
+    X(CL_INVALID_SAMPLER, -41, "invalid sampler")                                                  \
+    X(CL_INVALID_BINARY, -42, "invalid program binary")                                            \
+    X(CL_INVALID_BUILD_OPTIONS, -43, "invalid build options")                                      \
+    X(CL_INVALID_PROGRAM, -44, "invalid program")                                                  \
+    X(CL_INVALID_PROGRAM_EXECUTABLE, -45, "program not built for the device")                      \
+    X(CL_INVALID_KERNEL_NAME, -46, "kernel name not found in program")                             \
+    X(CL_INVALID_KERNEL_DEFINITION, -47, "invalid kernel definition")                              \
+    X(CL_INVALID_KERNEL, -48, "invalid kernel")                                                    \
+    X(CL_INVALID_ARG_INDEX, -49, "invalid kernel argument index")                                  \
+    X(CL_INVALID_ARG_VALUE, -50, "invalid kernel argument value")                                  \
+    X(CL_INVALID_ARG_SIZE, -51, "invalid kernel argument size")                                    \
+    X(CL_INVALID_KERNEL_ARGS, -52, "kernel arguments not set")                                     \
+    X(CL_INVALID_WORK_DIMENSION, -53, "invalid work dimension")                                    \
+    X(CL_INVALID_WORK_GROUP_SIZE, -54, "invalid work-group size")                                  \
+    X(CL_INVALID_WORK_ITEM_SIZE, -55, "invalid work-item size")                                    \
+    X(CL_INVALID_GLOBAL_OFFSET, -56, "invalid global offset")                                      \
+    X(CL_INVALID_EVENT_WAIT_LIST, -57, "invalid event wait list")                                  \
+    X(CL_INVALID_EVENT, -58, "invalid event")                                                      \
+    X(CL_INVALID_OPERATION, -59, "invalid OpenCL operation")                                       \
+    X(CL_INVALID_GL_OBJECT, -60, "invalid GL object")                                              \
+    X(CL_INVALID_BUFFER_SIZE, -61, "invalid buffer size")                                          \
+    X(CL_INVALID_MIP_LEVEL, -62, "invalid mip level")                                              \
+    X(CL_INVALID_GLOBAL_WORK_SIZE, -63, "invalid global work size")                                \
+    X(CL_INVALID_PROPERTY, -64, "invalid property")                                                \
+    X(CL_INVALID_IMAGE_DESCRIPTOR, -65, "invalid image descriptor")                                \
+    X(CL_INVALID_COMPILER_OPTIONS, -66, "invalid compiler options")                                \
+    X(CL_INVALID_LINKER_OPTIONS, -67, "invalid linker options")                                    \
+    X(CL_INVALID_DEVICE_PARTITION_COUNT, -68, "invalid device partition count")                    \
+    X(CL_INVALID_PIPE_SIZE, -69, "invalid pipe size")                                              \
+    X(CL_INVALID_DEVICE_QUEUE, -70, "invalid device queue")                                        \
+    X(CL_INVALID_SPEC_ID, -71, "invalid specialization constant id")                               \
+    X(CL_MAX_SIZE_RESTRICTION_EXCEEDED, -72, "size exceeds a device limit")                        \
+    X(CL_PLATFORM_NOT_FOUND_KHR, -1001, "no OpenCL platform installed (ICD loader)")               \
+    X(ERR_INVALID_ARGUMENT, -7001, "invalid argument")                                             \
+    X(ERR_UNSUPPORTED, -7002, "not supported")                                                     \
+    X(ERR_NO_DEVICE, -7003, "no OpenCL device found")                                              \
+    X(ERR_OUT_OF_MEMORY, -7004, "out of memory")                                                   \
+    X(ERR_BUILD, -7005, "kernel build failed")                                                     \
+    X(ERR_IO, -7006, "file input/output failed")                                                   \
+    X(ERR_FORMAT, -7007, "malformed input file")                                                   \
     X(ERR_BLAS, -7008, "CLBlast call failed")
 
 #define CLATTN_STATUS_ENUM_ENTRY(name, value, text) CLATTN_##name = (value),
 /** Status of every call: CLATTN_SUCCESS, CLATTN_CL_* (OpenCL's codes and values) and
  *  CLATTN_ERR_* (the library's own). */
-typedef enum clattn_status {
-    CLATTN_STATUS_MAP(CLATTN_STATUS_ENUM_ENTRY)
-} clattn_status;
+typedef enum clattn_status { CLATTN_STATUS_MAP(CLATTN_STATUS_ENUM_ENTRY) } clattn_status;
 #undef CLATTN_STATUS_ENUM_ENTRY
 
 /** @return the name of a status: "CLATTN_ERR_BUILD", or OpenCL's own name for its codes
@@ -149,9 +147,9 @@ CLATTN_API const char *clattn_status_string(clattn_status status);
 
 /** What planning needs to know about one OpenCL device. */
 typedef struct clattn_device_info {
-    size_t index;             /* position in clattn's list of every device of every platform */
-    unsigned platform_index;  /* P of the "P:D" device spec */
-    unsigned device_index;    /* D of the "P:D" device spec */
+    size_t index;            /* position in clattn's list of every device of every platform */
+    unsigned platform_index; /* P of the "P:D" device spec */
+    unsigned device_index;   /* D of the "P:D" device spec */
     cl_platform_id platform;
     cl_device_id device;
     char name[256];
@@ -168,9 +166,9 @@ typedef struct clattn_device_info {
     size_t max_work_group_size;
     cl_uint preferred_vector_width_float;
     cl_uint preferred_vector_width_half;
-    int has_fp16;             /* cl_khr_fp16: half arithmetic (half storage works everywhere) */
+    int has_fp16; /* cl_khr_fp16: half arithmetic (half storage works everywhere) */
     int has_fp64;
-    int has_subgroups;        /* cl_khr_subgroups, cl_intel_subgroups or OpenCL 3.0 subgroups */
+    int has_subgroups; /* cl_khr_subgroups, cl_intel_subgroups or OpenCL 3.0 subgroups */
     unsigned num_subgroup_sizes;
     size_t subgroup_sizes[8]; /* as reported: Intel's list, NVIDIA's warp, AMD's wavefront */
 } clattn_device_info;
@@ -259,8 +257,8 @@ typedef struct clattn_tensor {
  *  lse[r] = log(sum_c exp(scale*x[r][c])) (natural log). */
 typedef struct clattn_softmax_desc {
     size_t rows, cols;
-    clattn_dtype dtype;    /* storage of in and out */
-    float scale;           /* multiplies every input */
+    clattn_dtype dtype;                /* storage of in and out */
+    float scale;                       /* multiplies every input */
     size_t in_offset, in_row_stride;   /* elements */
     size_t out_offset, out_row_stride; /* elements; out may be in (in place) */
 } clattn_softmax_desc;
@@ -275,9 +273,9 @@ CLATTN_API clattn_status clattn_softmax(clattn_context *ctx, const clattn_softma
 /* ---------------------------------------------------------------- attention */
 
 typedef enum clattn_path {
-    CLATTN_PATH_AUTO = 0,   /* fused unless it cannot serve the call, then gemm */
-    CLATTN_PATH_FUSED = 1,  /* one tiled kernel, online softmax */
-    CLATTN_PATH_GEMM = 2,   /* CLBlast GEMM, masked softmax, CLBlast GEMM */
+    CLATTN_PATH_AUTO = 0,     /* fused unless it cannot serve the call, then gemm */
+    CLATTN_PATH_FUSED = 1,    /* one tiled kernel, online softmax */
+    CLATTN_PATH_GEMM = 2,     /* CLBlast GEMM, masked softmax, CLBlast GEMM */
     CLATTN_PATH_REFERENCE = 3 /* the CPU reference (double accumulation) */
 } clattn_path;
 
@@ -298,10 +296,10 @@ typedef struct clattn_attention_desc {
     float scale; /* 0 selects the default 1/sqrt(dim_qk) */
 
     /* which keys a query may see (SPEC section 2); p = i + len_k - len_q */
-    int causal;                 /* j <= p */
-    int64_t window_left;        /* p - left <= j; -1: unbounded */
-    int64_t window_right;       /* j <= p + right; -1: unbounded */
-    int64_t dilation;           /* >= 1; with a window: (p - j) mod dilation == 0 */
+    int causal;                   /* j <= p */
+    int64_t window_left;          /* p - left <= j; -1: unbounded */
+    int64_t window_right;         /* j <= p + right; -1: unbounded */
+    int64_t dilation;             /* >= 1; with a window: (p - j) mod dilation == 0 */
     const int64_t *global_tokens; /* host array of key positions in [0, len_k), or NULL */
     size_t num_global_tokens;
     const uint8_t *block_layout; /* host [L][ceil(Nq/block_q)][ceil(Nk/block_k)], nonzero =
@@ -326,15 +324,13 @@ typedef struct clattn_attention_desc {
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size of 0, overflow). */
 CLATTN_API clattn_status clattn_attention_desc_init(clattn_attention_desc *desc,
                                                     clattn_layout layout, size_t batch,
-                                                    size_t heads_q, size_t heads_kv,
-                                                    size_t len_q, size_t len_k, size_t dim_qk,
-                                                    size_t dim_v);
+                                                    size_t heads_q, size_t heads_kv, size_t len_q,
+                                                    size_t len_k, size_t dim_qk, size_t dim_v);
 
 /** Sets the strides of one tensor for a dense layout of `heads` heads, `len` rows and `dim`
  *  columns, at element offset `offset`. */
-CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout,
-                                             size_t heads, size_t len, size_t dim,
-                                             size_t offset);
+CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout, size_t heads,
+                                             size_t len, size_t dim, size_t offset);
 
 /** Enqueues attention on the context's queue. `lse` may be NULL. `event_out` may be NULL;
  *  otherwise it receives an event that completes with the call (the caller releases it).
@@ -342,39 +338,37 @@ CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout lay
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, heads, strides, a tensor that
  *  does not fit its buffer, overflow); CLATTN_ERR_UNSUPPORTED (no path serves the call);
  *  CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
-CLATTN_API clattn_status clattn_attention(clattn_context *ctx,
-                                          const clattn_attention_desc *desc, cl_mem q,
-                                          cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+CLATTN_API clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *desc,
+                                          cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
                                           cl_event *event_out);
 
 /** Like clattn_attention on host memory: copies in, computes, copies out, waits. The host
  *  arrays hold each tensor's extent as its desc describes (offset and strides included).
  *  @return as clattn_attention. */
 CLATTN_API clattn_status clattn_attention_host(clattn_context *ctx,
-                                               const clattn_attention_desc *desc,
-                                               const void *q, const void *k, const void *v,
-                                               void *o, float *lse);
+                                               const clattn_attention_desc *desc, const void *q,
+                                               const void *k, const void *v, void *o, float *lse);
 
 /** The CPU reference (double accumulation), no context needed. Host arrays as for
  *  clattn_attention_host; bias from desc->bias_host.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_attention_reference(const clattn_attention_desc *desc,
-                                                    const void *q, const void *k,
-                                                    const void *v, void *o, float *lse);
+                                                    const void *q, const void *k, const void *v,
+                                                    void *o, float *lse);
 
 /** What the last attention call on a context did. */
 typedef struct clattn_stats {
-    clattn_path path;         /* the path that ran (never AUTO) */
-    clattn_variant variant;   /* fused variant that ran (AUTO for other paths) */
-    uint64_t pairs;           /* allowed (b, h, i, j) pairs of the pattern (bias not counted) */
-    double density;           /* pairs / (B * Hq * Nq * Nk) */
-    uint64_t tiles_visited;   /* key tiles the fused kernel walked, summed over query tiles */
-    uint64_t tiles_total;     /* key tiles a dense walk would take */
-    uint64_t device_bytes;    /* device memory the call allocated (peak, bytes) */
-    unsigned block_m, block_n;/* tile shape of the fused kernel, or the gemm chunk rows */
-    unsigned chunks;          /* gemm path: query chunks */
-    double kernel_ms;         /* summed kernel execution time, when timing is on (else 0) */
-    char kernel[96];          /* kernel and its specialisation, for logs */
+    clattn_path path;          /* the path that ran (never AUTO) */
+    clattn_variant variant;    /* fused variant that ran (AUTO for other paths) */
+    uint64_t pairs;            /* allowed (b, h, i, j) pairs of the pattern (bias not counted) */
+    double density;            /* pairs / (B * Hq * Nq * Nk) */
+    uint64_t tiles_visited;    /* key tiles the fused kernel walked, summed over query tiles */
+    uint64_t tiles_total;      /* key tiles a dense walk would take */
+    uint64_t device_bytes;     /* device memory the call allocated (peak, bytes) */
+    unsigned block_m, block_n; /* tile shape of the fused kernel, or the gemm chunk rows */
+    unsigned chunks;           /* gemm path: query chunks */
+    double kernel_ms;          /* summed kernel execution time, when timing is on (else 0) */
+    char kernel[96];           /* kernel and its specialisation, for logs */
 } clattn_stats;
 
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
@@ -384,8 +378,7 @@ CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enab
 
 /** Copies the statistics of the last successful attention call.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT when none ran yet. */
-CLATTN_API clattn_status clattn_context_last_stats(const clattn_context *ctx,
-                                                   clattn_stats *stats);
+CLATTN_API clattn_status clattn_context_last_stats(const clattn_context *ctx, clattn_stats *stats);
 
 /* ---------------------------------------------------------------- sparse patterns */
 
@@ -393,34 +386,33 @@ CLATTN_API clattn_status clattn_context_last_stats(const clattn_context *ctx,
  *  columns are aligned to the end, like causal attention: block row a sits at block column
  *  a + (blocks_k - blocks_q). */
 typedef enum clattn_pattern_kind {
-    CLATTN_PATTERN_SLIDING = 0,    /* |a' - b| <= window/2 (window: odd width in blocks) */
-    CLATTN_PATTERN_BIGBIRD = 1,    /* sliding window + global + `random` random blocks a row */
-    CLATTN_PATTERN_FIXED = 2,      /* Sparse Transformer "fixed": own stride-block + summaries */
-    CLATTN_PATTERN_STRIDED = 3,    /* Sparse Transformer "strided": local band + every stride */
-    CLATTN_PATTERN_LONGFORMER = 4  /* sliding window + the blocks of given global indices */
+    CLATTN_PATTERN_SLIDING = 0,   /* |a' - b| <= window/2 (window: odd width in blocks) */
+    CLATTN_PATTERN_BIGBIRD = 1,   /* sliding window + global + `random` random blocks a row */
+    CLATTN_PATTERN_FIXED = 2,     /* Sparse Transformer "fixed": own stride-block + summaries */
+    CLATTN_PATTERN_STRIDED = 3,   /* Sparse Transformer "strided": local band + every stride */
+    CLATTN_PATTERN_LONGFORMER = 4 /* sliding window + the blocks of given global indices */
 } clattn_pattern_kind;
 
 /** A pattern's parameters; fields a kind does not use are ignored. */
 typedef struct clattn_pattern_desc {
     clattn_pattern_kind kind;
-    size_t blocks_q, blocks_k; /* layout shape: ceil(Nq/BQ), ceil(Nk/BK) */
-    size_t window;             /* SLIDING, BIGBIRD, LONGFORMER: band width in blocks (odd) */
-    size_t global;             /* BIGBIRD: the first `global` block rows and columns are dense */
-    size_t random;             /* BIGBIRD: random blocks per block row (seeded) */
-    uint64_t seed;             /* BIGBIRD */
-    size_t stride;             /* FIXED, STRIDED: stride in blocks */
-    size_t summary;            /* FIXED: summary blocks at the end of each stride */
+    size_t blocks_q, blocks_k;   /* layout shape: ceil(Nq/BQ), ceil(Nk/BK) */
+    size_t window;               /* SLIDING, BIGBIRD, LONGFORMER: band width in blocks (odd) */
+    size_t global;               /* BIGBIRD: the first `global` block rows and columns are dense */
+    size_t random;               /* BIGBIRD: random blocks per block row (seeded) */
+    uint64_t seed;               /* BIGBIRD */
+    size_t stride;               /* FIXED, STRIDED: stride in blocks */
+    size_t summary;              /* FIXED: summary blocks at the end of each stride */
     const size_t *global_blocks; /* LONGFORMER: block indices whose rows and columns are dense */
     size_t num_global_blocks;
-    int causal;                /* keep only blocks at or below the (end-aligned) diagonal */
+    int causal; /* keep only blocks at or below the (end-aligned) diagonal */
 } clattn_pattern_desc;
 
 /** Fills layout[blocks_q * blocks_k] (row-major, 1 = allowed) with the pattern.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT naming nothing but the status (bad
  *  sizes, an even window, a zero stride, a summary larger than the stride, a global block out
  *  of range, NULL pointers). */
-CLATTN_API clattn_status clattn_pattern_layout(const clattn_pattern_desc *pattern,
-                                               uint8_t *layout);
+CLATTN_API clattn_status clattn_pattern_layout(const clattn_pattern_desc *pattern, uint8_t *layout);
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,8 @@ static clattn_status check_buffers(clattn_context *ctx, const clattn_attention_d
         const char *name;
         cl_mem buffer;
         size_t need;
-    } list[] = {{"Q", b->q, ext->q},   {"K", b->k, ext->k},     {"V", b->v, ext->v},
-                {"O", b->o, ext->o},   {"LSE", b->lse, ext->lse}, {"bias", b->bias, ext->bias}};
+    } list[] = {{"Q", b->q, ext->q}, {"K", b->k, ext->k},       {"V", b->v, ext->v},
+                {"O", b->o, ext->o}, {"LSE", b->lse, ext->lse}, {"bias", b->bias, ext->bias}};
     for (size_t i = 0; i < ARRAY_LEN(list); i++) {
         int optional = i >= 4;
         if (!list[i].buffer) {
@@ -36,7 +36,8 @@ static clattn_status check_buffers(clattn_context *ctx, const clattn_attention_d
                              d->len_q, d->len_k, d->dim_qk, d->dim_v, have);
     }
     if (b->o == b->q || b->o == b->k || b->o == b->v || (b->lse && b->lse == b->o))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "O must not share a buffer with Q, "
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "O must not share a buffer with Q, "
                          "K, V or LSE");
     return CLATTN_SUCCESS;
 }
@@ -106,13 +107,16 @@ static clattn_status run_path(clattn_context *ctx, const clattn_attention_desc *
                               const attention_buffers *b, const tensor_extents *ext,
                               cl_event *event) {
     switch (d->path) {
-    case CLATTN_PATH_REFERENCE: return reference_on_buffers(ctx, d, b, ext, event);
+    case CLATTN_PATH_REFERENCE:
+        return reference_on_buffers(ctx, d, b, ext, event);
     case CLATTN_PATH_FUSED: {
         clattn_status status = fused_supports(ctx, d);
         return status == CLATTN_SUCCESS ? fused_attention(ctx, d, b, event) : status;
     }
-    case CLATTN_PATH_GEMM: return gemm_attention(ctx, d, b, event);
-    case CLATTN_PATH_AUTO: return run_auto(ctx, d, b, event);
+    case CLATTN_PATH_GEMM:
+        return gemm_attention(ctx, d, b, event);
+    case CLATTN_PATH_AUTO:
+        return run_auto(ctx, d, b, event);
     }
     return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "unknown path %d", (int)d->path);
 }
@@ -145,15 +149,15 @@ static void release_buffers(attention_buffers *b) {
 /* Device copies of the host arrays; O starts as the caller's O so gaps between strided rows
  * come back unchanged. */
 static clattn_status upload(clattn_context *ctx, const clattn_attention_desc *d,
-                            const tensor_extents *ext, const void *q, const void *k,
-                            const void *v, void *o, attention_buffers *b) {
+                            const tensor_extents *ext, const void *q, const void *k, const void *v,
+                            void *o, attention_buffers *b) {
     const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     clattn_status status = buffer_create(ctx, in, ext->q, (void *)q, &b->q, "Q");
     if (!status) status = buffer_create(ctx, in, ext->k, (void *)k, &b->k, "K");
     if (!status) status = buffer_create(ctx, in, ext->v, (void *)v, &b->v, "V");
     if (!status)
-        status = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &b->o,
-                               "O");
+        status =
+            buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &b->o, "O");
     if (!status && d->bias_host)
         status = buffer_create(ctx, in, ext->bias, (void *)d->bias_host, &b->bias, "bias");
     return status;
@@ -168,7 +172,8 @@ clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_
     clattn_status status = desc_check(ctx, d, d && d->bias_host != NULL, &ext);
     if (status != CLATTN_SUCCESS) return status;
     if (!q || !k || !v || !o)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is "
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "a host pointer (q, k, v or o) is "
                          "NULL");
     attention_buffers b = {0};
     status = upload(ctx, d, &ext, q, k, v, o, &b);
@@ -178,8 +183,7 @@ clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_
     local.bias = b.bias;
     if (!status) status = clattn_attention(ctx, &local, b.q, b.k, b.v, b.o, b.lse, NULL);
     cl_int err = CL_SUCCESS;
-    if (!status)
-        err = clEnqueueReadBuffer(ctx->queue, b.o, CL_TRUE, 0, ext.o, o, 0, NULL, NULL);
+    if (!status) err = clEnqueueReadBuffer(ctx->queue, b.o, CL_TRUE, 0, ext.o, o, 0, NULL, NULL);
     if (!status && !err && lse)
         err = clEnqueueReadBuffer(ctx->queue, b.lse, CL_TRUE, 0, ext.lse, lse, 0, NULL, NULL);
     if (!status && err) status = ctx_cl_error(ctx, err, "reading results");

@@ -83,8 +83,8 @@ clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem 
         ctx->workspace[slot] = NULL;
     }
     if (!ctx->workspace[slot]) {
-        clattn_status status = buffer_create(ctx, CL_MEM_READ_WRITE, bytes, NULL,
-                                             &ctx->workspace[slot], what);
+        clattn_status status =
+            buffer_create(ctx, CL_MEM_READ_WRITE, bytes, NULL, &ctx->workspace[slot], what);
         if (status != CLATTN_SUCCESS) return status;
         ctx->workspace_bytes[slot] = bytes;
     }
@@ -121,8 +121,8 @@ static double timing_sum(clattn_context *ctx) {
     if (ctx->num_timed > 0) clWaitForEvents(ctx->num_timed, ctx->timed);
     for (unsigned i = 0; i < ctx->num_timed; i++) {
         cl_ulong start = 0, end = 0;
-        if (clGetEventProfilingInfo(ctx->timed[i], CL_PROFILING_COMMAND_START, sizeof start,
-                                    &start, NULL) == CL_SUCCESS &&
+        if (clGetEventProfilingInfo(ctx->timed[i], CL_PROFILING_COMMAND_START, sizeof start, &start,
+                                    NULL) == CL_SUCCESS &&
             clGetEventProfilingInfo(ctx->timed[i], CL_PROFILING_COMMAND_END, sizeof end, &end,
                                     NULL) == CL_SUCCESS &&
             end > start)
@@ -170,8 +170,8 @@ clattn_status clattn_context_create(clattn_context **out, size_t device_index) {
         status = (clattn_status)err;
         goto fail;
     }
-    ctx->queue = clCreateCommandQueue(ctx->cl_ctx, ctx->device.device, CL_QUEUE_PROFILING_ENABLE,
-                                      &err);
+    ctx->queue =
+        clCreateCommandQueue(ctx->cl_ctx, ctx->device.device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) {
         status = (clattn_status)err;
         goto fail;
@@ -195,13 +195,12 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context cl_ctx, cl_de
     cl_device_id queue_device = NULL;
     cl_command_queue_properties props = 0;
     cl_platform_id platform = NULL;
-    if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof queue_device, &queue_device,
-                              NULL) != CL_SUCCESS ||
+    if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof queue_device, &queue_device, NULL) !=
+            CL_SUCCESS ||
         queue_device != device ||
         clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) !=
             CL_SUCCESS ||
-        clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL) !=
-            CL_SUCCESS)
+        clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL) != CL_SUCCESS)
         return CLATTN_ERR_INVALID_ARGUMENT;
     if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) /* our launches rely on queue order */
         return CLATTN_ERR_UNSUPPORTED;

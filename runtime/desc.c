@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout, size_t heads,
-                                  size_t len, size_t dim, size_t offset) {
+clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout, size_t heads, size_t len,
+                                  size_t dim, size_t offset) {
     size_t row = 0, plane = 0;
     if (!t || heads == 0 || len == 0 || dim == 0) return CLATTN_ERR_INVALID_ARGUMENT;
     if (layout != CLATTN_LAYOUT_BSHD && layout != CLATTN_LAYOUT_BHSD)
@@ -27,8 +27,7 @@ clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout, size_t
 
 clattn_status clattn_attention_desc_init(clattn_attention_desc *d, clattn_layout layout,
                                          size_t batch, size_t heads_q, size_t heads_kv,
-                                         size_t len_q, size_t len_k, size_t dim_qk,
-                                         size_t dim_v) {
+                                         size_t len_q, size_t len_k, size_t dim_qk, size_t dim_v) {
     if (!d) return CLATTN_ERR_INVALID_ARGUMENT;
     memset(d, 0, sizeof *d);
     if (batch == 0) return CLATTN_ERR_INVALID_ARGUMENT;
@@ -111,7 +110,8 @@ static clattn_status check_sizes(clattn_context *ctx, const clattn_attention_des
                          d->len_q, d->len_k);
     if ((d->dtype != CLATTN_F32 && d->dtype != CLATTN_F16) ||
         (d->out_dtype != CLATTN_F32 && d->out_dtype != CLATTN_F16))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "dtype must be CLATTN_F32 or "
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "dtype must be CLATTN_F32 or "
                          "CLATTN_F16");
     if (!isfinite(d->scale))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "scale must be finite (got %g)",

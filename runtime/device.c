@@ -11,9 +11,9 @@
 
 /* Vendor queries for subgroup sizes (values from cl_ext.h, repeated for older headers). */
 #define QUERY_SUB_GROUP_SIZES_INTEL 0x4108
-#define QUERY_WARP_SIZE_NV 0x4003
-#define QUERY_WAVEFRONT_WIDTH_AMD 0x4043
-#define QUERY_MAX_NUM_SUB_GROUPS 0x105C
+#define QUERY_WARP_SIZE_NV          0x4003
+#define QUERY_WAVEFRONT_WIDTH_AMD   0x4043
+#define QUERY_MAX_NUM_SUB_GROUPS    0x105C
 
 typedef struct device_list {
     size_t count;
@@ -132,8 +132,8 @@ clattn_status device_describe(cl_platform_id platform, cl_device_id device,
                 sizeof info->max_alloc_bytes);
     query_value(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, &info->max_work_group_size,
                 sizeof info->max_work_group_size);
-    query_value(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
-                &info->preferred_vector_width_float, sizeof(cl_uint));
+    query_value(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, &info->preferred_vector_width_float,
+                sizeof(cl_uint));
     query_value(device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF, &info->preferred_vector_width_half,
                 sizeof(cl_uint));
 
@@ -250,10 +250,10 @@ static clattn_status parse_spec(const char *text, device_spec *spec) {
 
 static int spec_matches(const device_spec *spec, const device_list *list, size_t i) {
     switch (spec->kind) {
-    case SPEC_INDEX: return spec->index == i;
+    case SPEC_INDEX:
+        return spec->index == i;
     case SPEC_PAIR:
-        return spec->platform == list->platform_index[i] &&
-               spec->device == list->device_index[i];
+        return spec->platform == list->platform_index[i] && spec->device == list->device_index[i];
     case SPEC_TYPE: {
         cl_device_type type = 0;
         query_value(list->device[i], CL_DEVICE_TYPE, &type, sizeof type);
@@ -265,7 +265,8 @@ static int spec_matches(const device_spec *spec, const device_list *list, size_t
         query_platform_string(list->platform[i], CL_PLATFORM_NAME, platform, sizeof platform);
         return contains_nocase(name, spec->name) || contains_nocase(platform, spec->name);
     }
-    case SPEC_DEFAULT: break;
+    case SPEC_DEFAULT:
+        break;
     }
     return 0;
 }

@@ -48,10 +48,10 @@ typedef struct fused_plan {
 /* Host-side shape of the pattern: what the kernels' lists hold. */
 typedef struct fused_pattern {
     mask_spec mask;
-    int32_t *gpos;      /* sorted global key positions */
-    int32_t *row_list;  /* query rows at global positions */
+    int32_t *gpos;     /* sorted global key positions */
+    int32_t *row_list; /* query rows at global positions */
     size_t num_rows;
-    int32_t *tile_ptr;  /* CSR over (layout head, class, query tile) */
+    int32_t *tile_ptr; /* CSR over (layout head, class, query tile) */
     int32_t *tile_idx;
     size_t num_lists, num_entries;
     uint64_t tiles_visited; /* per (b, h) group of layout heads, summed */
@@ -224,8 +224,7 @@ static clattn_status build_tile_lists(clattn_context *ctx, const fused_plan *p, 
     pat->tile_ptr = malloc((pat->num_lists + 1) * sizeof *pat->tile_ptr);
     pat->tile_idx = malloc((cap ? cap : 1) * sizeof *pat->tile_idx);
     if (!pat->tile_ptr || !pat->tile_idx || cap > INT32_MAX / 2)
-        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: key tile lists (%zu entries)",
-                         cap);
+        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: key tile lists (%zu entries)", cap);
     size_t list = 0;
     for (int64_t h = 0; h < heads; h++) {
         uint32_t *sums = layout_prefix_sums(m, h);
@@ -297,8 +296,7 @@ static clattn_status build_pattern(clattn_context *ctx, const clattn_attention_d
     if (status != CLATTN_SUCCESS) return ctx_error(ctx, status, "fused: mask of the call");
     if (p->globals_matter) status = build_global_lists(ctx, pat);
     if (status == CLATTN_SUCCESS && d->block_layout)
-        status = build_tile_lists(ctx, p, d->block_layout_per_head ? (int64_t)d->heads_q : 1,
-                                  pat);
+        status = build_tile_lists(ctx, p, d->block_layout_per_head ? (int64_t)d->heads_q : 1, pat);
     if (status == CLATTN_SUCCESS)
         pat->tiles_visited = count_tiles_visited(p, pat, (int64_t)d->heads_q);
     return status;
@@ -336,8 +334,8 @@ static clattn_status add_buffer(clattn_context *ctx, fused_buffers *fb, size_t b
 }
 
 /* The context's reusable buffer for `slot`; counted in the call's device bytes all the same. */
-static clattn_status add_workspace(clattn_context *ctx, fused_buffers *fb, int slot,
-                                  size_t bytes, cl_mem *out, const char *what) {
+static clattn_status add_workspace(clattn_context *ctx, fused_buffers *fb, int slot, size_t bytes,
+                                   cl_mem *out, const char *what) {
     clattn_status status = workspace_get(ctx, slot, bytes, out, what);
     if (status == CLATTN_SUCCESS) fb->bytes += bytes;
     return status;
@@ -358,36 +356,41 @@ static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_de
                                   fused_buffers *fb) {
     const mask_spec *m = &pat->mask;
     int64_t slots = p->dilation * p->class_slots, gslots = params->global_slots;
-    size_t layout_bytes = m->layout ? (size_t)((m->layout_per_head ? d->heads_q : 1) *
-                                               m->blocks_q * m->blocks_k)
-                                    : 0;
+    size_t layout_bytes =
+        m->layout ? (size_t)((m->layout_per_head ? d->heads_q : 1) * m->blocks_q * m->blocks_k) : 0;
     clattn_status s = buffer_create(ctx, CL_MEM_READ_WRITE, 16, NULL, &fb->dummy, "placeholder");
     if (!s) s = add_buffer(ctx, fb, sizeof *params, params, &fb->params, "parameters");
-    if (!s) s = add_buffer(ctx, fb, sizeof *params_rows, params_rows, &fb->params_rows, "parameters");
-    if (!s) s = add_workspace(ctx, fb, WORKSPACE_PACKED_K, packed_bytes(d, slots, p->dqk_pad),
-                              &fb->kp, "packed K");
-    if (!s) s = add_workspace(ctx, fb, WORKSPACE_PACKED_V, packed_bytes(d, slots, p->dv_pad),
-                              &fb->vp, "packed V");
+    if (!s)
+        s = add_buffer(ctx, fb, sizeof *params_rows, params_rows, &fb->params_rows, "parameters");
+    if (!s)
+        s = add_workspace(ctx, fb, WORKSPACE_PACKED_K, packed_bytes(d, slots, p->dqk_pad), &fb->kp,
+                          "packed K");
+    if (!s)
+        s = add_workspace(ctx, fb, WORKSPACE_PACKED_V, packed_bytes(d, slots, p->dv_pad), &fb->vp,
+                          "packed V");
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, gslots, p->dqk_pad), NULL, &fb->kg, "global K");
     if (!s) s = add_buffer(ctx, fb, packed_bytes(d, gslots, p->dv_pad), NULL, &fb->vg, "global V");
     /* one flag byte per packed slot: its V row holds a NaN or an infinity */
-    if (!s) s = add_workspace(ctx, fb, WORKSPACE_V_FLAGS, (size_t)(d->batch * d->heads_kv * slots),
-                              &fb->vbad, "V flags");
-    if (!s) s = add_buffer(ctx, fb, (size_t)(d->batch * d->heads_kv * gslots), NULL, &fb->vbad_g,
-                           "V flags");
+    if (!s)
+        s = add_workspace(ctx, fb, WORKSPACE_V_FLAGS, (size_t)(d->batch * d->heads_kv * slots),
+                          &fb->vbad, "V flags");
+    if (!s)
+        s = add_buffer(ctx, fb, (size_t)(d->batch * d->heads_kv * gslots), NULL, &fb->vbad_g,
+                       "V flags");
     if (!s && p->globals_matter)
         s = add_buffer(ctx, fb, (size_t)m->num_globals * 4, pat->gpos, &fb->gpos, "global list");
     else if (!s)
         s = add_buffer(ctx, fb, 0, NULL, &fb->gpos, "");
-    if (!s) s = add_buffer(ctx, fb, p->globals_matter ? (size_t)m->len_k : 0, m->is_global,
-                           &fb->is_global, "global flags");
+    if (!s)
+        s = add_buffer(ctx, fb, p->globals_matter ? (size_t)m->len_k : 0, m->is_global,
+                       &fb->is_global, "global flags");
     if (!s) s = add_buffer(ctx, fb, layout_bytes, m->layout, &fb->layout, "block layout");
-    if (!s) s = add_buffer(ctx, fb, pat->tile_ptr ? (pat->num_lists + 1) * 4 : 0, pat->tile_ptr,
-                           &fb->tile_ptr, "tile lists");
-    if (!s) s = add_buffer(ctx, fb, pat->num_entries * 4, pat->tile_idx, &fb->tile_idx,
-                           "tile lists");
-    if (!s) s = add_buffer(ctx, fb, pat->num_rows * 4, pat->row_list, &fb->row_list,
-                           "global rows");
+    if (!s)
+        s = add_buffer(ctx, fb, pat->tile_ptr ? (pat->num_lists + 1) * 4 : 0, pat->tile_ptr,
+                       &fb->tile_ptr, "tile lists");
+    if (!s)
+        s = add_buffer(ctx, fb, pat->num_entries * 4, pat->tile_idx, &fb->tile_idx, "tile lists");
+    if (!s) s = add_buffer(ctx, fb, pat->num_rows * 4, pat->row_list, &fb->row_list, "global rows");
     return s;
 }
 
@@ -419,8 +422,8 @@ static clattn_status get_kernels(clattn_context *ctx, const clattn_attention_des
              p->block_n, p->dqk_pad, p->dv_pad, d->dtype == CLATTN_F16);
     snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_F16=%d", pack_defines, p->block_m,
              d->out_dtype == CLATTN_F16);
-    clattn_status status = kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines,
-                                      "pack_keys", pack);
+    clattn_status status =
+        kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
     int cpu = p->variant == CLATTN_VARIANT_CPU;
     return kernel_get(ctx, cpu ? cpu_files : gpu_files, 3, defines,
@@ -429,8 +432,7 @@ static clattn_status get_kernels(clattn_context *ctx, const clattn_attention_des
 
 static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const fused_buffers *fb,
                                  const attention_buffers *buf, const clattn_attention_desc *d,
-                                 int from_list, int64_t slots, cl_mem kp, cl_mem vp,
-                                 cl_mem vbad) {
+                                 int from_list, int64_t slots, cl_mem kp, cl_mem vp, cl_mem vbad) {
     cl_int list = from_list;
     cl_long count = slots;
     kernel_args a = {kernel, 0, CL_SUCCESS};
@@ -448,10 +450,9 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const fu
     return kernel_launch(ctx, kernel, 2, global, NULL, NULL, "fused: packing K and V");
 }
 
-static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel,
-                                      const fused_plan *p, const fused_buffers *fb,
-                                      const attention_buffers *buf, cl_mem params,
-                                      size_t tiles, size_t heads, float q_scale,
+static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, const fused_plan *p,
+                                      const fused_buffers *fb, const attention_buffers *buf,
+                                      cl_mem params, size_t tiles, size_t heads, float q_scale,
                                       cl_event *event) {
     cl_mem lse = buf->lse ? buf->lse : fb->dummy, bias = buf->bias ? buf->bias : fb->dummy;
     kernel_args a = {kernel, 0, CL_SUCCESS};
@@ -488,24 +489,23 @@ static clattn_status run_kernels(clattn_context *ctx, const clattn_attention_des
     float q_scale = desc_scale(d) * 1.44269504088896340736f; /* scores in the log2 domain */
     size_t heads = d->batch * d->heads_q;
     if (!status)
-        status = launch_pack(ctx, pack, fb, buf, d, 0, p->dilation * p->class_slots, fb->kp,
-                             fb->vp, fb->vbad);
+        status = launch_pack(ctx, pack, fb, buf, d, 0, p->dilation * p->class_slots, fb->kp, fb->vp,
+                             fb->vbad);
     if (!status && P->global_slots > 0)
-        status = launch_pack(ctx, pack, fb, buf, d, 1, P->global_slots, fb->kg, fb->vg,
-                             fb->vbad_g);
+        status = launch_pack(ctx, pack, fb, buf, d, 1, P->global_slots, fb->kg, fb->vg, fb->vbad_g);
     if (!status)
         status = launch_attention(ctx, attention, p, fb, buf, fb->params,
                                   (size_t)(p->dilation * p->tiles_per_class), heads, q_scale,
                                   global_rows ? NULL : event);
     if (!status && global_rows)
-        status = launch_attention(ctx, attention, p, fb, buf, fb->params_rows,
-                                  (pat->num_rows + p->block_m - 1) / p->block_m, heads, q_scale,
-                                  event);
+        status =
+            launch_attention(ctx, attention, p, fb, buf, fb->params_rows,
+                             (pat->num_rows + p->block_m - 1) / p->block_m, heads, q_scale, event);
     return status;
 }
 
-static void record_stats(clattn_context *ctx, const clattn_attention_desc *d,
-                         const fused_plan *p, const fused_pattern *pat, uint64_t bytes) {
+static void record_stats(clattn_context *ctx, const clattn_attention_desc *d, const fused_plan *p,
+                         const fused_pattern *pat, uint64_t bytes) {
     clattn_stats *s = &ctx->stats;
     memset(s, 0, sizeof *s);
     s->path = CLATTN_PATH_FUSED;
@@ -520,8 +520,8 @@ static void record_stats(clattn_context *ctx, const clattn_attention_desc *d,
     s->block_m = p->block_m;
     s->block_n = p->block_n;
     snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s",
-             p->variant == CLATTN_VARIANT_CPU ? "cpu" : "gpu", p->block_m, p->block_n,
-             p->dqk_pad, p->dv_pad, d->dtype == CLATTN_F16 ? "f16" : "f32");
+             p->variant == CLATTN_VARIANT_CPU ? "cpu" : "gpu", p->block_m, p->block_n, p->dqk_pad,
+             p->dv_pad, d->dtype == CLATTN_F16 ? "f16" : "f32");
     ctx->has_stats = 1;
 }
 

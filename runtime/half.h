@@ -36,7 +36,8 @@ static inline uint16_t float_to_half(float f) {
     uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
     uint32_t abs = bits & 0x7fffffffu;
     if (abs >= 0x7f800000u) /* inf or NaN */
-        return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
+        return (uint16_t)(sign | 0x7c00u |
+                          (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
     if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
     if (abs < 0x33000001u) return sign;                        /* < 2^-25 (ties to 0): zero */
     uint32_t exp = abs >> 23;

@@ -37,10 +37,10 @@ struct clattn_context {
     char last_error[1024];
     clattn_stats stats;
     int has_stats;
-    int timing;               /* sum kernel times into stats.kernel_ms (waits for each call) */
-    cl_event timed[32];       /* the current call's kernels while timing */
+    int timing;         /* sum kernel times into stats.kernel_ms (waits for each call) */
+    cl_event timed[32]; /* the current call's kernels while timing */
     unsigned num_timed;
-    double timed_ms;          /* kernel time of events already summed (the list was full) */
+    double timed_ms; /* kernel time of events already summed (the list was full) */
     cl_mem workspace[WORKSPACE_SLOTS]; /* buffers kept between calls (workspace_get) */
     size_t workspace_bytes[WORKSPACE_SLOTS];
 };

@@ -11,14 +11,14 @@
 
 typedef struct mask_spec {
     int64_t len_q, len_k;
-    int64_t offset;           /* len_k - len_q: query i sits at key position p = i + offset */
+    int64_t offset; /* len_k - len_q: query i sits at key position p = i + offset */
     int causal;
-    int64_t left, right;      /* window; -1 = unbounded */
-    int64_t dilation;         /* >= 1 */
-    uint8_t *is_global;       /* [len_k] flags, or NULL when there are no global tokens */
-    int64_t *globals;         /* the global key positions, sorted, without repeats */
+    int64_t left, right; /* window; -1 = unbounded */
+    int64_t dilation;    /* >= 1 */
+    uint8_t *is_global;  /* [len_k] flags, or NULL when there are no global tokens */
+    int64_t *globals;    /* the global key positions, sorted, without repeats */
     int64_t num_globals;
-    const uint8_t *layout;    /* [layout_heads][blocks_q][blocks_k], or NULL */
+    const uint8_t *layout; /* [layout_heads][blocks_q][blocks_k], or NULL */
     int64_t block_q, block_k, blocks_q, blocks_k;
     int layout_per_head;
 } mask_spec;

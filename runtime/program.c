@@ -6,7 +6,8 @@
  * Disk cache entries live in $CLATTN_CACHE_DIR, else $XDG_CACHE_HOME/clattn, else
  * ~/.cache/clattn ("off" disables it). An entry is
  *
- *     magic "CLATTNPC" | u32 format | u32 key bytes | u64 binary bytes | u64 checksum | key | binary
+ *     magic "CLATTNPC" | u32 format | u32 key bytes | u64 binary bytes | u64 checksum | key |
+ * binary
  *
  * where the key spells out everything the binary depends on (library version, source hash,
  * options, device, driver and platform version) and the checksum (FNV-1a 64) covers key and
@@ -24,9 +25,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define CACHE_MAGIC "CLATTNPC"
-#define CACHE_FORMAT 1u
-#define CACHE_HEADER_BYTES 32u
+#define CACHE_MAGIC             "CLATTNPC"
+#define CACHE_FORMAT            1u
+#define CACHE_HEADER_BYTES      32u
 #define MAX_KERNELS_PER_PROGRAM 8
 
 struct program_entry {
@@ -196,8 +197,8 @@ typedef struct cache_entry {
 } cache_entry;
 
 /* Describes the entry for a program: its file path and the key text it must hold. */
-static clattn_status cache_entry_init(clattn_context *ctx, const char *source,
-                                      const char *options, cache_entry *entry) {
+static clattn_status cache_entry_init(clattn_context *ctx, const char *source, const char *options,
+                                      cache_entry *entry) {
     char dir[4096];
     entry->key = NULL;
     if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
@@ -208,9 +209,8 @@ static clattn_status cache_entry_init(clattn_context *ctx, const char *source,
     if (!entry->key) return CLATTN_ERR_OUT_OF_MEMORY;
     snprintf(entry->key, cap,
              "clattn %s\nsource-fnv64 %016llx\noptions %s\ndevice %s\ndriver %s\nplatform %s %s\n",
-             CLATTN_VERSION_STRING,
-             (unsigned long long)fnv1a(FNV_SEED, source, strlen(source)), options, d->name,
-             d->driver_version, d->platform_name, d->platform_version);
+             CLATTN_VERSION_STRING, (unsigned long long)fnv1a(FNV_SEED, source, strlen(source)),
+             options, d->name, d->driver_version, d->platform_name, d->platform_version);
     entry->key_len = strlen(entry->key);
     snprintf(entry->path, sizeof entry->path, "%s/%016llx.clbin", dir,
              (unsigned long long)fnv1a(FNV_SEED, entry->key, entry->key_len));
@@ -281,8 +281,8 @@ static void keep_build_log(clattn_context *ctx, cl_program program) {
     size_t size = 0;
     free(ctx->build_log);
     ctx->build_log = NULL;
-    if (clGetProgramBuildInfo(program, ctx->device.device, CL_PROGRAM_BUILD_LOG, 0, NULL,
-                              &size) != CL_SUCCESS)
+    if (clGetProgramBuildInfo(program, ctx->device.device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) !=
+        CL_SUCCESS)
         return;
     ctx->build_log = calloc(size + 1, 1);
     if (ctx->build_log)
@@ -298,9 +298,8 @@ static int simulated_failure(const char *const *files, size_t n) {
     return 0;
 }
 
-static clattn_status build_from_source(clattn_context *ctx, const char *source,
-                                       const char *options, const char *label,
-                                       cl_program *out) {
+static clattn_status build_from_source(clattn_context *ctx, const char *source, const char *options,
+                                       const char *label, cl_program *out) {
     cl_int err = CL_SUCCESS;
     double t0 = seconds_now();
     *out = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
@@ -310,15 +309,16 @@ static clattn_status build_from_source(clattn_context *ctx, const char *source,
         keep_build_log(ctx, *out);
         clReleaseProgram(*out);
         *out = NULL;
-        return ctx_error(ctx, CLATTN_ERR_BUILD, "building %s [%s] failed: %s (%d); see the build log",
-                         label, options, clattn_status_name((clattn_status)err), (int)err);
+        return ctx_error(ctx, CLATTN_ERR_BUILD,
+                         "building %s [%s] failed: %s (%d); see the build log", label, options,
+                         clattn_status_name((clattn_status)err), (int)err);
     }
     log_msg("built %s [%s] in %.2f s", label, options, seconds_now() - t0);
     return CLATTN_SUCCESS;
 }
 
-static cl_program build_from_binary(clattn_context *ctx, const unsigned char *binary,
-                                    size_t size, const char *options) {
+static cl_program build_from_binary(clattn_context *ctx, const unsigned char *binary, size_t size,
+                                    const char *options) {
     cl_int err = CL_SUCCESS, binary_status = CL_SUCCESS;
     cl_program program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device.device, &size,
                                                    &binary, &binary_status, &err);
@@ -340,8 +340,8 @@ static void store_binary(cl_program program, const cache_entry *entry) {
         size == 0)
         return;
     unsigned char *binary = malloc(size);
-    if (binary && clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) ==
-                      CL_SUCCESS)
+    if (binary &&
+        clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) == CL_SUCCESS)
         cache_write(entry, binary, size);
     free(binary);
 }
@@ -360,8 +360,9 @@ static clattn_status program_build(clattn_context *ctx, const char *const *files
         unsigned char *binary = cache_read(&entry, &size);
         if (binary) {
             *out = build_from_binary(ctx, binary, size, options);
-            log_msg(*out ? "cache hit %s [%s]: %s" : "cache entry %s [%s] rejected by the "
-                                                     "driver: %s",
+            log_msg(*out ? "cache hit %s [%s]: %s"
+                         : "cache entry %s [%s] rejected by the "
+                           "driver: %s",
                     label, options, entry.path);
             free(binary);
         }
@@ -399,8 +400,10 @@ static clattn_status program_get(clattn_context *ctx, const char *const *files, 
     if (simulated_failure(files, n)) {
         free(ctx->build_log);
         ctx->build_log = strdup("simulated build failure (CLATTN_TEST_FAIL_BUILD)");
-        return ctx_error(ctx, CLATTN_ERR_BUILD, "building %s failed: simulated by "
-                         "CLATTN_TEST_FAIL_BUILD", label);
+        return ctx_error(ctx, CLATTN_ERR_BUILD,
+                         "building %s failed: simulated by "
+                         "CLATTN_TEST_FAIL_BUILD",
+                         label);
     }
     struct program_entry *entry = calloc(1, sizeof *entry);
     if (!entry || !(entry->key = strdup(key))) {

@@ -15,9 +15,8 @@
  * A row with no allowed key gets O = 0 and LSE = -inf.
  * @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (desc_check fails) or
  *         CLATTN_ERR_OUT_OF_MEMORY. */
-clattn_status reference_attention(const clattn_attention_desc *desc, const void *q,
-                                  const void *k, const void *v, const float *bias, double *o,
-                                  double *lse);
+clattn_status reference_attention(const clattn_attention_desc *desc, const void *q, const void *k,
+                                  const void *v, const float *bias, double *o, double *lse);
 
 /* Row softmax reference for clattn_softmax: out = softmax(scale * in) row by row (dense
  * [rows][cols], double), lse[r] = log(sum exp(scale * in[r][c])). */

@@ -12,8 +12,7 @@ static size_t pow2_group_size(size_t limit) {
 }
 
 /* Bytes from the matrix's offset to its last element + 1, or 0 on overflow. */
-static size_t matrix_span(size_t rows, size_t cols, size_t offset, size_t row_stride,
-                          size_t elem) {
+static size_t matrix_span(size_t rows, size_t cols, size_t offset, size_t row_stride, size_t elem) {
     size_t a, total, bytes;
     if (size_mul(rows - 1, row_stride, &a) || size_add(a, cols, &total) ||
         size_add(total, offset, &total) || size_mul(total, elem, &bytes))
@@ -23,8 +22,10 @@ static size_t matrix_span(size_t rows, size_t cols, size_t offset, size_t row_st
 
 static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_desc *d, cl_mem in,
                                    cl_mem out, cl_mem lse) {
-    if (!d || !in || !out) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: NULL "
-                                            "desc or buffer");
+    if (!d || !in || !out)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: NULL "
+                         "desc or buffer");
     if (d->rows == 0 || d->cols == 0 || d->cols > UINT32_MAX)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "softmax: rows and cols must be >= 1 and cols < 2^32 (got %zu x %zu)",

@@ -9,10 +9,10 @@ const char *clattn_version(void) {
 
 const char *clattn_status_name(clattn_status status) {
     /* Library codes carry the CLATTN_ prefix; OpenCL codes keep OpenCL's own name. */
-#define STATUS_NAME_CASE(name, value, text)                                                    \
-    case CLATTN_##name: {                                                                      \
-        const char *full = "CLATTN_" #name;                                                    \
-        return strncmp(full + 7, "CL_", 3) == 0 ? full + 7 : full;                             \
+#define STATUS_NAME_CASE(name, value, text)                                                        \
+    case CLATTN_##name: {                                                                          \
+        const char *full = "CLATTN_" #name;                                                        \
+        return strncmp(full + 7, "CL_", 3) == 0 ? full + 7 : full;                                 \
     }
     switch (status) { CLATTN_STATUS_MAP(STATUS_NAME_CASE) }
 #undef STATUS_NAME_CASE
@@ -20,8 +20,8 @@ const char *clattn_status_name(clattn_status status) {
 }
 
 const char *clattn_status_string(clattn_status status) {
-#define STATUS_TEXT_CASE(name, value, text)                                                    \
-    case CLATTN_##name:                                                                        \
+#define STATUS_TEXT_CASE(name, value, text)                                                        \
+    case CLATTN_##name:                                                                            \
         return text;
     switch (status) { CLATTN_STATUS_MAP(STATUS_TEXT_CASE) }
 #undef STATUS_TEXT_CASE

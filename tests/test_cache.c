@@ -117,16 +117,28 @@ Test(cache, damaged_entries_are_rebuilt_not_trusted) {
     char path[512];
     entry_path(path, sizeof path);
     long size = file_size(path);
-    const char *kinds[] = {"last binary byte", "magic", "format version", "key", "truncated",
-                           "empty"};
+    const char *kinds[] = {"last binary byte", "magic", "format version", "key",
+                           "truncated",        "empty"};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
         switch (kind) {
-        case 0: poke(path, size - 1, -1); break;
-        case 1: poke(path, 0, 'X'); break;
-        case 2: poke(path, 8, 7); break;
-        case 3: poke(path, 40, '#'); break; /* inside the key text */
-        case 4: cr_assert_eq(truncate(path, size / 2), 0); break;
-        case 5: cr_assert_eq(truncate(path, 0), 0); break;
+        case 0:
+            poke(path, size - 1, -1);
+            break;
+        case 1:
+            poke(path, 0, 'X');
+            break;
+        case 2:
+            poke(path, 8, 7);
+            break;
+        case 3:
+            poke(path, 40, '#');
+            break; /* inside the key text */
+        case 4:
+            cr_assert_eq(truncate(path, size / 2), 0);
+            break;
+        case 5:
+            cr_assert_eq(truncate(path, 0), 0);
+            break;
         }
         cr_log_info("damage: %s", kinds[kind]);
         expect_counts(1, 0);

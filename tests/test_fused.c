@@ -32,9 +32,9 @@ Test(fused, lengths_that_are_not_tile_multiples) {
 }
 
 Test(fused, head_dims_common_and_odd) {
-    static const size_t dims[][2] = {{1, 1},     {3, 3},     {32, 32},   {59, 59},  {64, 64},
-                                     {80, 80},   {96, 96},   {111, 111}, {128, 128}, {256, 256},
-                                     {192, 128}, {64, 17}};
+    static const size_t dims[][2] = {{1, 1},     {3, 3},     {32, 32},   {59, 59},
+                                     {64, 64},   {80, 80},   {96, 96},   {111, 111},
+                                     {128, 128}, {256, 256}, {192, 128}, {64, 17}};
     attn_case cases[COUNT(dims)];
     for (size_t i = 0; i < COUNT(dims); i++) {
         case_init(&cases[i], 1, 2, 2, 70, 93, dims[i][0], dims[i][1]);
@@ -67,8 +67,8 @@ Test(fused, causal_with_more_or_fewer_queries_than_keys) {
 }
 
 Test(fused, windows) {
-    static const int64_t windows[][3] = {{0, 0, 0},  {-1, 5, 0}, {9, -1, 0}, {9, 0, 0},
-                                         {3, 40, 0}, {20, 20, 1}, {0, 0, 1}, {33, 0, 1}};
+    static const int64_t windows[][3] = {{0, 0, 0},  {-1, 5, 0},  {9, -1, 0}, {9, 0, 0},
+                                         {3, 40, 0}, {20, 20, 1}, {0, 0, 1},  {33, 0, 1}};
     attn_case cases[2 * COUNT(windows)];
     size_t n = 0;
     for (size_t i = 0; i < COUNT(windows); i++)
@@ -163,8 +163,7 @@ Test(fused, bad_calls_are_named_before_any_launch) {
 
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, 2, 300, 8);
     d.path = CLATTN_PATH_FUSED;
-    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
-                 CLATTN_ERR_UNSUPPORTED);
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL), CLATTN_ERR_UNSUPPORTED);
     cr_assert(strstr(clattn_context_last_error(ctx), "256") != NULL);
 
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, 2, 8, 8);
@@ -230,8 +229,7 @@ Test(fused, device_memory_does_not_grow_with_nq_times_nk) {
     cr_assert_eq(small.path, CLATTN_PATH_FUSED);
     cr_assert_gt(small.device_bytes, 0);
     cr_assert_leq(large.device_bytes, 4 * small.device_bytes + 4096, "%llu vs %llu bytes",
-                  (unsigned long long)large.device_bytes,
-                  (unsigned long long)small.device_bytes);
+                  (unsigned long long)large.device_bytes, (unsigned long long)small.device_bytes);
     cr_assert_lt(large.device_bytes, 2048ull * 2048 * 2 * sizeof(float) / 4);
 }
 

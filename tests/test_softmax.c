@@ -36,13 +36,14 @@ static size_t run_case(clattn_context *ctx, const softmax_case *c, uint64_t seed
     reference_softmax(dense, c->rows, c->cols, c->scale, ref, ref_lse);
 
     void *host_in = c->dtype == CLATTN_F16 ? (void *)xh : (void *)x;
-    cl_mem in = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR,
-                               total * elem, host_in, NULL);
-    cl_mem out = c->in_place ? in : clCreateBuffer(clattn_context_cl_context(ctx),
-                                                   CL_MEM_READ_WRITE, total * elem, NULL, NULL);
-    cl_mem lse_buf = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE,
-                                    c->rows * 4, NULL, NULL);
-    clattn_softmax_desc d = {c->rows, c->cols, c->dtype, c->scale,
+    cl_mem in = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR, total * elem,
+                               host_in, NULL);
+    cl_mem out = c->in_place ? in
+                             : clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE,
+                                              total * elem, NULL, NULL);
+    cl_mem lse_buf =
+        clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, c->rows * 4, NULL, NULL);
+    clattn_softmax_desc d = {c->rows,   c->cols,   c->dtype,  c->scale,
                              c->offset, c->stride, c->offset, c->stride};
     ASSERT_OK(ctx, clattn_softmax(ctx, &d, in, out, lse_buf, NULL));
     cl_command_queue q = clattn_context_queue(ctx);
@@ -56,9 +57,9 @@ static size_t run_case(clattn_context *ctx, const softmax_case *c, uint64_t seed
     char label[128];
     snprintf(label, sizeof label, "softmax %zux%zu %s%s", c->rows, c->cols,
              c->dtype ? "f16" : "f32", c->in_place ? " in place" : "");
-    size_t bad = compare_outputs(label, got, ref, c->rows * c->cols,
-                                 c->dtype ? TOL_F16_ATOL : TOL_F32_ATOL,
-                                 c->dtype ? TOL_F16_RTOL : TOL_F32_RTOL);
+    size_t bad =
+        compare_outputs(label, got, ref, c->rows * c->cols, c->dtype ? TOL_F16_ATOL : TOL_F32_ATOL,
+                        c->dtype ? TOL_F16_RTOL : TOL_F32_RTOL);
     case_result lse_result;
     memset(&lse_result, 0, sizeof lse_result);
     compare_lse_values(lse, ref_lse, c->rows, &lse_result);
@@ -73,19 +74,18 @@ static size_t run_case(clattn_context *ctx, const softmax_case *c, uint64_t seed
 
 Test(softmax, matches_the_reference_on_every_device) {
     const softmax_case cases[] = {
-        {1, 1, 0, 1, CLATTN_F32, 0, 1.0f},       {3, 1, 0, 1, CLATTN_F32, 0, 0.5f},
-        {2, 3, 0, 3, CLATTN_F32, 0, 1.0f},       {5, 255, 0, 255, CLATTN_F32, 0, 0.125f},
-        {7, 256, 3, 300, CLATTN_F32, 0, 1.0f},   {4, 257, 0, 257, CLATTN_F32, 1, 2.0f},
-        {3, 1000, 5, 1001, CLATTN_F32, 1, 1.0f}, {2, 5000, 0, 5000, CLATTN_F32, 0, 0.3f},
+        {1, 1, 0, 1, CLATTN_F32, 0, 1.0f},         {3, 1, 0, 1, CLATTN_F32, 0, 0.5f},
+        {2, 3, 0, 3, CLATTN_F32, 0, 1.0f},         {5, 255, 0, 255, CLATTN_F32, 0, 0.125f},
+        {7, 256, 3, 300, CLATTN_F32, 0, 1.0f},     {4, 257, 0, 257, CLATTN_F32, 1, 2.0f},
+        {3, 1000, 5, 1001, CLATTN_F32, 1, 1.0f},   {2, 5000, 0, 5000, CLATTN_F32, 0, 0.3f},
         {1, 70001, 0, 70001, CLATTN_F32, 0, 1.0f}, {2, 3, 1, 4, CLATTN_F16, 0, 1.0f},
-        {5, 300, 0, 300, CLATTN_F16, 1, 0.5f},   {3, 4097, 2, 4100, CLATTN_F16, 0, 1.0f},
+        {5, 300, 0, 300, CLATTN_F16, 1, 0.5f},     {3, 4097, 2, 4100, CLATTN_F16, 0, 1.0f},
     };
     clattn_context **ctxs;
     size_t n = test_contexts(&ctxs);
     for (size_t dev = 0; dev < n; dev++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            cr_expect_eq(run_case(ctxs[dev], &cases[i], 100 + i), 0, "device %zu case %zu", dev,
-                         i);
+            cr_expect_eq(run_case(ctxs[dev], &cases[i], 100 + i), 0, "device %zu case %zu", dev, i);
 }
 
 /* -inf everywhere: zeros and LSE -inf. A NaN: that row is NaN, the others are untouched. */
@@ -95,8 +95,8 @@ Test(softmax, empty_and_nan_rows) {
     for (size_t dev = 0; dev < n; dev++) {
         clattn_context *ctx = ctxs[dev];
         float x[9] = {-INFINITY, -INFINITY, -INFINITY, 1, NAN, 2, 0, 0, 0}, y[9], lse[3];
-        cl_mem buf = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR,
-                                    sizeof x, x, NULL);
+        cl_mem buf =
+            clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR, sizeof x, x, NULL);
         cl_mem l = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, sizeof lse,
                                   NULL, NULL);
         clattn_softmax_desc d = {3, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3};
@@ -121,15 +121,14 @@ Test(softmax, bad_arguments_are_named) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
     clattn_context *ctx = ctxs[0];
-    cl_mem small = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, 16, NULL,
-                                  NULL);
+    cl_mem small =
+        clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, 16, NULL, NULL);
     clattn_softmax_desc d = {2, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3}; /* needs 24 bytes */
     cr_assert_eq(clattn_softmax(ctx, &d, small, small, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(clattn_context_last_error(ctx), "24") != NULL, "%s",
               clattn_context_last_error(ctx));
     clattn_softmax_desc zero = {0, 3, CLATTN_F32, 1.0f, 0, 3, 0, 3};
-    cr_assert_eq(clattn_softmax(ctx, &zero, small, small, NULL, NULL),
-                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(clattn_softmax(ctx, &zero, small, small, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
     clattn_softmax_desc stride = {2, 3, CLATTN_F32, 1.0f, 0, 2, 0, 3};
     cr_assert_eq(clattn_softmax(ctx, &stride, small, small, NULL, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);
@@ -139,10 +138,9 @@ Test(softmax, bad_arguments_are_named) {
     clattn_softmax_desc one = {1, 4, CLATTN_F32, 1.0f, 0, 4, 0, 4};
     cr_assert_eq(clattn_softmax(ctx, NULL, small, small, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_eq(clattn_softmax(ctx, &one, NULL, small, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
-    cr_assert_eq(clattn_softmax(NULL, &one, small, small, NULL, NULL),
-                 CLATTN_ERR_INVALID_ARGUMENT);
-    cl_mem tiny_lse = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, 4, NULL,
-                                     NULL);
+    cr_assert_eq(clattn_softmax(NULL, &one, small, small, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+    cl_mem tiny_lse =
+        clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, 4, NULL, NULL);
     clattn_softmax_desc two = {2, 2, CLATTN_F32, 1.0f, 0, 2, 0, 2};
     cr_assert_eq(clattn_softmax(ctx, &two, small, small, tiny_lse, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);

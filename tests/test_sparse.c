@@ -23,12 +23,25 @@ static size_t feature_cases(attn_case *cases) {
             c->causal = with >= 1;
             c->seed = 100 + n;
             switch (feature) {
-            case 0: c->left = 9, c->right = 9, c->dilation = 3; break;
-            case 1: c->left = 3, c->right = 3, c->num_globals = 2, c->globals[0] = 0, c->globals[1] = 40; break;
-            case 2: c->block_layout = LAYOUT_SHARED, c->bq = 16, c->bk = 16; break;
-            case 3: c->block_layout = LAYOUT_PER_HEAD, c->bq = 10, c->bk = 24; break;
-            case 4: c->bias = BIAS_FULL; break;
-            case 5: c->bias = BIAS_BROADCAST, c->left = 20, c->right = 0; break;
+            case 0:
+                c->left = 9, c->right = 9, c->dilation = 3;
+                break;
+            case 1:
+                c->left = 3, c->right = 3, c->num_globals = 2, c->globals[0] = 0,
+                c->globals[1] = 40;
+                break;
+            case 2:
+                c->block_layout = LAYOUT_SHARED, c->bq = 16, c->bk = 16;
+                break;
+            case 3:
+                c->block_layout = LAYOUT_PER_HEAD, c->bq = 10, c->bk = 24;
+                break;
+            case 4:
+                c->bias = BIAS_FULL;
+                break;
+            case 5:
+                c->bias = BIAS_BROADCAST, c->left = 20, c->right = 0;
+                break;
             }
         }
     return n;

@@ -80,8 +80,7 @@ static size_t check_one(clattn_context *ctx, size_t device, const attn_case *c, 
     return 1;
 }
 
-size_t check_cases(const attn_case *cases, size_t count, clattn_path path,
-                   clattn_variant variant) {
+size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;
     clattn_variant both[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
@@ -89,7 +88,7 @@ size_t check_cases(const attn_case *cases, size_t count, clattn_path path,
     for (size_t dev = 0; dev < devices; dev++)
         for (size_t i = 0; i < count; i++)
             for (size_t v = 0; v < (sweep_variants ? 2u : 1u); v++)
-                failed += check_one(ctxs[dev], dev, &cases[i], path,
-                                    sweep_variants ? both[v] : variant);
+                failed +=
+                    check_one(ctxs[dev], dev, &cases[i], path, sweep_variants ? both[v] : variant);
     return failed;
 }

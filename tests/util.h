@@ -36,11 +36,11 @@ size_t test_contexts(clattn_context ***contexts);
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant);
 
 /* Criterion assertion on a status, printing the context's last error when it fails. */
-#define ASSERT_OK(ctx, call)                                                                   \
-    do {                                                                                       \
-        clattn_status status_ = (call);                                                        \
-        cr_assert_eq(status_, CLATTN_SUCCESS, "%s -> %s: %s", #call,                          \
-                     clattn_status_name(status_), clattn_context_last_error(ctx));              \
+#define ASSERT_OK(ctx, call)                                                                       \
+    do {                                                                                           \
+        clattn_status status_ = (call);                                                            \
+        cr_assert_eq(status_, CLATTN_SUCCESS, "%s -> %s: %s", #call, clattn_status_name(status_),  \
+                     clattn_context_last_error(ctx));                                              \
     } while (0)
 
 #endif

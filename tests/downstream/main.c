@@ -6,7 +6,8 @@
 
 int main(void) {
     enum { B = 1, H = 2, N = 5, D = 8 };
-    float q[B * N * H * D], k[B * N * H * D], v[B * N * H * D], o[B * N * H * D], ref[B * N * H * D];
+    float q[B * N * H * D], k[B * N * H * D], v[B * N * H * D], o[B * N * H * D],
+        ref[B * N * H * D];
     for (int i = 0; i < B * N * H * D; i++) {
         q[i] = (float)sin(i), k[i] = (float)cos(i), v[i] = (float)sin(2 * i);
     }
@@ -26,7 +27,8 @@ int main(void) {
         return 1;
     }
     int bad = 0;
-    for (int i = 0; i < B * N * H * D; i++) bad += fabsf(o[i] - ref[i]) > 2e-5f + 2e-4f * fabsf(ref[i]);
+    for (int i = 0; i < B * N * H * D; i++)
+        bad += fabsf(o[i] - ref[i]) > 2e-5f + 2e-4f * fabsf(ref[i]);
     clattn_context_destroy(ctx);
     printf("clattn %s downstream: %s\n", clattn_version(), bad ? "MISMATCH" : "ok");
     return bad != 0;
