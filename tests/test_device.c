@@ -161,3 +161,23 @@ Test(device, wrapped_context_leaves_ownership_with_the_caller) {
     clReleaseCommandQueue(queue);
     clReleaseContext(cl_ctx);
 }
+
+/* clattn enqueues in order; a caller's out-of-order queue is refused rather than misused. */
+Test(device, out_of_order_queues_are_refused) {
+    clattn_device_info info;
+    clattn_device_get_info(0, &info);
+    cl_int err = CL_SUCCESS;
+    cl_context cl_ctx = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cl_command_queue queue =
+        clCreateCommandQueue(cl_ctx, info.device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err == CL_SUCCESS) {
+        clattn_context *ctx = NULL;
+        cr_assert_eq(clattn_context_wrap(&ctx, cl_ctx, info.device, queue), CLATTN_ERR_UNSUPPORTED);
+        cr_assert_null(ctx);
+        clReleaseCommandQueue(queue);
+    } else {
+        cr_assert_eq(err, CL_INVALID_QUEUE_PROPERTIES, "%d", err); /* the device has none */
+    }
+    clReleaseContext(cl_ctx);
+}

@@ -233,6 +233,23 @@ Test(fused, device_memory_does_not_grow_with_nq_times_nk) {
     cr_assert_lt(large.device_bytes, 2048ull * 2048 * 2 * sizeof(float) / 4);
 }
 
+/* The variant follows the device type unless desc.variant or $CLATTN_KERNEL says otherwise. */
+Test(fused, variant_choice_and_its_override) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_device_info info;
+    clattn_context_device_info(ctxs[0], &info);
+    clattn_variant by_type =
+        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_GPU;
+    unsetenv("CLATTN_KERNEL");
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
+    setenv("CLATTN_KERNEL", "gpu", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_GPU);
+    setenv("CLATTN_KERNEL", "cpu", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_CPU);
+    unsetenv("CLATTN_KERNEL");
+}
+
 /* Causal visits about half of the key tiles, a window O(N * window) of them. */
 Test(fused, causal_and_windows_skip_tiles) {
     clattn_stats full = run_for_stats(1024, 0, -1), causal = run_for_stats(1024, 1, -1);
