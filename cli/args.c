@@ -75,13 +75,16 @@ int args_has(const cli_args *args, const char *name) {
 
 void args_usage(const char *command, const char *synopsis, const cli_option *options,
                 size_t num_options) {
-    printf("usage: clattn %s %s\n\noptions:\n", command, synopsis);
-    for (size_t i = 0; i < num_options; i++) {
-        char left[64];
-        snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].value ? " " : "",
-                 options[i].value ? options[i].value : "");
-        printf("  %-28s %s\n", left, options[i].help);
+    char left[MAX_OPTIONS][96];
+    int width = 0;
+    for (size_t i = 0; i < num_options && i < MAX_OPTIONS; i++) {
+        int len = snprintf(left[i], sizeof left[i], "--%s%s%s", options[i].name,
+                           options[i].value ? " " : "", options[i].value ? options[i].value : "");
+        if (len > width) width = len;
     }
+    printf("usage: clattn %s %s\n\noptions:\n", command, synopsis);
+    for (size_t i = 0; i < num_options && i < MAX_OPTIONS; i++)
+        printf("  %-*s  %s\n", width, left[i], options[i].help);
 }
 
 static int bad_value(const cli_args *args, const char *name, const char *why) {
