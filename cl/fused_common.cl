@@ -28,6 +28,16 @@
 #define DV_PAD 64
 #endif
 
+/* The arguments of both variants' kernels, in the order runtime/fused.c sets them. */
+#define ATTENTION_KERNEL_ARGS                                                                      \
+    __constant attn_params *P, __global const IN_T *Q, __global const float *Kp,                   \
+        __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,            \
+        __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,          \
+        __global OUT_T *O, __global float *LSE, __global const float *bias,                        \
+        __global const uchar *is_global, __global const uchar *layout,                             \
+        __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
+        float q_scale
+
 #define PASS_WINDOW      0
 #define PASS_GLOBAL_KEYS 1
 #define PASS_GLOBAL_ROWS 2

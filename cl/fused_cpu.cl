@@ -256,14 +256,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
  * or the tile of listed rows (row_mode 1). */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-attention_cpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
-              __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,
-              __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,
-              __global OUT_T *O, __global float *LSE, __global const float *bias,
-              __global const uchar *is_global, __global const uchar *layout,
-              __global const int *tile_ptr, __global const int *tile_idx,
-              __global const int *row_list, float q_scale) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_cpu(ATTENTION_KERNEL_ARGS) {
     query_tile t;
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */

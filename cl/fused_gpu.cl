@@ -128,13 +128,7 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
 
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */
 __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
-attention_gpu(__constant attn_params *P, __global const IN_T *Q, __global const float *Kp,
-              __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,
-              __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,
-              __global OUT_T *O, __global float *LSE, __global const float *bias,
-              __global const uchar *is_global, __global const uchar *layout,
-              __global const int *tile_ptr, __global const int *tile_idx,
-              __global const int *row_list, float q_scale) {
+attention_gpu(ATTENTION_KERNEL_ARGS) {
     __local float kt[DQK_PAD * BLOCK_N]; /* K^T tile */
     __local float vt[BLOCK_N * DV_PAD];  /* V tile */
     const long tile = get_group_id(0), bh = get_group_id(1);

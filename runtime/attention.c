@@ -2,6 +2,7 @@
  * The attention entry points: validation before any launch, the choice of path (fused, gemm,
  * reference; AUTO = fused unless it cannot serve the call), and the host-memory wrapper.
  */
+#include "mask.h"
 #include "paths.h"
 #include "reference.h"
 
@@ -40,6 +41,18 @@ static clattn_status check_buffers(clattn_context *ctx, const clattn_attention_d
                          "O must not share a buffer with Q, "
                          "K, V or LSE");
     return CLATTN_SUCCESS;
+}
+
+void stats_start(clattn_context *ctx, clattn_path path, clattn_variant variant,
+                 const clattn_attention_desc *d, const mask_spec *m, uint64_t bytes) {
+    clattn_stats *s = &ctx->stats;
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    s->variant = variant;
+    s->pairs = mask_count_pairs(m, (int64_t)d->batch, (int64_t)d->heads_q);
+    s->density = (double)s->pairs / ((double)d->batch * d->heads_q * d->len_q * d->len_k);
+    s->device_bytes = bytes;
+    ctx->has_stats = 1;
 }
 
 /* Reads `bytes` of a buffer into a new host array. */

@@ -506,23 +506,17 @@ static clattn_status run_kernels(clattn_context *ctx, const clattn_attention_des
 
 static void record_stats(clattn_context *ctx, const clattn_attention_desc *d, const fused_plan *p,
                          const fused_pattern *pat, uint64_t bytes) {
+    stats_start(ctx, CLATTN_PATH_FUSED, p->variant, d, &pat->mask, bytes);
     clattn_stats *s = &ctx->stats;
-    memset(s, 0, sizeof *s);
-    s->path = CLATTN_PATH_FUSED;
-    s->variant = p->variant;
-    s->pairs = mask_count_pairs(&pat->mask, (int64_t)d->batch, (int64_t)d->heads_q);
-    s->density = (double)s->pairs / ((double)d->batch * d->heads_q * d->len_q * d->len_k);
     uint64_t groups = d->batch * d->heads_q;
     s->tiles_visited = pat->tiles_visited * groups;
     s->tiles_total = groups * ((d->len_q + p->block_m - 1) / p->block_m) *
                      ((d->len_k + p->block_n - 1) / p->block_n);
-    s->device_bytes = bytes;
     s->block_m = p->block_m;
     s->block_n = p->block_n;
     snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s",
              p->variant == CLATTN_VARIANT_CPU ? "cpu" : "gpu", p->block_m, p->block_n, p->dqk_pad,
              p->dv_pad, d->dtype == CLATTN_F16 ? "f16" : "f32");
-    ctx->has_stats = 1;
 }
 
 clattn_status fused_attention(clattn_context *ctx, const clattn_attention_desc *d,

@@ -798,20 +798,14 @@ static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
 
 static void record_stats(clattn_context *ctx, const clattn_attention_desc *d, const gemm_plan *p,
                          const mask_spec *m, uint64_t bytes) {
+    stats_start(ctx, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO, d, m, bytes);
     clattn_stats *s = &ctx->stats;
-    memset(s, 0, sizeof *s);
-    s->path = CLATTN_PATH_GEMM;
-    s->variant = CLATTN_VARIANT_AUTO;
-    s->pairs = mask_count_pairs(m, (int64_t)d->batch, (int64_t)d->heads_q);
-    s->density = (double)s->pairs / ((double)d->batch * d->heads_q * d->len_q * d->len_k);
-    s->device_bytes = bytes;
     s->block_m = (unsigned)(p->group_chunk * p->row_chunk); /* score rows of a chunk */
     s->block_n = (unsigned)d->len_k;                        /* score columns of a chunk, at most */
     s->chunks = p->chunks > UINT32_MAX ? UINT32_MAX : (unsigned)p->chunks;
     snprintf(s->kernel, sizeof s->kernel, "gemm-clblast %zux%zu rows softmax wg%zu %s->%s",
              p->group_chunk, p->row_chunk, p->wg, p->in_f16 ? "f16" : "f32",
              p->out_f16 ? "f16" : "f32");
-    ctx->has_stats = 1;
 }
 
 clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d,

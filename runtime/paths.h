@@ -17,4 +17,10 @@ clattn_status fused_attention(clattn_context *ctx, const clattn_attention_desc *
 clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d,
                              const attention_buffers *buf, cl_event *event);
 
+/* Starts the statistics of a call that ran: path, variant, allowed pairs of the pattern and
+ * their density, device bytes; the path fills in the rest. */
+struct mask_spec;
+void stats_start(clattn_context *ctx, clattn_path path, clattn_variant variant,
+                 const clattn_attention_desc *d, const struct mask_spec *m, uint64_t bytes);
+
 #endif
