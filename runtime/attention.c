@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every buffer present and large enough for the extent its tensor spans. */
+/* Every buffer present and large enough for the extent its tensor spans; O and LSE not
+ * sharing a buffer with another tensor. */
 static clattn_status check_buffers(clattn_context *ctx, const clattn_attention_desc *d,
                                    const attention_buffers *b, const tensor_extents *ext) {
     const struct {
@@ -36,10 +37,13 @@ static clattn_status check_buffers(clattn_context *ctx, const clattn_attention_d
                              list[i].name, list[i].need, d->batch, d->heads_q, d->heads_kv,
                              d->len_q, d->len_k, d->dim_qk, d->dim_v, have);
     }
-    if (b->o == b->q || b->o == b->k || b->o == b->v || (b->lse && b->lse == b->o))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "O must not share a buffer with Q, "
-                         "K, V or LSE");
+    /* The outputs (O at 3, LSE at 4) must not share a buffer with anything else. */
+    for (size_t out = 3; out <= 4; out++)
+        for (size_t i = 0; list[out].buffer && i < ARRAY_LEN(list); i++)
+            if (i != out && list[i].buffer == list[out].buffer)
+                return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                                 "%s must not share a buffer with %s", list[out].name,
+                                 list[i].name);
     return CLATTN_SUCCESS;
 }
 
@@ -145,8 +149,10 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     attention_buffers b = {q, k, v, o, lse, has_bias ? d->bias : NULL};
     if (status == CLATTN_SUCCESS) status = check_buffers(ctx, d, &b, &ext);
     if (status != CLATTN_SUCCESS) return status;
+    ctx->in_attention = 1; /* timing keeps this call's events only */
     status = run_path(ctx, d, &b, &ext, event);
     double kernel_ms = timing_finish(ctx); /* releases the kept events on failure too */
+    ctx->in_attention = 0;
     if (status == CLATTN_SUCCESS) ctx->stats.kernel_ms = kernel_ms;
     return status;
 }

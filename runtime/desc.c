@@ -54,6 +54,11 @@ int64_t desc_window_side(const clattn_attention_desc *d, int64_t side) {
     return side > reach ? reach : side;
 }
 
+int64_t desc_dilation(const clattn_attention_desc *d) {
+    int64_t widest = (int64_t)(d->len_q > d->len_k ? d->len_q : d->len_k);
+    return d->dilation > widest ? widest : d->dilation < 1 ? 1 : d->dilation;
+}
+
 float desc_scale(const clattn_attention_desc *d) {
     return d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->dim_qk));
 }
@@ -136,10 +141,11 @@ static clattn_status check_mask(clattn_context *ctx, const clattn_attention_desc
             return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                              "global token %lld is outside the keys [0, %zu)",
                              (long long)d->global_tokens[g], d->len_k);
-    if (d->block_layout && (d->block_q == 0 || d->block_k == 0))
+    if (d->block_layout && (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX ||
+                            d->block_k > INT32_MAX))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "a block layout needs block sizes >= 1 (got %zu,%zu)", d->block_q,
-                         d->block_k);
+                         "a block layout needs block sizes from 1 to 2^31-1 (got %zu,%zu)",
+                         d->block_q, d->block_k);
     return CLATTN_SUCCESS;
 }
 
@@ -205,7 +211,7 @@ void params_from_desc(const clattn_attention_desc *d, int write_lse, attn_params
     p->causal = d->causal != 0;
     p->left = desc_window_side(d, d->window_left);
     p->right = desc_window_side(d, d->window_right);
-    p->dilation = d->dilation;
+    p->dilation = desc_dilation(d);
     p->has_layout = d->block_layout != NULL;
     if (p->has_layout) {
         p->layout_per_head = d->block_layout_per_head != 0;

@@ -23,6 +23,11 @@ clattn_status desc_check(clattn_context *ctx, const clattn_attention_desc *d, in
  * same as unbounded, and clamping it keeps p - left and p + right from overflowing. */
 int64_t desc_window_side(const clattn_attention_desc *d, int64_t side);
 
+/* The dilation as the masks use it: |p - j| < max(len_q, len_k), so any larger dilation keeps
+ * only j == p, as max(len_q, len_k) does; clamping keeps the planner's per-class loops and
+ * buffers bounded by the lengths. */
+int64_t desc_dilation(const clattn_attention_desc *d);
+
 /* The scale the call uses: desc->scale, or 1/sqrt(dim_qk) when it is 0. */
 float desc_scale(const clattn_attention_desc *d);
 

@@ -12,6 +12,7 @@
  * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
  * keys, flags and lists: nothing grows with Nq*Nk except a block layout's tile list.
  */
+#include "desc.h"
 #include "kernel_params.h"
 #include "mask.h"
 #include "paths.h"
@@ -118,13 +119,13 @@ static clattn_status plan_tiles(clattn_context *ctx, const clattn_attention_desc
         clattn_status status = fit_gpu_tiles(ctx, p);
         if (status != CLATTN_SUCCESS) return status;
     }
-    p->dilation = d->dilation;
+    p->dilation = desc_dilation(d);
     int64_t keys_per_class = ((int64_t)d->len_k + p->dilation - 1) / p->dilation;
     int64_t rows_per_class = ((int64_t)d->len_q + p->dilation - 1) / p->dilation;
     p->class_slots = (keys_per_class + p->block_n - 1) / p->block_n * p->block_n;
     p->tiles_per_class = (rows_per_class + p->block_m - 1) / p->block_m;
     p->globals_matter = d->num_global_tokens > 0 &&
-                        (d->window_left >= 0 || d->window_right >= 0 || d->dilation > 1);
+                        (d->window_left >= 0 || d->window_right >= 0 || p->dilation > 1);
     return CLATTN_SUCCESS;
 }
 
@@ -218,12 +219,16 @@ static void list_tile(const mask_spec *m, const fused_plan *p, const uint32_t *s
 static clattn_status build_tile_lists(clattn_context *ctx, const fused_plan *p, int64_t heads,
                                       fused_pattern *pat) {
     const mask_spec *m = &pat->mask;
-    size_t per_head = (size_t)(p->dilation * p->tiles_per_class);
-    size_t cap = (size_t)(p->class_slots / p->block_n) * per_head * (size_t)heads;
-    pat->num_lists = per_head * (size_t)heads;
+    size_t per_head = (size_t)(p->dilation * p->tiles_per_class), cap = 0;
+    if (size_mul(per_head, (size_t)heads, &pat->num_lists) ||
+        size_mul(pat->num_lists, (size_t)(p->class_slots / p->block_n), &cap) || cap > INT32_MAX / 2)
+        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                         "fused: key tile lists for %zu query tiles x %lld key tiles exceed 2^30 "
+                         "entries",
+                         pat->num_lists, (long long)(p->class_slots / p->block_n));
     pat->tile_ptr = malloc((pat->num_lists + 1) * sizeof *pat->tile_ptr);
     pat->tile_idx = malloc((cap ? cap : 1) * sizeof *pat->tile_idx);
-    if (!pat->tile_ptr || !pat->tile_idx || cap > INT32_MAX / 2)
+    if (!pat->tile_ptr || !pat->tile_idx)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: key tile lists (%zu entries)", cap);
     size_t list = 0;
     for (int64_t h = 0; h < heads; h++) {

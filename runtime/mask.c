@@ -20,7 +20,7 @@ clattn_status mask_from_desc(const clattn_attention_desc *d, mask_spec *m) {
     m->causal = d->causal != 0;
     m->left = desc_window_side(d, d->window_left);
     m->right = desc_window_side(d, d->window_right);
-    m->dilation = d->dilation > 1 ? d->dilation : 1;
+    m->dilation = desc_dilation(d);
     if (d->block_layout) {
         m->layout = d->block_layout;
         m->block_q = (int64_t)d->block_q;

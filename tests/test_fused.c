@@ -175,6 +175,22 @@ Test(fused, bad_calls_are_named_before_any_launch) {
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, 2, 8, 8);
     cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, buf, NULL, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT, "O aliasing an input");
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, buf, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT, "LSE aliasing an input");
+    cr_assert(strstr(clattn_context_last_error(ctx), "LSE must not share a buffer with Q") != NULL,
+              "%s", clattn_context_last_error(ctx));
+    d.bias = out;
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT, "O aliasing the bias");
+    d.bias = NULL;
+    unsigned char layout = 1;
+    d.block_layout = &layout;
+    d.block_q = (size_t)INT32_MAX + 1;
+    d.block_k = 1;
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), "block sizes") != NULL);
+    d.block_layout = NULL;
     cr_assert_eq(clattn_attention(ctx, &d, NULL, buf, buf, out, NULL, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_eq(clattn_attention(ctx, NULL, buf, buf, buf, out, NULL, NULL),

@@ -115,15 +115,21 @@ static void window_covering_everything(clattn_attention_desc *d) {
     d->window_left = d->window_right = 200;
 }
 
-static void expect_identical(void (*setup)(clattn_attention_desc *), const char *what) {
+/* Both variants give bit-identical O and LSE, and the same pair count, for two setups. */
+static void expect_same(void (*setup_a)(clattn_attention_desc *),
+                        void (*setup)(clattn_attention_desc *), const char *what) {
     clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
     for (int v = 0; v < 2; v++) {
-        dense_run a = run_fused(variants[v], no_mask), b = run_fused(variants[v], setup);
+        dense_run a = run_fused(variants[v], setup_a), b = run_fused(variants[v], setup);
         cr_expect_eq(memcmp(a.o, b.o, 200 * 4 * 64 * sizeof(float)), 0, "%s: O differs", what);
         cr_expect_eq(memcmp(a.lse, b.lse, 4 * 200 * sizeof(float)), 0, "%s: LSE differs", what);
         cr_expect_eq(a.stats.pairs, b.stats.pairs);
         free(a.o), free(a.lse), free(b.o), free(b.lse);
     }
+}
+
+static void expect_identical(void (*setup)(clattn_attention_desc *), const char *what) {
+    expect_same(no_mask, setup, what);
 }
 
 Test(sparse, all_ones_layout_equals_full_attention_bit_for_bit) {
@@ -156,6 +162,24 @@ Test(sparse, global_tokens_with_a_zero_window_see_only_globals_and_themselves) {
     c.left = c.right = 0, c.num_globals = 3;
     memcpy(c.globals, globals, sizeof globals);
     cr_expect_eq(check_cases(&c, 1, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0);
+}
+
+/* |p - j| < 200 here, so a dilation of 200 or more keeps only j == p: any larger one, up to
+ * INT64_MAX and with a per-head layout, must plan as cheaply and give the same result. */
+static void dilation_200(clattn_attention_desc *d) {
+    d->dilation = 200;
+}
+
+static void dilation_int64_max(clattn_attention_desc *d) {
+    all_ones_layout(d);
+    d->dilation = INT64_MAX;
+}
+
+Test(sparse, a_dilation_beyond_every_distance_keeps_only_the_diagonal) {
+    expect_same(dilation_200, dilation_int64_max, "dilation INT64_MAX");
+    dense_run r = run_fused(CLATTN_VARIANT_CPU, dilation_int64_max);
+    cr_expect_eq(r.stats.pairs, 4ull * 200, "pairs %llu", (unsigned long long)r.stats.pairs);
+    free(r.o), free(r.lse);
 }
 
 /* ---------------------------------------------------------------- cost follows the pairs */
