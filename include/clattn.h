@@ -204,8 +204,8 @@ CLATTN_API clattn_status clattn_context_create(clattn_context **ctx, size_t devi
  *  while the clattn context lives and releases only its own references. Work is enqueued on
  *  `queue`, which must be in-order; if it lacks CL_QUEUE_PROFILING_ENABLE, kernel timings are
  *  unavailable. A context is used by one thread at a time.
- *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL handles, queue of another
- *  device) or CLATTN_ERR_UNSUPPORTED (an out-of-order queue). */
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL handles, a queue of another
+ *  device or of another cl_context) or CLATTN_ERR_UNSUPPORTED (an out-of-order queue). */
 CLATTN_API clattn_status clattn_context_wrap(clattn_context **ctx, cl_context cl_ctx,
                                              cl_device_id device, cl_command_queue queue);
 

@@ -4,6 +4,7 @@
  * Also the error recording and logging every other runtime file uses.
  */
 #include "internal.h"
+#include "paths.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,7 +135,7 @@ static double timing_sum(clattn_context *ctx) {
 }
 
 void timing_track(clattn_context *ctx, cl_event event) {
-    if (!ctx->timing || !event) return;
+    if (!ctx->timing || !ctx->in_attention || !event) return;
     if (ctx->num_timed == ARRAY_LEN(ctx->timed)) ctx->timed_ms += timing_sum(ctx);
     clRetainEvent(event);
     ctx->timed[ctx->num_timed++] = event;
@@ -193,11 +194,15 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context cl_ctx, cl_de
     *out = NULL;
     if (!cl_ctx || !device || !queue) return CLATTN_ERR_INVALID_ARGUMENT;
     cl_device_id queue_device = NULL;
+    cl_context queue_context = NULL;
     cl_command_queue_properties props = 0;
     cl_platform_id platform = NULL;
     if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof queue_device, &queue_device, NULL) !=
             CL_SUCCESS ||
         queue_device != device ||
+        clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof queue_context, &queue_context,
+                              NULL) != CL_SUCCESS ||
+        queue_context != cl_ctx ||
         clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) !=
             CL_SUCCESS ||
         clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL) != CL_SUCCESS)
@@ -229,6 +234,7 @@ void clattn_context_destroy(clattn_context *ctx) {
     for (int i = 0; i < WORKSPACE_SLOTS; i++)
         if (ctx->workspace[i]) clReleaseMemObject(ctx->workspace[i]);
     program_cache_release(ctx);
+    gemm_context_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);
     free(ctx->build_log);

@@ -36,6 +36,7 @@
 #include "paths.h"
 
 #include <clblast_c.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,32 @@
 /* At most 2^30 scores (4 GiB) a chunk, so that CLBlast's padded copies of them stay
  * addressable with int offsets too. */
 #define MAX_CHUNK_SCORES ((size_t)1 << 30)
+
+/* ---------------------------------------------------------------- CLBlast's program cache */
+
+/* CLBlast keeps every program it builds in one process-wide cache, which holds a reference to
+ * the program's cl_context and has no per-context eviction. So the contexts that called it are
+ * counted, and the cache is cleared when the last of them is destroyed: a destroyed context's
+ * cl_context is then really released, at the price of CLBlast rebuilding (from the driver's
+ * own binary cache, where it has one) in the next context. */
+static pthread_mutex_t blas_users_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned blas_users;
+
+static void blas_user_add(clattn_context *ctx) {
+    if (ctx->blas_user) return;
+    pthread_mutex_lock(&blas_users_lock);
+    blas_users++;
+    pthread_mutex_unlock(&blas_users_lock);
+    ctx->blas_user = 1;
+}
+
+void gemm_context_release(clattn_context *ctx) {
+    if (!ctx->blas_user) return;
+    pthread_mutex_lock(&blas_users_lock);
+    if (--blas_users == 0) CLBlastClearCache();
+    pthread_mutex_unlock(&blas_users_lock);
+    ctx->blas_user = 0;
+}
 
 /* ---------------------------------------------------------------- CLBlast status */
 
@@ -831,7 +858,10 @@ clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d
         P.num_global = mask.num_globals;
         status = make_buffers(ctx, d, &plan, &mask, &P, &gb);
     }
-    if (!status) status = run_chunks(ctx, &call);
+    if (!status) {
+        blas_user_add(ctx);
+        status = run_chunks(ctx, &call);
+    }
     if (!status && event) {
         cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
         if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: completion event");

@@ -38,11 +38,13 @@ struct clattn_context {
     clattn_stats stats;
     int has_stats;
     int timing;         /* sum kernel times into stats.kernel_ms (waits for each call) */
+    int in_attention;   /* inside clattn_attention: the events timing keeps */
     cl_event timed[32]; /* the current call's kernels while timing */
     unsigned num_timed;
     double timed_ms; /* kernel time of events already summed (the list was full) */
     cl_mem workspace[WORKSPACE_SLOTS]; /* buffers kept between calls (workspace_get) */
     size_t workspace_bytes[WORKSPACE_SLOTS];
+    int blas_user; /* has called CLBlast: counted until destroyed (gemm_context_release) */
 };
 
 /* ---- errors and logging (context.c) */
@@ -99,7 +101,8 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                             const size_t *global, const size_t *local, cl_event *event,
                             const char *what);
 
-/* Keeps an event of the current call for timing_finish (no-op unless timing); a full list is
+/* Keeps an event of the current attention call for timing_finish (no-op unless timing, and
+ * outside clattn_attention: clattn_softmax's kernels are not an attention call's); a full list is
  * waited for and summed first, so a call may launch any number of kernels. */
 void timing_track(clattn_context *ctx, cl_event event);
 /* Waits for the call's kernels and returns their summed execution time in ms (0 when not

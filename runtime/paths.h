@@ -16,6 +16,9 @@ clattn_status fused_attention(clattn_context *ctx, const clattn_attention_desc *
 
 clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d,
                              const attention_buffers *buf, cl_event *event);
+/* Lets CLBlast drop its programs of the context's cl_context once no context uses them
+ * (clattn_context_destroy). */
+void gemm_context_release(clattn_context *ctx);
 
 /* Starts the statistics of a call that ran: path, variant, allowed pairs of the pattern and
  * their density, device bytes; the path fills in the rest. */

@@ -158,6 +158,13 @@ Test(device, wrapped_context_leaves_ownership_with_the_caller) {
     cr_assert_eq(clattn_context_wrap(&ctx, cl_ctx, NULL, queue), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_eq(clattn_context_wrap(&ctx, NULL, info.device, queue), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_null(ctx);
+
+    cl_context other = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cr_assert_eq(clattn_context_wrap(&ctx, other, info.device, queue), CLATTN_ERR_INVALID_ARGUMENT,
+                 "a queue of another cl_context must be refused");
+    cr_assert_null(ctx);
+    clReleaseContext(other);
     clReleaseCommandQueue(queue);
     clReleaseContext(cl_ctx);
 }

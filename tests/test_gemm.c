@@ -512,6 +512,29 @@ Test(gemm, stats_timing_and_events_on_device_buffers) {
     free(host);
 }
 
+/* CLBlast caches its programs process-wide, each holding its cl_context: destroying the last
+ * context that used the gemm path lets them go, so a wrapped cl_context is left with the
+ * caller's reference only. */
+Test(gemm, destroying_the_last_context_releases_clblast_programs) {
+    clattn_device_info info;
+    cr_assert_eq(clattn_device_get_info(0, &info), CLATTN_SUCCESS);
+    cl_int err = CL_SUCCESS;
+    cl_context cl = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cl_command_queue queue = clCreateCommandQueue(cl, info.device, 0, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_wrap(&ctx, cl, info.device, queue), CLATTN_SUCCESS);
+    ASSERT_OK(ctx, small_call(ctx, 64, 0, 0));
+    clattn_context_destroy(ctx);
+    clReleaseCommandQueue(queue);
+    cl_uint refs = 0;
+    cr_assert_eq(clGetContextInfo(cl, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
+                 CL_SUCCESS);
+    cr_expect_eq(refs, 1, "%u references to the caller's cl_context remain", refs);
+    clReleaseContext(cl);
+}
+
 /* ---------------------------------------------------------------- a long sequence */
 
 /* Row i of causal attention over N keys is attention of that one query over the keys [0, i]:

@@ -1,6 +1,6 @@
 /* clattn_softmax on every device against the reference: row lengths around and far beyond the
  * work-group size, float32 and float16, in place, offsets and strides, LSE, empty and NaN rows,
- * and argument checks. */
+ * its events kept out of attention timings, and argument checks. */
 #include <criterion/criterion.h>
 
 #include "half.h"
@@ -115,6 +115,42 @@ Test(softmax, empty_and_nan_rows) {
         clReleaseMemObject(buf);
         clReleaseMemObject(l);
     }
+}
+
+/* With timing on, an attention call's kernel time is its own: a softmax enqueued before it
+ * (a large one, 16 MiB) is not charged to it. */
+Test(softmax, is_not_charged_to_the_next_attention_call) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    ASSERT_OK(ctx, clattn_context_set_timing(ctx, 1));
+    const size_t rows = 1024, cols = 4096;
+    cl_mem buf = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE,
+                                rows * cols * 4, NULL, NULL);
+    float zero = 0.0f;
+    cr_assert_eq(clEnqueueFillBuffer(clattn_context_queue(ctx), buf, &zero, 4, 0, rows * cols * 4,
+                                     0, NULL, NULL),
+                 CL_SUCCESS);
+    clattn_softmax_desc d = {rows, cols, CLATTN_F32, 1.0f, 0, cols, 0, cols};
+    cl_event done = NULL;
+    ASSERT_OK(ctx, clattn_softmax(ctx, &d, buf, buf, NULL, &done));
+    cr_assert_eq(clWaitForEvents(1, &done), CL_SUCCESS);
+    cl_ulong start = 0, end = 0;
+    clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+    clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+    clReleaseEvent(done);
+    double softmax_ms = (double)(end - start) * 1e-6;
+
+    float x[4 * 8] = {0}, o[4 * 8];
+    clattn_attention_desc a;
+    clattn_attention_desc_init(&a, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 8, 8);
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &a, x, x, x, o, NULL));
+    clattn_stats stats;
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
+    cr_expect_lt(stats.kernel_ms, softmax_ms, "a 4x4 attention call timed at %.3f ms after a "
+                 "%.3f ms softmax", stats.kernel_ms, softmax_ms);
+    ASSERT_OK(ctx, clattn_context_set_timing(ctx, 0));
+    clReleaseMemObject(buf);
 }
 
 Test(softmax, bad_arguments_are_named) {
