@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,7 +437,7 @@ static int errno_or_eio(void) {
  * @return 0 or errno. */
 static int write_parts(const char *path, const write_part *parts, size_t num_parts) {
     errno = 0;
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbx"); /* a new file only: never one another writer has open */
     if (!f) return errno_or_eio();
     int e = 0;
     for (size_t i = 0; i < num_parts && e == 0; i++) {
@@ -453,7 +454,8 @@ static int write_parts(const char *path, const write_part *parts, size_t num_par
 }
 
 /* write_file_atomic for data in several parts (npy_write's header and array, not copied):
- * write `path.tmp.<pid>`, then rename it over `path`. @return 0 or errno. */
+ * write `path.tmp.<pid>.<n>`, n counting this process's writes so that threads writing the same
+ * path never share a temporary file, then rename it over `path`. @return 0 or errno. */
 static int write_parts_atomic(const char *path, const write_part *parts, size_t num_parts) {
     if (!path) return EINVAL;
     for (size_t i = 0; i < num_parts; i++)
@@ -461,7 +463,8 @@ static int write_parts_atomic(const char *path, const write_part *parts, size_t 
     size_t len = strlen(path) + 32;
     char *tmp = malloc(len);
     if (!tmp) return ENOMEM;
-    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    static atomic_uint writes;
+    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&writes, 1));
     int e = write_parts(tmp, parts, num_parts);
     errno = 0;
     if (e == 0 && rename(tmp, path) != 0) {

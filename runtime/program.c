@@ -309,7 +309,10 @@ static clattn_status build_from_source(clattn_context *ctx, const char *source, 
         keep_build_log(ctx, *out);
         clReleaseProgram(*out);
         *out = NULL;
-        return ctx_error(ctx, CLATTN_ERR_BUILD,
+        /* Out of memory or resources is not the kernel's fault: passed through as such. */
+        int kernel_fault = err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS ||
+                           err == CL_COMPILER_NOT_AVAILABLE;
+        return ctx_error(ctx, kernel_fault ? CLATTN_ERR_BUILD : (clattn_status)err,
                          "building %s [%s] failed: %s (%d); see the build log", label, options,
                          clattn_status_name((clattn_status)err), (int)err);
     }

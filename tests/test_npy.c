@@ -647,8 +647,9 @@ Test(npy, failed_open_keeps_the_old_file) {
     char path[256], blocker[300], err[512];
     in_dir(path, "kept.npy");
     write_bytes(path, "old contents", 12);
-    /* A folder where the temporary file would go makes the write fail before the rename. */
-    snprintf(blocker, sizeof blocker, "%s.tmp.%ld", path, (long)getpid());
+    /* A folder where the temporary file would go makes the write fail before the rename (the
+     * process's first write is number 0: each test runs in a process of its own). */
+    snprintf(blocker, sizeof blocker, "%s.tmp.%ld.0", path, (long)getpid());
     cr_assert_eq(mkdir(blocker, 0700), 0);
     cr_assert_eq(npy_write(path, NPY_F32, 1, shape, data, err, sizeof err), CLATTN_ERR_IO);
     cr_assert(strncmp(err, path, strlen(path)) == 0, "%s", err);
