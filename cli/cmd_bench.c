@@ -575,7 +575,7 @@ static void bench_device(bench_run *run, size_t device) {
     clattn_context_device_info(ctx, &info);
     bench_print_header(&info);
     for (size_t i = 0; i < num_shapes(c); i++) {
-        size_t shape[7];
+        size_t shape[7] = {0}; /* every size has a list or follows one: see shape_at */
         shape_inputs s;
         shape_at(c, i, shape);
         if (shape_setup(ctx, shape, c->dtype, &s) != 0) {
