@@ -44,8 +44,10 @@
  * One attention call, as the runtime fills it (runtime/fused_params.h mirrors it field by
  * field: every field is a 64-bit integer so both sides agree on the layout).
  * Positions: query i sits at key position p = i + offset (offset = len_k - len_q).
- * Dilation classes: keys of class r are j = r + m*dilation (m = 0, 1, ...); a query at p
- * belongs to class p mod dilation and only meets its own class inside the window.
+ * Classes: keys of class r are j = r + m*classes (m = 0, 1, ...); a query at p belongs to
+ * class p mod classes. With classes = dilation (the planner's choice while a class holds at
+ * least a key tile) a query only meets its own class inside the window; with classes = 1 and
+ * dilation > 1 the window pass tests (p - j) mod dilation pair by pair.
  */
 typedef struct attn_params {
     long batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v, offset;
@@ -57,9 +59,10 @@ typedef struct attn_params {
     long causal, left, right, dilation;
     long has_global, num_global; /* global keys: positions in gpos[], flags in is_global[] */
     long has_layout, layout_per_head, block_q, block_k, blocks_q, blocks_k;
-    long class_slots;     /* packed key slots per dilation class (a multiple of BLOCK_N) */
+    long class_slots;     /* packed key slots per class (a multiple of BLOCK_N) */
+    long classes;         /* dilation, or 1 when classes would be shorter than a key tile */
     long global_slots;    /* packed slots of the global keys (a multiple of BLOCK_N) */
-    long tiles_per_class; /* query tiles per dilation class */
+    long tiles_per_class; /* query tiles per class */
     long row_mode;        /* 0: query tiles of a class; 1: the rows listed in row_list */
     long num_listed_rows;
     long use_tile_list; /* key tiles from tile_ptr/tile_idx instead of the window range */
@@ -84,9 +87,9 @@ inline long positive_mod(long a, long b) {
     return r < 0 ? r + b : r;
 }
 
-/* Keys of dilation class r: j = r + m*d for m in [0, class_keys). */
+/* Keys of class r: j = r + m*classes for m in [0, class_keys). */
 inline long class_keys(__constant attn_params *P, long r) {
-    return r < P->len_k ? (P->len_k - 1 - r) / P->dilation + 1 : 0;
+    return r < P->len_k ? (P->len_k - 1 - r) / P->classes + 1 : 0;
 }
 
 inline int window_ok(__constant attn_params *P, long p, long j) {

@@ -3,7 +3,7 @@
  * tile owns, the key range each row may see, and the masks.
  *
  * A call runs up to three passes, which together cover SPEC's allowed set, each pair once:
- *  - the window pass (row_mode 0): query tiles of one dilation class against the key tiles of
+ *  - the window pass (row_mode 0): query tiles of one class (common.cl) against the key tiles of
  *    that class inside the window: pairs with causal AND layout AND window;
  *  - the global-key pass (inside row_mode 0): the same rows against the packed global keys:
  *    pairs with causal AND layout AND NOT window (the global keys outside the window);
@@ -13,7 +13,7 @@
  * nothing) only the window pass runs.
  *
  * Keys are read from packed buffers (pack.cl): K tiles [DQK_PAD][BLOCK_N] (transposed) and V
- * rows [DV_PAD], float32, zero-padded, grouped by dilation class.
+ * rows [DV_PAD], float32, zero-padded, grouped by class.
  */
 #ifndef BLOCK_M
 #define BLOCK_M 8
@@ -49,7 +49,7 @@
 
 #define NO_KEY (-1L)
 
-/* Row m of query tile `tile`: its index, or -1 past the end. row_mode 0: rows of one dilation
+/* Row m of query tile `tile`: its index, or -1 past the end. row_mode 0: rows of one
  * class (tile = class * tiles_per_class + t); row_mode 1: the rows listed in row_list. */
 ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,
                             long m) {
@@ -57,12 +57,12 @@ ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_l
         long at = tile * BLOCK_M + m;
         return at < P->num_listed_rows ? row_list[at] : -1;
     }
-    long t, d = P->dilation, r = div_rem(tile, P->tiles_per_class, &t);
+    long t, d = P->classes, r = div_rem(tile, P->tiles_per_class, &t);
     long i = positive_mod(r - P->offset, d) + (t * BLOCK_M + m) * d; /* class r's rows */
     return i < P->len_q ? i : -1;
 }
 
-/* The dilation class of a tile's rows (row_mode 0). */
+/* The class of a tile's rows (row_mode 0). */
 ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
     return P->row_mode == 1 ? 0 : tile / P->tiles_per_class;
 }
@@ -72,7 +72,7 @@ ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
  * causality. */
 ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, long p, long *lo,
                                  long *hi) {
-    long d = P->dilation, last = class_keys(P, r) - 1;
+    long d = P->classes, last = class_keys(P, r) - 1;
     long own = floor_div(p - r, d); /* p's own class-local index (exact in the window pass) */
     *lo = 0;
     *hi = last;
@@ -121,7 +121,8 @@ ALWAYS_INLINE long tile_last_position(__constant attn_params *P, __global const 
 /* The key tiles a walk of class r takes: from the planner's list (window pass with a block
  * layout) or the range [first, last]. tile_walk_count says how many; tile_walk_at gives the
  * n-th one's first class index (*k0) and its kind. Listed entries are kt * 2 + needs_pairs
- * (the layout is not all ones over the tile). */
+ * (the layout is not all ones over the tile, or a dilation inside it); unlisted tiles need
+ * pairs with a layout or a dilation that the classes do not separate. */
 ALWAYS_INLINE long tile_walk_count(__global const int *tile_ptr, long list_row, int listed,
                                    long first, long last) {
     return listed ? tile_ptr[list_row + 1] - tile_ptr[list_row] : last - first + 1;
@@ -131,7 +132,8 @@ ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *ti
                                __global const int *tile_idx, long list_row, int listed, long first,
                                long n, long full_lo, long full_hi, long *k0) {
     const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
-    const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout;
+    const int needs_pairs =
+        listed ? (int)(entry & 1) : P->has_layout || P->classes != P->dilation;
     *k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
     const int inside = *k0 >= full_lo && *k0 + BLOCK_N - 1 <= full_hi;
     return needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
@@ -169,7 +171,7 @@ ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const 
         if (pass == PASS_GLOBAL_KEYS)
             kpos[c] = m < P->num_global ? gpos[m] : NO_KEY;
         else
-            kpos[c] = m < class_keys(P, r) ? r + m * P->dilation : NO_KEY;
+            kpos[c] = m < class_keys(P, r) ? r + m * P->classes : NO_KEY;
     }
 }
 

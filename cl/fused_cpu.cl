@@ -205,7 +205,7 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
         if (t->row_i[m] >= 0)
             row_key_range(P, pass, r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
     }
-    const long base = (t->kv_bh * P->dilation + r) * P->class_slots; /* first slot of class r */
+    const long base = (t->kv_bh * P->classes + r) * P->class_slots; /* first slot of class r */
     const int listed = P->use_tile_list && pass == PASS_WINDOW;
     const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
     for (long n = 0; n < count; n++) {
@@ -265,12 +265,12 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_cpu(ATTEN
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
     load_queries(P, Q, q_scale, &t);
     if (P->row_mode == 1) {
-        for (long c = 0; c < P->dilation; c++)
+        for (long c = 0; c < P->classes; c++)
             walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, &t,
                        PASS_GLOBAL_ROWS, c);
     } else {
         const long list_row =
-            (P->layout_per_head ? t.h : 0) * P->dilation * P->tiles_per_class + tile;
+            (P->layout_per_head ? t.h : 0) * P->classes * P->tiles_per_class + tile;
         walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, &t,
                    PASS_WINDOW, tile_class(P, tile));
         if (P->has_global)

@@ -75,7 +75,7 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
     st->lo = 0;
     st->hi = -1;
     if (st->i >= 0) row_key_range(P, pass, r, st->i + P->offset, &st->lo, &st->hi);
-    const long base = (kv_bh * P->dilation + r) * P->class_slots;
+    const long base = (kv_bh * P->classes + r) * P->class_slots;
     const int listed = P->use_tile_list && pass == PASS_WINDOW;
     const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
     for (long n = 0; n < count; n++) {
@@ -146,12 +146,12 @@ attention_gpu(ATTENTION_KERNEL_ARGS) {
     st.max = -INFINITY;
     st.sum = 0.0f;
     if (P->row_mode == 1) {
-        for (long c = 0; c < P->dilation; c++)
+        for (long c = 0; c < P->classes; c++)
             walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b, h,
                        kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
     } else {
         const long list_row =
-            (P->layout_per_head ? h : 0) * P->dilation * P->tiles_per_class + tile;
+            (P->layout_per_head ? h : 0) * P->classes * P->tiles_per_class + tile;
         walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b,
                    h, kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
         if (P->has_global)

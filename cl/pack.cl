@@ -5,8 +5,8 @@
  *   Kp: [B*Hkv][slots / BLOCK_N][DQK_PAD][BLOCK_N]   (each tile transposed: key along a row)
  *   Vp: [B*Hkv][slots][DV_PAD]
  *
- * Slot s holds key j = r + m*dilation with r = s / class_slots, m = s % class_slots (keys
- * grouped by dilation class), or, when from_list is set, j = gpos[s] (the global keys).
+ * Slot s holds key j = r + m*classes with r = s / class_slots, m = s % class_slots (keys
+ * grouped by class, see common.cl), or, when from_list is set, j = gpos[s] (the global keys).
  * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after fused_common.cl.
  *
  * Vbad[b*Hkv + kvh][s] is 1 when the slot's V row holds a NaN or an infinity: tiles with such a
@@ -33,7 +33,7 @@ __kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __glo
         if (s < P->num_global) j = gpos[s];
     } else {
         long r = div_rem(s, P->class_slots, &m);
-        if (r < P->dilation && m < class_keys(P, r)) j = r + m * P->dilation;
+        if (r < P->classes && m < class_keys(P, r)) j = r + m * P->classes;
     }
     const int present = j != NO_KEY;
     const ulong tile = (ulong)s / BLOCK_N, lane = (ulong)s % BLOCK_N;

@@ -212,6 +212,7 @@ void params_from_desc(const clattn_attention_desc *d, int write_lse, attn_params
     p->left = desc_window_side(d, d->window_left);
     p->right = desc_window_side(d, d->window_right);
     p->dilation = desc_dilation(d);
+    p->classes = p->dilation; /* the fused planner may group by fewer */
     p->has_layout = d->block_layout != NULL;
     if (p->has_layout) {
         p->layout_per_head = d->block_layout_per_head != 0;

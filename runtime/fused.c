@@ -40,9 +40,9 @@ typedef struct fused_plan {
     clattn_variant variant;
     unsigned block_m, block_n, dqk_pad, dv_pad;
     size_t group_size; /* work-items per work-group */
-    int64_t dilation;
-    int64_t class_slots;     /* packed key slots per dilation class */
-    int64_t tiles_per_class; /* query tiles per dilation class */
+    int64_t classes;         /* the dilation classes keys and rows are grouped by (or 1) */
+    int64_t class_slots;     /* packed key slots per class */
+    int64_t tiles_per_class; /* query tiles per class */
     int globals_matter;      /* global tokens change the pattern (a window or dilation) */
 } fused_plan;
 
@@ -66,12 +66,24 @@ static unsigned bucket_for(size_t dim) {
     return 0;
 }
 
-static clattn_variant choose_variant(const clattn_context *ctx, const clattn_attention_desc *d) {
-    if (d->variant != CLATTN_VARIANT_AUTO) return d->variant;
+/* desc->variant, else $CLATTN_KERNEL (cpu, gpu, auto or empty), else by device type. */
+static clattn_status choose_variant(clattn_context *ctx, const clattn_attention_desc *d,
+                                    clattn_variant *variant) {
     const char *env = getenv("CLATTN_KERNEL");
-    if (env && strcmp(env, "cpu") == 0) return CLATTN_VARIANT_CPU;
-    if (env && strcmp(env, "gpu") == 0) return CLATTN_VARIANT_GPU;
-    return (ctx->device.type & CL_DEVICE_TYPE_CPU) ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_GPU;
+    *variant = (ctx->device.type & CL_DEVICE_TYPE_CPU) ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_GPU;
+    if (d->variant != CLATTN_VARIANT_AUTO)
+        *variant = d->variant;
+    else if (env && strcmp(env, "cpu") == 0)
+        *variant = CLATTN_VARIANT_CPU;
+    else if (env && strcmp(env, "gpu") == 0)
+        *variant = CLATTN_VARIANT_GPU;
+    else if (env && *env && strcmp(env, "auto") != 0)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "CLATTN_KERNEL=%s: expected cpu, gpu or auto", env);
+    if (*variant != CLATTN_VARIANT_CPU && *variant != CLATTN_VARIANT_GPU)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "fused: unknown variant %d",
+                         (int)*variant);
+    return CLATTN_SUCCESS;
 }
 
 /* GPU variant: rows per work-group within the device's limit, key tiles within local memory
@@ -96,6 +108,17 @@ static clattn_status fit_gpu_tiles(clattn_context *ctx, fused_plan *p) {
     return CLATTN_SUCCESS;
 }
 
+/* How many classes keys and rows are grouped by. Grouping by dilation class makes the keys a
+ * dilated window meets contiguous, so its tiles are dense; but every class is padded to whole
+ * tiles, so it pays only while a class holds at least a tile of keys. Past that (a dilation
+ * above Nk / block_n) there is one class and the window pass tests (p - j) mod d pair by pair:
+ * memory and work stay those of the undilated window. */
+static int64_t dilation_classes(const clattn_attention_desc *d, unsigned block_n) {
+    int64_t dilation = desc_dilation(d);
+    int64_t keys_per_class = ((int64_t)d->len_k + dilation - 1) / dilation;
+    return keys_per_class >= (int64_t)block_n ? dilation : 1;
+}
+
 static clattn_status plan_tiles(clattn_context *ctx, const clattn_attention_desc *d,
                                 fused_plan *p) {
     memset(p, 0, sizeof *p);
@@ -103,10 +126,8 @@ static clattn_status plan_tiles(clattn_context *ctx, const clattn_attention_desc
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "fused: head dims up to %d are supported (Dqk=%zu, Dv=%zu)",
                          FUSED_MAX_HEAD_DIM, d->dim_qk, d->dim_v);
-    p->variant = choose_variant(ctx, d);
-    if (p->variant != CLATTN_VARIANT_CPU && p->variant != CLATTN_VARIANT_GPU)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "fused: unknown variant %d",
-                         (int)p->variant);
+    clattn_status status = choose_variant(ctx, d, &p->variant);
+    if (status != CLATTN_SUCCESS) return status;
     for (size_t i = 0; i < ARRAY_LEN(tile_table); i++)
         if (tile_table[i].variant == p->variant) {
             p->block_m = tile_table[i].block_m;
@@ -115,17 +136,15 @@ static clattn_status plan_tiles(clattn_context *ctx, const clattn_attention_desc
     p->dqk_pad = bucket_for(d->dim_qk);
     p->dv_pad = bucket_for(d->dim_v);
     p->group_size = 1;
-    if (p->variant == CLATTN_VARIANT_GPU) {
-        clattn_status status = fit_gpu_tiles(ctx, p);
-        if (status != CLATTN_SUCCESS) return status;
-    }
-    p->dilation = desc_dilation(d);
-    int64_t keys_per_class = ((int64_t)d->len_k + p->dilation - 1) / p->dilation;
-    int64_t rows_per_class = ((int64_t)d->len_q + p->dilation - 1) / p->dilation;
+    if (p->variant == CLATTN_VARIANT_GPU) status = fit_gpu_tiles(ctx, p);
+    if (status != CLATTN_SUCCESS) return status;
+    p->classes = dilation_classes(d, p->block_n);
+    int64_t keys_per_class = ((int64_t)d->len_k + p->classes - 1) / p->classes;
+    int64_t rows_per_class = ((int64_t)d->len_q + p->classes - 1) / p->classes;
     p->class_slots = (keys_per_class + p->block_n - 1) / p->block_n * p->block_n;
     p->tiles_per_class = (rows_per_class + p->block_m - 1) / p->block_m;
     p->globals_matter = d->num_global_tokens > 0 &&
-                        (d->window_left >= 0 || d->window_right >= 0 || p->dilation > 1);
+                        (d->window_left >= 0 || d->window_right >= 0 || desc_dilation(d) > 1);
     return CLATTN_SUCCESS;
 }
 
@@ -141,24 +160,25 @@ static int64_t floor_div(int64_t a, int64_t b) {
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-static int64_t class_keys(const mask_spec *m, int64_t r) {
-    return r < m->len_k ? (m->len_k - 1 - r) / m->dilation + 1 : 0;
+/* Keys of class r: j = r + m*classes for m in [0, class_keys). */
+static int64_t class_keys(const mask_spec *m, int64_t classes, int64_t r) {
+    return r < m->len_k ? (m->len_k - 1 - r) / classes + 1 : 0;
 }
 
-/* First query row of dilation class r (rows whose position p = i + offset is = r mod d). */
-static int64_t class_first_row(const mask_spec *m, int64_t r) {
-    return ((r - m->offset) % m->dilation + m->dilation) % m->dilation;
+/* First query row of class r (rows whose position p = i + offset is = r mod classes). */
+static int64_t class_first_row(const mask_spec *m, int64_t classes, int64_t r) {
+    return ((r - m->offset) % classes + classes) % classes;
 }
 
 /* The window pass's key tiles [first, last] for query tile t of class r, as the kernel
  * computes them (fused_common.cl row_key_range, fused_cpu.cl pass_ranges). */
 static int window_tile_range(const mask_spec *m, const fused_plan *p, int64_t r, int64_t t,
                              int64_t *first, int64_t *last) {
-    int64_t d = m->dilation, lo_all = INT64_MAX, hi_all = -1;
+    int64_t d = p->classes, lo_all = INT64_MAX, hi_all = -1;
     for (unsigned row = 0; row < p->block_m; row++) {
-        int64_t i = class_first_row(m, r) + ((int64_t)t * p->block_m + row) * d;
+        int64_t i = class_first_row(m, d, r) + ((int64_t)t * p->block_m + row) * d;
         if (i >= m->len_q) break;
-        int64_t own = floor_div(i + m->offset - r, d), lo = 0, hi = class_keys(m, r) - 1;
+        int64_t own = floor_div(i + m->offset - r, d), lo = 0, hi = class_keys(m, d, r) - 1;
         if (m->left >= 0 && own - m->left / d > lo) lo = own - m->left / d;
         if (m->right >= 0 && own + m->right / d < hi) hi = own + m->right / d;
         if (m->causal && own < hi) hi = own;
@@ -201,16 +221,16 @@ static uint32_t layout_ones(const mask_spec *m, const uint32_t *sums, int64_t i0
  * layout rule (needs_pairs = 0: the kernel still bounds it by the window and causality). */
 static void list_tile(const mask_spec *m, const fused_plan *p, const uint32_t *sums, int64_t r,
                       int64_t t, fused_pattern *pat) {
-    int64_t first, last, d = m->dilation;
+    int64_t first, last, d = p->classes;
     if (!window_tile_range(m, p, r, t, &first, &last)) return;
-    int64_t i0 = class_first_row(m, r) + t * p->block_m * d;
+    int64_t i0 = class_first_row(m, d, r) + t * p->block_m * d;
     int64_t i1 = i0 + ((int64_t)p->block_m - 1) * d;
     if (i1 > m->len_q - 1) i1 = m->len_q - 1;
     for (int64_t kt = first; kt <= last; kt++) {
         int64_t j0 = r + kt * p->block_n * d, j1 = r + ((kt + 1) * p->block_n - 1) * d;
         if (j1 > m->len_k - 1) j1 = m->len_k - 1;
         uint32_t blocks = 0, ones = layout_ones(m, sums, i0, i1, j0, j1, &blocks);
-        int needs_pairs = ones < blocks || d > 1;
+        int needs_pairs = ones < blocks || m->dilation > 1;
         if (ones > 0) pat->tile_idx[pat->num_entries++] = (int32_t)(kt * 2 + needs_pairs);
     }
 }
@@ -219,7 +239,7 @@ static void list_tile(const mask_spec *m, const fused_plan *p, const uint32_t *s
 static clattn_status build_tile_lists(clattn_context *ctx, const fused_plan *p, int64_t heads,
                                       fused_pattern *pat) {
     const mask_spec *m = &pat->mask;
-    size_t per_head = (size_t)(p->dilation * p->tiles_per_class), cap = 0;
+    size_t per_head = (size_t)(p->classes * p->tiles_per_class), cap = 0;
     if (size_mul(per_head, (size_t)heads, &pat->num_lists) ||
         size_mul(pat->num_lists, (size_t)(p->class_slots / p->block_n), &cap) || cap > INT32_MAX / 2)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
@@ -234,7 +254,7 @@ static clattn_status build_tile_lists(clattn_context *ctx, const fused_plan *p, 
     for (int64_t h = 0; h < heads; h++) {
         uint32_t *sums = layout_prefix_sums(m, h);
         if (!sums) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: layout sums");
-        for (int64_t r = 0; r < p->dilation; r++)
+        for (int64_t r = 0; r < p->classes; r++)
             for (int64_t t = 0; t < p->tiles_per_class; t++) {
                 pat->tile_ptr[list++] = (int32_t)pat->num_entries;
                 list_tile(m, p, sums, r, t, pat);
@@ -278,7 +298,7 @@ static uint64_t count_tiles_visited(const fused_plan *p, const fused_pattern *pa
     if (m->layout) {
         per_head = pat->num_entries / (m->layout_per_head ? (uint64_t)heads_q : 1);
     } else {
-        for (int64_t r = 0; r < p->dilation; r++)
+        for (int64_t r = 0; r < p->classes; r++)
             for (int64_t t = 0; t < p->tiles_per_class; t++) {
                 int64_t first, last;
                 if (window_tile_range(m, p, r, t, &first, &last))
@@ -288,8 +308,8 @@ static uint64_t count_tiles_visited(const fused_plan *p, const fused_pattern *pa
     if (p->globals_matter) {
         uint64_t global_tiles = ((uint64_t)m->num_globals + p->block_n - 1) / p->block_n;
         uint64_t row_tiles = (pat->num_rows + p->block_m - 1) / p->block_m;
-        per_head += global_tiles * (uint64_t)(p->dilation * p->tiles_per_class);
-        per_head += row_tiles * (uint64_t)(p->dilation * p->class_slots / p->block_n);
+        per_head += global_tiles * (uint64_t)(p->classes * p->tiles_per_class);
+        per_head += row_tiles * (uint64_t)(p->classes * p->class_slots / p->block_n);
     }
     return per_head;
 }
@@ -360,7 +380,7 @@ static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_de
                                   const attn_params *params, const attn_params *params_rows,
                                   fused_buffers *fb) {
     const mask_spec *m = &pat->mask;
-    int64_t slots = p->dilation * p->class_slots, gslots = params->global_slots;
+    int64_t slots = p->classes * p->class_slots, gslots = params->global_slots;
     size_t layout_bytes =
         m->layout ? (size_t)((m->layout_per_head ? d->heads_q : 1) * m->blocks_q * m->blocks_k) : 0;
     clattn_status s = buffer_create(ctx, CL_MEM_READ_WRITE, 16, NULL, &fb->dummy, "placeholder");
@@ -409,6 +429,7 @@ static void fill_params(const clattn_attention_desc *d, const fused_plan *p,
     P->has_global = p->globals_matter;
     P->num_global = p->globals_matter ? pat->mask.num_globals : 0;
     P->class_slots = p->class_slots;
+    P->classes = p->classes;
     P->global_slots = (P->num_global + p->block_n - 1) / p->block_n * p->block_n;
     P->tiles_per_class = p->tiles_per_class;
     P->use_tile_list = d->block_layout != NULL;
@@ -494,13 +515,13 @@ static clattn_status run_kernels(clattn_context *ctx, const clattn_attention_des
     float q_scale = desc_scale(d) * 1.44269504088896340736f; /* scores in the log2 domain */
     size_t heads = d->batch * d->heads_q;
     if (!status)
-        status = launch_pack(ctx, pack, fb, buf, d, 0, p->dilation * p->class_slots, fb->kp, fb->vp,
+        status = launch_pack(ctx, pack, fb, buf, d, 0, p->classes * p->class_slots, fb->kp, fb->vp,
                              fb->vbad);
     if (!status && P->global_slots > 0)
         status = launch_pack(ctx, pack, fb, buf, d, 1, P->global_slots, fb->kg, fb->vg, fb->vbad_g);
     if (!status)
         status = launch_attention(ctx, attention, p, fb, buf, fb->params,
-                                  (size_t)(p->dilation * p->tiles_per_class), heads, q_scale,
+                                  (size_t)(p->classes * p->tiles_per_class), heads, q_scale,
                                   global_rows ? NULL : event);
     if (!status && global_rows)
         status =

@@ -19,6 +19,7 @@ typedef struct attn_params {
     cl_long has_global, num_global;
     cl_long has_layout, layout_per_head, block_q, block_k, blocks_q, blocks_k;
     cl_long class_slots;
+    cl_long classes;
     cl_long global_slots;
     cl_long tiles_per_class;
     cl_long row_mode;

@@ -263,6 +263,18 @@ Test(fused, variant_choice_and_its_override) {
     cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_GPU);
     setenv("CLATTN_KERNEL", "cpu", 1);
     cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_CPU);
+    setenv("CLATTN_KERNEL", "auto", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
+
+    setenv("CLATTN_KERNEL", "cuda", 1); /* a typo is named, not ignored */
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 8, 8);
+    d.path = CLATTN_PATH_FUSED;
+    float x[32] = {0}, o[32];
+    cr_expect_eq(clattn_attention_host(ctxs[0], &d, x, x, x, o, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctxs[0]), "CLATTN_KERNEL=cuda") != NULL, "%s",
+              clattn_context_last_error(ctxs[0]));
     unsetenv("CLATTN_KERNEL");
 }
 

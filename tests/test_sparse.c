@@ -17,7 +17,7 @@
 static size_t feature_cases(attn_case *cases) {
     size_t n = 0;
     for (int with = 0; with < 4; with++)
-        for (int feature = 0; feature < 6; feature++) {
+        for (int feature = 0; feature < 7; feature++) {
             attn_case *c = &cases[n++];
             case_init(c, 1, with >= 2 ? 4 : 2, with >= 2 ? 2 : 2, 67, with == 3 ? 101 : 67, 32, 32);
             c->causal = with >= 1;
@@ -42,13 +42,16 @@ static size_t feature_cases(attn_case *cases) {
             case 5:
                 c->bias = BIAS_BROADCAST, c->left = 20, c->right = 0;
                 break;
+            case 6: /* 34 keys a class: grouped by class (case 0's 23 are tested pair by pair) */
+                c->left = 40, c->right = 40, c->dilation = 2;
+                break;
             }
         }
     return n;
 }
 
 Test(sparse, each_feature_alone_and_combined_fused) {
-    attn_case cases[24];
+    attn_case cases[28];
     size_t n = feature_cases(cases);
     cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0);
 }
@@ -180,6 +183,18 @@ Test(sparse, a_dilation_beyond_every_distance_keeps_only_the_diagonal) {
     dense_run r = run_fused(CLATTN_VARIANT_CPU, dilation_int64_max);
     cr_expect_eq(r.stats.pairs, 4ull * 200, "pairs %llu", (unsigned long long)r.stats.pairs);
     free(r.o), free(r.lse);
+}
+
+/* Classes shorter than a key tile are not worth their padding: such a dilation costs the
+ * memory and tiles of the undilated pattern, no more. */
+Test(sparse, a_large_dilation_costs_no_more_than_no_dilation) {
+    dense_run full = run_fused(CLATTN_VARIANT_CPU, no_mask);
+    dense_run dilated = run_fused(CLATTN_VARIANT_CPU, dilation_200);
+    cr_expect_leq(dilated.stats.device_bytes, full.stats.device_bytes, "%llu bytes against %llu",
+                  (unsigned long long)dilated.stats.device_bytes,
+                  (unsigned long long)full.stats.device_bytes);
+    cr_expect_leq(dilated.stats.tiles_visited, full.stats.tiles_visited);
+    free(full.o), free(full.lse), free(dilated.o), free(dilated.lse);
 }
 
 /* ---------------------------------------------------------------- cost follows the pairs */
