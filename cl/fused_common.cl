@@ -132,8 +132,7 @@ ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *ti
                                __global const int *tile_idx, long list_row, int listed, long first,
                                long n, long full_lo, long full_hi, long *k0) {
     const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
-    const int needs_pairs =
-        listed ? (int)(entry & 1) : P->has_layout || P->classes != P->dilation;
+    const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout || P->classes != P->dilation;
     *k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
     const int inside = *k0 >= full_lo && *k0 + BLOCK_N - 1 <= full_hi;
     return needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;

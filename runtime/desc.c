@@ -141,8 +141,8 @@ static clattn_status check_mask(clattn_context *ctx, const clattn_attention_desc
             return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                              "global token %lld is outside the keys [0, %zu)",
                              (long long)d->global_tokens[g], d->len_k);
-    if (d->block_layout && (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX ||
-                            d->block_k > INT32_MAX))
+    if (d->block_layout &&
+        (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX || d->block_k > INT32_MAX))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "a block layout needs block sizes from 1 to 2^31-1 (got %zu,%zu)",
                          d->block_q, d->block_k);

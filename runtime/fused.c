@@ -39,7 +39,7 @@ static const struct {
 typedef struct fused_plan {
     clattn_variant variant;
     unsigned block_m, block_n, dqk_pad, dv_pad;
-    size_t group_size; /* work-items per work-group */
+    size_t group_size;       /* work-items per work-group */
     int64_t classes;         /* the dilation classes keys and rows are grouped by (or 1) */
     int64_t class_slots;     /* packed key slots per class */
     int64_t tiles_per_class; /* query tiles per class */
@@ -241,7 +241,8 @@ static clattn_status build_tile_lists(clattn_context *ctx, const fused_plan *p, 
     const mask_spec *m = &pat->mask;
     size_t per_head = (size_t)(p->classes * p->tiles_per_class), cap = 0;
     if (size_mul(per_head, (size_t)heads, &pat->num_lists) ||
-        size_mul(pat->num_lists, (size_t)(p->class_slots / p->block_n), &cap) || cap > INT32_MAX / 2)
+        size_mul(pat->num_lists, (size_t)(p->class_slots / p->block_n), &cap) ||
+        cap > INT32_MAX / 2)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
                          "fused: key tile lists for %zu query tiles x %lld key tiles exceed 2^30 "
                          "entries",

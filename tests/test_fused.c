@@ -271,8 +271,7 @@ Test(fused, variant_choice_and_its_override) {
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 8, 8);
     d.path = CLATTN_PATH_FUSED;
     float x[32] = {0}, o[32];
-    cr_expect_eq(clattn_attention_host(ctxs[0], &d, x, x, x, o, NULL),
-                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_attention_host(ctxs[0], &d, x, x, x, o, NULL), CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(clattn_context_last_error(ctxs[0]), "CLATTN_KERNEL=cuda") != NULL, "%s",
               clattn_context_last_error(ctxs[0]));
     unsetenv("CLATTN_KERNEL");

@@ -125,8 +125,8 @@ Test(softmax, is_not_charged_to_the_next_attention_call) {
     clattn_context *ctx = ctxs[0];
     ASSERT_OK(ctx, clattn_context_set_timing(ctx, 1));
     const size_t rows = 1024, cols = 4096;
-    cl_mem buf = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE,
-                                rows * cols * 4, NULL, NULL);
+    cl_mem buf = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, rows * cols * 4,
+                                NULL, NULL);
     float zero = 0.0f;
     cr_assert_eq(clEnqueueFillBuffer(clattn_context_queue(ctx), buf, &zero, 4, 0, rows * cols * 4,
                                      0, NULL, NULL),
@@ -147,8 +147,10 @@ Test(softmax, is_not_charged_to_the_next_attention_call) {
     ASSERT_OK(ctx, clattn_attention_host(ctx, &a, x, x, x, o, NULL));
     clattn_stats stats;
     ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
-    cr_expect_lt(stats.kernel_ms, softmax_ms, "a 4x4 attention call timed at %.3f ms after a "
-                 "%.3f ms softmax", stats.kernel_ms, softmax_ms);
+    cr_expect_lt(stats.kernel_ms, softmax_ms,
+                 "a 4x4 attention call timed at %.3f ms after a "
+                 "%.3f ms softmax",
+                 stats.kernel_ms, softmax_ms);
     ASSERT_OK(ctx, clattn_context_set_timing(ctx, 0));
     clReleaseMemObject(buf);
 }
