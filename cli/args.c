@@ -1,13 +1,16 @@
 /* See args.h. */
+#define _XOPEN_SOURCE 700 /* realpath, beside the build's _POSIX_C_SOURCE */
 #include "args.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void cli_error(const char *command, const char *fmt, ...) {
     va_list ap;
@@ -28,6 +31,24 @@ static const cli_option *find_option(const cli_args *args, const char *name, siz
         }
     }
     return NULL;
+}
+
+/* An option's value must be there and non-empty; a separate word starting with "--" is the next
+ * option, not a value (a value that starts with "--" is written --opt=VALUE). @return 0 or -1. */
+static int check_value(const char *command, const cli_option *opt, const char *value,
+                       int separate) {
+    if (!opt->value) return 0;
+    if (!value || (separate && strncmp(value, "--", 2) == 0)) {
+        cli_error(command, "option --%s needs a value (%s)%s%s%s", opt->name, opt->value,
+                  value ? "; got the option '" : "", value ? value : "", value ? "'" : "");
+        return -1;
+    }
+    if (!*value) {
+        cli_error(command, "option --%s needs a value (%s), got an empty one", opt->name,
+                  opt->value);
+        return -1;
+    }
+    return 0;
 }
 
 int args_parse(cli_args *args, const cli_option *options, size_t num_options, const char *command,
@@ -55,11 +76,9 @@ int args_parse(cli_args *args, const cli_option *options, size_t num_options, co
             cli_error(command, "--%s takes no value, got '%s'", opt->name, eq + 1);
             return EXIT_USAGE;
         }
-        if (opt->value && !eq && a + 1 >= argc) {
-            cli_error(command, "--%s needs a value (%s)", opt->name, opt->value);
-            return EXIT_USAGE;
-        }
-        args->values[index] = !opt->value ? "" : eq ? eq + 1 : argv[++a];
+        const char *value = !opt->value ? "" : eq ? eq + 1 : a + 1 < argc ? argv[++a] : NULL;
+        if (check_value(command, opt, value, !eq) != 0) return EXIT_USAGE;
+        args->values[index] = value;
     }
     return 0;
 }
@@ -108,12 +127,20 @@ static int to_int64(const char *s, const char *end, int64_t *out) {
     return 0;
 }
 
+int check_number(const char *command, const char *label, int64_t value, int64_t min, int odd) {
+    if (value >= min && (!odd || value % 2 != 0)) return 0;
+    cli_error(command, "%s: expected an%s integer >= %lld, got '%lld'", label, odd ? " odd" : "",
+              (long long)min, (long long)value);
+    return -1;
+}
+
 int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *out) {
     const char *s = args_get(args, name);
-    char why[64];
+    char why[64], label[64];
     snprintf(why, sizeof why, "expected an integer >= %lld", (long long)min);
-    if (!s || to_int64(s, s + strlen(s), out) != 0 || *out < min) return bad_value(args, name, why);
-    return 0;
+    snprintf(label, sizeof label, "--%s", name);
+    if (!s || to_int64(s, s + strlen(s), out) != 0) return bad_value(args, name, why);
+    return check_number(args->command, label, *out, min, 0);
 }
 
 int parse_size(const cli_args *args, const char *name, size_t min, size_t *out) {
@@ -214,6 +241,46 @@ int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *
         out[(*count)++] = (size_t)v;
         if (!*end) break;
         start = end + 1;
+    }
+    return 0;
+}
+
+/* `path` as its folder's real path and its name, so that "o.npy" and "./o.npy" compare equal
+ * before the file exists. @return 0, or -1 when the folder does not resolve. */
+static int resolve_path(const char *path, char *out, size_t size) {
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX], real[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (!realpath(dir, real)) return -1;
+    snprintf(out, size, "%s/%s", real, slash ? slash + 1 : path);
+    return 0;
+}
+
+int args_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    char ra[2 * PATH_MAX], rb[2 * PATH_MAX];
+    if (strcmp(a, b) == 0) return 1;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return resolve_path(a, ra, sizeof ra) == 0 && resolve_path(b, rb, sizeof rb) == 0 &&
+           strcmp(ra, rb) == 0;
+}
+
+int args_check_outputs(const cli_args *args, const char *const *outputs, size_t num_outputs,
+                       const char *const *inputs, size_t num_inputs) {
+    for (size_t o = 0; o < num_outputs; o++) {
+        const char *out = args_get(args, outputs[o]);
+        for (size_t i = 0; out && i < num_outputs + num_inputs; i++) {
+            const char *other = i < num_outputs ? outputs[i] : inputs[i - num_outputs];
+            const char *path = args_get(args, other);
+            if (i <= o || !path || !args_same_file(out, path)) continue;
+            cli_error(args->command, "--%s and --%s name the same file '%s'%s", outputs[o], other,
+                      out, i < num_outputs ? "" : " (an output would overwrite an input)");
+            return EXIT_USAGE;
+        }
     }
     return 0;
 }

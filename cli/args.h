@@ -26,14 +26,25 @@ typedef struct cli_args {
 } cli_args;
 
 /* Parses argv (after the subcommand). Prints one line and returns EXIT_USAGE on an unknown
- * option, a missing value, a value given to a flag or a stray positional argument; returns 0
- * on success, 1 when --help was asked (the usage has been printed). */
+ * option, a missing or empty value, a value given to a flag or a stray positional argument; a
+ * separate word starting with "--" is never taken as a value ("--lse --causal" is "option --lse
+ * needs a value"). Returns 0 on success, 1 when --help was asked (the usage has been printed). */
 int args_parse(cli_args *args, const cli_option *options, size_t num_options, const char *command,
                int argc, char **argv);
 const char *args_get(const cli_args *args, const char *name);
 int args_has(const cli_args *args, const char *name);
 void args_usage(const char *command, const char *synopsis, const cli_option *options,
                 size_t num_options);
+
+/* Lower bounds the subcommands share, so that run, pattern and bench accept the same numbers. */
+#define MIN_WINDOW_SIDE (-1) /* a window side in keys; -1 is unbounded */
+#define MIN_DILATION    1
+#define MIN_BLOCK_SIZE  1 /* a block of queries or keys */
+#define MIN_BAND_BLOCKS 1 /* a band width in blocks, which must also be odd */
+
+/* Checks one number of an option's value: >= min, and odd when `odd`. Prints
+ * "clattn CMD: LABEL: expected an [odd] integer >= MIN, got 'VALUE'". @return 0 or -1. */
+int check_number(const char *command, const char *label, int64_t value, int64_t min, int odd);
 
 /* Value parsers: on a bad value they print "clattn CMD: --NAME: <why>, got 'VALUE'" and
  * return -1 (the caller exits with EXIT_USAGE); 0 on success. */
@@ -52,6 +63,14 @@ int parse_word_list(const cli_args *args, const char *name, char storage[][64], 
 /* "1,2,3" as sizes >= min, up to cap */
 int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *out, size_t cap,
                     size_t *count);
+
+/* Whether two paths name the same file: equal text; when both exist, the same device and
+ * inode; else the same resolved folder and name ("o.npy" and "./o.npy"). */
+int args_same_file(const char *a, const char *b);
+/* Every output option (present ones) must name a file of its own: not another output's, not an
+ * input's. Prints "clattn CMD: --A and --B name the same file 'X'". @return 0 or EXIT_USAGE. */
+int args_check_outputs(const cli_args *args, const char *const *outputs, size_t num_outputs,
+                       const char *const *inputs, size_t num_inputs);
 
 /* Prints "clattn CMD: message" on stderr. */
 void cli_error(const char *command, const char *fmt, ...)

@@ -14,12 +14,10 @@
 #include "mask.h"
 #include "npy.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,17 +69,56 @@ typedef struct bench_pattern {
     char file[512];
 } bench_pattern;
 
+/* A pattern's numbers and the bounds `clattn run` and `clattn pattern` apply to the same
+ * quantities (args.h), so that bench accepts exactly what they accept. */
+typedef struct number_rule {
+    const char *name;
+    int64_t min;
+    int odd;
+} number_rule;
+
+static const struct pattern_syntax {
+    const char *name;
+    pattern_kind kind;
+    size_t min, max;
+    number_rule rules[5];
+} syntaxes[] = {
+    /* in pattern_kind order */
+    {"full", P_FULL, 0, 0, {{0}}},
+    {"causal", P_CAUSAL, 0, 0, {{0}}},
+    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}}},
+    {"dilated",
+     P_DILATED,
+     3,
+     3,
+     {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}, {"D", MIN_DILATION, 0}}},
+    {"bigbird", /* as clattn pattern bigbird --block --window --global --random --seed */
+     P_BIGBIRD,
+     4,
+     5,
+     {{"BLOCK", MIN_BLOCK_SIZE, 0},
+      {"W", MIN_BAND_BLOCKS, 1},
+      {"G", 0, 0},
+      {"R", 0, 0},
+      {"SEED", 0, 0}}},
+    {"longformer", /* W keys each side: a bounded window side */
+     P_LONGFORMER,
+     2,
+     2,
+     {{"W", MIN_WINDOW_SIDE + 1, 0}, {"G", 0, 0}}},
+    {"blocks", P_BLOCKS, 2, 2, {{"BQ", MIN_BLOCK_SIZE, 0}, {"BK", MIN_BLOCK_SIZE, 0}}},
+};
+#define NUM_SYNTAXES (sizeof syntaxes / sizeof syntaxes[0])
+
+static const struct pattern_syntax *find_syntax(const char *name) {
+    for (size_t k = 0; k < NUM_SYNTAXES; k++)
+        if (strcmp(syntaxes[k].name, name) == 0) return &syntaxes[k];
+    return NULL;
+}
+
 /* Splits "full,window:128,128,bigbird:64,3,2,3" into patterns: a word that starts with a digit
- * (or '-') belongs to the pattern before it. */
+ * (or '-') belongs to the pattern before it. @return 0, or -1 for a malformed list. */
 static int split_patterns(const char *list, bench_pattern *out, size_t *count) {
-    static const struct {
-        const char *name;
-        pattern_kind kind;
-        size_t min, max;
-    } kinds[] = {{"full", P_FULL, 0, 0},       {"causal", P_CAUSAL, 0, 0},
-                 {"window", P_WINDOW, 2, 2},   {"dilated", P_DILATED, 3, 3},
-                 {"bigbird", P_BIGBIRD, 4, 5}, {"longformer", P_LONGFORMER, 2, 2},
-                 {"blocks", P_BLOCKS, 2, 2}};
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", list);
     *count = 0;
@@ -100,10 +137,9 @@ static int split_patterns(const char *list, bench_pattern *out, size_t *count) {
         memset(p, 0, sizeof *p);
         char *colon = strchr(word, ':');
         if (colon) *colon = '\0';
-        size_t k = 0;
-        while (k < sizeof kinds / sizeof kinds[0] && strcmp(kinds[k].name, word) != 0) k++;
-        if (k == sizeof kinds / sizeof kinds[0]) return -1;
-        p->kind = kinds[k].kind;
+        const struct pattern_syntax *syntax = find_syntax(word);
+        if (!syntax) return -1;
+        p->kind = syntax->kind;
         snprintf(p->text, sizeof p->text, "%s%s", word, colon ? ":" : "");
         if (colon && p->kind == P_BLOCKS) { /* blocks:FILE,BQ,BK */
             snprintf(p->file, sizeof p->file, "%s", colon + 1);
@@ -116,11 +152,24 @@ static int split_patterns(const char *list, bench_pattern *out, size_t *count) {
         }
     }
     for (size_t i = 0; i < *count; i++) {
-        size_t k = 0;
-        while (kinds[k].kind != out[i].kind) k++;
-        if (out[i].count < kinds[k].min || out[i].count > kinds[k].max) return -1;
+        const struct pattern_syntax *syntax = &syntaxes[out[i].kind];
+        if (out[i].count < syntax->min || out[i].count > syntax->max) return -1;
     }
     return *count > 0 ? 0 : -1;
+}
+
+/* Every number against its rule: one line naming the pattern and the number. @return 0 or -1. */
+static int check_patterns(const bench_pattern *patterns, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        const bench_pattern *p = &patterns[i];
+        for (size_t n = 0; n < p->count; n++) {
+            const number_rule *rule = &syntaxes[p->kind].rules[n];
+            char label[160];
+            snprintf(label, sizeof label, "--pattern %s: %s", p->text, rule->name);
+            if (check_number("bench", label, p->num[n], rule->min, rule->odd) != 0) return -1;
+        }
+    }
+    return 0;
 }
 
 /* What a pattern allocates for a desc. */
@@ -199,14 +248,14 @@ static int apply_pattern(const bench_pattern *p, clattn_attention_desc *d, patte
     case P_CAUSAL:
         d->causal = 1;
         return 0;
-    case P_DILATED:
-        d->dilation = p->num[2] > 0 ? p->num[2] : 1; /* fall through */
+    case P_DILATED:              /* the numbers passed check_patterns */
+        d->dilation = p->num[2]; /* fall through */
     case P_WINDOW:
-        d->window_left = p->num[0] < -1 ? -1 : p->num[0];
-        d->window_right = p->num[1] < -1 ? -1 : p->num[1];
+        d->window_left = p->num[0];
+        d->window_right = p->num[1];
         return 0;
     case P_LONGFORMER: { /* window of W each side; the first G positions are global */
-        size_t g = (size_t)(p->num[1] > 0 ? p->num[1] : 0);
+        size_t g = (size_t)p->num[1];
         if (g > d->len_k) g = d->len_k;
         d->window_left = d->window_right = p->num[0];
         if (g && !(pd->globals = malloc(g * sizeof *pd->globals))) return 1;
@@ -298,6 +347,7 @@ static int parse_settings(const cli_args *args, bench_config *c) {
                   args_get(args, "pattern"));
         return EXIT_USAGE;
     }
+    if (check_patterns(c->patterns, c->num_patterns) != 0) return EXIT_USAGE;
     return 0;
 }
 
@@ -341,6 +391,20 @@ static void config_defaults(bench_config *c) {
     split_patterns("full", c->patterns, &c->num_patterns);
 }
 
+/* The host baseline (OpenBLAS sgemm) is float32 only: with --dtype f16 it is dropped with a
+ * line saying so, rather than measuring nothing in silence; when it was the only path, that is
+ * a usage error. @return 0 or EXIT_USAGE. */
+static int drop_host_for_f16(bench_config *c) {
+    size_t kept = 0;
+    for (size_t i = 0; i < c->num_paths; i++)
+        if (c->paths[i] != BENCH_HOST || c->dtype != CLATTN_F16) c->paths[kept++] = c->paths[i];
+    if (kept == c->num_paths) return 0;
+    c->num_paths = kept;
+    cli_error("bench", "%s --path host: the host baseline is float32 only (--dtype f16)%s",
+              kept ? "skipping" : "nothing to measure with", kept ? "" : "; add --path fused");
+    return kept ? 0 : EXIT_USAGE;
+}
+
 static int parse_config(const cli_args *args, bench_config *c) {
     config_defaults(c);
     int rc = 0;
@@ -352,9 +416,11 @@ static int parse_config(const cli_args *args, bench_config *c) {
     if (!rc) rc = parse_lists(args, c);
     if (!rc) rc = parse_settings(args, c);
     if (rc) return rc;
+    if (drop_host_for_f16(c) != 0) return EXIT_USAGE;
     c->csv = args_get(args, "csv");
     c->json = args_get(args, "json");
     if (args_has(args, "out")) c->out = args_get(args, "out");
+    if (c->out && make_output_dir("bench", "out", c->out) != 0) return 1;
     return cli_select_devices("bench", args_get(args, "device"), c->devices, 16, &c->num_devices);
 }
 
@@ -534,7 +600,7 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
         if (status == CLATTN_SUCCESS) {
             bench_print_record(r);
             run->num_records++;
-        } else if (!(status == CLATTN_ERR_UNSUPPORTED && c->paths[i] == BENCH_HOST)) {
+        } else { /* host with f16 never gets here: drop_host_for_f16 */
             cli_report("bench", bench_path_name(c->paths[i]), status, ctx);
             run->failed = 1;
         }
@@ -608,13 +674,9 @@ static int write_outputs(const bench_run *run, const char *csv, const char *json
     return rc;
 }
 
-/* A preset's folder: bench.csv, bench.json and plot.png. */
+/* A preset's folder (made by parse_config): bench.csv, bench.json and plot.png. */
 static int write_preset(const bench_run *run, const char *dir, const char *title) {
     char csv[1024], json[1024];
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        cli_error("bench", "--out: cannot create %s: %s", dir, strerror(errno));
-        return 1;
-    }
     snprintf(csv, sizeof csv, "%s/bench.csv", dir);
     snprintf(json, sizeof json, "%s/bench.json", dir);
     int rc = write_outputs(run, csv, json);
@@ -641,6 +703,10 @@ int cmd_bench(int argc, char **argv) {
     bench_run run = {&config, records, 0, 0, 0, 0};
     run.total = config.num_devices * num_shapes(&config) * config.num_patterns * config.num_paths;
     for (size_t i = 0; i < config.num_devices; i++) bench_device(&run, config.devices[i]);
+    if (run.num_records == 0) { /* the failures, if any, have been named */
+        if (!run.failed) cli_error("bench", "nothing was measured");
+        return 1;
+    }
     rc = write_outputs(&run, config.csv, config.json);
     if (config.out && !rc)
         rc = write_preset(&run, config.out,

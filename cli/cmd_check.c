@@ -11,11 +11,9 @@
 #include "npy.h"
 #include "textbuf.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,8 +81,11 @@ static void add_sparse_cases(sweep *s, int quick) {
         attn_case *c = add_case(s, 1, 2, 1, 70, 90, 32, 32);
         c->left = windows[i][0], c->right = windows[i][1], c->causal = (int)windows[i][2];
     }
+    /* 20 keys a dilation class: tested pair by pair; then 40: grouped by class (fused.c) */
     attn_case *c = add_case(s, 1, 2, 2, 60, 60, 32, 32);
     c->left = 12, c->right = 12, c->dilation = 3;
+    c = add_case(s, 1, 2, 2, 80, 80, 32, 32);
+    c->left = 20, c->right = 20, c->dilation = 2;
     c = add_case(s, 1, 2, 1, 50, 77, 32, 32);
     c->left = 4, c->right = 4, c->causal = 1, c->num_globals = 3;
     c->globals[0] = 0, c->globals[1] = 30, c->globals[2] = 76;
@@ -129,11 +130,13 @@ typedef struct check_plan {
     size_t num_paths;
     int variants[2]; /* cpu, gpu */
     long only_case;  /* -1: all */
+    int quick;       /* the quick sweep: its case numbers differ from the full one's */
     int verbose;
     const char *dump_dir;
     run_row rows[MAX_RUNS];
     size_t num_rows;
     size_t failures;
+    size_t dump_failures; /* inputs --dump could not write */
 } check_plan;
 
 static const char *path_name(clattn_path path) {
@@ -189,6 +192,7 @@ static int parse_variants(const cli_args *args, check_plan *plan) {
 static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->only_case = -1;
+    plan->quick = args_has(args, "quick");
     plan->verbose = args_has(args, "verbose");
     plan->dump_dir = args_get(args, "dump");
     int rc = parse_paths(args, plan);
@@ -202,6 +206,7 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         }
         plan->only_case = (long)n;
     }
+    if (!rc && plan->dump_dir) rc = make_output_dir("check", "dump", plan->dump_dir);
     if (rc) return rc;
     const char *spec = args_has(args, "device") ? args_get(args, "device") : "all";
     return cli_select_devices("check", spec, plan->devices, MAX_DEVICES, &plan->num_devices);
@@ -215,21 +220,22 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Writes a case's inputs into DIR/case-N and prints the clattn run line that computes it. */
-static void dump_case(const check_plan *plan, const attn_case *c, size_t index, clattn_path path,
+/* Writes a case's inputs into DIR/case-N (DIR made by parse_plan) and prints the clattn run
+ * line that computes it; a failure counts in plan->dump_failures (exit 1). */
+static void dump_case(check_plan *plan, const attn_case *c, size_t index, clattn_path path,
                       size_t device) {
     char dir[1024], cmd[4096], err[512], dev[32];
     snprintf(dir, sizeof dir, "%s/case-%zu", plan->dump_dir, index);
     snprintf(dev, sizeof dev, "%zu", device);
-    if ((mkdir(plan->dump_dir, 0755) != 0 && errno != EEXIST) ||
-        (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
-        cli_error("check", "--dump: cannot create %s: %s", dir, strerror(errno));
-        return;
-    }
-    if (case_dump(c, dir, path_name(path), dev, cmd, sizeof cmd, err, sizeof err) != CLATTN_SUCCESS)
+    if (make_output_dir("check", "dump", dir) != 0) {
+        plan->dump_failures++;
+    } else if (case_dump(c, dir, path_name(path), dev, cmd, sizeof cmd, err, sizeof err) !=
+               CLATTN_SUCCESS) {
         cli_error("check", "--dump: %s", err);
-    else
+        plan->dump_failures++;
+    } else {
         printf("  inputs in %s; compute it with: %s\n", dir, cmd);
+    }
 }
 
 static void report_failure(check_plan *plan, const attn_case *c, size_t index, const run_row *row,
@@ -238,8 +244,9 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index, c
     case_describe(c, what, sizeof what);
     fprintf(stderr, "FAIL case %zu on device %zu, path %s, variant %s: %s\n  %s\n", index,
             row->device, path_name(row->path), variant_name(row->variant), what, r->message);
-    fprintf(stderr, "  replay with: clattn check --case %zu --device %zu --path %s%s%s%s\n", index,
-            row->device, path_name(row->path), row->path == CLATTN_PATH_FUSED ? " --variant " : "",
+    fprintf(stderr, "  replay with: clattn check%s --case %zu --device %zu --path %s%s%s%s\n",
+            plan->quick ? " --quick" : "", index, row->device, path_name(row->path),
+            row->path == CLATTN_PATH_FUSED ? " --variant " : "",
             row->path == CLATTN_PATH_FUSED ? variant_name(row->variant) : "",
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
     if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
@@ -378,5 +385,5 @@ int cmd_check(int argc, char **argv) {
     printf("%s: %zu failing runs; worst is the largest |error| / tolerance (<= 1 passes)\n",
            plan.failures ? "FAILED" : "all passed", plan.failures);
     if (args_has(&args, "json") && write_json(&plan, args_get(&args, "json"))) return 1;
-    return plan.failures ? 1 : 0;
+    return plan.failures || plan.dump_failures ? 1 : 0;
 }

@@ -87,14 +87,14 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
     }
     const char *shown = spec && *spec ? spec : getenv("CLATTN_DEVICE");
     status = clattn_device_select(spec, indices, capacity, count);
-    if (status == CLATTN_ERR_INVALID_ARGUMENT) {
+    if (status == CLATTN_ERR_INVALID_ARGUMENT) { /* a usage error; every non-empty text parses */
         cli_error(command,
                   "--device: '%s' is not a device spec (INDEX, P:D, a name, or "
                   "gpu|cpu|accelerator|all)",
                   shown ? shown : "");
-        return 1;
+        return EXIT_USAGE;
     }
-    if (status != CLATTN_SUCCESS) {
+    if (status != CLATTN_SUCCESS) { /* a well-formed spec that names no device here: exit 1 */
         cli_error(command, "no device matches '%s' (%zu devices; see clattn devices)",
                   shown ? shown : "", total);
         return 1;
@@ -106,7 +106,8 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
 int cli_open_context(const char *command, const char *spec, clattn_context **ctx) {
     size_t index = 0, count = 0;
     *ctx = NULL;
-    if (cli_select_devices(command, spec, &index, 1, &count) != 0) return 1;
+    int rc = cli_select_devices(command, spec, &index, 1, &count);
+    if (rc != 0) return rc;
     clattn_status status = clattn_context_create(ctx, index);
     if (status != CLATTN_SUCCESS) {
         cli_error(command, "cannot open device %zu: %s (%s)", index, clattn_status_string(status),

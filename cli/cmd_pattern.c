@@ -173,7 +173,8 @@ static size_t blocks_of(size_t n, size_t block) {
 static int parse_shape(const cli_args *args, pattern_job *job) {
     int64_t bq = 0, bk = 0;
     if (parse_size(args, "nq", 1, &job->nq) || parse_size(args, "nk", 1, &job->nk) ||
-        parse_pair(args, "block", 1, &bq, &bk) || optional_size(args, "heads", 1, 1, &job->heads))
+        parse_pair(args, "block", MIN_BLOCK_SIZE, &bq, &bk) ||
+        optional_size(args, "heads", 1, 1, &job->heads))
         return EXIT_USAGE;
     job->bq = (size_t)bq;
     job->bk = (size_t)bk;
@@ -215,7 +216,7 @@ static int parse_global_blocks(const cli_args *args, pattern_job *job) {
 static int parse_params(const cli_args *args, pattern_job *job) {
     clattn_pattern_desc *d = &job->desc;
     int64_t seed = 0;
-    if (optional_size(args, "window", 1, 3, &d->window) ||
+    if (optional_size(args, "window", MIN_BAND_BLOCKS, 3, &d->window) ||
         optional_size(args, "global", 0, 2, &d->global) ||
         optional_size(args, "random", 0, 3, &d->random) ||
         optional_size(args, "stride", 1, 4, &d->stride) ||
@@ -223,11 +224,8 @@ static int parse_params(const cli_args *args, pattern_job *job) {
         (args_has(args, "seed") && parse_int64(args, "seed", 0, &seed)))
         return EXIT_USAGE;
     d->seed = (uint64_t)seed;
-    if (d->window % 2 == 0) {
-        cli_error("pattern", "--window: expected an odd number of blocks >= 1, got '%s'",
-                  args_get(args, "window"));
+    if (check_number("pattern", "--window", (int64_t)d->window, MIN_BAND_BLOCKS, 1) != 0)
         return EXIT_USAGE;
-    }
     if (d->summary > d->stride) {
         cli_error("pattern", "--summary: must be at most the stride (%zu), got '%s'", d->stride,
                   args_get(args, "summary"));

@@ -9,11 +9,16 @@
 #include "conformance.h"
 #include "half.h"
 #include "npy.h"
+#include "reference.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const cli_option run_options[] = {
     {"q", "Q.npy", "queries, 4-D in the layout"},
@@ -33,13 +38,14 @@ static const cli_option run_options[] = {
     {"out-dtype", "f32|f16", "storage of O (default: that of Q)"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
-    {"compare", "REF.npy", "check O against REF.npy with SPEC's tolerance; exit 1 if outside"},
+    {"compare", "REF.npy", "check O against REF.npy (O's shape) with SPEC's tolerance"},
     {"help", NULL, "show this help"},
 };
 
 /* What the command holds while it runs; released by run_release. */
 typedef struct run_state {
     npy_array q, k, v, bias, layout;
+    npy_array ref;      /* --compare REF.npy, read and checked before computing */
     float *bias_f32;    /* the bias widened to float32, when it was stored as float16 */
     uint8_t *layout_u8; /* the layout as 0/1 bytes */
     int64_t *globals;
@@ -55,6 +61,7 @@ static void run_release(run_state *s) {
     npy_free(&s->v);
     npy_free(&s->bias);
     npy_free(&s->layout);
+    npy_free(&s->ref);
     free(s->bias_f32);
     free(s->layout_u8);
     free(s->globals);
@@ -120,12 +127,16 @@ static int setup_shapes(const cli_args *args, run_state *s) {
         cli_error("run", "head dims differ: %s has %zu, %s has %zu", qf, q[3], kf, k[3]);
         return 1;
     }
-    if (q[2] % k[2] != 0) {
+    if (k[2] != 0 && q[2] % k[2] != 0) { /* zero sizes: the library names them all */
         cli_error("run", "%s has %zu heads, not a multiple of the %zu heads of %s", qf, q[2], k[2],
                   kf);
         return 1;
     }
-    clattn_attention_desc_init(&s->desc, s->layout_kind, q[0], q[2], k[2], q[1], k[1], q[3], v[3]);
+    /* desc_init refuses B=0 before recording any size: initialise with 1 so that the library's
+     * check can name every size ("every size must be >= 1 (B=0 Hq=...)") */
+    clattn_attention_desc_init(&s->desc, s->layout_kind, q[0] ? q[0] : 1, q[2], k[2], q[1], k[1],
+                               q[3], v[3]);
+    s->desc.batch = q[0];
     s->desc.dtype = s->q.dtype == NPY_F16 ? CLATTN_F16 : CLATTN_F32;
     s->desc.out_dtype = s->desc.dtype;
     return 0;
@@ -139,7 +150,7 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
         return EXIT_USAGE;
     }
     if (!args_has(args, "block-layout")) return 0;
-    if (parse_pair(args, "block-size", 1, &bq, &bk) != 0) return EXIT_USAGE;
+    if (parse_pair(args, "block-size", MIN_BLOCK_SIZE, &bq, &bk) != 0) return EXIT_USAGE;
     if (load(args, "block-layout", &s->layout)) return 1;
     const char *file = args_get(args, "block-layout");
     const npy_array *L = &s->layout;
@@ -215,9 +226,10 @@ static int setup_options(const cli_args *args, run_state *s) {
     clattn_attention_desc *d = &s->desc;
     d->causal = args_has(args, "causal");
     if (args_has(args, "window") &&
-        parse_pair(args, "window", -1, &d->window_left, &d->window_right) != 0)
+        parse_pair(args, "window", MIN_WINDOW_SIDE, &d->window_left, &d->window_right) != 0)
         return EXIT_USAGE;
-    if (args_has(args, "dilation") && parse_int64(args, "dilation", 1, &d->dilation) != 0)
+    if (args_has(args, "dilation") &&
+        parse_int64(args, "dilation", MIN_DILATION, &d->dilation) != 0)
         return EXIT_USAGE;
     if (args_has(args, "global")) {
         if (parse_index_list(args, "global", &s->globals, &d->num_global_tokens) != 0)
@@ -261,24 +273,27 @@ static double seconds_now(void) {
 static int compute(const cli_args *args, run_state *s, char *where, size_t where_size) {
     const clattn_attention_desc *d = &s->desc;
     size_t o_count = d->batch * d->heads_q * d->len_q * d->dim_v;
-    s->o = malloc(o_count * (d->out_dtype == CLATTN_F16 ? 2 : 4));
-    s->lse = malloc(d->batch * d->heads_q * d->len_q * sizeof(float));
+    /* + 1 byte: a zero size must reach the library's check, not read as out of memory */
+    s->o = malloc(o_count * (d->out_dtype == CLATTN_F16 ? 2 : 4) + 1);
+    s->lse = malloc(d->batch * d->heads_q * d->len_q * sizeof(float) + 1);
     if (!s->o || !s->lse) {
         cli_error("run", "out of host memory for the outputs (%zu elements)", o_count);
         return 1;
     }
     if (d->path == CLATTN_PATH_REFERENCE) {
-        clattn_status status =
-            clattn_attention_reference(d, s->q.data, s->k.data, s->v.data, s->o, s->lse);
+        char err[1024];
+        clattn_status status = reference_attention_host(d, s->q.data, s->k.data, s->v.data, s->o,
+                                                        s->lse, err, sizeof err);
         if (status != CLATTN_SUCCESS) {
-            cli_report("run", "reference", status, NULL);
+            cli_error("run", "reference: %s (%s)", err, clattn_status_name(status));
             return 1;
         }
         snprintf(where, where_size, "reference (CPU)");
         return 0;
     }
     clattn_context *ctx = NULL;
-    if (cli_open_context("run", args_get(args, "device"), &ctx) != 0) return 1;
+    int rc = cli_open_context("run", args_get(args, "device"), &ctx);
+    if (rc != 0) return rc;
     clattn_status status =
         clattn_attention_host(ctx, d, s->q.data, s->k.data, s->v.data, s->o, s->lse);
     if (status != CLATTN_SUCCESS) {
@@ -295,22 +310,102 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
     return 0;
 }
 
-static int write_outputs(const cli_args *args, const run_state *s) {
+/* O's shape in the layout: [B,Nq,Hq,Dv] or [B,Hq,Nq,Dv]. */
+static void output_shape(const run_state *s, size_t shape[4]) {
     const clattn_attention_desc *d = &s->desc;
     int bshd = s->layout_kind == CLATTN_LAYOUT_BSHD;
-    size_t o_shape[4] = {d->batch, bshd ? d->len_q : d->heads_q, bshd ? d->heads_q : d->len_q,
-                         d->dim_v};
-    size_t lse_shape[3] = {d->batch, d->heads_q, d->len_q};
-    char err[512];
+    shape[0] = d->batch;
+    shape[1] = bshd ? d->len_q : d->heads_q;
+    shape[2] = bshd ? d->heads_q : d->len_q;
+    shape[3] = d->dim_v;
+}
+
+/* "[2, 37, 2, 32]" */
+static void format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (size_t i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %zu" : "%zu", shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+}
+
+/* One file a run writes. */
+typedef struct run_output {
+    const char *option, *path;
+    npy_dtype dtype;
+    size_t ndim;
+    const size_t *shape;
+    const void *data;
+    char tmp[PATH_MAX + 32]; /* path.run-<pid>: written first, renamed last */
+} run_output;
+
+/* Reports a failed write of `out` under its own name (npy_write names the temporary one). */
+static void report_write(const run_output *out, const char *err) {
+    size_t len = strlen(out->tmp);
+    cli_error("run", "--%s %s%s", out->option, out->path,
+              strncmp(err, out->tmp, len) == 0 ? err + len : err);
+}
+
+/* Writes every output to a temporary name beside it, then renames them all: a failure before
+ * the renames removes the temporaries and leaves existing files untouched. Only a rename
+ * failing after another succeeded (not seen on one file system) leaves the earlier ones.
+ * @return 0 or 1. */
+static int write_all(run_output *outs, size_t n) {
+    char err[PATH_MAX + 512];
+    struct stat st;
+    size_t written = 0, renamed = 0;
+    for (size_t i = 0; i < n; i++)
+        if (stat(outs[i].path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            cli_error("run", "--%s %s: is a folder, not a file", outs[i].option, outs[i].path);
+            return 1;
+        }
+    for (; written < n; written++) {
+        run_output *o = &outs[written];
+        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->path, (long)getpid());
+        if (npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) !=
+            CLATTN_SUCCESS) {
+            report_write(o, err);
+            break;
+        }
+    }
+    for (; written == n && renamed < n; renamed++)
+        if (rename(outs[renamed].tmp, outs[renamed].path) != 0) {
+            cli_error("run", "--%s %s: cannot write: %s", outs[renamed].option, outs[renamed].path,
+                      strerror(errno));
+            break;
+        }
+    for (size_t i = renamed; i < written; i++) remove(outs[i].tmp);
+    return renamed == n ? 0 : 1;
+}
+
+static int write_outputs(const cli_args *args, const run_state *s) {
+    const clattn_attention_desc *d = &s->desc;
+    size_t o_shape[4], lse_shape[3] = {d->batch, d->heads_q, d->len_q};
+    output_shape(s, o_shape);
     npy_dtype o_dtype = d->out_dtype == CLATTN_F16 ? NPY_F16 : NPY_F32;
-    if (npy_write(args_get(args, "out"), o_dtype, 4, o_shape, s->o, err, sizeof err) !=
-        CLATTN_SUCCESS) {
-        cli_error("run", "%s", err);
+    run_output outs[2] = {{"out", args_get(args, "out"), o_dtype, 4, o_shape, s->o, ""},
+                          {"lse", args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, ""}};
+    return write_all(outs, args_has(args, "lse") ? 2 : 1);
+}
+
+/* --compare REF.npy: read before computing, so that a missing or mismatched reference fails
+ * without writing anything. REF must have O's shape and a float dtype. */
+static int load_reference(const cli_args *args, run_state *s) {
+    if (!args_has(args, "compare")) return 0;
+    if (load(args, "compare", &s->ref)) return 1;
+    const char *file = args_get(args, "compare");
+    size_t shape[4];
+    char want[128], got[128];
+    output_shape(s, shape);
+    format_shape(shape, 4, want, sizeof want);
+    format_shape(s->ref.shape, s->ref.ndim, got, sizeof got);
+    if (s->ref.ndim != 4 || memcmp(s->ref.shape, shape, sizeof shape) != 0) {
+        cli_error("run", "--compare %s: shape %s differs from O's %s (%s)", file, got, want,
+                  s->layout_kind == CLATTN_LAYOUT_BSHD ? "[B,Nq,Hq,Dv]" : "[B,Hq,Nq,Dv]");
         return 1;
     }
-    if (args_has(args, "lse") && npy_write(args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse,
-                                           err, sizeof err) != CLATTN_SUCCESS) {
-        cli_error("run", "%s", err);
+    if (s->ref.dtype != NPY_F32 && s->ref.dtype != NPY_F16) {
+        cli_error("run", "--compare %s: dtype %s is not supported (use <f4 or <f2)", file,
+                  npy_dtype_name(s->ref.dtype));
         return 1;
     }
     return 0;
@@ -324,64 +419,76 @@ static float *as_floats(const void *data, size_t count, int f16) {
     return out;
 }
 
-/* --compare REF.npy: O against a saved output (of --path reference, or another device) with
- * SPEC section 4's tolerance for the storage types. */
+/* O against the saved output (of --path reference, or another device) with SPEC section 4's
+ * tolerance for the storage types. Within it: a line on stdout; outside: one line on stderr
+ * (O has been written: the computation itself succeeded) and 1. */
 static int compare_with(const cli_args *args, const run_state *s) {
     const clattn_attention_desc *d = &s->desc;
     const char *file = args_get(args, "compare");
-    npy_array ref;
-    if (load(args, "compare", &ref)) return 1;
-    size_t count = d->batch * d->heads_q * d->len_q * d->dim_v;
-    if (ref.count != count || ref.ndim != 4 || (ref.dtype != NPY_F32 && ref.dtype != NPY_F16)) {
-        cli_error("run", "%s: expected a <f4 or <f2 array of O's shape (%zu values)", file, count);
-        npy_free(&ref);
-        return 1;
-    }
+    size_t count = s->ref.count;
     float *got = as_floats(s->o, count, d->out_dtype == CLATTN_F16);
-    float *want = as_floats(ref.data, count, ref.dtype == NPY_F16);
+    float *want = as_floats(s->ref.data, count, s->ref.dtype == NPY_F16);
     double *want64 = malloc(count * sizeof *want64);
     case_result result = {0};
     for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
-    int f16 = d->dtype == CLATTN_F16 || d->out_dtype == CLATTN_F16 || ref.dtype == NPY_F16;
-    if (got && want && want64)
-        compare_values("O", got, want64, count, f16 ? 2e-3 : 2e-5, f16 ? 4e-3 : 2e-4, &result);
-    printf("compare with %s: %zu of %zu values outside the tolerance; worst %.3g of it%s%s\n", file,
-           result.mismatches, result.checked, result.worst, result.mismatches ? "; first: " : "",
-           result.mismatches ? result.message : "");
-    int rc = !got || !want || !want64 || result.mismatches ? 1 : 0;
+    int f16 = d->dtype == CLATTN_F16 || d->out_dtype == CLATTN_F16 || s->ref.dtype == NPY_F16;
+    int ok = got && want && want64;
+    if (ok) compare_values("O", got, want64, count, f16 ? 2e-3 : 2e-5, f16 ? 4e-3 : 2e-4, &result);
     free(got), free(want), free(want64);
-    npy_free(&ref);
-    return rc;
+    if (!ok)
+        cli_error("run", "--compare %s: out of host memory for %zu values", file, count);
+    else if (result.mismatches)
+        cli_error("run",
+                  "--compare %s: %zu of %zu values outside the tolerance (worst %.3g of it; "
+                  "first: %s); %s was written",
+                  file, result.mismatches, result.checked, result.worst, result.message,
+                  args_get(args, "out"));
+    else
+        printf("compare with %s: all %zu values within the tolerance; worst %.3g of it\n", file,
+               result.checked, result.worst);
+    return ok && !result.mismatches ? 0 : 1;
 }
 
-static int run_with_args(const cli_args *args, run_state *s) {
+/* Options present and outputs distinct from each other and from every input. */
+static int check_run_args(const cli_args *args, run_state *s) {
     static const char *const required[] = {"q", "k", "v", "out"};
+    static const char *const outputs[] = {"out", "lse"};
+    static const char *const inputs[] = {"q", "k", "v", "bias", "block-layout", "compare"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!args_has(args, required[i])) {
             cli_error("run", "--%s is required (see clattn help run)", required[i]);
             return EXIT_USAGE;
         }
+    if (args_check_outputs(args, outputs, 2, inputs, sizeof inputs / sizeof inputs[0]))
+        return EXIT_USAGE;
     static const char *const layouts[] = {"bshd", "bhsd", NULL};
     int layout = 0;
     if (args_has(args, "layout") && parse_choice(args, "layout", layouts, &layout) != 0)
         return EXIT_USAGE;
     s->layout_kind = (clattn_layout)layout;
-    int rc = load(args, "q", &s->q) || load(args, "k", &s->k) || load(args, "v", &s->v);
+    return 0;
+}
+
+/* Reads and checks everything, computes, and only then writes: a failure writes nothing. */
+static int run_with_args(const cli_args *args, run_state *s) {
+    int rc = check_run_args(args, s);
+    if (rc) return rc;
+    rc = load(args, "q", &s->q) || load(args, "k", &s->k) || load(args, "v", &s->v);
     if (!rc) rc = setup_shapes(args, s);
     if (!rc) rc = setup_options(args, s);
     if (!rc) rc = setup_block_layout(args, s);
     if (!rc) rc = setup_bias(args, s);
+    if (!rc) rc = load_reference(args, s);
     char where[256] = "";
     double t0 = seconds_now();
     if (!rc) rc = compute(args, s, where, sizeof where);
     double elapsed = seconds_now() - t0;
     if (!rc) rc = write_outputs(args, s);
-    if (!rc && args_has(args, "compare")) rc = compare_with(args, s);
-    if (!rc)
-        printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
-               args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv,
-               s->desc.len_q, s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where, elapsed * 1e3);
-    return rc;
+    if (rc) return rc;
+    printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
+           args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv, s->desc.len_q,
+           s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where, elapsed * 1e3);
+    return args_has(args, "compare") ? compare_with(args, s) : 0;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -390,6 +497,10 @@ int cmd_run(int argc, char **argv) {
     int parsed = args_parse(&args, run_options, n, "run", argc, argv);
     if (parsed == 1) {
         args_usage("run", "--q Q.npy --k K.npy --v V.npy --out O.npy [options]", run_options, n);
+        printf("\nOutputs are written only when everything succeeded, all or none (each to a "
+               "temporary name,\nthen renamed). --compare reads and checks REF before computing; "
+               "values outside the\ntolerance still write O (the computation succeeded), print "
+               "one line on stderr and exit 1.\n");
         return 0;
     }
     if (parsed) return parsed;

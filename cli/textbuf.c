@@ -4,10 +4,12 @@
 #include "args.h"
 #include "npy.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int reserve(textbuf *t, size_t extra) {
     if (t->failed) return 0;
@@ -94,4 +96,15 @@ int textbuf_write(const textbuf *t, const char *path, const char *command) {
 void textbuf_free(textbuf *t) {
     free(t->data);
     memset(t, 0, sizeof *t);
+}
+
+int make_output_dir(const char *command, const char *option, const char *dir) {
+    struct stat st;
+    if (mkdir(dir, 0755) == 0) return 0;
+    int e = errno;
+    if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    cli_error(command, "--%s %s: %s%s", option, dir,
+              e == EEXIST ? "exists and is not a folder" : "cannot create the folder: ",
+              e == EEXIST ? "" : strerror(e));
+    return 1;
 }

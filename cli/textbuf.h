@@ -1,5 +1,6 @@
 /* A growable text buffer for the program's CSV and JSON outputs, written whole and atomically
- * (a temporary file renamed into place) so that no output is ever half-written. */
+ * (a temporary file renamed into place) so that no output is ever half-written; and the folders
+ * outputs go into. */
 #ifndef CLATTN_CLI_TEXTBUF_H
 #define CLATTN_CLI_TEXTBUF_H
 
@@ -27,5 +28,10 @@ void textbuf_json_device(textbuf *t, size_t index);
  * @return 0 or 1. */
 int textbuf_write(const textbuf *t, const char *path, const char *command);
 void textbuf_free(textbuf *t);
+
+/* Creates the folder `dir` named by --`option` (its parent must exist), or accepts it when it
+ * already is one; prints "clattn CMD: --OPTION DIR: why" otherwise. Outputs call it before the
+ * work, so that a bad folder fails at once. @return 0 or 1. */
+int make_output_dir(const char *command, const char *option, const char *dir);
 
 #endif

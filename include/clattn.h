@@ -182,12 +182,14 @@ CLATTN_API clattn_status clattn_device_count(size_t *count);
 CLATTN_API clattn_status clattn_device_get_info(size_t index, clattn_device_info *info);
 
 /** Resolves a device spec to device indices, in list order.
- *  spec: an index ("0"), "P:D" (platform P, device D), a type ("gpu", "cpu", "accelerator",
- *  "all"), or a case-insensitive substring of the device or platform name. NULL or "" means
- *  $CLATTN_DEVICE when set, else the default: the first GPU, else the first device.
+ *  spec: an index ("0"), "P:D" (platform P, device D: exactly two decimal integers around one
+ *  colon), a type ("gpu", "cpu", "accelerator", "all"), or else a case-insensitive substring of
+ *  the device or platform name (which may hold colons: "gfx90a:sramecc+:xnack-"). NULL or ""
+ *  means $CLATTN_DEVICE when set, else the default: the first GPU, else the first device.
  *  Writes up to `capacity` indices; *count receives how many matched.
  *  @return CLATTN_SUCCESS with *count >= 1; CLATTN_ERR_NO_DEVICE when nothing is installed or
- *  nothing matches; CLATTN_ERR_INVALID_ARGUMENT for a malformed spec. */
+ *  nothing matches (an index out of range, "1:", ":0"); CLATTN_ERR_INVALID_ARGUMENT for a NULL
+ *  count, or NULL indices with capacity > 0. */
 CLATTN_API clattn_status clattn_device_select(const char *spec, size_t *indices, size_t capacity,
                                               size_t *count);
 
@@ -350,7 +352,10 @@ CLATTN_API clattn_status clattn_attention_host(clattn_context *ctx,
                                                const void *k, const void *v, void *o, float *lse);
 
 /** The CPU reference (double accumulation), no context needed. Host arrays as for
- *  clattn_attention_host; bias from desc->bias_host.
+ *  clattn_attention_host; bias from desc->bias_host. Without a context there is no
+ *  clattn_context_last_error() for this call: to learn why a desc is refused ("every size must
+ *  be >= 1 (B=2 Hq=0 ...)"), pass it with desc->path = CLATTN_PATH_REFERENCE to
+ *  clattn_attention_host, which runs this same reference and records the message.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_attention_reference(const clattn_attention_desc *desc,
                                                     const void *q, const void *k, const void *v,

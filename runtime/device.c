@@ -207,7 +207,24 @@ typedef struct device_spec {
     const char *name;
 } device_spec;
 
-static clattn_status parse_spec(const char *text, device_spec *spec) {
+/* "P:D": exactly two decimal integers around one colon. Anything else with a colon is a name
+ * substring (AMD names such as "gfx90a:sramecc+:xnack-"). @return 1 when it is a pair. */
+static int parse_pair(const char *text, device_spec *spec) {
+    const char *colon = strchr(text, ':');
+    char left[32];
+    size_t len = colon ? (size_t)(colon - text) : 0;
+    if (!colon || len == 0 || len >= sizeof left || !is_number(colon + 1)) return 0;
+    memcpy(left, text, len);
+    left[len] = '\0';
+    if (!is_number(left)) return 0;
+    spec->kind = SPEC_PAIR;
+    spec->platform = strtoul(left, NULL, 10);
+    spec->device = strtoul(colon + 1, NULL, 10);
+    return 1;
+}
+
+/* Every text is a spec: one that is not an index, a pair or a type is a name substring. */
+static void parse_spec(const char *text, device_spec *spec) {
     memset(spec, 0, sizeof *spec);
     static const struct {
         const char *word;
@@ -216,36 +233,22 @@ static clattn_status parse_spec(const char *text, device_spec *spec) {
                  {"cpu", CL_DEVICE_TYPE_CPU},
                  {"accelerator", CL_DEVICE_TYPE_ACCELERATOR},
                  {"all", CL_DEVICE_TYPE_ALL}};
-    if (!text || !*text || equals_nocase(text, "default")) return CLATTN_SUCCESS;
+    if (!text || !*text || equals_nocase(text, "default")) return;
     if (is_number(text)) {
         spec->kind = SPEC_INDEX;
         spec->index = strtoul(text, NULL, 10);
-        return CLATTN_SUCCESS;
+        return;
     }
-    const char *colon = strchr(text, ':');
-    if (colon) {
-        char left[32];
-        size_t len = (size_t)(colon - text);
-        if (len == 0 || len >= sizeof left || !is_number(colon + 1))
-            return CLATTN_ERR_INVALID_ARGUMENT;
-        memcpy(left, text, len);
-        left[len] = '\0';
-        if (!is_number(left)) return CLATTN_ERR_INVALID_ARGUMENT;
-        spec->kind = SPEC_PAIR;
-        spec->platform = strtoul(left, NULL, 10);
-        spec->device = strtoul(colon + 1, NULL, 10);
-        return CLATTN_SUCCESS;
-    }
+    if (parse_pair(text, spec)) return;
     for (size_t i = 0; i < ARRAY_LEN(types); i++) {
         if (equals_nocase(text, types[i].word)) {
             spec->kind = SPEC_TYPE;
             spec->type = types[i].type;
-            return CLATTN_SUCCESS;
+            return;
         }
     }
     spec->kind = SPEC_NAME;
     spec->name = text;
-    return CLATTN_SUCCESS;
 }
 
 static int spec_matches(const device_spec *spec, const device_list *list, size_t i) {
@@ -287,10 +290,9 @@ clattn_status clattn_device_select(const char *spec_text, size_t *indices, size_
     *count = 0;
     if (!spec_text || !*spec_text) spec_text = getenv("CLATTN_DEVICE");
     device_spec spec;
-    clattn_status status = parse_spec(spec_text, &spec);
-    if (status != CLATTN_SUCCESS) return status;
+    parse_spec(spec_text, &spec);
     device_list list;
-    status = list_devices(&list);
+    clattn_status status = list_devices(&list);
     if (status != CLATTN_SUCCESS) return status;
     if (list.count == 0) return CLATTN_ERR_NO_DEVICE;
     if (spec.kind == SPEC_DEFAULT) {

@@ -11,6 +11,7 @@
 #include "mask.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,21 +141,25 @@ static void store_output(const clattn_attention_desc *d, const double *ref, void
             }
 }
 
-clattn_status clattn_attention_reference(const clattn_attention_desc *desc, const void *q,
-                                         const void *k, const void *v, void *o, float *lse) {
+/* clattn_attention_reference recording why it failed on ctx (NULL records nothing). */
+static clattn_status reference_on_host(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       const void *q, const void *k, const void *v, void *o,
+                                       float *lse) {
     tensor_extents ext;
-    clattn_status status = desc_check(NULL, desc, desc && desc->bias_host != NULL, &ext);
+    clattn_status status = desc_check(ctx, desc, desc && desc->bias_host != NULL, &ext);
     if (status != CLATTN_SUCCESS) return status;
-    if (!q || !k || !v || !o) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!q || !k || !v || !o)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is NULL");
 
     size_t rows = 0, elements = 0, o_bytes = 0;
     if (size_mul(desc->batch, desc->heads_q, &rows) || size_mul(rows, desc->len_q, &rows) ||
         size_mul(rows, desc->dim_v, &elements) || size_mul(elements, sizeof(double), &o_bytes))
-        return CLATTN_ERR_INVALID_ARGUMENT;
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "O's size overflows");
     double *o_ref = malloc(o_bytes);
     double *lse_ref = lse ? malloc(rows * sizeof *lse_ref) : NULL;
     if (!o_ref || (lse && !lse_ref)) {
-        status = CLATTN_ERR_OUT_OF_MEMORY;
+        status = ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                           "reference: %zu bytes of double-precision outputs", o_bytes);
         goto done;
     }
     status = reference_attention(desc, q, k, v, desc->bias_host, o_ref, lse_ref);
@@ -164,6 +169,26 @@ clattn_status clattn_attention_reference(const clattn_attention_desc *desc, cons
 done:
     free(lse_ref);
     free(o_ref);
+    return status;
+}
+
+clattn_status clattn_attention_reference(const clattn_attention_desc *desc, const void *q,
+                                         const void *k, const void *v, void *o, float *lse) {
+    return reference_on_host(NULL, desc, q, k, v, o, lse);
+}
+
+clattn_status reference_attention_host(const clattn_attention_desc *desc, const void *q,
+                                       const void *k, const void *v, void *o, float *lse, char *err,
+                                       size_t err_size) {
+    /* A context only to hold desc_check's message: it owns no device and nothing to release. */
+    clattn_context *scratch = err && err_size ? calloc(1, sizeof *scratch) : NULL;
+    clattn_status status = reference_on_host(scratch, desc, q, k, v, o, lse);
+    if (err && err_size)
+        snprintf(err, err_size, "%s",
+                 status == CLATTN_SUCCESS ? ""
+                 : scratch                ? scratch->last_error
+                                          : clattn_status_string(status));
+    free(scratch);
     return status;
 }
 

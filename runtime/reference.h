@@ -18,6 +18,13 @@
 clattn_status reference_attention(const clattn_attention_desc *desc, const void *q, const void *k,
                                   const void *v, const float *bias, double *o, double *lse);
 
+/* clattn_attention_reference that also says why it failed: a one-line message naming the sizes
+ * or field (as clattn_context_last_error would) into err, "" on success. For callers without a
+ * context: the CLI's --path reference, and attention.c's reference path (ctx->last_error). */
+clattn_status reference_attention_host(const clattn_attention_desc *desc, const void *q,
+                                       const void *k, const void *v, void *o, float *lse, char *err,
+                                       size_t err_size);
+
 /* Row softmax reference for clattn_softmax: out = softmax(scale * in) row by row (dense
  * [rows][cols], double), lse[r] = log(sum exp(scale * in[r][c])). */
 void reference_softmax(const float *in, size_t rows, size_t cols, float scale, double *out,

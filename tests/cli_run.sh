@@ -8,18 +8,8 @@ set -uo pipefail
 clattn="$(realpath "$1")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect STATUS TEXT -- COMMAND...: the command exits with STATUS and stderr mentions TEXT.
-expect() {
-  local want="$1" text="$2"
-  shift 3
-  "$@" > "$work/stdout" 2> "$work/stderr"
-  local got=$?
-  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want: $(cat "$work/stderr")"
-  grep -qF -- "$text" "$work/stderr" || fail "'$*': stderr lacks '$text': $(cat "$work/stderr")"
-}
+# fail, expect STATUS TEXT -- COMMAND...
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 # ---- every mask kind, every path, against the reference
 for kind in "window=0,0" "window=9,-1" "dilation=" "global=" "layout=per-head" \

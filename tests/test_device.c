@@ -106,10 +106,31 @@ Test(device, bad_specs_are_reported) {
                  CLATTN_ERR_NO_DEVICE);
     cr_assert_eq(n, 0);
     cr_assert_eq(clattn_device_select("999", &idx, 1, &n), CLATTN_ERR_NO_DEVICE);
-    cr_assert_eq(clattn_device_select("1:", &idx, 1, &n), CLATTN_ERR_INVALID_ARGUMENT);
-    cr_assert_eq(clattn_device_select(":0", &idx, 1, &n), CLATTN_ERR_INVALID_ARGUMENT);
+    /* Not two integers around one colon: a name substring, which names no device here. */
+    cr_assert_eq(clattn_device_select("1:", &idx, 1, &n), CLATTN_ERR_NO_DEVICE);
+    cr_assert_eq(clattn_device_select(":0", &idx, 1, &n), CLATTN_ERR_NO_DEVICE);
+    cr_assert_eq(clattn_device_select("0:0:0", &idx, 1, &n), CLATTN_ERR_NO_DEVICE);
     cr_assert_eq(clattn_device_select("0", NULL, 1, &n), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_eq(clattn_device_select("0", &idx, 1, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+}
+
+/* AMD names hold colons ("gfx90a:sramecc+:xnack-"): a spec with a colon that is not P:D is a
+ * name substring, matched like any other. */
+Test(device, names_with_colons_are_substrings) {
+    size_t idx = 99, n = 0;
+    unsetenv("CLATTN_DEVICE");
+    clattn_device_info info;
+    cr_assert_eq(clattn_device_get_info(0, &info), CLATTN_SUCCESS);
+    cr_assert_eq(clattn_device_select("gfx90a:sramecc+:xnack-", &idx, 1, &n), CLATTN_ERR_NO_DEVICE);
+    char pair[32];
+    snprintf(pair, sizeof pair, "%u:%u", info.platform_index, info.device_index);
+    cr_assert_eq(clattn_device_select(pair, &idx, 1, &n), CLATTN_SUCCESS);
+    cr_assert_eq(idx, 0);
+    /* the platform name followed by ':' is no device's name: proves the colon is kept in the
+     * substring rather than splitting it */
+    char colon[300];
+    snprintf(colon, sizeof colon, "%.8s:", info.platform_name);
+    cr_assert_eq(clattn_device_select(colon, &idx, 1, &n), CLATTN_ERR_NO_DEVICE, "%s", colon);
 }
 
 Test(device, context_lifetime) {
