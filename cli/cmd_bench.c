@@ -421,6 +421,9 @@ static int parse_config(const cli_args *args, bench_config *c) {
     c->json = args_get(args, "json");
     if (args_has(args, "out")) c->out = args_get(args, "out");
     if (c->out && make_output_dir("bench", "out", c->out) != 0) return 1;
+    if ((c->csv && check_output_file("bench", "csv", c->csv)) ||
+        (c->json && check_output_file("bench", "json", c->json)))
+        return 1;
     return cli_select_devices("bench", args_get(args, "device"), c->devices, 16, &c->num_devices);
 }
 

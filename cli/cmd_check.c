@@ -379,6 +379,8 @@ int cmd_check(int argc, char **argv) {
     static check_plan plan;
     int rc = parse_plan(&args, &s, &plan);
     if (rc) return rc;
+    if (args_has(&args, "json") && check_output_file("check", "json", args_get(&args, "json")))
+        return 1;
     printf("%-3s %-36s %-9s %-7s %6s %6s %9s %10s\n", "#", "device", "path", "variant", "passed",
            "failed", "worst", "seconds");
     for (size_t i = 0; i < plan.num_devices; i++) check_device(&plan, &s, plan.devices[i]);

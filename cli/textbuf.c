@@ -93,6 +93,22 @@ int textbuf_write(const textbuf *t, const char *path, const char *command) {
     return 0;
 }
 
+int check_output_file(const char *command, const char *option, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cli_error(command, "--%s %s: is a folder, not a file", option, path);
+        return 1;
+    }
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        cli_error(command, "--%s %s: the folder %s does not exist", option, path, dir);
+        return 1;
+    }
+    return 0;
+}
+
 void textbuf_free(textbuf *t) {
     free(t->data);
     memset(t, 0, sizeof *t);

@@ -34,4 +34,8 @@ void textbuf_free(textbuf *t);
  * work, so that a bad folder fails at once. @return 0 or 1. */
 int make_output_dir(const char *command, const char *option, const char *dir);
 
+/* Checks, before the work, that the file named by --`option` can be written later: it is not
+ * a folder and its folder exists. Prints "clattn CMD: --OPTION PATH: why". @return 0 or 1. */
+int check_output_file(const char *command, const char *option, const char *path);
+
 #endif

@@ -115,6 +115,11 @@ fi
 expect 1 "/nonexistent/q" -- "$clattn" bench --preset quick --out /nonexistent/q
 [ -s stdout ] && fail "bench --out /nonexistent/q ran the sweep first"
 expect 1 "not a folder" -- "$clattn" bench --preset quick --out junk.npy
+expect 1 "--csv /nonexistent/b.csv" -- "$clattn" bench --preset quick --csv /nonexistent/b.csv
+[ -s stdout ] && fail "bench --csv /nonexistent/b.csv ran the sweep first"
+expect 1 "--json $work: is a folder" -- "$clattn" bench --preset quick --json "$work"
+expect 1 "--json /nonexistent/c.json" -- "$clattn" check --quick --json /nonexistent/c.json
+[ -s stdout ] && fail "check --json /nonexistent/c.json ran the sweep first"
 for pattern in window:-2,0 window:-5,-5 dilated:4,4,0 dilated:4,4,-1 bigbird:16,3,1,1,-1 \
                longformer:-1,2 bigbird:0,3,1,1 bigbird:16,4,1,1 blocks:ref.npy,0,4; do
   expect 2 "--pattern $pattern" -- "$clattn" bench --pattern "$pattern" --nq 8 --hq 1 --d 8
