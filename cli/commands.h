@@ -13,11 +13,11 @@ int cmd_bench(int argc, char **argv);
 int cmd_pattern(int argc, char **argv);
 
 /* Resolves a --device spec (NULL: $CLATTN_DEVICE or the default) to device indices, printing
- * one clear line when nothing matches. @return 0, 1 (no device installed, or none matches the
- * spec) or EXIT_USAGE (a spec the library calls malformed): the exit status. */
+ * one clear line when nothing matches. @return 0 or 1 (no device installed, or none matches
+ * the spec): the exit status. */
 int cli_select_devices(const char *command, const char *spec, size_t *indices, size_t capacity,
                        size_t *count);
-/* Opens a context on the first device the spec selects. @return 0, 1 or EXIT_USAGE. */
+/* Opens a context on the first device the spec selects. @return 0 or 1. */
 int cli_open_context(const char *command, const char *spec, clattn_context **ctx);
 /* Prints "clattn CMD: <what>: <detail> (<status name>)" and the build log when there is one. */
 void cli_report(const char *command, const char *what, clattn_status status,

@@ -83,8 +83,7 @@ static clattn_status reference_on_buffers(clattn_context *ctx, const clattn_atte
     clattn_attention_desc local = *d;
     local.bias_host = host[4];
     if (status == CLATTN_SUCCESS)
-        status = reference_attention_host(&local, host[0], host[1], host[2], host[3], lse,
-                                          ctx->last_error, sizeof ctx->last_error);
+        status = reference_attention_on_host(ctx, &local, host[0], host[1], host[2], host[3], lse);
     cl_int err = CL_SUCCESS;
     if (status == CLATTN_SUCCESS)
         err = clEnqueueWriteBuffer(ctx->queue, b->o, CL_TRUE, 0, ext->o, host[3], 0, NULL, NULL);

@@ -141,10 +141,9 @@ static void store_output(const clattn_attention_desc *d, const double *ref, void
             }
 }
 
-/* clattn_attention_reference recording why it failed on ctx (NULL records nothing). */
-static clattn_status reference_on_host(clattn_context *ctx, const clattn_attention_desc *desc,
-                                       const void *q, const void *k, const void *v, void *o,
-                                       float *lse) {
+clattn_status reference_attention_on_host(clattn_context *ctx, const clattn_attention_desc *desc,
+                                          const void *q, const void *k, const void *v, void *o,
+                                          float *lse) {
     tensor_extents ext;
     clattn_status status = desc_check(ctx, desc, desc && desc->bias_host != NULL, &ext);
     if (status != CLATTN_SUCCESS) return status;
@@ -174,7 +173,7 @@ done:
 
 clattn_status clattn_attention_reference(const clattn_attention_desc *desc, const void *q,
                                          const void *k, const void *v, void *o, float *lse) {
-    return reference_on_host(NULL, desc, q, k, v, o, lse);
+    return reference_attention_on_host(NULL, desc, q, k, v, o, lse);
 }
 
 clattn_status reference_attention_host(const clattn_attention_desc *desc, const void *q,
@@ -182,7 +181,7 @@ clattn_status reference_attention_host(const clattn_attention_desc *desc, const 
                                        size_t err_size) {
     /* A context only to hold desc_check's message: it owns no device and nothing to release. */
     clattn_context *scratch = err && err_size ? calloc(1, sizeof *scratch) : NULL;
-    clattn_status status = reference_on_host(scratch, desc, q, k, v, o, lse);
+    clattn_status status = reference_attention_on_host(scratch, desc, q, k, v, o, lse);
     if (err && err_size)
         snprintf(err, err_size, "%s",
                  status == CLATTN_SUCCESS ? ""

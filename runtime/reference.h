@@ -18,9 +18,15 @@
 clattn_status reference_attention(const clattn_attention_desc *desc, const void *q, const void *k,
                                   const void *v, const float *bias, double *o, double *lse);
 
+/* clattn_attention_reference recording why it failed on ctx (NULL records nothing): the
+ * reference path of clattn_attention. */
+clattn_status reference_attention_on_host(clattn_context *ctx, const clattn_attention_desc *desc,
+                                          const void *q, const void *k, const void *v, void *o,
+                                          float *lse);
+
 /* clattn_attention_reference that also says why it failed: a one-line message naming the sizes
  * or field (as clattn_context_last_error would) into err, "" on success. For callers without a
- * context: the CLI's --path reference, and attention.c's reference path (ctx->last_error). */
+ * context: the CLI's --path reference. */
 clattn_status reference_attention_host(const clattn_attention_desc *desc, const void *q,
                                        const void *k, const void *v, void *o, float *lse, char *err,
                                        size_t err_size);

@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "clattn.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,58 +155,48 @@ Test(device, context_lifetime) {
 
 /* Interop: the caller's context and queue stay the caller's. */
 Test(device, wrapped_context_leaves_ownership_with_the_caller) {
-    clattn_device_info info;
-    clattn_device_get_info(0, &info);
-    cl_int err = CL_SUCCESS;
-    cl_context cl_ctx = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
-    cr_assert_eq(err, CL_SUCCESS);
-    cl_command_queue queue = clCreateCommandQueue(cl_ctx, info.device, 0, &err);
-    cr_assert_eq(err, CL_SUCCESS);
+    caller_objects mine, other;
+    cr_assert_eq(caller_objects_create(&mine, 0), CL_SUCCESS);
+    cl_command_queue queue = mine.queue;
 
     clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_wrap(&ctx, cl_ctx, info.device, queue), CLATTN_SUCCESS);
+    cr_assert_eq(clattn_context_wrap(&ctx, mine.context, mine.device, queue), CLATTN_SUCCESS);
     cr_assert_eq(clattn_context_queue(ctx), queue);
-    cr_assert_eq(clattn_context_cl_context(ctx), cl_ctx);
+    cr_assert_eq(clattn_context_cl_context(ctx), mine.context);
     clattn_context_destroy(ctx);
 
     cl_uint refs = 0;
     cr_assert_eq(clGetCommandQueueInfo(queue, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL),
                  CL_SUCCESS);
     cr_assert_eq(refs, 1, "clattn must release exactly the references it took");
-    cr_assert_eq(clGetContextInfo(cl_ctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
-                 CL_SUCCESS);
+    cr_assert_eq(
+        clGetContextInfo(mine.context, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL),
+        CL_SUCCESS);
     cr_assert_geq(refs, 1);
 
-    cr_assert_eq(clattn_context_wrap(&ctx, cl_ctx, NULL, queue), CLATTN_ERR_INVALID_ARGUMENT);
-    cr_assert_eq(clattn_context_wrap(&ctx, NULL, info.device, queue), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(clattn_context_wrap(&ctx, mine.context, NULL, queue), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(clattn_context_wrap(&ctx, NULL, mine.device, queue), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_null(ctx);
 
-    cl_context other = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
-    cr_assert_eq(err, CL_SUCCESS);
-    cr_assert_eq(clattn_context_wrap(&ctx, other, info.device, queue), CLATTN_ERR_INVALID_ARGUMENT,
-                 "a queue of another cl_context must be refused");
+    cr_assert_eq(caller_objects_create(&other, 0), CL_SUCCESS);
+    cr_assert_eq(clattn_context_wrap(&ctx, other.context, mine.device, queue),
+                 CLATTN_ERR_INVALID_ARGUMENT, "a queue of another cl_context must be refused");
     cr_assert_null(ctx);
-    clReleaseContext(other);
-    clReleaseCommandQueue(queue);
-    clReleaseContext(cl_ctx);
+    caller_objects_release(&other);
+    caller_objects_release(&mine);
 }
 
 /* clattn enqueues in order; a caller's out-of-order queue is refused rather than misused. */
 Test(device, out_of_order_queues_are_refused) {
-    clattn_device_info info;
-    clattn_device_get_info(0, &info);
-    cl_int err = CL_SUCCESS;
-    cl_context cl_ctx = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
-    cr_assert_eq(err, CL_SUCCESS);
-    cl_command_queue queue =
-        clCreateCommandQueue(cl_ctx, info.device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    caller_objects mine;
+    cl_int err = caller_objects_create(&mine, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
     if (err == CL_SUCCESS) {
         clattn_context *ctx = NULL;
-        cr_assert_eq(clattn_context_wrap(&ctx, cl_ctx, info.device, queue), CLATTN_ERR_UNSUPPORTED);
+        cr_assert_eq(clattn_context_wrap(&ctx, mine.context, mine.device, mine.queue),
+                     CLATTN_ERR_UNSUPPORTED);
         cr_assert_null(ctx);
-        clReleaseCommandQueue(queue);
     } else {
         cr_assert_eq(err, CL_INVALID_QUEUE_PROPERTIES, "%d", err); /* the device has none */
     }
-    clReleaseContext(cl_ctx);
+    caller_objects_release(&mine);
 }

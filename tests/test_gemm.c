@@ -517,19 +517,15 @@ Test(gemm, stats_timing_and_events_on_device_buffers) {
  * context that used the gemm path lets them go, so a wrapped cl_context is left with the
  * caller's reference only. */
 Test(gemm, destroying_the_last_context_releases_clblast_programs) {
-    clattn_device_info info;
-    cr_assert_eq(clattn_device_get_info(0, &info), CLATTN_SUCCESS);
-    cl_int err = CL_SUCCESS;
-    cl_context cl = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
-    cr_assert_eq(err, CL_SUCCESS);
-    cl_command_queue queue = clCreateCommandQueue(cl, info.device, 0, &err);
-    cr_assert_eq(err, CL_SUCCESS);
+    caller_objects mine;
+    cr_assert_eq(caller_objects_create(&mine, 0), CL_SUCCESS);
+    cl_context cl = mine.context;
     clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_wrap(&ctx, cl, info.device, queue), CLATTN_SUCCESS);
+    cr_assert_eq(clattn_context_wrap(&ctx, cl, mine.device, mine.queue), CLATTN_SUCCESS);
     ASSERT_OK(ctx, small_call(ctx, 64, 0, 0));
     clattn_context_destroy(ctx);
-    clFinish(queue);
-    clReleaseCommandQueue(queue);
+    clFinish(mine.queue);
+    clReleaseCommandQueue(mine.queue);
     /* PoCL frees finished commands, which hold the context too, on a thread of its own: allow
      * it up to 10 s (CLBlast's cache, when kept, holds its references for good) */
     cl_uint refs = 0;

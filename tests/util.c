@@ -38,6 +38,27 @@ size_t compare_outputs(const char *label, const float *got, const double *ref, s
     return result.mismatches;
 }
 
+cl_int caller_objects_create(caller_objects *c, cl_command_queue_properties properties) {
+    clattn_device_info info;
+    cl_int err = CL_SUCCESS;
+    memset(c, 0, sizeof *c);
+    if (clattn_device_get_info(0, &info) == CLATTN_SUCCESS)
+        c->context = clCreateContext(NULL, 1, &info.device, NULL, NULL, &err);
+    if (!c->context) {
+        fprintf(stderr, "cannot create a cl_context on device 0: %d\n", (int)err);
+        abort();
+    }
+    c->device = info.device;
+    c->queue = clCreateCommandQueue(c->context, c->device, properties, &err);
+    return err;
+}
+
+void caller_objects_release(caller_objects *c) {
+    if (c->queue) clReleaseCommandQueue(c->queue);
+    clReleaseContext(c->context);
+    memset(c, 0, sizeof *c);
+}
+
 static clattn_context **contexts;
 static size_t num_contexts;
 

@@ -30,6 +30,20 @@ size_t compare_outputs(const char *label, const float *got, const double *ref, s
 /* Contexts on every device found (created on first use in this process, kept until exit). */
 size_t test_contexts(clattn_context ***contexts);
 
+/* A caller's own OpenCL objects, for the interop tests of clattn_context_wrap: a cl_context
+ * on device 0 and a command queue on it. */
+typedef struct caller_objects {
+    cl_device_id device;
+    cl_context context;
+    cl_command_queue queue; /* NULL when the device refused the queue's properties */
+} caller_objects;
+
+/* Creates them (aborts when the context cannot be made). @return the queue's creation status:
+ * CL_SUCCESS, or the device's refusal of `properties`. */
+cl_int caller_objects_create(caller_objects *c, cl_command_queue_properties properties);
+/* Releases the queue and the context, the caller's references. */
+void caller_objects_release(caller_objects *c);
+
 /* Runs every case on every device through `path` with `variant` (AUTO: both fused variants
  * for the fused path) and fails the test, naming the case, device and first mismatch, when a
  * case errs or leaves the tolerance. Returns the number of failing runs. */
