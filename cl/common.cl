@@ -69,6 +69,19 @@ typedef struct attn_params {
     long write_lse;
 } attn_params;
 
+/* a + b and a * b where a finite result never overflows to an infinity: it saturates at
+ * +-FLT_MAX. Only -inf masks (SPEC section 1), so a finite score or bias must stay finite
+ * (a padding bias of -FLT_MAX plus a negative score would otherwise round to -inf). */
+inline float add_saturating(float a, float b) {
+    const float x = a + b;
+    return isinf(x) && isfinite(a) && isfinite(b) ? copysign(FLT_MAX, x) : x;
+}
+
+inline float mul_saturating(float a, float b) {
+    const float x = a * b;
+    return isinf(x) && isfinite(a) && isfinite(b) ? copysign(FLT_MAX, x) : x;
+}
+
 /* Integer division with its remainder. */
 inline long div_rem(long a, long b, long *rem) {
     long q = a / b;

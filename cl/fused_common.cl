@@ -174,8 +174,8 @@ ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const 
     }
 }
 
-/* Scores s[rows][BLOCK_N] (log2 domain): -inf where the pass does not own the pair or the
- * slot is padding; plus bias*log2(e) where a bias is given. */
+/* Scores s[rows][BLOCK_N] (natural domain): -inf where the pass does not own the pair or the
+ * slot is padding; plus the bias where one is given (saturating: a finite bias never masks). */
 ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
                                  __global const float *bias, int pass, int kind, long b, long h,
                                  const long *row_i, int rows, const long *kpos, float *s) {
@@ -189,7 +189,7 @@ ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar
                 (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
                 x = -INFINITY;
             else if (P->has_bias && kpos[c] != NO_KEY && x != -INFINITY) /* not onto a mask */
-                x += bias_row[kpos[c]] * M_LOG2E_F;
+                x = add_saturating(x, bias_row[kpos[c]]);
             s[m * BLOCK_N + c] = x;
         }
     }

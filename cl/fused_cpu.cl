@@ -5,7 +5,8 @@
  *
  *   S tile [BLOCK_M][BLOCK_N] = Q tile [BLOCK_M][DQK_PAD] x K^T tile [DQK_PAD][BLOCK_N]
  *       as BLOCK_M x NV vector accumulators, one broadcast q value per row and column of K^T;
- *   online softmax per row in the log2 domain (q is pre-scaled by scale*log2(e));
+ *   online softmax per row (q is pre-scaled by scale; scores stay in the natural domain, so
+ *   that a finite score is never -inf, and exp(x) is computed as exp2((x - max) * log2(e)));
  *   O tile [BLOCK_M][DV_PAD] += P [BLOCK_M][BLOCK_N] x V tile [BLOCK_N][DV_PAD],
  *       one 16-wide slice of the head dim at a time.
  *
@@ -35,10 +36,10 @@ typedef struct query_tile {
     long b, h, kv_bh, r;
     long row_i[BLOCK_M];           /* query row, or -1 past the end */
     long lo[BLOCK_M], hi[BLOCK_M]; /* class-local key range of each row in the current pass */
-    float q[BLOCK_M][DQK_PAD];     /* pre-scaled by scale*log2(e); zero past dim_qk */
+    float q[BLOCK_M][DQK_PAD];     /* pre-scaled by scale; zero past dim_qk */
     float16 acc[BLOCK_M][NDV];     /* unnormalised O rows */
-    float row_max[BLOCK_M];        /* running maximum of the scores (log2 domain) */
-    float row_sum[BLOCK_M];        /* running sum of exp2(score - row_max) */
+    float row_max[BLOCK_M];        /* running maximum of the scores */
+    float row_sum[BLOCK_M];        /* running sum of exp(score - row_max) */
 } query_tile;
 
 /* S = Q K^T for one key tile: [BLOCK_M][NV] vectors. */
@@ -87,11 +88,11 @@ ALWAYS_INLINE void softmax_update(query_tile *t, float16 s[BLOCK_M][NV], float *
         for (int v = 1; v < NV; v++) tile_max = fmax(tile_max, max16(s[m][v]));
         const float new_max = fmax(t->row_max[m], tile_max);
         const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
-        const float alpha = exp2(t->row_max[m] - base);
+        const float alpha = exp2((t->row_max[m] - base) * M_LOG2E_F);
         float sum = 0.0f;
 #pragma unroll
         for (int v = 0; v < NV; v++) {
-            const float16 e = exp2(s[m][v] - base);
+            const float16 e = exp2((s[m][v] - base) * M_LOG2E_F);
             sum += sum16(e);
             vstore16(e, v, p + m * BLOCK_N);
         }
@@ -234,7 +235,7 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
     }
 }
 
-/* O = acc / sum and LSE = ln(2) * (max + log2(sum)); empty rows get O = 0, LSE = -inf. */
+/* O = acc / sum and LSE = max + log(sum); empty rows get O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
                               __global OUT_T *O, __global float *LSE, const query_tile *t) {
     for (int m = 0; m < BLOCK_M; m++) {
@@ -250,7 +251,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         for (int d = 0; d < P->dim_v; d++) STORE_OUT(empty ? 0.0f : o[d], O, row + d);
         if (P->write_lse)
             LSE[(t->b * P->heads_q + t->h) * P->len_q + i] =
-                empty ? -INFINITY : (t->row_max[m] + log2(t->row_sum[m])) * M_LN2_F;
+                empty ? -INFINITY : t->row_max[m] + log(t->row_sum[m]);
     }
 }
 

@@ -14,9 +14,9 @@
 typedef struct row_state {
     long i;           /* query row, or -1 past the end */
     long lo, hi;      /* class-local key range in the current pass */
-    float q[DQK_PAD]; /* pre-scaled by scale*log2(e) */
+    float q[DQK_PAD]; /* pre-scaled by scale */
     float o[DV_PAD];  /* unnormalised O row */
-    float max, sum;   /* running maximum (log2 domain) and sum of exp2(score - max) */
+    float max, sum;   /* running maximum and sum of exp(score - max) */
 } row_state;
 
 /* Copies `count` floats from global to local memory, the group's work-items side by side. */
@@ -49,12 +49,12 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     for (int c = 0; c < BLOCK_N; c++) tile_max = fmax(tile_max, s[c]);
     const float new_max = fmax(st->max, tile_max);
     const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
-    const float alpha = exp2(st->max - base);
+    const float alpha = exp2((st->max - base) * M_LOG2E_F);
     st->max = new_max;
     st->sum *= alpha;
     for (int e = 0; e < DV_PAD; e++) st->o[e] *= alpha;
     for (int c = 0; c < BLOCK_N; c++) {
-        const float p = exp2(s[c] - base);
+        const float p = exp2((s[c] - base) * M_LOG2E_F);
         st->sum += p;
         if (careful && p == 0.0f) continue;
         for (int e = 0; e < DV_PAD; e++) st->o[e] = fma(p, vt[c * DV_PAD + e], st->o[e]);
@@ -111,7 +111,7 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
     }
 }
 
-/* O = o / sum and LSE = ln(2) * (max + log2(sum)); an empty row gets O = 0, LSE = -inf. */
+/* O = o / sum and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is_global,
                              __global OUT_T *O, __global float *LSE, long b, long h,
                              const row_state *st) {
@@ -123,7 +123,7 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
     for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e] * inv, O, row + e);
     if (P->write_lse)
         LSE[(b * P->heads_q + h) * P->len_q + st->i] =
-            empty ? -INFINITY : (st->max + log2(st->sum)) * M_LN2_F;
+            empty ? -INFINITY : st->max + log(st->sum);
 }
 
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */

@@ -59,21 +59,21 @@ softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride, __gl
     /* pass 1: row maximum of the scaled inputs */
     float local_max = -INFINITY;
     for (uint c = lid; c < cols; c += WG_SIZE)
-        local_max = max_keep_nan(local_max, scale * LOAD_IN(x, c));
+        local_max = max_keep_nan(local_max, mul_saturating(scale, LOAD_IN(x, c)));
     const float row_max = group_max(local_max, scratch);
 
     /* pass 2: sum of exponentials (an all -inf row would give exp(nan): treat it as empty) */
     const int empty = row_max == -INFINITY;
     float local_sum = 0.0f;
     for (uint c = lid; !empty && c < cols; c += WG_SIZE)
-        local_sum += exp(scale * LOAD_IN(x, c) - row_max);
+        local_sum += exp(mul_saturating(scale, LOAD_IN(x, c)) - row_max);
     const float row_sum = group_sum(local_sum, scratch);
 
     /* pass 3: normalise (every read of this row happened before the barrier above, so
        writing in place is safe) */
     const float inv_sum = empty ? 0.0f : 1.0f / row_sum;
     for (uint c = lid; c < cols; c += WG_SIZE) {
-        float p = empty ? 0.0f : exp(scale * LOAD_IN(x, c) - row_max) * inv_sum;
+        float p = empty ? 0.0f : exp(mul_saturating(scale, LOAD_IN(x, c)) - row_max) * inv_sum;
         STORE_OUT(p, y, c);
     }
     if (write_lse && lid == 0) lse[row] = empty ? -INFINITY : row_max + log(row_sum);
@@ -111,7 +111,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     for (long j = lid; j < cols; j += WG_SIZE) {
         float x = -INFINITY;
         if (mask_allowed(P, is_global, layout, h, i, key0 + j))
-            x = P->has_bias ? s[j] + bias[bias_row + j] : s[j];
+            x = P->has_bias ? add_saturating(s[j], bias[bias_row + j]) : s[j];
         s[j] = x;
         local_max = max_keep_nan(local_max, x);
     }

@@ -99,6 +99,11 @@ static void add_sparse_cases(sweep *s, int quick) {
     c->bias = BIAS_BROADCAST, c->left = 6, c->right = 6;
     c = add_case(s, 1, 2, 1, 40, 40, 32, 32);
     c->nan_key = 1, c->causal = 1;
+    /* finite biases never mask: a Hugging Face padding mask, and huge finite values */
+    c = add_case(s, 3, 2, 2, 37, 37, 32, 32);
+    c->bias = BIAS_PADDING;
+    c = add_case(s, 1, 2, 1, 30, 45, 32, 32);
+    c->bias = BIAS_FINITE_MIN;
     if (quick) return;
     c = add_case(s, 2, 4, 1, 129, 257, 64, 64);
     c->left = 20, c->right = 3, c->dilation = 2, c->num_globals = 2, c->globals[0] = 5;

@@ -6,6 +6,7 @@
 #include "npy.h"
 #include "reference.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,19 +86,50 @@ static void setup_mask(const attn_case *c, case_data *data, uint64_t *state) {
     d->block_layout_per_head = c->block_layout == LAYOUT_PER_HEAD;
 }
 
-/* A bias of random values with one entry in 16 at -inf; BROADCAST shares one [Nq, Nk]. */
+/* Batch entry b's valid length of `n` positions in a padded batch: entry 0 is unpadded, the
+ * others lose 1 to n/2 positions at the end. */
+static size_t padded_length(size_t n, size_t b) {
+    return b == 0 || n < 2 ? n : n - 1 - (b * 7 + 2) % (n / 2);
+}
+
+/* One bias value of kind c->bias at (b, i, j) (PADDING and FINITE_MIN). */
+static float special_bias(const attn_case *c, size_t b, size_t i, size_t j, uint64_t *state) {
+    static const float huge[4] = {-1e38f, -2.3e38f, -2.4e38f, -FLT_MAX};
+    if (c->bias == BIAS_PADDING) {
+        size_t keys = padded_length(c->nk, b), pad = c->nk - keys;
+        size_t queries = c->nq > pad ? c->nq - pad : 0;
+        return j >= keys || i >= queries ? -FLT_MAX : 0.0f;
+    }
+    switch (i % 3) {
+    case 0:
+        return -FLT_MAX; /* every key of the row: the mean of V, LSE finite */
+    case 1:
+        return huge[j % 4];
+    default:
+        return j % 5 == 0 ? -FLT_MAX : uniform(state);
+    }
+}
+
+/* FULL: random values with one entry in 16 at -inf; BROADCAST shares one [Nq, Nk]; PADDING is
+ * [B, 1, Nq, Nk] (broadcast over heads); FINITE_MIN is [B, Hq, Nq, Nk]. */
 static void setup_bias(const attn_case *c, case_data *data, uint64_t *state) {
     clattn_attention_desc *d = &data->desc;
     if (c->bias == BIAS_NONE) return;
-    int shared = c->bias == BIAS_BROADCAST;
+    int shared = c->bias == BIAS_BROADCAST, per_head = c->bias != BIAS_PADDING && !shared;
+    size_t plane = c->nq * c->nk, heads = per_head ? c->hq : 1, batches = shared ? 1 : c->b;
     d->bias_strides.offset = c->offset;
     d->bias_strides.stride_seq = c->nk;
-    d->bias_strides.stride_head = shared ? 0 : c->nq * c->nk;
-    d->bias_strides.stride_batch = shared ? 0 : c->hq * c->nq * c->nk;
-    size_t count = c->offset + (shared ? 1 : c->b * c->hq) * c->nq * c->nk;
+    d->bias_strides.stride_head = per_head ? plane : 0;
+    d->bias_strides.stride_batch = shared ? 0 : heads * plane;
+    size_t count = c->offset + batches * heads * plane;
     data->bias = malloc(count * sizeof(float));
-    for (size_t i = 0; data->bias && i < count; i++)
-        data->bias[i] = (next_random(state) & 15) == 0 ? -INFINITY : 2.0f * uniform(state);
+    for (size_t at = 0; data->bias && at < count; at++) {
+        size_t e = at < c->offset ? 0 : at - c->offset, i = e % plane / c->nk, j = e % c->nk;
+        if (c->bias == BIAS_PADDING || c->bias == BIAS_FINITE_MIN)
+            data->bias[at] = special_bias(c, e / (heads * plane), i, j, state);
+        else
+            data->bias[at] = (next_random(state) & 15) == 0 ? -INFINITY : 2.0f * uniform(state);
+    }
     d->bias_host = data->bias;
 }
 
@@ -245,7 +277,8 @@ static void append(char *out, size_t size, const char *fmt, ...) {
 
 void case_describe(const attn_case *c, char *out, size_t size) {
     static const char *const layouts[] = {"", "shared", "per-head", "ones"};
-    static const char *const biases[] = {"", " bias=full", " bias=broadcast"};
+    static const char *const biases[] = {"", " bias=full", " bias=broadcast", " bias=padding",
+                                         " bias=finite-min"};
     snprintf(out, size, "B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu %s %s->%s%s", c->b,
              c->hq, c->hkv, c->nq, c->nk, c->dqk, c->dv,
              c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd", c->dtype ? "f16" : "f32",
@@ -289,10 +322,14 @@ static clattn_status dump_inputs(const attn_case *c, const case_data *data, cons
     if (!s) s = dump_tensor(dir, "k", dtype, 4, k, (const char *)data->k + skip, err, size);
     if (!s) s = dump_tensor(dir, "v", dtype, 4, v, (const char *)data->v + skip, err, size);
     if (!s && c->bias != BIAS_NONE) {
-        size_t full[4] = {c->b, c->hq, c->nq, c->nk}, shared[2] = {c->nq, c->nk};
-        s = c->bias == BIAS_FULL
-                ? dump_tensor(dir, "bias", NPY_F32, 4, full, data->bias + c->offset, err, size)
-                : dump_tensor(dir, "bias", NPY_F32, 2, shared, data->bias + c->offset, err, size);
+        size_t full[4] = {c->b, c->hq, c->nq, c->nk}, padding[4] = {c->b, 1, c->nq, c->nk};
+        size_t shared[2] = {c->nq, c->nk};
+        const float *bias = data->bias + c->offset;
+        if (c->bias == BIAS_BROADCAST)
+            s = dump_tensor(dir, "bias", NPY_F32, 2, shared, bias, err, size);
+        else
+            s = dump_tensor(dir, "bias", NPY_F32, 4, c->bias == BIAS_PADDING ? padding : full,
+                            bias, err, size);
     }
     if (!s && c->block_layout != LAYOUT_NONE) {
         size_t heads = c->block_layout == LAYOUT_PER_HEAD ? c->hq : 1;

@@ -19,7 +19,17 @@ typedef enum case_layout {
     LAYOUT_PER_HEAD,
     LAYOUT_ALL_ONES
 } case_layout;
-typedef enum case_bias { BIAS_NONE, BIAS_FULL, BIAS_BROADCAST } case_bias;
+/* FULL: random values with some -inf; BROADCAST: one [Nq, Nk] matrix of those; PADDING: a
+ * Hugging Face padding mask [B, 1, Nq, Nk] of 0 and torch.finfo(float32).min (-FLT_MAX) over
+ * padded keys and padded query rows; FINITE_MIN: huge finite negative values [B, Hq, Nq, Nk]
+ * (rows all -FLT_MAX, rows of -1e38, -2.3e38, -2.4e38 and -FLT_MAX, rows with some -FLT_MAX). */
+typedef enum case_bias {
+    BIAS_NONE,
+    BIAS_FULL,
+    BIAS_BROADCAST,
+    BIAS_PADDING,
+    BIAS_FINITE_MIN
+} case_bias;
 
 typedef struct attn_case {
     size_t b, hq, hkv, nq, nk, dqk, dv;
@@ -31,7 +41,7 @@ typedef struct attn_case {
     size_t num_globals;
     case_layout block_layout; /* random 0/1 blocks (seeded), or all ones */
     size_t bq, bk;
-    case_bias bias;           /* random values with some -inf; BROADCAST: one [Nq,Nk] matrix */
+    case_bias bias;
     size_t offset;            /* extra element offset of every tensor */
     float scale;              /* 0: default */
     int nan_key;              /* poison K row 0 of kv head 0 with NaN */

@@ -513,7 +513,7 @@ static clattn_status run_kernels(clattn_context *ctx, const clattn_attention_des
     cl_kernel pack = NULL, attention = NULL;
     clattn_status status = get_kernels(ctx, d, p, &pack, &attention);
     int global_rows = p->globals_matter && pat->num_rows > 0;
-    float q_scale = desc_scale(d) * 1.44269504088896340736f; /* scores in the log2 domain */
+    float q_scale = desc_scale(d); /* scores in the natural domain: finite stays finite */
     size_t heads = d->batch * d->heads_q;
     if (!status)
         status = launch_pack(ctx, pack, fb, buf, d, 0, p->classes * p->class_slots, fb->kp, fb->vp,

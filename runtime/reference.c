@@ -10,6 +10,7 @@
 #include "half.h"
 #include "mask.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,19 @@ static size_t row_start(const clattn_tensor *t, size_t b, size_t head, size_t ro
     return t->offset + b * t->stride_batch + head * t->stride_head + row * t->stride_seq;
 }
 
+/* Scores are float32 on every device (README, "Values near the float32 maximum"): a score
+ * scale * q.k beyond the float32 range is an infinity, as float32 arithmetic makes it (enormous
+ * inputs: Inf in, Inf out), while a finite bias added to a finite score saturates at +-FLT_MAX,
+ * so that only -inf masks. */
+static double beyond_float32_is_infinite(double s) {
+    return isfinite(s) && isinf((float)s) ? copysign(INFINITY, s) : s;
+}
+
+static double add_saturating(double score, double bias) {
+    double s = score + bias;
+    return isfinite(score) && isfinite(bias) && isinf((float)s) ? copysign(FLT_MAX, s) : s;
+}
+
 /* scale * dot(Q[b,h,i,:], K[b,kvh,j,:]) + bias[b,h,i,j]. */
 static double score(const reference_call *c, size_t b, size_t h, size_t kvh, size_t i, size_t j) {
     const clattn_attention_desc *d = c->desc;
@@ -44,8 +58,8 @@ static double score(const reference_call *c, size_t b, size_t h, size_t kvh, siz
     double dot = 0.0;
     for (size_t x = 0; x < d->dim_qk; x++)
         dot += load(c->q, d->dtype, qi + x) * load(c->k, d->dtype, kj + x);
-    double s = c->scale * dot;
-    if (c->bias) s += c->bias[row_start(&d->bias_strides, b, h, i) + j];
+    double s = beyond_float32_is_infinite(c->scale * dot);
+    if (c->bias) s = add_saturating(s, c->bias[row_start(&d->bias_strides, b, h, i) + j]);
     return s;
 }
 
@@ -193,13 +207,19 @@ clattn_status reference_attention_host(const clattn_attention_desc *desc, const 
 
 /* ---------------------------------------------------------------- softmax */
 
+/* scale * x as clattn_softmax computes it: a finite product saturates at +-FLT_MAX. */
+static double scaled(double scale, float x) {
+    double s = scale * x;
+    return isfinite(x) && isinf((float)s) ? copysign(FLT_MAX, s) : s;
+}
+
 /* One row: out = exp(scale*x - m) / sum, lse = m + log(sum); a row whose maximum is -inf
  * (everything masked) gets zeros and -inf, as cl/softmax.cl does. NaN propagates. */
 static void softmax_row(const float *x, size_t cols, double scale, double *out, double *lse) {
     /* pass 1: the maximum of the scaled row, keeping NaN */
     double m = -INFINITY;
     for (size_t c = 0; c < cols; c++) {
-        double s = scale * x[c];
+        double s = scaled(scale, x[c]);
         if (s > m || isnan(s)) m = isnan(m) ? m : s;
     }
     if (m == -INFINITY) {
@@ -210,7 +230,7 @@ static void softmax_row(const float *x, size_t cols, double scale, double *out, 
     /* pass 2: exponentials, their sum, and the normalisation */
     double sum = 0.0;
     for (size_t c = 0; c < cols; c++) {
-        out[c] = exp(scale * x[c] - m);
+        out[c] = exp(scaled(scale, x[c]) - m);
         sum += out[c];
     }
     for (size_t c = 0; c < cols; c++) out[c] /= sum;

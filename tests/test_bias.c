@@ -1,0 +1,165 @@
+/*
+ * Finite biases and scores never mask (SPEC section 1: only -inf masks). Hugging Face models
+ * write padding as torch.finfo(float32).min = -FLT_MAX; a row whose every key carries it is
+ * the plain mean of V with a finite LSE, on every path and variant, on every device, as in the
+ * reference. Huge finite scores (scale * q.k near -FLT_MAX) do not mask either.
+ */
+#include <criterion/criterion.h>
+
+#include "util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Every path and fused variant on every device, against the reference. */
+static void expect_every_path_passes(const attn_case *cases, size_t n) {
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0,
+                 "fused: failing cases are listed above");
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0,
+                 "gemm: failing cases are listed above");
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO), 0,
+                 "auto: failing cases are listed above");
+}
+
+Test(bias, finite_minimum_on_all_or_some_keys) {
+    attn_case cases[6];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 2, 1, 31 + i, 45, 32, 32);
+        cases[i].bias = BIAS_FINITE_MIN;
+        cases[i].seed = 100 + i;
+    }
+    cases[1].causal = 1;
+    cases[2].left = 7, cases[2].right = 3;
+    cases[3].dtype = CLATTN_F16; /* float16 Q/K/V, float32 bias */
+    cases[4].dtype = cases[4].out_dtype = CLATTN_F16, cases[4].causal = 1;
+    cases[5].num_globals = 2, cases[5].globals[0] = 3, cases[5].globals[1] = 40;
+    cases[5].left = 4, cases[5].right = 4;
+    expect_every_path_passes(cases, COUNT(cases));
+}
+
+/* A padded batch as a Hugging Face model builds it: key and query padding with the finite
+ * minimum, broadcast [B, 1, N, N]; alone, with a window, causal, and in float16. */
+Test(bias, hugging_face_padding_mask) {
+    attn_case cases[5];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 4, 4, 4, 57, 57, 32, 32);
+        cases[i].bias = BIAS_PADDING;
+        cases[i].seed = 110 + i;
+    }
+    cases[1].left = cases[1].right = 8;
+    cases[2].causal = 1;
+    cases[3].dtype = CLATTN_F16;
+    cases[4].layout = CLATTN_LAYOUT_BHSD, cases[4].hkv = 2;
+    expect_every_path_passes(cases, COUNT(cases));
+}
+
+/* One query row over 5 keys with one bias value on every key: the result is the mean of V
+ * and LSE = bias + log(sum of exp(score)), finite. */
+static void expect_mean_of_v(clattn_context *ctx, clattn_path path, clattn_variant variant,
+                             float value) {
+    enum { NK = 5, D = 4 };
+    float q[D], k[NK * D], v[NK * D], bias[NK], o[D], lse = 0.0f;
+    fill_uniform(q, D, 1);
+    fill_uniform(k, NK * D, 2);
+    fill_uniform(v, NK * D, 3);
+    for (int j = 0; j < NK; j++) bias[j] = value;
+    clattn_attention_desc desc;
+    cr_assert_eq(clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, NK, D, D),
+                 CLATTN_SUCCESS);
+    desc.bias_host = bias;
+    desc.bias_strides.stride_seq = NK;
+    desc.path = path;
+    desc.variant = variant;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &desc, q, k, v, o, &lse));
+    for (int x = 0; x < D; x++) {
+        double mean = 0.0;
+        for (int j = 0; j < NK; j++) mean += v[j * D + x] / NK;
+        cr_expect(fabs(o[x] - mean) <= TOL_F32_ATOL + TOL_F32_RTOL * fabs(mean),
+                  "bias %g, path %d variant %d: O[%d] = %g, the mean of V is %g", (double)value,
+                  (int)path, (int)variant, x, (double)o[x], mean);
+    }
+    cr_expect(isfinite(lse) && fabs(lse - value) <= 1e-4 * fabs(value),
+              "bias %g, path %d variant %d: LSE = %g, expected about the bias", (double)value,
+              (int)path, (int)variant, (double)lse);
+}
+
+/* The cut the issue found: -2.3e38 gave the mean and -2.4e38 an empty row (bias * log2(e)
+ * overflowed); every value down to -FLT_MAX is a finite bias. */
+Test(bias, one_row_means_down_to_the_float_minimum) {
+    static const float values[] = {-1e38f, -2.3e38f, -2.4e38f, -FLT_MAX};
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t i = 0; i < COUNT(values); i++) {
+            expect_mean_of_v(ctxs[dev], CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU, values[i]);
+            expect_mean_of_v(ctxs[dev], CLATTN_PATH_FUSED, CLATTN_VARIANT_GPU, values[i]);
+            expect_mean_of_v(ctxs[dev], CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO, values[i]);
+            expect_mean_of_v(ctxs[dev], CLATTN_PATH_REFERENCE, CLATTN_VARIANT_AUTO, values[i]);
+        }
+}
+
+/* Scores of about -3e38 (scale * q.k finite, but beyond -FLT_MAX / log2(e)): equal scores
+ * average V, on every path. q = 2e19, k = -1.5e19 (Dqk = 1, scale 1). */
+Test(bias, huge_finite_scores_do_not_mask) {
+    enum { NK = 6, DV = 3 };
+    float q[2] = {2e19f, 2e19f}, k[NK], v[NK * DV], o[2 * DV], lse[2];
+    for (int j = 0; j < NK; j++) k[j] = -1.5e19f;
+    fill_uniform(v, NK * DV, 7);
+    clattn_path paths[] = {CLATTN_PATH_FUSED, CLATTN_PATH_FUSED, CLATTN_PATH_GEMM};
+    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_AUTO};
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t p = 0; p < COUNT(paths); p++) {
+            clattn_attention_desc desc;
+            cr_assert_eq(clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, NK, 1,
+                                                    DV),
+                         CLATTN_SUCCESS);
+            desc.scale = 1.0f;
+            desc.path = paths[p];
+            desc.variant = variants[p];
+            ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &desc, q, k, v, o, lse));
+            for (int row = 0; row < 2; row++) {
+                cr_expect(isfinite(lse[row]) && lse[row] < -2.9e38f,
+                          "path %d variant %d: LSE %g", (int)paths[p], (int)variants[p],
+                          (double)lse[row]);
+                for (int x = 0; x < DV; x++) {
+                    double mean = 0.0;
+                    for (int j = 0; j < NK; j++) mean += v[j * DV + x] / NK;
+                    cr_expect(fabs(o[row * DV + x] - mean) <= 1e-4,
+                              "path %d variant %d: O[%d][%d] = %g, mean %g", (int)paths[p],
+                              (int)variants[p], row, x, (double)o[row * DV + x], mean);
+                }
+            }
+        }
+}
+
+/* clattn_softmax: scale * x beyond the float32 range saturates instead of becoming -inf. */
+Test(bias, softmax_scale_keeps_finite_values_finite) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    float in[4] = {-2e38f, -2e38f, -2e38f, -2e38f}, out[4], lse = 0;
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_context *ctx = ctxs[dev];
+        cl_int err = CL_SUCCESS;
+        cl_context cl = clattn_context_cl_context(ctx);
+        cl_mem x = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
+        cl_mem l = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(float), NULL, &err);
+        clattn_softmax_desc d = {1, 4, CLATTN_F32, 10.0f, 0, 4, 0, 4};
+        ASSERT_OK(ctx, clattn_softmax(ctx, &d, x, x, l, NULL));
+        clEnqueueReadBuffer(clattn_context_queue(ctx), x, CL_TRUE, 0, sizeof out, out, 0, NULL,
+                            NULL);
+        clEnqueueReadBuffer(clattn_context_queue(ctx), l, CL_TRUE, 0, sizeof lse, &lse, 0, NULL,
+                            NULL);
+        for (int c = 0; c < 4; c++)
+            cr_expect(fabsf(out[c] - 0.25f) < 1e-6f, "softmax[%d] = %g, expected 0.25", c,
+                      (double)out[c]);
+        cr_expect(isfinite(lse) && lse <= -FLT_MAX * 0.99f, "softmax LSE %g", (double)lse);
+        clReleaseMemObject(x);
+        clReleaseMemObject(l);
+    }
+}
