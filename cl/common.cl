@@ -1,7 +1,7 @@
 /*
- * Shared by every kernel program: storage type macros, the parameter block of an attention
- * call, and the masking rules of SPEC section 2 (the same rules as runtime/mask.h, which is
- * their reference). The runtime prepends this file to each kernel file it builds.
+ * Shared by every attention kernel program: storage type macros and the per-pair masks of
+ * SPEC section 2 over the parameter block (the rules themselves are mask_rules.h's, the same
+ * file the host uses). The runtime builds it ahead of each kernel file.
  *
  * Storage: IN_F16 / OUT_F16 select float16 storage (read and written with vload_half and
  * vstore_half, which need no cl_khr_fp16); all arithmetic is float32.
@@ -41,33 +41,15 @@
 #endif
 
 /*
- * One attention call, as the runtime fills it (runtime/fused_params.h mirrors it field by
- * field: every field is a 64-bit integer so both sides agree on the layout).
+ * The parameter block attn_params comes from "attn_params.cl", generated at build time from the
+ * one list of its fields (runtime/plan/params.h), and the mask rules from "mask_rules.h"
+ * (runtime/plan/mask_rules.h), both built ahead of this file.
  * Positions: query i sits at key position p = i + offset (offset = len_k - len_q).
  * Classes: keys of class r are j = r + m*classes (m = 0, 1, ...); a query at p belongs to
  * class p mod classes. With classes = dilation (the planner's choice while a class holds at
  * least a key tile) a query only meets its own class inside the window; with classes = 1 and
  * dilation > 1 the window pass tests (p - j) mod dilation pair by pair.
  */
-typedef struct attn_params {
-    long batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v, offset;
-    long q_offset, q_stride_b, q_stride_h, q_stride_s;
-    long k_offset, k_stride_b, k_stride_h, k_stride_s;
-    long v_offset, v_stride_b, v_stride_h, v_stride_s;
-    long o_offset, o_stride_b, o_stride_h, o_stride_s;
-    long bias_offset, bias_stride_b, bias_stride_h, bias_stride_s, has_bias;
-    long causal, left, right, dilation;
-    long has_global, num_global; /* global keys: positions in gpos[], flags in is_global[] */
-    long has_layout, layout_per_head, block_q, block_k, blocks_q, blocks_k;
-    long class_slots;     /* packed key slots per class (a multiple of BLOCK_N) */
-    long classes;         /* dilation, or 1 when classes would be shorter than a key tile */
-    long global_slots;    /* packed slots of the global keys (a multiple of BLOCK_N) */
-    long tiles_per_class; /* query tiles per class */
-    long row_mode;        /* 0: query tiles of a class; 1: the rows listed in row_list */
-    long num_listed_rows;
-    long use_tile_list; /* key tiles from tile_ptr/tile_idx instead of the window range */
-    long write_lse;
-} attn_params;
 
 /* a + b and a * b where a finite result never overflows to an infinity: it saturates at
  * +-FLT_MAX. Only -inf masks (SPEC section 1), so a finite score or bias must stay finite
@@ -89,11 +71,6 @@ inline long div_rem(long a, long b, long *rem) {
     return q;
 }
 
-inline long floor_div(long a, long b) {
-    long r, q = div_rem(a, b, &r);
-    return (r != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 inline long positive_mod(long a, long b) {
     long r;
     div_rem(a, b, &r);
@@ -106,9 +83,7 @@ inline long class_keys(__constant attn_params *P, long r) {
 }
 
 inline int window_ok(__constant attn_params *P, long p, long j) {
-    if (P->left >= 0 && j < p - P->left) return 0;
-    if (P->right >= 0 && j > p + P->right) return 0;
-    return (p - j) % P->dilation == 0;
+    return mask_window_ok(p, j, P->left, P->right, P->dilation);
 }
 
 inline int is_global_position(__constant attn_params *P, __global const uchar *is_global, long x) {
@@ -123,12 +98,11 @@ inline int layout_ok(__constant attn_params *P, __global const uchar *layout, lo
     return layout[(h * P->blocks_q + i / P->block_q) * P->blocks_k + j / P->block_k] != 0;
 }
 
-/* SPEC section 2: allowed = causal_ok AND layout_ok AND (window_ok OR j in G OR p in G) */
+/* SPEC section 2 (mask_rules.h): causal_ok AND layout_ok AND (window_ok OR j in G OR p in G) */
 inline int mask_allowed(__constant attn_params *P, __global const uchar *is_global,
                         __global const uchar *layout, long head, long i, long j) {
     long p = i + P->offset;
-    if (P->causal && j > p) return 0;
-    if (!layout_ok(P, layout, head, i, j)) return 0;
-    return window_ok(P, p, j) || is_global_position(P, is_global, j) ||
-           is_global_position(P, is_global, p);
+    return mask_combine(mask_causal_ok(P->causal, p, j), layout_ok(P, layout, head, i, j),
+                        window_ok(P, p, j), is_global_position(P, is_global, j),
+                        is_global_position(P, is_global, p));
 }

@@ -28,7 +28,22 @@
 #define DV_PAD 64
 #endif
 
-/* The arguments of both variants' kernels, in the order runtime/fused.c sets them. */
+/* COUNT_TILES=1 (desc.count_tiles): the kernels count the key tiles they visit into one
+ * global counter, an extra last argument (runtime/kernels/fused.c compares it with its plan). */
+#ifndef COUNT_TILES
+#define COUNT_TILES 0
+#endif
+#if COUNT_TILES
+#define TILE_COUNTER_ARG , __global uint *tile_count
+#define TILE_COUNTER_INIT(counter) (counter) = tile_count
+#define COUNT_TILE(counter) atomic_inc(counter)
+#else
+#define TILE_COUNTER_ARG
+#define TILE_COUNTER_INIT(counter) (counter) = 0
+#define COUNT_TILE(counter) ((void)0)
+#endif
+
+/* The arguments of both variants' kernels, in the order runtime/kernels/fused.c sets them. */
 #define ATTENTION_KERNEL_ARGS                                                                      \
     __constant attn_params *P, __global const IN_T *Q, __global const float *Kp,                   \
         __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,            \
@@ -36,7 +51,7 @@
         __global OUT_T *O, __global float *LSE, __global const float *bias,                        \
         __global const uchar *is_global, __global const uchar *layout,                             \
         __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
-        float q_scale
+        float q_scale TILE_COUNTER_ARG
 
 #define PASS_WINDOW      0
 #define PASS_GLOBAL_KEYS 1
@@ -72,15 +87,8 @@ ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
  * causality. */
 ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, long p, long *lo,
                                  long *hi) {
-    long d = P->classes, last = class_keys(P, r) - 1;
-    long own = floor_div(p - r, d); /* p's own class-local index (exact in the window pass) */
-    *lo = 0;
-    *hi = last;
-    if (pass == PASS_WINDOW) {
-        if (P->left >= 0) *lo = max(*lo, own - P->left / d);
-        if (P->right >= 0) *hi = min(*hi, own + P->right / d);
-    }
-    if (P->causal) *hi = min(*hi, own);
+    mask_class_range(p, r, P->classes, class_keys(P, r), P->left, P->right, (int)P->causal,
+                     pass == PASS_WINDOW, lo, hi);
 }
 
 /* Over the rows of query tile `tile`, for class r: the key tiles [first, last] that hold any
@@ -149,8 +157,7 @@ ALWAYS_INLINE int tile_has_bad_values(__global const uchar *vbad) {
 ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *layout, int pass,
                             long head, long i, long j) {
     long p = i + P->offset;
-    if (P->causal && j > p) return 0;
-    if (!layout_ok(P, layout, head, i, j)) return 0;
+    if (!mask_causal_ok(P->causal, p, j) || !layout_ok(P, layout, head, i, j)) return 0;
     if (pass == PASS_WINDOW) return window_ok(P, p, j);
     if (pass == PASS_GLOBAL_KEYS) return !window_ok(P, p, j);
     return 1;

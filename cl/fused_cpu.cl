@@ -40,6 +40,7 @@ typedef struct query_tile {
     float16 acc[BLOCK_M][NDV];     /* unnormalised O rows */
     float row_max[BLOCK_M];        /* running maximum of the scores */
     float row_sum[BLOCK_M];        /* running sum of exp(score - row_max) */
+    __global uint *tile_count;     /* COUNT_TILES: the key tiles visited, counted */
 } query_tile;
 
 /* S = Q K^T for one key tile: [BLOCK_M][NV] vectors. */
@@ -153,6 +154,7 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
                                __global const float *vt, int careful) {
     float16 s[BLOCK_M][NV];
     float p[BLOCK_M * BLOCK_N];
+    COUNT_TILE(t->tile_count);
     tile_scores(t, kt, s);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s);
     if (kind == TILE_GENERAL || P->has_bias) {
@@ -263,6 +265,7 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_cpu(ATTEN
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
     t.b = div_rem(bh, P->heads_q, &t.h);
     t.kv_bh = t.b * P->heads_kv + t.h / (P->heads_q / P->heads_kv);
+    TILE_COUNTER_INIT(t.tile_count);
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
     load_queries(P, Q, q_scale, &t);
     if (P->row_mode == 1) {

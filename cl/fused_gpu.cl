@@ -17,6 +17,7 @@ typedef struct row_state {
     float q[DQK_PAD]; /* pre-scaled by scale */
     float o[DV_PAD];  /* unnormalised O row */
     float max, sum;   /* running maximum and sum of exp(score - max) */
+    __global uint *tile_count; /* COUNT_TILES: the key tiles visited, counted by work-item 0 */
 } row_state;
 
 /* Copies `count` floats from global to local memory, the group's work-items side by side. */
@@ -32,6 +33,7 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
                               long r, row_state *st, int pass, int kind, long k0,
                               __local const float *kt, __local const float *vt, int careful) {
     float s[BLOCK_N];
+    if (get_local_id(0) == 0) COUNT_TILE(st->tile_count);
     for (int c = 0; c < BLOCK_N; c++) s[c] = 0.0f;
     for (int d = 0; d < DQK_PAD; d++) {
         const float qd = st->q[d];
@@ -137,6 +139,7 @@ attention_gpu(ATTENTION_KERNEL_ARGS) {
     const long b = div_rem(bh, P->heads_q, &h);
     const long kv_bh = b * P->heads_kv + h / (P->heads_q / P->heads_kv);
     row_state st;
+    TILE_COUNTER_INIT(st.tile_count);
     st.i = tile_row(P, row_list, tile, get_local_id(0));
     const long q_row =
         P->q_offset + b * P->q_stride_b + h * P->q_stride_h + (st.i < 0 ? 0 : st.i) * P->q_stride_s;

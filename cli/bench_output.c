@@ -75,6 +75,7 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
     for (size_t i = 0; i < count; i++) {
         const bench_record *r = &records[i];
         clattn_device_info d;
+        clattn_device_info_init(&d);
         if (clattn_device_get_info(r->device, &d) != CLATTN_SUCCESS) d.name[0] = '\0';
         csv_field(t, d.name);
         textbuf_printf(t, ",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),

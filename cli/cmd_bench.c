@@ -7,11 +7,10 @@
  * bench/README.md for the presets and results.
  */
 #include "args.h"
+#include "common.h"
 #include "bench.h"
 #include "commands.h"
-#include "half.h"
 #include "host_attention.h"
-#include "mask.h"
 #include "npy.h"
 
 #include <math.h>
@@ -186,18 +185,13 @@ static void pattern_data_free(pattern_data *pd) {
 
 static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
     size_t block = (size_t)p->num[0];
-    clattn_pattern_desc pat = {CLATTN_PATTERN_BIGBIRD,
-                               (d->len_q + block - 1) / block,
-                               (d->len_k + block - 1) / block,
-                               (size_t)p->num[1],
-                               (size_t)p->num[2],
-                               (size_t)p->num[3],
-                               p->count > 4 ? (uint64_t)p->num[4] : 0,
-                               0,
-                               0,
-                               NULL,
-                               0,
-                               0};
+    clattn_pattern_desc pat;
+    clattn_pattern_desc_init(&pat, CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
+                             (d->len_k + block - 1) / block);
+    pat.window = (size_t)p->num[1];
+    pat.global = (size_t)p->num[2];
+    pat.random = (size_t)p->num[3];
+    pat.seed = p->count > 4 ? (uint64_t)p->num[4] : 0;
     if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
         clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
         cli_error("bench",
@@ -429,12 +423,6 @@ static int parse_config(const cli_args *args, bench_config *c) {
 
 /* ---------------------------------------------------------------- measuring */
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int compare_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -472,6 +460,7 @@ static clattn_status run_once(const bench_inputs *in, bench_path path, double *w
     }
     *wall_ms = (seconds_now() - t0) * 1e3;
     clattn_stats stats;
+    clattn_stats_init(&stats);
     *kernel_ms =
         path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == 0 ? stats.kernel_ms : 0;
     return status;
@@ -492,6 +481,7 @@ static clattn_status measure(const bench_inputs *in, bench_path path, const benc
     if (path <= BENCH_GEMM) min_median(kernel, repeat, &r->kernel_min, &r->kernel_median);
     r->build_ms = first > r->ms_median ? first - r->ms_median : 0;
     clattn_stats stats;
+    clattn_stats_init(&stats);
     if (path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == CLATTN_SUCCESS) {
         r->variant = stats.variant;
         r->device_bytes = stats.device_bytes;
@@ -546,10 +536,7 @@ static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype 
         for (size_t i = 0; t < 3 && i < count[t]; i++) {
             state = state * 6364136223846793005ull + 1442695040888963407ull;
             float x = (float)((double)(state >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-            if (dtype == CLATTN_F16)
-                ((uint16_t *)s->host[t])[i] = float_to_half(x);
-            else
-                ((float *)s->host[t])[i] = x;
+            clattn_convert(CLATTN_F32, &x, dtype, (char *)s->host[t] + i * elem, 1);
         }
         cl_int err = CL_SUCCESS;
         s->dev[t] = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR,
@@ -571,11 +558,7 @@ static void fill_record(bench_record *r, size_t device, bench_path path,
     r->b = d->batch, r->hq = d->heads_q, r->hkv = d->heads_kv, r->nq = d->len_q;
     r->nk = d->len_k, r->dqk = d->dim_qk, r->dv = d->dim_v;
     snprintf(r->pattern, sizeof r->pattern, "%s", p->text);
-    mask_spec m;
-    if (mask_from_desc(d, &m) == CLATTN_SUCCESS) {
-        r->pairs = mask_count_pairs(&m, (int64_t)d->batch, (int64_t)d->heads_q);
-        mask_release(&m);
-    }
+    if (clattn_attention_pairs(d, &r->pairs) != CLATTN_SUCCESS) r->pairs = 0;
 }
 
 /* Every path for one shape and pattern on one device. */
@@ -634,6 +617,7 @@ static void bench_device(bench_run *run, size_t device) {
     const bench_config *c = run->config;
     clattn_context *ctx = NULL;
     clattn_device_info info;
+    clattn_device_info_init(&info);
     if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
         clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS) {
         cli_error("bench", "cannot open device %zu", device);

@@ -6,6 +6,7 @@
  * and for each failing case its description, the first mismatch and how to replay it.
  */
 #include "args.h"
+#include "common.h"
 #include "commands.h"
 #include "conformance.h"
 #include "npy.h"
@@ -17,15 +18,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CASES   160
-#define MAX_DEVICES 16
-#define MAX_RUNS    64 /* (device, path, variant) rows */
+#define MAX_CASES    160
+#define MAX_VARIANTS 16 /* rows of the variant table --variant can name */
+#define MAX_DEVICES  16
+#define MAX_RUNS     64 /* (device, path, variant) rows */
 
 static const cli_option check_options[] = {
     {"device", "SPEC", "devices to check (default all)"},
     {"quick", NULL, "a short sweep (small shapes)"},
     {"path", "LIST", "paths to check: fused,gemm,reference (default fused,gemm)"},
-    {"variant", "LIST", "fused variants: cpu,gpu (default both)"},
+    {"variant", "LIST", "variants to run: cpu,gpu,gemm,reference (default: every one on --path)"},
     {"case", "N", "run only case N of the sweep (see --list)"},
     {"list", NULL, "list the cases of the sweep and exit"},
     {"dump", "DIR", "write failing cases' inputs (with --case: that case's) to DIR/case-N"},
@@ -133,9 +135,9 @@ typedef struct check_plan {
     size_t devices[MAX_DEVICES], num_devices;
     clattn_path paths[3];
     size_t num_paths;
-    int variants[2]; /* cpu, gpu */
-    long only_case;  /* -1: all */
-    int quick;       /* the quick sweep: its case numbers differ from the full one's */
+    int variants[MAX_VARIANTS]; /* by clattn_variant: chosen with --variant (all when none) */
+    long only_case;             /* -1: all */
+    int quick;                  /* the quick sweep: its case numbers differ from the full one's */
     int verbose;
     const char *dump_dir;
     run_row rows[MAX_RUNS];
@@ -150,7 +152,7 @@ static const char *path_name(clattn_path path) {
 }
 
 static const char *variant_name(clattn_variant v) {
-    return v == CLATTN_VARIANT_CPU ? "cpu" : v == CLATTN_VARIANT_GPU ? "gpu" : "-";
+    return clattn_variant_name(v);
 }
 
 static int parse_paths(const cli_args *args, check_plan *plan) {
@@ -176,20 +178,22 @@ static int parse_paths(const cli_args *args, check_plan *plan) {
     return 0;
 }
 
+/* --variant NAME,...: rows of the variant table (clattn devices --variants lists them). */
 static int parse_variants(const cli_args *args, check_plan *plan) {
-    char words[2][64];
+    char words[MAX_VARIANTS][64];
     size_t n = 0;
-    plan->variants[0] = plan->variants[1] = 1;
+    for (int v = 0; v < MAX_VARIANTS; v++) plan->variants[v] = !args_has(args, "variant");
     if (!args_has(args, "variant")) return 0;
-    if (parse_word_list(args, "variant", words, 2, &n) != 0) return EXIT_USAGE;
-    plan->variants[0] = plan->variants[1] = 0;
+    if (parse_word_list(args, "variant", words, MAX_VARIANTS, &n) != 0) return EXIT_USAGE;
     for (size_t i = 0; i < n; i++) {
-        int cpu = strcmp(words[i], "cpu") == 0, gpu = strcmp(words[i], "gpu") == 0;
-        if (!cpu && !gpu) {
-            cli_error("check", "--variant: expected cpu or gpu, got '%s'", words[i]);
+        clattn_variant v = CLATTN_VARIANT_AUTO;
+        if (clattn_variant_from_name(words[i], &v) != CLATTN_SUCCESS || v == CLATTN_VARIANT_AUTO ||
+            v >= MAX_VARIANTS) {
+            cli_error("check", "--variant: '%s' is no variant (see clattn devices --variants)",
+                      words[i]);
             return EXIT_USAGE;
         }
-        plan->variants[gpu] = 1;
+        plan->variants[v] = 1;
     }
     return 0;
 }
@@ -202,6 +206,10 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
     plan->dump_dir = args_get(args, "dump");
     int rc = parse_paths(args, plan);
     if (!rc) rc = parse_variants(args, plan);
+    if (!rc && args_has(args, "variant") && !args_has(args, "path")) { /* the variants' paths */
+        plan->paths[0] = CLATTN_PATH_FUSED, plan->paths[1] = CLATTN_PATH_GEMM;
+        plan->paths[2] = CLATTN_PATH_REFERENCE, plan->num_paths = 3;
+    }
     if (!rc && args_has(args, "case")) {
         size_t n = 0;
         if (parse_size(args, "case", 0, &n) != 0) return EXIT_USAGE;
@@ -218,12 +226,6 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
 }
 
 /* ---------------------------------------------------------------- running */
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Writes a case's inputs into DIR/case-N (DIR made by parse_plan) and prints the clattn run
  * line that computes it; a failure counts in plan->dump_failures (exit 1). */
@@ -249,10 +251,10 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index, c
     case_describe(c, what, sizeof what);
     fprintf(stderr, "FAIL case %zu on device %zu, path %s, variant %s: %s\n  %s\n", index,
             row->device, path_name(row->path), variant_name(row->variant), what, r->message);
-    fprintf(stderr, "  replay with: clattn check%s --case %zu --device %zu --path %s%s%s%s\n",
+    fprintf(stderr,
+            "  replay with: clattn check%s --case %zu --device %zu --path %s --variant %s%s\n",
             plan->quick ? " --quick" : "", index, row->device, path_name(row->path),
-            row->path == CLATTN_PATH_FUSED ? " --variant " : "",
-            row->path == CLATTN_PATH_FUSED ? variant_name(row->variant) : "",
+            variant_name(row->variant),
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
     if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
     plan->failures++;
@@ -292,6 +294,7 @@ static void run_row_cases(check_plan *plan, clattn_context *ctx, const sweep *s,
 
 static void print_row(const check_plan *plan, const run_row *row) {
     clattn_device_info info;
+    clattn_device_info_init(&info);
     clattn_device_get_info(row->device, &info);
     printf("%-3zu %-36.36s %-9s %-7s %6zu %6zu %9.3f %10.1f\n", row->device, info.name,
            path_name(row->path), variant_name(row->variant), row->passed, row->failed, row->worst,
@@ -300,7 +303,14 @@ static void print_row(const check_plan *plan, const run_row *row) {
     (void)plan;
 }
 
-/* All paths and variants on one device, sharing one context (CLBlast compiles once). */
+static int path_chosen(const check_plan *plan, clattn_path path) {
+    for (size_t p = 0; p < plan->num_paths; p++)
+        if (plan->paths[p] == path) return 1;
+    return 0;
+}
+
+/* Every chosen row of the variant table on one device, sharing one context (CLBlast compiles
+ * once); a row the device cannot run is listed with the reason, not run. */
 static int check_device(check_plan *plan, const sweep *s, size_t device) {
     clattn_context *ctx = NULL;
     clattn_status status = clattn_context_create(&ctx, device);
@@ -310,16 +320,23 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
         return 1;
     }
     for (size_t p = 0; p < plan->num_paths; p++)
-        for (int v = 0; v < 2; v++) {
-            int fused = plan->paths[p] == CLATTN_PATH_FUSED;
-            if ((fused && !plan->variants[v]) || (!fused && v == 1)) continue;
+        for (int v = 1; v < MAX_VARIANTS; v++) {
+            clattn_variant_info info;
+            clattn_variant_info_init(&info);
+            if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;
+            if (info.path != plan->paths[p] || !plan->variants[v] || !path_chosen(plan, info.path))
+                continue;
+            if (!info.supported) {
+                printf("%-3zu %-36s %-9s %-7s not run: %s\n", device, "", path_name(info.path),
+                       info.name, info.reason);
+                continue;
+            }
             if (plan->num_rows == MAX_RUNS) break;
             run_row *row = &plan->rows[plan->num_rows++];
             memset(row, 0, sizeof *row);
             row->device = device;
-            row->path = plan->paths[p];
-            row->variant =
-                fused ? (v ? CLATTN_VARIANT_GPU : CLATTN_VARIANT_CPU) : CLATTN_VARIANT_AUTO;
+            row->path = info.path;
+            row->variant = info.variant;
             run_row_cases(plan, ctx, s, row);
             print_row(plan, row);
         }

@@ -46,12 +46,37 @@ static void print_device(const clattn_device_info *d, int is_default) {
            d->driver_version, d->opencl_c_version);
 }
 
+/* Every row of the variant table on one device: whether it runs there, whether `auto` tries
+ * it, where its tuning comes from, and why not when it does not. */
+static int print_variants(size_t device) {
+    clattn_context *ctx = NULL;
+    clattn_status status = clattn_context_create(&ctx, device);
+    if (status != CLATTN_SUCCESS) {
+        printf("    variants: cannot open the device: %s\n", clattn_status_name(status));
+        return 1;
+    }
+    printf("    %-10s %-4s %-4s %-11s %s\n", "variant", "runs", "auto", "tuning",
+           "what it is / why not");
+    for (int v = 1;; v++) {
+        clattn_variant_info info;
+        clattn_variant_info_init(&info);
+        if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;
+        printf("    %-10s %-4s %-4s %-11s %s\n", info.name, info.supported ? "yes" : "no",
+               info.used_by_auto ? "yes" : "no", info.tuning,
+               info.reason[0] ? info.reason : info.summary);
+    }
+    clattn_context_destroy(ctx);
+    return 0;
+}
+
 int cmd_devices(int argc, char **argv) {
-    static const cli_option options[] = {{"help", NULL, "show this help"}};
+    static const cli_option options[] = {
+        {"variants", NULL, "also list the kernel variants each device runs, and why not"},
+        {"help", NULL, "show this help"}};
     cli_args args;
-    int parsed = args_parse(&args, options, 1, "devices", argc, argv);
+    int parsed = args_parse(&args, options, 2, "devices", argc, argv);
     if (parsed == 1) {
-        args_usage("devices", "", options, 1);
+        args_usage("devices", "[--variants]", options, 2);
         printf("\nLists every OpenCL platform and device. Select one elsewhere with --device "
                "INDEX, P:D,\na name substring, or gpu|cpu|accelerator|all "
                "(or the CLATTN_DEVICE variable).\n");
@@ -59,6 +84,7 @@ int cmd_devices(int argc, char **argv) {
     }
     if (parsed) return parsed;
     size_t count = 0, chosen = 0, matched = 0;
+    int failed = 0;
     clattn_status status = clattn_device_count(&count);
     if (status != CLATTN_SUCCESS || count == 0) {
         cli_error("devices", "no OpenCL device found: install an OpenCL driver (on Debian, "
@@ -70,10 +96,12 @@ int cmd_devices(int argc, char **argv) {
            "CUs", "global", "local", "max alloc", "WG", "vec f/h", "fp16", "subgroups");
     for (size_t i = 0; i < count; i++) {
         clattn_device_info info;
+        clattn_device_info_init(&info);
         if (clattn_device_get_info(i, &info) != CLATTN_SUCCESS) continue;
         print_device(&info, matched && chosen == i);
+        if (args_has(&args, "variants") && print_variants(i) != 0) failed = 1;
     }
-    return 0;
+    return failed;
 }
 
 int cli_select_devices(const char *command, const char *spec, size_t *indices, size_t capacity,

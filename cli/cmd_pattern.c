@@ -330,6 +330,7 @@ int cmd_pattern(int argc, char **argv) {
     } else if (rc == 0) {
         pattern_job job;
         memset(&job, 0, sizeof job);
+        clattn_pattern_desc_init(&job.desc, CLATTN_PATTERN_SLIDING, 0, 0);
         rc = pattern_with_args(&args, positional, &job);
         job_release(&job);
     }

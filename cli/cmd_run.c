@@ -5,11 +5,10 @@
  * head). Outputs are written whole or not at all.
  */
 #include "args.h"
+#include "common.h"
 #include "commands.h"
 #include "conformance.h"
-#include "half.h"
 #include "npy.h"
-#include "reference.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -37,6 +36,7 @@ static const cli_option run_options[] = {
     {"scale", "S", "score scale (default 1/sqrt(Dqk))"},
     {"out-dtype", "f32|f16", "storage of O (default: that of Q)"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
+    {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
     {"compare", "REF.npy", "check O against REF.npy (O's shape) with SPEC's tolerance"},
     {"help", NULL, "show this help"},
@@ -210,8 +210,7 @@ static int setup_bias(const cli_args *args, run_state *s) {
     const float *values = b->data;
     if (b->dtype == NPY_F16) {
         if (!(s->bias_f32 = malloc(b->count * sizeof(float)))) return 1;
-        for (size_t i = 0; i < b->count; i++)
-            s->bias_f32[i] = half_to_float(((const uint16_t *)b->data)[i]);
+        clattn_convert(CLATTN_F16, b->data, CLATTN_F32, s->bias_f32, b->count);
         values = s->bias_f32;
     }
     s->desc.bias_host = values;
@@ -260,13 +259,14 @@ static int setup_options(const cli_args *args, run_state *s) {
         if (parse_choice(args, "path", paths, &choice) != 0) return EXIT_USAGE;
         d->path = (clattn_path)choice;
     }
+    if (args_has(args, "variant") &&
+        clattn_variant_from_name(args_get(args, "variant"), &d->variant) != CLATTN_SUCCESS) {
+        cli_error("run", "--variant: '%s' is no variant (see clattn devices --variants)",
+                  args_get(args, "variant"));
+        return EXIT_USAGE;
+    }
+    if (d->variant == CLATTN_VARIANT_REFERENCE) d->path = CLATTN_PATH_REFERENCE; /* on the host */
     return 0;
-}
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Runs the call on the reference or a device; fills s->o and s->lse. */
@@ -282,8 +282,11 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
     }
     if (d->path == CLATTN_PATH_REFERENCE) {
         char err[1024];
-        clattn_status status = reference_attention_host(d, s->q.data, s->k.data, s->v.data, s->o,
-                                                        s->lse, err, sizeof err);
+        clattn_status status = clattn_attention_desc_check(d, NULL, err, sizeof err);
+        if (status == CLATTN_SUCCESS)
+            status = clattn_attention_reference(d, s->q.data, s->k.data, s->v.data, s->o, s->lse);
+        if (status != CLATTN_SUCCESS && !*err)
+            snprintf(err, sizeof err, "%s", clattn_status_string(status));
         if (status != CLATTN_SUCCESS) {
             cli_error("run", "reference: %s (%s)", err, clattn_status_name(status));
             return 1;
@@ -302,7 +305,9 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
         return 1;
     }
     clattn_stats stats;
+    clattn_stats_init(&stats);
     clattn_device_info info;
+    clattn_device_info_init(&info);
     clattn_context_device_info(ctx, &info);
     if (clattn_context_last_stats(ctx, &stats) == CLATTN_SUCCESS)
         snprintf(where, where_size, "%s on %s", stats.kernel, info.name);
@@ -413,9 +418,8 @@ static int load_reference(const cli_args *args, run_state *s) {
 
 /* Values of an array as float (float16 widened). */
 static float *as_floats(const void *data, size_t count, int f16) {
-    float *out = malloc(count * sizeof *out);
-    for (size_t i = 0; out && i < count; i++)
-        out[i] = f16 ? half_to_float(((const uint16_t *)data)[i]) : ((const float *)data)[i];
+    float *out = malloc(count * sizeof *out + 1);
+    if (out) clattn_convert(f16 ? CLATTN_F16 : CLATTN_F32, data, CLATTN_F32, out, count);
     return out;
 }
 

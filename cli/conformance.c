@@ -1,10 +1,8 @@
 /* See conformance.h. Inputs are seeded uniform in [-1, 1] (SPEC section 4). */
 #include "conformance.h"
 
-#include "desc.h"
-#include "half.h"
+#include "common.h"
 #include "npy.h"
-#include "reference.h"
 
 #include <float.h>
 #include <math.h>
@@ -23,11 +21,11 @@
 /* Everything a case allocates; released by case_free. */
 typedef struct case_data {
     clattn_attention_desc desc;
-    tensor_extents ext;
+    clattn_attention_extents ext;
     void *q, *k, *v, *o;
     float *bias, *lse;
     uint8_t *layout;
-    double *ref_o, *ref_lse;
+    double *ref_o, *ref_lse; /* the reference's O [B][Hq][Nq][Dv] and LSE, widened */
 } case_data;
 
 static uint64_t next_random(uint64_t *state) {
@@ -57,13 +55,39 @@ static void case_free(case_data *data) {
     memset(data, 0, sizeof *data);
 }
 
+static size_t dtype_bytes(clattn_dtype dtype) {
+    return dtype == CLATTN_F16 ? 2 : 4;
+}
+
 /* Fills `bytes` of storage with uniform values in the dtype. */
 static void fill_tensor(void *data, size_t bytes, clattn_dtype dtype, uint64_t *state) {
-    if (dtype == CLATTN_F16)
-        for (size_t i = 0; i < bytes / 2; i++)
-            ((uint16_t *)data)[i] = float_to_half(uniform(state));
-    else
-        for (size_t i = 0; i < bytes / 4; i++) ((float *)data)[i] = uniform(state);
+    for (size_t i = 0; i < bytes / dtype_bytes(dtype); i++) {
+        float x = uniform(state);
+        clattn_convert(CLATTN_F32, &x, dtype, (char *)data + i * dtype_bytes(dtype), 1);
+    }
+}
+
+/* Stores one value of storage dtype at element `index`. */
+static void store_value(void *data, clattn_dtype dtype, size_t index, float value) {
+    clattn_convert(CLATTN_F32, &value, dtype, (char *)data + index * dtype_bytes(dtype), 1);
+}
+
+/* The reference's O and LSE, from clattn_attention_reference: O written as dense float32
+ * [B][Hq][Nq][Dv] (the rounding to float32 is far below every tolerance), then widened. */
+static clattn_status reference_outputs(const attn_case *c, case_data *data) {
+    clattn_attention_desc ref = data->desc;
+    ref.out_dtype = CLATTN_F32;
+    clattn_status status = clattn_tensor_dense(&ref.o, CLATTN_LAYOUT_BHSD, c->hq, c->nq, c->dv, 0);
+    size_t rows = c->b * c->hq * c->nq;
+    float *o = malloc(rows * c->dv * sizeof *o), *lse = malloc(rows * sizeof *lse);
+    if (status == CLATTN_SUCCESS && (!o || !lse)) status = CLATTN_ERR_OUT_OF_MEMORY;
+    if (status == CLATTN_SUCCESS)
+        status = clattn_attention_reference(&ref, data->q, data->k, data->v, o, lse);
+    for (size_t i = 0; status == CLATTN_SUCCESS && i < rows * c->dv; i++) data->ref_o[i] = o[i];
+    for (size_t r = 0; status == CLATTN_SUCCESS && r < rows; r++) data->ref_lse[r] = lse[r];
+    free(o);
+    free(lse);
+    return status;
 }
 
 static void setup_mask(const attn_case *c, case_data *data, uint64_t *state) {
@@ -147,7 +171,7 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     uint64_t state = c->seed;
     setup_mask(c, data, &state);
     setup_bias(c, data, &state);
-    status = desc_check(NULL, d, c->bias != BIAS_NONE, &data->ext);
+    status = clattn_attention_desc_check(d, &data->ext, NULL, 0);
     if (status != CLATTN_SUCCESS) return status;
     size_t rows = c->b * c->hq * c->nq;
     data->q = malloc(data->ext.q), data->k = malloc(data->ext.k), data->v = malloc(data->ext.v);
@@ -160,21 +184,11 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     fill_tensor(data->q, data->ext.q, c->dtype, &state);
     fill_tensor(data->k, data->ext.k, c->dtype, &state);
     fill_tensor(data->v, data->ext.v, c->dtype, &state);
-    if (c->nan_key) { /* K[b=0, kvh=0, j=0, 0] */
-        if (c->dtype == CLATTN_F16)
-            ((uint16_t *)data->k)[d->k.offset] = 0x7e00;
-        else
-            ((float *)data->k)[d->k.offset] = NAN;
-    }
-    if (c->bad_value && c->nk > 1) { /* V[b=0, kvh=0, j=1, 0] */
-        size_t at = d->v.offset + d->v.stride_seq;
-        if (c->dtype == CLATTN_F16)
-            ((uint16_t *)data->v)[at] = c->bad_value == 1 ? 0x7e00 : 0x7c00;
-        else
-            ((float *)data->v)[at] = c->bad_value == 1 ? NAN : INFINITY;
-    }
-    return reference_attention(d, data->q, data->k, data->v, data->bias, data->ref_o,
-                               data->ref_lse);
+    if (c->nan_key) store_value(data->k, c->dtype, d->k.offset, NAN); /* K[0, 0, 0, 0] */
+    if (c->bad_value && c->nk > 1)                                    /* V[b=0, kvh=0, j=1, 0] */
+        store_value(data->v, c->dtype, d->v.offset + d->v.stride_seq,
+                    c->bad_value == 1 ? NAN : INFINITY);
+    return reference_outputs(c, data);
 }
 
 static int value_ok(double got, double ref, double tolerance) {
@@ -211,10 +225,10 @@ static float *dense_output(const case_data *data) {
             for (size_t i = 0; i < d->len_q; i++) {
                 size_t row = d->o.offset + b * d->o.stride_batch + h * d->o.stride_head +
                              i * d->o.stride_seq;
-                for (size_t e = 0; e < d->dim_v; e++)
-                    dense[at++] = d->out_dtype == CLATTN_F16
-                                      ? half_to_float(((const uint16_t *)data->o)[row + e])
-                                      : ((const float *)data->o)[row + e];
+                size_t elem = dtype_bytes(d->out_dtype);
+                clattn_convert(d->out_dtype, (const char *)data->o + row * elem, CLATTN_F32,
+                               dense + at, d->dim_v);
+                at += d->dim_v;
             }
     return dense;
 }
@@ -224,12 +238,6 @@ void compare_lse_values(const float *got, const double *ref, size_t n, case_resu
         double tolerance = fabs(ref[r]) > 1 ? 1e-4 * fabs(ref[r]) : 1e-4; /* 1e-4*max(1,|ref|) */
         compare_values("LSE", &got[r], &ref[r], 1, tolerance, 0, result);
     }
-}
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path,
@@ -258,6 +266,7 @@ clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path
                        f16 ? RTOL_F16 : RTOL_F32, result);
         compare_lse_values(data.lse, data.ref_lse, rows, result);
         free(got);
+        clattn_stats_init(&result->stats);
         clattn_context_last_stats(ctx, &result->stats);
     }
     result->status = status;
@@ -328,8 +337,8 @@ static clattn_status dump_inputs(const attn_case *c, const case_data *data, cons
         if (c->bias == BIAS_BROADCAST)
             s = dump_tensor(dir, "bias", NPY_F32, 2, shared, bias, err, size);
         else
-            s = dump_tensor(dir, "bias", NPY_F32, 4, c->bias == BIAS_PADDING ? padding : full,
-                            bias, err, size);
+            s = dump_tensor(dir, "bias", NPY_F32, 4, c->bias == BIAS_PADDING ? padding : full, bias,
+                            err, size);
     }
     if (!s && c->block_layout != LAYOUT_NONE) {
         size_t heads = c->block_layout == LAYOUT_PER_HEAD ? c->hq : 1;

@@ -3,16 +3,13 @@
  * OpenBLAS. For each (batch, head) and chunk of query rows:
  *
  *     S = scale * Q K^T    cblas_sgemm (OpenBLAS's own threads)
- *     P = softmax(S)       masked (mask.h), over the host's threads
+ *     P = softmax(S)       masked (clattn_attention_mask), over the host's threads
  *     O = P V              cblas_sgemm
  *
  * float32 only, dense tensors in the desc's layout (the strides say where each row is).
  * Scores of one chunk take at most HOST_SCORE_BUDGET bytes.
  */
 #include "host_attention.h"
-
-#include "desc.h"
-#include "mask.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -39,22 +36,21 @@ int host_attention_available(void) {
 
 /* One softmax job: rows [row_begin, row_end) of a chunk's scores. */
 typedef struct softmax_job {
-    const mask_spec *mask;
+    const uint8_t *allowed; /* [rows][len_k] of the chunk, or NULL: every pair allowed */
     const clattn_attention_desc *d;
     float *scores;     /* [rows][len_k] */
     float *lse;        /* [B][Hq][Nq], or NULL */
     size_t b, h, row0; /* the chunk: query rows row0... of (b, h) */
     size_t row_begin, row_end;
-    int dense; /* no mask: skip the per-pair rule */
 } softmax_job;
 
-/* Masked softmax of one score row in place; returns its LSE. */
-static float softmax_row(const softmax_job *job, size_t i, float *s) {
+/* Masked softmax of row r of the chunk in place; returns its LSE. */
+static float softmax_row(const softmax_job *job, size_t r, float *s) {
     size_t nk = job->d->len_k;
+    const uint8_t *allowed = job->allowed ? job->allowed + r * nk : NULL;
     float max = -INFINITY;
     for (size_t j = 0; j < nk; j++) {
-        if (!job->dense && !mask_allowed(job->mask, (int64_t)job->h, (int64_t)i, (int64_t)j))
-            s[j] = -INFINITY;
+        if (allowed && !allowed[j]) s[j] = -INFINITY;
         if (s[j] > max) max = s[j];
     }
     if (max == -INFINITY) {
@@ -72,7 +68,7 @@ static void *softmax_rows_job(void *arg) {
     const clattn_attention_desc *d = job->d;
     for (size_t r = job->row_begin; r < job->row_end; r++) {
         size_t i = job->row0 + r;
-        float lse = softmax_row(job, i, job->scores + r * d->len_k);
+        float lse = softmax_row(job, r, job->scores + r * d->len_k);
         if (job->lse) job->lse[(job->b * d->heads_q + job->h) * d->len_q + i] = lse;
     }
     return NULL;
@@ -99,10 +95,10 @@ static void softmax_chunk(const softmax_job *base, size_t rows) {
     for (size_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
 }
 
-/* One chunk: rows [row0, row0 + rows) of (b, h). */
-static void host_chunk(const clattn_attention_desc *d, const mask_spec *mask, int dense,
-                       const float *q, const float *k, const float *v, float *o, float *lse,
-                       float *scores, size_t b, size_t h, size_t row0, size_t rows) {
+/* One chunk: rows [row0, row0 + rows) of (b, h); `allowed` its mask or NULL. */
+static void host_chunk(const clattn_attention_desc *d, const uint8_t *allowed, const float *q,
+                       const float *k, const float *v, float *o, float *lse, float *scores,
+                       size_t b, size_t h, size_t row0, size_t rows) {
     size_t kvh = h / (d->heads_q / d->heads_kv);
     const float *qb =
         q + d->q.offset + b * d->q.stride_batch + h * d->q.stride_head + row0 * d->q.stride_seq;
@@ -111,9 +107,10 @@ static void host_chunk(const clattn_attention_desc *d, const mask_spec *mask, in
     float *ob =
         o + d->o.offset + b * d->o.stride_batch + h * d->o.stride_head + row0 * d->o.stride_seq;
     int nk = (int)d->len_k, dqk = (int)d->dim_qk, dv = (int)d->dim_v;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, nk, dqk, desc_scale(d), qb,
+    float scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->dim_qk));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, nk, dqk, scale, qb,
                 (int)d->q.stride_seq, kb, (int)d->k.stride_seq, 0.0f, scores, nk);
-    softmax_job job = {mask, d, scores, lse, b, h, row0, 0, 0, dense};
+    softmax_job job = {allowed, d, scores, lse, b, h, row0, 0, 0};
     softmax_chunk(&job, rows);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, dv, nk, 1.0f, scores, nk, vb,
                 (int)d->v.stride_seq, 0.0f, ob, (int)d->o.stride_seq);
@@ -121,32 +118,29 @@ static void host_chunk(const clattn_attention_desc *d, const mask_spec *mask, in
 
 clattn_status host_attention(const clattn_attention_desc *d, const float *q, const float *k,
                              const float *v, float *o, float *lse, size_t *scratch_bytes) {
-    tensor_extents ext;
     if (d->dtype != CLATTN_F32 || d->out_dtype != CLATTN_F32 || d->bias_host)
         return CLATTN_ERR_UNSUPPORTED;
-    clattn_status status = desc_check(NULL, d, 0, &ext);
+    clattn_status status = clattn_attention_desc_check(d, NULL, NULL, 0);
     if (status != CLATTN_SUCCESS) return status;
-    mask_spec mask;
-    if ((status = mask_from_desc(d, &mask)) != CLATTN_SUCCESS) return status;
     int dense = !d->causal && d->window_left < 0 && d->window_right < 0 && d->dilation == 1 &&
                 !d->block_layout;
     size_t rows = HOST_SCORE_BUDGET / (d->len_k * sizeof(float));
     if (rows == 0) rows = 1;
     if (rows > d->len_q) rows = d->len_q;
     float *scores = malloc(rows * d->len_k * sizeof(float));
-    if (!scores) {
-        mask_release(&mask);
-        return CLATTN_ERR_OUT_OF_MEMORY;
-    }
-    for (size_t b = 0; b < d->batch; b++)
-        for (size_t h = 0; h < d->heads_q; h++)
-            for (size_t row0 = 0; row0 < d->len_q; row0 += rows)
-                host_chunk(d, &mask, dense, q, k, v, o, lse, scores, b, h, row0,
-                           row0 + rows <= d->len_q ? rows : d->len_q - row0);
+    uint8_t *allowed = dense ? NULL : malloc(rows * d->len_k);
+    if (!scores || (!dense && !allowed)) status = CLATTN_ERR_OUT_OF_MEMORY;
+    for (size_t h = 0; status == CLATTN_SUCCESS && h < d->heads_q; h++)
+        for (size_t row0 = 0; status == CLATTN_SUCCESS && row0 < d->len_q; row0 += rows) {
+            size_t n = row0 + rows <= d->len_q ? rows : d->len_q - row0;
+            if (!dense) status = clattn_attention_mask(d, h, row0, n, allowed);
+            for (size_t b = 0; status == CLATTN_SUCCESS && b < d->batch; b++)
+                host_chunk(d, allowed, q, k, v, o, lse, scores, b, h, row0, n);
+        }
     if (scratch_bytes) *scratch_bytes = rows * d->len_k * sizeof(float);
+    free(allowed);
     free(scores);
-    mask_release(&mask);
-    return CLATTN_SUCCESS;
+    return status;
 }
 
 #else

@@ -54,6 +54,7 @@ void textbuf_json_string(textbuf *t, const char *s) {
 
 void textbuf_json_device(textbuf *t, size_t index) {
     clattn_device_info d;
+    clattn_device_info_init(&d);
     if (clattn_device_get_info(index, &d) != CLATTN_SUCCESS) return;
     textbuf_printf(t, "{\"index\": %zu, \"name\": ", d.index);
     textbuf_json_string(t, d.name);
@@ -85,7 +86,7 @@ int textbuf_write(const textbuf *t, const char *path, const char *command) {
         cli_error(command, "%s: out of memory while formatting", path);
         return 1;
     }
-    int err = write_file_atomic(path, t->data ? t->data : "", t->len);
+    int err = write_output_atomic(path, t->data ? t->data : "", t->len);
     if (err) {
         cli_error(command, "%s: cannot write: %s", path, strerror(err));
         return 1;

@@ -15,6 +15,18 @@
  * - The library never exits or aborts; on an error it releases what the call acquired, and
  *   clattn_context_last_error() names the problem in one line.
  * - Sizes and offsets are in elements unless a name ends in _bytes.
+ *
+ * Structs that can grow (ABI)
+ * - clattn_device_info, clattn_softmax_desc, clattn_attention_desc, clattn_stats and
+ *   clattn_pattern_desc start with `struct_size`, which the caller sets to sizeof the struct its
+ *   header declares (the *_init functions do it). Later versions only append fields, whose zero
+ *   value is their default, so a binary built against an older header keeps working: the
+ *   library reads the fields its struct_size covers and takes the defaults for the rest, and
+ *   writes an output struct only up to its struct_size. A struct_size larger than the library
+ *   knows (a newer header) is accepted when the unknown bytes are zero, and refused with
+ *   CLATTN_ERR_INVALID_ARGUMENT otherwise; so is one smaller than the first layout.
+ * - The *_init macros pass sizeof the caller's struct to the *_init_sized functions, which
+ *   write that many bytes and no more. Bindings without macros call the _sized functions.
  */
 #ifndef CLATTN_H
 #define CLATTN_H
@@ -41,9 +53,9 @@ extern "C" {
 /* ---------------------------------------------------------------- version */
 
 #define CLATTN_VERSION_MAJOR  0
-#define CLATTN_VERSION_MINOR  1
+#define CLATTN_VERSION_MINOR  2
 #define CLATTN_VERSION_PATCH  0
-#define CLATTN_VERSION_STRING "0.1.0"
+#define CLATTN_VERSION_STRING "0.2.0"
 #define CLATTN_VERSION_NUMBER                                                                      \
     (CLATTN_VERSION_MAJOR * 10000 + CLATTN_VERSION_MINOR * 100 + CLATTN_VERSION_PATCH)
 
@@ -147,6 +159,7 @@ CLATTN_API const char *clattn_status_string(clattn_status status);
 
 /** What planning needs to know about one OpenCL device. */
 typedef struct clattn_device_info {
+    size_t struct_size;      /* sizeof(clattn_device_info): clattn_device_info_init */
     size_t index;            /* position in clattn's list of every device of every platform */
     unsigned platform_index; /* P of the "P:D" device spec */
     unsigned device_index;   /* D of the "P:D" device spec */
@@ -172,6 +185,14 @@ typedef struct clattn_device_info {
     unsigned num_subgroup_sizes;
     size_t subgroup_sizes[8]; /* as reported: Intel's list, NVIDIA's warp, AMD's wavefront */
 } clattn_device_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size, before
+ *  clattn_device_get_info or clattn_context_device_info fills it. clattn_device_info_init(info)
+ *  passes sizeof *info. @return CLATTN_SUCCESS, or INVALID_ARGUMENT (NULL, a size below the
+ *  first layout). */
+CLATTN_API clattn_status clattn_device_info_init_sized(clattn_device_info *info,
+                                                       size_t struct_size);
+#define clattn_device_info_init(info) clattn_device_info_init_sized((info), sizeof *(info))
 
 /** Counts every device of every platform the ICD loader knows.
  *  @return CLATTN_SUCCESS, also when the count is 0. */
@@ -258,12 +279,21 @@ typedef struct clattn_tensor {
 /** A row softmax over a [rows, cols] matrix: out[r][c] = exp(scale*x[r][c] - m) / sum, and
  *  lse[r] = log(sum_c exp(scale*x[r][c])) (natural log). */
 typedef struct clattn_softmax_desc {
+    size_t struct_size; /* sizeof(clattn_softmax_desc): clattn_softmax_desc_init */
     size_t rows, cols;
     clattn_dtype dtype;                /* storage of in and out */
     float scale;                       /* multiplies every input */
     size_t in_offset, in_row_stride;   /* elements */
     size_t out_offset, out_row_stride; /* elements; out may be in (in place) */
 } clattn_softmax_desc;
+
+/** Fills *desc for a dense float32 [rows, cols] matrix softmaxed in place with scale 1.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size of 0). */
+CLATTN_API clattn_status clattn_softmax_desc_init_sized(clattn_softmax_desc *desc,
+                                                        size_t struct_size, size_t rows,
+                                                        size_t cols);
+#define clattn_softmax_desc_init(desc, rows, cols)                                                 \
+    clattn_softmax_desc_init_sized((desc), sizeof *(desc), (rows), (cols))
 
 /** Enqueues the softmax. `lse` may be NULL (float32, `rows` entries from offset 0). `event` may
  *  be NULL; otherwise it receives the kernel's event (the caller releases it).
@@ -275,21 +305,35 @@ CLATTN_API clattn_status clattn_softmax(clattn_context *ctx, const clattn_softma
 /* ---------------------------------------------------------------- attention */
 
 typedef enum clattn_path {
-    CLATTN_PATH_AUTO = 0,     /* fused unless it cannot serve the call, then gemm */
+    CLATTN_PATH_AUTO = 0,     /* the first variant of the table that serves the call */
     CLATTN_PATH_FUSED = 1,    /* one tiled kernel, online softmax */
     CLATTN_PATH_GEMM = 2,     /* CLBlast GEMM, masked softmax, CLBlast GEMM */
     CLATTN_PATH_REFERENCE = 3 /* the CPU reference (double accumulation) */
 } clattn_path;
 
+/** The kernel variants: the rows of the variant table, each on one path. AUTO takes the first
+ *  row, in the table's order of preference, that serves the call on the device (restricted to
+ *  desc->path when that is not AUTO); $CLATTN_KERNEL=NAME names a row for calls that leave
+ *  variant at AUTO. New rows are only ever appended. `clattn devices --variants` lists them. */
 typedef enum clattn_variant {
-    CLATTN_VARIANT_AUTO = 0, /* by device type; $CLATTN_KERNEL=cpu|gpu overrides */
-    CLATTN_VARIANT_CPU = 1,  /* register-tiled, wide vectors, one work-item per tile */
-    CLATTN_VARIANT_GPU = 2   /* local-memory tiles, one work-item per query row */
+    CLATTN_VARIANT_AUTO = 0, /* "auto" */
+    CLATTN_VARIANT_CPU = 1,  /* "cpu": fused; register-tiled, wide vectors, a tile a work-item */
+    CLATTN_VARIANT_GPU = 2,  /* "gpu": fused; local-memory tiles, a row a work-item */
+    CLATTN_VARIANT_GEMM = 3, /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
+    CLATTN_VARIANT_REFERENCE = 4 /* "reference": the CPU reference on host copies */
 } clattn_variant;
+
+/** @return the variant's name ("cpu", "gemm", ...), or "unknown" for a value not in the table. */
+CLATTN_API const char *clattn_variant_name(clattn_variant variant);
+
+/** Looks a variant up by name (case-sensitive; "auto" gives CLATTN_VARIANT_AUTO).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for a name that is no row. */
+CLATTN_API clattn_status clattn_variant_from_name(const char *name, clattn_variant *variant);
 
 /** Everything about one attention call except the buffers. Start from
  *  clattn_attention_desc_init(), then set the fields you need. */
 typedef struct clattn_attention_desc {
+    size_t struct_size; /* sizeof(clattn_attention_desc): clattn_attention_desc_init sets it */
     /* sizes, all >= 1; heads_q % heads_kv == 0 */
     size_t batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v;
     clattn_dtype dtype;     /* storage of Q, K, V */
@@ -316,18 +360,60 @@ typedef struct clattn_attention_desc {
     const float *bias_host;
     clattn_tensor bias_strides;
 
-    clattn_path path;
-    clattn_variant variant;
+    clattn_path path;         /* AUTO, or the path whose variants may serve the call */
+    clattn_variant variant;   /* AUTO, or the one variant to run (it must be on `path`) */
     size_t gemm_budget_bytes; /* score buffer budget of the gemm path; 0: default */
+
+    /* ---- added in 0.2 (a caller whose struct_size stops above gets the defaults) */
+    int count_tiles; /* nonzero: the fused kernels count the key tiles they visit, themselves
+                        (clattn_stats.tiles_counted); a slower build, for tests and studies */
 } clattn_attention_desc;
+
+/** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */
+#define CLATTN_ATTENTION_DESC_BASE_SIZE                                                            \
+    (offsetof(clattn_attention_desc, gemm_budget_bytes) + sizeof(size_t))
 
 /** Fills *desc with the sizes, dense strides for `layout` on all of Q, K, V, O, float32
  *  storage, the default scale, no mask, path AUTO.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size of 0, overflow). */
-CLATTN_API clattn_status clattn_attention_desc_init(clattn_attention_desc *desc,
-                                                    clattn_layout layout, size_t batch,
-                                                    size_t heads_q, size_t heads_kv, size_t len_q,
-                                                    size_t len_k, size_t dim_qk, size_t dim_v);
+CLATTN_API clattn_status clattn_attention_desc_init_sized(
+    clattn_attention_desc *desc, size_t struct_size, clattn_layout layout, size_t batch,
+    size_t heads_q, size_t heads_kv, size_t len_q, size_t len_k, size_t dim_qk, size_t dim_v);
+#define clattn_attention_desc_init(desc, ...)                                                      \
+    clattn_attention_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
+
+/** Bytes each tensor of a call spans in its buffer, from its offset to its last element. */
+typedef struct clattn_attention_extents {
+    size_t q, k, v, o;
+    size_t lse;  /* float32 [B, Hq, Nq] */
+    size_t bias; /* 0 when the desc has no bias (neither `bias` nor `bias_host`) */
+} clattn_attention_extents;
+
+/** Checks a desc as every entry point does (sizes, heads, dtypes, scale, masks, strides,
+ *  overflow) without a context or a device. `extents` (may be NULL) receives the bytes each
+ *  tensor spans; `message` (may be NULL) receives one line naming the problem, or "".
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_attention_desc_check(const clattn_attention_desc *desc,
+                                                     clattn_attention_extents *extents,
+                                                     char *message, size_t message_size);
+
+/** Counts the (b, h, i, j) pairs the desc's mask allows (SPEC section 2; the bias is not
+ *  counted), exactly and without visiting every pair.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
+CLATTN_API clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t *pairs);
+
+/** Writes which keys query rows [row0, row0 + rows) of query head `head` may see:
+ *  allowed[r * len_k + j] = 1 or 0 (the bias is not applied). For a picture of a pattern, or a
+ *  dense implementation's mask. @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (a bad
+ *  desc, a head or rows out of range) or CLATTN_ERR_OUT_OF_MEMORY. */
+CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc, size_t head,
+                                               size_t row0, size_t rows, uint8_t *allowed);
+
+/** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
+ *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes). */
+CLATTN_API clattn_status clattn_convert(clattn_dtype from, const void *src, clattn_dtype to,
+                                        void *dst, size_t count);
 
 /** Sets the strides of one tensor for a dense layout of `heads` heads, `len` rows and `dim`
  *  columns, at element offset `offset`. */
@@ -352,10 +438,8 @@ CLATTN_API clattn_status clattn_attention_host(clattn_context *ctx,
                                                const void *k, const void *v, void *o, float *lse);
 
 /** The CPU reference (double accumulation), no context needed. Host arrays as for
- *  clattn_attention_host; bias from desc->bias_host. Without a context there is no
- *  clattn_context_last_error() for this call: to learn why a desc is refused ("every size must
- *  be >= 1 (B=2 Hq=0 ...)"), pass it with desc->path = CLATTN_PATH_REFERENCE to
- *  clattn_attention_host, which runs this same reference and records the message.
+ *  clattn_attention_host; bias from desc->bias_host. To learn why a desc is refused ("every
+ *  size must be >= 1 (B=2 Hq=0 ...)"), ask clattn_attention_desc_check.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_attention_reference(const clattn_attention_desc *desc,
                                                     const void *q, const void *k, const void *v,
@@ -363,8 +447,9 @@ CLATTN_API clattn_status clattn_attention_reference(const clattn_attention_desc 
 
 /** What the last attention call on a context did. */
 typedef struct clattn_stats {
+    size_t struct_size;        /* sizeof(clattn_stats): clattn_stats_init */
     clattn_path path;          /* the path that ran (never AUTO) */
-    clattn_variant variant;    /* fused variant that ran (AUTO for other paths) */
+    clattn_variant variant;    /* the variant that ran (never AUTO) */
     uint64_t pairs;            /* allowed (b, h, i, j) pairs of the pattern (bias not counted) */
     double density;            /* pairs / (B * Hq * Nq * Nk) */
     uint64_t tiles_visited;    /* key tiles the fused kernel walked, summed over query tiles */
@@ -374,16 +459,59 @@ typedef struct clattn_stats {
     unsigned chunks;           /* gemm path: query chunks */
     double kernel_ms;          /* summed kernel execution time, when timing is on (else 0) */
     char kernel[96];           /* kernel and its specialisation, for logs */
+
+    /* ---- added in 0.2 */
+    uint64_t tiles_counted; /* key tiles the kernels counted themselves (desc.count_tiles) */
 } clattn_stats;
+
+/** Zeroes `struct_size` bytes of *stats and sets stats->struct_size; clattn_stats_init(stats)
+ *  passes sizeof *stats. @return CLATTN_SUCCESS or INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_stats_init_sized(clattn_stats *stats, size_t struct_size);
+#define clattn_stats_init(stats) clattn_stats_init_sized((stats), sizeof *(stats))
+
+/** Whether `variant` can serve `desc` on the context's device (desc NULL: whether it can run
+ *  on the device at all). When it cannot, `reason` (may be NULL) receives why, in one line.
+ *  @return CLATTN_SUCCESS (it can), CLATTN_ERR_UNSUPPORTED (it cannot), or
+ *  CLATTN_ERR_INVALID_ARGUMENT (NULL context, an unknown variant, a bad desc). */
+CLATTN_API clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
+                                                  const clattn_attention_desc *desc, char *reason,
+                                                  size_t reason_size);
+
+/** What a variant is and how it stands on one device, for listings (clattn devices
+ *  --variants). Variants are numbered from 1 up without gaps: iterate until
+ *  clattn_variant_describe returns CLATTN_ERR_INVALID_ARGUMENT. */
+typedef struct clattn_variant_info {
+    size_t struct_size; /* sizeof(clattn_variant_info): clattn_variant_info_init */
+    clattn_variant variant;
+    clattn_path path;
+    const char *name;    /* "cpu", "gemm", ... (static storage) */
+    const char *summary; /* one line (static storage) */
+    int supported;       /* it can run on the context's device */
+    int used_by_auto;    /* `auto` tries it on this device (in the table's order) */
+    char reason[256];    /* why it is not supported, or why `auto` passes it over; or "" */
+    char tuning[32];     /* where its parameters come from: default, built-in, tuning.json */
+} clattn_variant_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size. */
+CLATTN_API clattn_status clattn_variant_info_init_sized(clattn_variant_info *info,
+                                                        size_t struct_size);
+#define clattn_variant_info_init(info) clattn_variant_info_init_sized((info), sizeof *(info))
+
+/** Describes variant `variant` on the context's device.
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT (NULL, a bad struct_size, a value
+ *  that is no variant). */
+CLATTN_API clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
+                                                 clattn_variant_info *info);
 
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_UNSUPPORTED for a wrapped queue without profiling. */
 CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled);
 
-/** Copies the statistics of the last successful attention call.
- *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT when none ran yet. */
-CLATTN_API clattn_status clattn_context_last_stats(const clattn_context *ctx, clattn_stats *stats);
+/** Copies the statistics of the last successful attention call, up to stats->struct_size.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a bad struct_size, or no call
+ *  ran yet: clattn_context_last_error says which). */
+CLATTN_API clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats);
 
 /* ---------------------------------------------------------------- sparse patterns */
 
@@ -400,6 +528,7 @@ typedef enum clattn_pattern_kind {
 
 /** A pattern's parameters; fields a kind does not use are ignored. */
 typedef struct clattn_pattern_desc {
+    size_t struct_size; /* sizeof(clattn_pattern_desc): clattn_pattern_desc_init */
     clattn_pattern_kind kind;
     size_t blocks_q, blocks_k;   /* layout shape: ceil(Nq/BQ), ceil(Nk/BK) */
     size_t window;               /* SLIDING, BIGBIRD, LONGFORMER: band width in blocks (odd) */
@@ -412,6 +541,15 @@ typedef struct clattn_pattern_desc {
     size_t num_global_blocks;
     int causal; /* keep only blocks at or below the (end-aligned) diagonal */
 } clattn_pattern_desc;
+
+/** Fills *pattern with the kind and shape and zero parameters (then set those of the kind).
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL). */
+CLATTN_API clattn_status clattn_pattern_desc_init_sized(clattn_pattern_desc *pattern,
+                                                        size_t struct_size,
+                                                        clattn_pattern_kind kind, size_t blocks_q,
+                                                        size_t blocks_k);
+#define clattn_pattern_desc_init(pattern, kind, blocks_q, blocks_k)                                \
+    clattn_pattern_desc_init_sized((pattern), sizeof *(pattern), (kind), (blocks_q), (blocks_k))
 
 /** Fills layout[blocks_q * blocks_k] (row-major, 1 = allowed) with the pattern.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT naming nothing but the status (bad

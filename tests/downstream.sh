@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build tree into a temporary prefix, then builds and runs a downstream program
 # against it three ways: CMake's find_package with the shared and the static library, and
-# pkg-config. Usage: downstream.sh BUILD_DIR SOURCE_DIR
+# pkg-config; and builds the clattn program itself from cli/ against the installed tree alone
+# (it uses nothing but the public API). Usage: downstream.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1" source="$2"
 work="$(mktemp -d)"
@@ -17,3 +18,8 @@ cc -o "$work/uses_pkgconfig" "$source/tests/downstream/main.c" \
    $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs clattn) -lm
 "$work/uses_pkgconfig"
 test -x "$work/prefix/bin/clattn" && "$work/prefix/bin/clattn" --version
+# the program from its own sources against the installed header and library only
+cmake -S "$source/cli" -B "$work/cli" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
+cmake --build "$work/cli" > /dev/null
+"$work/cli/clattn" --version
+"$work/cli/clattn" check --quick --device 0 --variant cpu > /dev/null

@@ -116,17 +116,16 @@ Test(bias, huge_finite_scores_do_not_mask) {
     for (size_t dev = 0; dev < devices; dev++)
         for (size_t p = 0; p < COUNT(paths); p++) {
             clattn_attention_desc desc;
-            cr_assert_eq(clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, NK, 1,
-                                                    DV),
-                         CLATTN_SUCCESS);
+            cr_assert_eq(
+                clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, NK, 1, DV),
+                CLATTN_SUCCESS);
             desc.scale = 1.0f;
             desc.path = paths[p];
             desc.variant = variants[p];
             ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &desc, q, k, v, o, lse));
             for (int row = 0; row < 2; row++) {
-                cr_expect(isfinite(lse[row]) && lse[row] < -2.9e38f,
-                          "path %d variant %d: LSE %g", (int)paths[p], (int)variants[p],
-                          (double)lse[row]);
+                cr_expect(isfinite(lse[row]) && lse[row] < -2.9e38f, "path %d variant %d: LSE %g",
+                          (int)paths[p], (int)variants[p], (double)lse[row]);
                 for (int x = 0; x < DV; x++) {
                     double mean = 0.0;
                     for (int j = 0; j < NK; j++) mean += v[j * DV + x] / NK;
@@ -147,9 +146,10 @@ Test(bias, softmax_scale_keeps_finite_values_finite) {
         clattn_context *ctx = ctxs[dev];
         cl_int err = CL_SUCCESS;
         cl_context cl = clattn_context_cl_context(ctx);
-        cl_mem x = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
+        cl_mem x =
+            clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof in, in, &err);
         cl_mem l = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(float), NULL, &err);
-        clattn_softmax_desc d = {1, 4, CLATTN_F32, 10.0f, 0, 4, 0, 4};
+        clattn_softmax_desc d = {sizeof(clattn_softmax_desc), 1, 4, CLATTN_F32, 10.0f, 0, 4, 0, 4};
         ASSERT_OK(ctx, clattn_softmax(ctx, &d, x, x, l, NULL));
         clEnqueueReadBuffer(clattn_context_queue(ctx), x, CL_TRUE, 0, sizeof out, out, 0, NULL,
                             NULL);

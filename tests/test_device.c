@@ -14,6 +14,7 @@ Test(device, every_device_is_described) {
     cr_assert_geq(count, 1, "no OpenCL device: install pocl-opencl-icd");
     for (size_t i = 0; i < count; i++) {
         clattn_device_info info;
+        clattn_device_info_init(&info);
         cr_assert_eq(clattn_device_get_info(i, &info), CLATTN_SUCCESS);
         cr_assert_eq(info.index, i);
         cr_assert_neq(info.name[0], '\0');
@@ -28,22 +29,32 @@ Test(device, every_device_is_described) {
         cr_assert_neq(info.type, 0);
     }
     clattn_device_info info;
+    clattn_device_info_init(&info);
     cr_assert_eq(clattn_device_get_info(count, &info), CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_eq(clattn_device_get_info(0, NULL), CLATTN_ERR_INVALID_ARGUMENT);
 }
 
 /* CLATTN_TEST_POCL_DEVICES (set by CTest next to POCL_DEVICES) says how many PoCL devices
  * this run must see: 1 normally, 2 with POCL_DEVICES="pthread pthread". */
-Test(device, pocl_devices_match_the_environment) {
-    const char *expect = getenv("CLATTN_TEST_POCL_DEVICES");
-    cr_assert(expect != NULL, "run through ctest, which sets CLATTN_TEST_POCL_DEVICES");
-    size_t count = 0, pocl = 0;
+/* How many devices of a type, or of the PoCL platform (type 0). */
+static size_t count_devices(cl_device_type type) {
+    size_t count = 0, found = 0;
     clattn_device_count(&count);
     for (size_t i = 0; i < count; i++) {
         clattn_device_info info;
+        clattn_device_info_init(&info);
         clattn_device_get_info(i, &info);
-        if (strstr(info.platform_name, "Portable Computing Language")) pocl++;
+        found += type ? (info.type & type) != 0
+                      : strstr(info.platform_name, "Portable Computing Language") != NULL;
     }
+    return found;
+}
+
+Test(device, pocl_devices_match_the_environment) {
+    const char *expect = getenv("CLATTN_TEST_POCL_DEVICES");
+    cr_assert(expect != NULL, "run through ctest, which sets CLATTN_TEST_POCL_DEVICES");
+    size_t pocl = count_devices(0);
+    if (pocl == 0) cr_skip_test("no PoCL device on this machine (only other vendors' drivers)");
     cr_assert_eq(pocl, (size_t)atoi(expect));
 }
 
@@ -56,19 +67,29 @@ Test(device, selection_by_index_pair_type_and_name) {
     cr_assert_eq(clattn_device_select("all", idx, 16, &n), CLATTN_SUCCESS);
     cr_assert_eq(n, count);
     clattn_device_info last;
+    clattn_device_info_init(&last);
     clattn_device_get_info(count - 1, &last);
     char pair[32];
     snprintf(pair, sizeof pair, "%u:%u", last.platform_index, last.device_index);
     cr_assert_eq(clattn_device_select(pair, idx, 16, &n), CLATTN_SUCCESS);
     cr_assert(n == 1 && idx[0] == count - 1, "%s selected %zu devices", pair, n);
-    cr_assert_eq(clattn_device_select("CPU", idx, 16, &n), CLATTN_SUCCESS); /* PoCL is a CPU */
+}
+
+Test(device, selection_by_type_and_name) {
+    size_t idx[16], n = 0, cpus = count_devices(CL_DEVICE_TYPE_CPU);
+    if (cpus == 0 || count_devices(0) == 0)
+        cr_skip_test("needs a CPU device of PoCL (this machine has %zu CPU devices)", cpus);
+    unsetenv("CLATTN_DEVICE");
+    cr_assert_eq(clattn_device_select("CPU", idx, 16, &n), CLATTN_SUCCESS);
+    cr_assert_eq(n, cpus);
     for (size_t i = 0; i < n; i++) {
         clattn_device_info info;
+        clattn_device_info_init(&info);
         clattn_device_get_info(idx[i], &info);
         cr_assert(info.type & CL_DEVICE_TYPE_CPU);
     }
     cr_assert_eq(clattn_device_select("portable COMPUTING", idx, 16, &n), CLATTN_SUCCESS);
-    cr_assert_geq(n, 1);
+    cr_assert_eq(n, count_devices(0));
 }
 
 Test(device, default_is_first_gpu_else_first_device) {
@@ -79,6 +100,7 @@ Test(device, default_is_first_gpu_else_first_device) {
     size_t expected = 0;
     for (size_t i = count; i-- > 0;) {
         clattn_device_info info;
+        clattn_device_info_init(&info);
         clattn_device_get_info(i, &info);
         if (info.type & CL_DEVICE_TYPE_GPU) expected = i;
     }
@@ -121,6 +143,7 @@ Test(device, names_with_colons_are_substrings) {
     size_t idx = 99, n = 0;
     unsetenv("CLATTN_DEVICE");
     clattn_device_info info;
+    clattn_device_info_init(&info);
     cr_assert_eq(clattn_device_get_info(0, &info), CLATTN_SUCCESS);
     cr_assert_eq(clattn_device_select("gfx90a:sramecc+:xnack-", &idx, 1, &n), CLATTN_ERR_NO_DEVICE);
     char pair[32];
@@ -142,6 +165,7 @@ Test(device, context_lifetime) {
     cr_assert_str_eq(clattn_context_build_log(ctx), "");
     cr_assert_str_eq(clattn_context_last_error(ctx), "");
     clattn_stats stats;
+    clattn_stats_init(&stats);
     cr_assert_eq(clattn_context_last_stats(ctx, &stats), CLATTN_ERR_INVALID_ARGUMENT);
     clattn_context_destroy(ctx);
     clattn_context_destroy(NULL);

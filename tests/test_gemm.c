@@ -13,7 +13,7 @@
  */
 #include <criterion/criterion.h>
 
-#include "reference.h"
+#include "reference/reference.h"
 #include "util.h"
 
 #include <math.h>
@@ -369,23 +369,34 @@ Test(gemm, finite_v_takes_the_fast_path) {
 
 /* ---------------------------------------------------------------- AUTO falls back */
 
-/* With the fused kernel's build failing (the test-only switch of program.c), AUTO computes
- * with the gemm path, and right; FUSED itself reports the build failure, which shows that the
- * switch took effect. Both kernel variants, on every device. */
+/* With a fused kernel's build failing (the test hook of program.c), AUTO hands the call to the
+ * next row of the variant table that suits the device: gemm when the failing kernel is the
+ * one AUTO prefers on this device (cpu on CPUs, gpu elsewhere), else that preferred fused
+ * variant; and right. Naming the failing variant reports the build failure, which shows that
+ * the hook took effect. Both kernel variants, on every device. */
 static void expect_fallback_on_build_failure(clattn_context *ctx, const attn_case *c) {
     static const struct {
         clattn_variant variant;
         const char *file;
     } variants[] = {{CLATTN_VARIANT_CPU, "fused_cpu.cl"}, {CLATTN_VARIANT_GPU, "fused_gpu.cl"}};
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    clattn_variant preferred =
+        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_GPU;
     for (size_t i = 0; i < COUNT(variants); i++) {
         setenv("CLATTN_TEST_FAIL_BUILD", variants[i].file, 1);
         case_result r;
         case_run(ctx, c, CLATTN_PATH_FUSED, variants[i].variant, &r);
         cr_expect_eq(r.status, CLATTN_ERR_BUILD, "%s did not fail to build: %s", variants[i].file,
                      r.message);
-        clattn_stats s = expect_case(ctx, c, CLATTN_PATH_AUTO, variants[i].variant);
-        cr_expect_eq(s.path, CLATTN_PATH_GEMM, "%s failing: AUTO ran path %d", variants[i].file,
-                     (int)s.path);
+        clattn_stats s = expect_case(ctx, c, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO);
+        int fell_back = variants[i].variant == preferred;
+        cr_expect_eq(s.path, fell_back ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED,
+                     "%s failing: AUTO ran path %d", variants[i].file, (int)s.path);
+        cr_expect_eq(s.variant, fell_back ? CLATTN_VARIANT_GEMM : preferred,
+                     "%s failing: AUTO ran variant %s", variants[i].file,
+                     clattn_variant_name(s.variant));
         unsetenv("CLATTN_TEST_FAIL_BUILD");
     }
 }
@@ -461,6 +472,7 @@ Test(gemm, errors_are_clear_statuses) {
     expect_message(ctx, "CLATTN_GEMM_BUDGET_MB=12x");
     setenv("CLATTN_GEMM_BUDGET_MB", "1", 1);
     clattn_stats s;
+    clattn_stats_init(&s);
     ASSERT_OK(ctx, small_call(ctx, 1024, 0, 1));
     ASSERT_OK(ctx, clattn_context_last_stats(ctx, &s));
     cr_expect_eq(s.chunks, 4);
@@ -493,6 +505,7 @@ Test(gemm, stats_timing_and_events_on_device_buffers) {
     cr_expect_eq(clWaitForEvents(1, &done), CL_SUCCESS);
     clReleaseEvent(done);
     clattn_stats s;
+    clattn_stats_init(&s);
     ASSERT_OK(ctx, clattn_context_last_stats(ctx, &s));
     ASSERT_OK(ctx, clattn_context_set_timing(ctx, 0));
     cr_expect_eq(s.path, CLATTN_PATH_GEMM);
@@ -550,7 +563,10 @@ static void expect_row(const float *q, const float *k, const float *v, const flo
     d.causal = 1;
     double ref[256], ref_lse = 0;
     cr_assert_leq(dim, COUNT(ref));
-    cr_assert_eq(reference_attention(&d, q + i * dim, k, v, NULL, ref, &ref_lse), 0);
+    attn_problem pb;
+    cr_assert_eq(problem_build(&d, BIAS_FROM_HOST, NULL, &pb), CLATTN_SUCCESS);
+    cr_assert_eq(reference_attention(&pb, q + i * dim, k, v, NULL, ref, &ref_lse), 0);
+    problem_release(&pb);
     char label[64];
     snprintf(label, sizeof label, "O row %zu", i);
     cr_expect_eq(compare_outputs(label, o + i * dim, ref, dim, TOL_F32_ATOL, TOL_F32_RTOL), 0);
@@ -574,6 +590,7 @@ Test(gemm, long_sequence_in_bounded_memory) {
     d.gemm_budget_bytes = budget;
     ASSERT_OK(ctx, clattn_attention_host(ctx, &d, q, k, v, o, lse));
     clattn_stats s;
+    clattn_stats_init(&s);
     ASSERT_OK(ctx, clattn_context_last_stats(ctx, &s));
     cr_expect_eq(s.chunks, n / (budget / (n * 4)), "%u chunks", s.chunks); /* 512 rows each */
     /* the scores, one flag byte per key (rows of V with NaN or inf) and the parameters */

@@ -2,7 +2,7 @@
  * compiler's _Float16 (round to nearest even, subnormals, overflow to inf, NaN stays NaN). */
 #include <criterion/criterion.h>
 
-#include "half.h"
+#include "core/half.h"
 
 #include <math.h>
 

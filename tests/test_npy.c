@@ -637,7 +637,7 @@ Test(npy, failed_write_into_a_missing_folder_leaves_nothing) {
     cr_assert(strncmp(err, path, strlen(path)) == 0, "%s", err);
     cr_assert_not_null(strstr(err, "cannot write: No such file or directory"), "%s", err);
     cr_assert_eq(count_entries(), 0);
-    cr_assert_eq(write_file_atomic(path, data, sizeof data), ENOENT);
+    cr_assert_eq(write_output_atomic(path, data, sizeof data), ENOENT);
     cr_assert_eq(count_entries(), 0);
 }
 
@@ -677,7 +677,7 @@ Test(npy, failed_write_halfway_keeps_the_old_file) {
     signal(SIGXFSZ, SIG_IGN); /* make the write fail with EFBIG instead of a signal */
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &limit), 0);
     clattn_status status = npy_write(path, NPY_F32, 1, shape, data, err, sizeof err);
-    int e = write_file_atomic(path, data, sizeof data);
+    int e = write_output_atomic(path, data, sizeof data);
     setrlimit(RLIMIT_FSIZE, &saved);
     cr_assert_eq(status, CLATTN_ERR_IO, "%s", err);
     cr_assert(strncmp(err, path, strlen(path)) == 0, "%s", err);
@@ -713,7 +713,7 @@ Test(npy, write_replaces_an_existing_file) {
                  err);
     expect_array(path, NPY_I32, 2, shape, data);
     cr_assert_eq(count_entries(), 1, "a temporary file was left behind");
-    cr_assert_eq(write_file_atomic(path, "abc", 3), 0);
+    cr_assert_eq(write_output_atomic(path, "abc", 3), 0);
     size_t size;
     unsigned char *got = read_bytes(path, &size);
     cr_assert(size == 3 && memcmp(got, "abc", 3) == 0);
@@ -740,6 +740,6 @@ Test(npy, write_rejects_bad_arguments) {
     cr_assert_eq(npy_write(path, NPY_F32, 1, two, NULL, err, sizeof err),
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_assert_not_null(strstr(err, "no data"), "%s", err);
-    cr_assert_eq(write_file_atomic(path, NULL, 4), EINVAL);
+    cr_assert_eq(write_output_atomic(path, NULL, 4), EINVAL);
     cr_assert_eq(count_entries(), 0);
 }

@@ -122,22 +122,26 @@ static void check_all_shapes(clattn_pattern_desc p) {
 Test(pattern, sliding_matches_its_formula) {
     const size_t windows[] = {1, 3, 5, 7, 99};
     for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
-        check_all_shapes(
-            (clattn_pattern_desc){.kind = CLATTN_PATTERN_SLIDING, .window = windows[w]});
+        check_all_shapes((clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                               .kind = CLATTN_PATTERN_SLIDING,
+                                               .window = windows[w]});
 }
 
 Test(pattern, fixed_matches_its_formula) {
     const size_t params[][2] = {{1, 1}, {2, 1}, {4, 1}, {4, 2}, {4, 4}, {5, 3}, {30, 2}};
     for (size_t i = 0; i < sizeof params / sizeof params[0]; i++)
-        check_all_shapes((clattn_pattern_desc){
-            .kind = CLATTN_PATTERN_FIXED, .stride = params[i][0], .summary = params[i][1]});
+        check_all_shapes((clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                               .kind = CLATTN_PATTERN_FIXED,
+                                               .stride = params[i][0],
+                                               .summary = params[i][1]});
 }
 
 Test(pattern, strided_matches_its_formula) {
     const size_t strides[] = {1, 2, 3, 4, 7, 40};
     for (size_t i = 0; i < sizeof strides / sizeof strides[0]; i++)
-        check_all_shapes(
-            (clattn_pattern_desc){.kind = CLATTN_PATTERN_STRIDED, .stride = strides[i]});
+        check_all_shapes((clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                               .kind = CLATTN_PATTERN_STRIDED,
+                                               .stride = strides[i]});
 }
 
 Test(pattern, longformer_matches_its_formula) {
@@ -149,7 +153,8 @@ Test(pattern, longformer_matches_its_formula) {
         for (size_t l = 0; l < 4; l++)
             for (size_t w = 1; w <= 5; w += 2)
                 for (int causal = 0; causal <= 1; causal++)
-                    check_formula(&(clattn_pattern_desc){.kind = CLATTN_PATTERN_LONGFORMER,
+                    check_formula(&(clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                                         .kind = CLATTN_PATTERN_LONGFORMER,
                                                          .blocks_q = shapes[s][0],
                                                          .blocks_k = bk,
                                                          .window = w,
@@ -164,14 +169,21 @@ Test(pattern, longformer_matches_its_formula) {
 Test(pattern, end_alignment_by_hand) {
     /* sliding, window 3, 4 query blocks over 2 key blocks: a' = a - 2 */
     const uint8_t want[4][2] = {{0, 0}, {1, 0}, {1, 1}, {1, 1}};
-    uint8_t *got = generate(&(clattn_pattern_desc){
-        .kind = CLATTN_PATTERN_SLIDING, .blocks_q = 4, .blocks_k = 2, .window = 3});
+    uint8_t *got = generate(&(clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                                   .kind = CLATTN_PATTERN_SLIDING,
+                                                   .blocks_q = 4,
+                                                   .blocks_k = 2,
+                                                   .window = 3});
     cr_assert_arr_eq(got, want, sizeof want);
     free(got);
     /* strided, stride 2, causal, 2 query blocks over 5 key blocks: a' = a + 3 */
     const uint8_t want_strided[2][5] = {{0, 1, 1, 1, 0}, {1, 0, 1, 1, 1}};
-    got = generate(&(clattn_pattern_desc){
-        .kind = CLATTN_PATTERN_STRIDED, .blocks_q = 2, .blocks_k = 5, .stride = 2, .causal = 1});
+    got = generate(&(clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                          .kind = CLATTN_PATTERN_STRIDED,
+                                          .blocks_q = 2,
+                                          .blocks_k = 5,
+                                          .stride = 2,
+                                          .causal = 1});
     cr_assert_arr_eq(got, want_strided, sizeof want_strided);
     free(got);
 }
@@ -180,14 +192,16 @@ Test(pattern, end_alignment_by_hand) {
  * sliding). */
 Test(pattern, unused_fields_are_ignored) {
     uint8_t layout[16];
-    clattn_pattern_desc p = {.kind = CLATTN_PATTERN_FIXED,
+    clattn_pattern_desc p = {.struct_size = sizeof(clattn_pattern_desc),
+                             .kind = CLATTN_PATTERN_FIXED,
                              .blocks_q = 4,
                              .blocks_k = 4,
                              .stride = 2,
                              .summary = 1,
                              .window = 2};
     cr_assert_eq(clattn_pattern_layout(&p, layout), CLATTN_SUCCESS);
-    p = (clattn_pattern_desc){.kind = CLATTN_PATTERN_SLIDING,
+    p = (clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                              .kind = CLATTN_PATTERN_SLIDING,
                               .blocks_q = 4,
                               .blocks_k = 4,
                               .window = 1,
@@ -236,19 +250,22 @@ Test(pattern, bigbird_fixed_part_and_random_counts) {
                 for (size_t r = 0; r < 4; r++)
                     for (int causal = 0; causal <= 1; causal++)
                         for (uint64_t seed = 0; seed < 3; seed++)
-                            check_bigbird(&(clattn_pattern_desc){.kind = CLATTN_PATTERN_BIGBIRD,
-                                                                 .blocks_q = shapes[s][0],
-                                                                 .blocks_k = shapes[s][1],
-                                                                 .window = w,
-                                                                 .global = globals[g],
-                                                                 .random = randoms[r],
-                                                                 .seed = seed * 0x9e3779b9u,
-                                                                 .causal = causal});
+                            check_bigbird(
+                                &(clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                                       .kind = CLATTN_PATTERN_BIGBIRD,
+                                                       .blocks_q = shapes[s][0],
+                                                       .blocks_k = shapes[s][1],
+                                                       .window = w,
+                                                       .global = globals[g],
+                                                       .random = randoms[r],
+                                                       .seed = seed * 0x9e3779b9u,
+                                                       .causal = causal});
 }
 
 /* Every row with enough room gets exactly `random` blocks: 64x64, window 3, 2 global. */
 Test(pattern, bigbird_exact_random_count_with_room) {
-    clattn_pattern_desc p = {.kind = CLATTN_PATTERN_BIGBIRD,
+    clattn_pattern_desc p = {.struct_size = sizeof(clattn_pattern_desc),
+                             .kind = CLATTN_PATTERN_BIGBIRD,
                              .blocks_q = 64,
                              .blocks_k = 64,
                              .window = 3,
@@ -268,7 +285,8 @@ Test(pattern, bigbird_exact_random_count_with_room) {
 }
 
 Test(pattern, bigbird_same_seed_same_layout_other_seed_other_layout) {
-    clattn_pattern_desc p = {.kind = CLATTN_PATTERN_BIGBIRD,
+    clattn_pattern_desc p = {.struct_size = sizeof(clattn_pattern_desc),
+                             .kind = CLATTN_PATTERN_BIGBIRD,
                              .blocks_q = 32,
                              .blocks_k = 32,
                              .window = 3,
@@ -297,7 +315,8 @@ Test(pattern, bigbird_seed_42_is_pinned) {
         "#.#.#......#", "#....#.#.#..", "#.##..#.....", "##.....#...#",
         "#....#..#.#.", "#.....#..##.", "#.##......#.", "#....#.#...#",
     };
-    uint8_t *layout = generate(&(clattn_pattern_desc){.kind = CLATTN_PATTERN_BIGBIRD,
+    uint8_t *layout = generate(&(clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                                                      .kind = CLATTN_PATTERN_BIGBIRD,
                                                       .blocks_q = 8,
                                                       .blocks_k = 12,
                                                       .window = 1,
@@ -319,7 +338,8 @@ Test(pattern, bigbird_seed_42_is_pinned) {
 Test(pattern, bigbird_random_blocks_are_uniform) {
     enum { SEEDS = 4000, COLS = 12 };
     size_t taken[COLS] = {0};
-    clattn_pattern_desc p = {.kind = CLATTN_PATTERN_BIGBIRD,
+    clattn_pattern_desc p = {.struct_size = sizeof(clattn_pattern_desc),
+                             .kind = CLATTN_PATTERN_BIGBIRD,
                              .blocks_q = 1,
                              .blocks_k = COLS,
                              .window = 3,
@@ -345,7 +365,8 @@ Test(pattern, bigbird_without_random_is_longformer) {
     for (size_t s = 0; s < NUM_SHAPES; s++)
         for (int causal = 0; causal <= 1; causal++) {
             size_t global = shapes[s][1] < 3 ? shapes[s][1] : 3;
-            clattn_pattern_desc big = {.kind = CLATTN_PATTERN_BIGBIRD,
+            clattn_pattern_desc big = {.struct_size = sizeof(clattn_pattern_desc),
+                                       .kind = CLATTN_PATTERN_BIGBIRD,
                                        .blocks_q = shapes[s][0],
                                        .blocks_k = shapes[s][1],
                                        .window = 3,
@@ -381,8 +402,11 @@ static void expect_invalid(const clattn_pattern_desc *p, const char *why) {
 
 Test(pattern, invalid_arguments_are_refused) {
     const size_t globals[] = {1, 4};
-    const clattn_pattern_desc sliding = {
-        .kind = CLATTN_PATTERN_SLIDING, .blocks_q = 4, .blocks_k = 4, .window = 3};
+    const clattn_pattern_desc sliding = {.struct_size = sizeof(clattn_pattern_desc),
+                                         .kind = CLATTN_PATTERN_SLIDING,
+                                         .blocks_q = 4,
+                                         .blocks_k = 4,
+                                         .window = 3};
     clattn_pattern_desc p = sliding;
     uint8_t layout[16];
     cr_expect_eq(clattn_pattern_layout(NULL, layout), CLATTN_ERR_INVALID_ARGUMENT);
@@ -403,14 +427,21 @@ Test(pattern, invalid_arguments_are_refused) {
         p.window = 2;
         expect_invalid(&p, "even window");
     }
-    p = (clattn_pattern_desc){
-        .kind = CLATTN_PATTERN_FIXED, .blocks_q = 4, .blocks_k = 4, .stride = 0, .summary = 1};
+    p = (clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                              .kind = CLATTN_PATTERN_FIXED,
+                              .blocks_q = 4,
+                              .blocks_k = 4,
+                              .stride = 0,
+                              .summary = 1};
     expect_invalid(&p, "fixed, stride 0");
     p.stride = 4, p.summary = 0;
     expect_invalid(&p, "fixed, summary 0");
     p.summary = 5;
     expect_invalid(&p, "fixed, summary > stride");
-    p = (clattn_pattern_desc){.kind = CLATTN_PATTERN_STRIDED, .blocks_q = 4, .blocks_k = 4};
+    p = (clattn_pattern_desc){.struct_size = sizeof(clattn_pattern_desc),
+                              .kind = CLATTN_PATTERN_STRIDED,
+                              .blocks_q = 4,
+                              .blocks_k = 4};
     expect_invalid(&p, "strided, stride 0");
     p = sliding, p.kind = CLATTN_PATTERN_LONGFORMER;
     p.global_blocks = globals, p.num_global_blocks = 2;
@@ -428,17 +459,36 @@ Test(pattern, boundary_arguments_are_accepted) {
     const size_t last[] = {3};
     uint8_t layout[16];
     const clattn_pattern_desc ok[] = {
-        {.kind = CLATTN_PATTERN_SLIDING, .blocks_q = 4, .blocks_k = 4, .window = 1},
-        {.kind = CLATTN_PATTERN_FIXED, .blocks_q = 4, .blocks_k = 4, .stride = 3, .summary = 3},
-        {.kind = CLATTN_PATTERN_STRIDED, .blocks_q = 4, .blocks_k = 4, .stride = 1},
-        {.kind = CLATTN_PATTERN_LONGFORMER,
+        {.struct_size = sizeof(clattn_pattern_desc),
+         .kind = CLATTN_PATTERN_SLIDING,
+         .blocks_q = 4,
+         .blocks_k = 4,
+         .window = 1},
+        {.struct_size = sizeof(clattn_pattern_desc),
+         .kind = CLATTN_PATTERN_FIXED,
+         .blocks_q = 4,
+         .blocks_k = 4,
+         .stride = 3,
+         .summary = 3},
+        {.struct_size = sizeof(clattn_pattern_desc),
+         .kind = CLATTN_PATTERN_STRIDED,
+         .blocks_q = 4,
+         .blocks_k = 4,
+         .stride = 1},
+        {.struct_size = sizeof(clattn_pattern_desc),
+         .kind = CLATTN_PATTERN_LONGFORMER,
          .blocks_q = 2,
          .blocks_k = 4,
          .window = 1,
          .global_blocks = last,
          .num_global_blocks = 1},
-        {.kind = CLATTN_PATTERN_LONGFORMER, .blocks_q = 4, .blocks_k = 4, .window = 1},
-        {.kind = CLATTN_PATTERN_BIGBIRD,
+        {.struct_size = sizeof(clattn_pattern_desc),
+         .kind = CLATTN_PATTERN_LONGFORMER,
+         .blocks_q = 4,
+         .blocks_k = 4,
+         .window = 1},
+        {.struct_size = sizeof(clattn_pattern_desc),
+         .kind = CLATTN_PATTERN_BIGBIRD,
          .blocks_q = 4,
          .blocks_k = 4,
          .window = 1,

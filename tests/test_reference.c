@@ -8,9 +8,9 @@
 #include <criterion/criterion.h>
 
 #include "clattn.h"
-#include "half.h"
-#include "mask.h"
-#include "reference.h"
+#include "core/half.h"
+#include "plan/mask.h"
+#include "reference/reference.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,9 +32,24 @@ static clattn_attention_desc make_desc(clattn_layout layout, size_t batch, size_
     return d;
 }
 
+/* The double-precision reference of a desc (bias: the host array for desc->bias_strides). */
+static clattn_status reference_of(const clattn_attention_desc *d, const void *q, const void *k,
+                                  const void *v, const float *bias, double *o, double *lse) {
+    clattn_attention_desc local;
+    attn_problem pb;
+    if (d) {
+        local = *d;
+        local.bias_host = bias;
+    }
+    clattn_status status = problem_build(d ? &local : NULL, BIAS_FROM_HOST, NULL, &pb);
+    if (status == CLATTN_SUCCESS) status = reference_attention(&pb, q, k, v, bias, o, lse);
+    problem_release(&pb);
+    return status;
+}
+
 static void run_reference(const clattn_attention_desc *d, const void *q, const void *k,
                           const void *v, const float *bias, double *o, double *lse) {
-    clattn_status status = reference_attention(d, q, k, v, bias, o, lse);
+    clattn_status status = reference_of(d, q, k, v, bias, o, lse);
     cr_assert_eq(status, CLATTN_SUCCESS, "reference_attention -> %s", clattn_status_name(status));
 }
 
@@ -569,7 +584,7 @@ Test(reference, public_empty_rows_give_zero_and_minus_infinity) {
 static void expect_invalid(const clattn_attention_desc *d, const char *what) {
     float in[64] = {0}, o[64];
     double od[64], lse[64];
-    clattn_status status = reference_attention(d, in, in, in, NULL, od, lse);
+    clattn_status status = reference_of(d, in, in, in, NULL, od, lse);
     cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "%s: reference_attention -> %s", what,
                  clattn_status_name(status));
     status = clattn_attention_reference(d, in, in, in, o, NULL);
@@ -614,9 +629,9 @@ Test(reference, invalid_descs_are_rejected) {
     double od[8];
     cr_expect_eq(clattn_attention_reference(NULL, in, in, in, od, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT, "NULL desc");
-    cr_expect_eq(reference_attention(&d, NULL, in, in, NULL, od, NULL), CLATTN_ERR_INVALID_ARGUMENT,
+    cr_expect_eq(reference_of(&d, NULL, in, in, NULL, od, NULL), CLATTN_ERR_INVALID_ARGUMENT,
                  "NULL q");
-    cr_expect_eq(reference_attention(&d, in, in, in, NULL, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT,
+    cr_expect_eq(reference_of(&d, in, in, in, NULL, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT,
                  "NULL o");
 }
 

@@ -91,8 +91,10 @@ static dense_run run_fused(clattn_variant variant, void (*setup)(clattn_attentio
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 4, 2, 200, 200, 64, 64);
     d.path = CLATTN_PATH_FUSED;
     d.variant = variant;
+    d.count_tiles = 1;
     setup(&d);
     dense_run r = {calloc(200 * 4 * 64, sizeof(float)), calloc(4 * 200, sizeof(float)), {0}};
+    clattn_stats_init(&r.stats);
     ASSERT_OK(ctxs[0], clattn_attention_host(ctxs[0], &d, q, k, v, r.o, r.lse));
     ASSERT_OK(ctxs[0], clattn_context_last_stats(ctxs[0], &r.stats));
     return r;
@@ -210,18 +212,71 @@ static void block_diagonal(clattn_attention_desc *d) {
     d->block_layout = diagonal_layout, d->block_q = d->block_k = 32;
 }
 
+/* The kernels count the key tiles they visit themselves; the count must be what the planner
+ * listed, and follow the allowed pairs. */
+static void expect_counted_as_planned(const dense_run *r, const char *what) {
+    cr_expect_eq(r->stats.tiles_counted, r->stats.tiles_visited,
+                 "%s (%s): the kernels visited %llu key tiles, the planner listed %llu", what,
+                 clattn_variant_name(r->stats.variant), (unsigned long long)r->stats.tiles_counted,
+                 (unsigned long long)r->stats.tiles_visited);
+}
+
 Test(sparse, tiles_visited_follow_the_allowed_pairs) {
     dense_run full = run_fused(CLATTN_VARIANT_CPU, no_mask);
     dense_run band = run_fused(CLATTN_VARIANT_CPU, window_16);
     dense_run diag = run_fused(CLATTN_VARIANT_CPU, block_diagonal);
-    cr_expect_eq(full.stats.tiles_visited, full.stats.tiles_total);
+    expect_counted_as_planned(&full, "no mask");
+    expect_counted_as_planned(&band, "window 16");
+    expect_counted_as_planned(&diag, "block diagonal");
+    cr_expect_eq(full.stats.tiles_counted, full.stats.tiles_total);
     /* a 33-key band touches 2-3 key tiles of 32 per query tile, of 7 */
-    cr_expect_lt(band.stats.tiles_visited * 2, full.stats.tiles_visited);
+    cr_expect_lt(band.stats.tiles_counted * 2, full.stats.tiles_counted);
     /* 32x32 diagonal blocks: each 8-row query tile meets exactly one 32-key tile */
-    cr_expect_eq(diag.stats.tiles_visited, 4ull * 25, "visited %llu",
-                 (unsigned long long)diag.stats.tiles_visited);
+    cr_expect_eq(diag.stats.tiles_counted, 4ull * 25, "visited %llu",
+                 (unsigned long long)diag.stats.tiles_counted);
     cr_expect_eq(diag.stats.pairs, 4ull * (6 * 32 * 32 + 8 * 8));
     free(full.o), free(full.lse), free(band.o), free(band.lse), free(diag.o), free(diag.lse);
+}
+
+static void causal_window_8(clattn_attention_desc *d) {
+    d->causal = 1, d->window_left = 8, d->window_right = 0;
+}
+static void dilated_window(clattn_attention_desc *d) {
+    d->window_left = d->window_right = 40, d->dilation = 3;
+}
+static const int64_t some_globals[3] = {0, 77, 150};
+static void window_and_globals(clattn_attention_desc *d) {
+    d->window_left = d->window_right = 10;
+    d->global_tokens = some_globals, d->num_global_tokens = 3;
+}
+static void causal_window_and_globals(clattn_attention_desc *d) {
+    window_and_globals(d);
+    d->causal = 1;
+}
+static uint8_t per_head_layout[4 * 7 * 7];
+static void per_head_blocks(clattn_attention_desc *d) {
+    for (size_t i = 0; i < sizeof per_head_layout; i++)
+        per_head_layout[i] = (uint8_t)((i * 7 + i / 49) % 3 != 0);
+    d->block_layout = per_head_layout, d->block_q = d->block_k = 32;
+    d->block_layout_per_head = 1, d->causal = 1;
+}
+
+/* Every pass and kind of walk, both variants: counted = listed. */
+Test(sparse, kernels_count_the_tiles_the_planner_lists) {
+    static void (*const setups[])(clattn_attention_desc *) = {
+        causal_window_8,           dilated_window, dilation_200,   window_and_globals,
+        causal_window_and_globals, block_diagonal, per_head_blocks};
+    static const char *const names[] = {"causal window",  "dilated window", "dilation 200",
+                                        "globals",        "causal globals", "block diagonal",
+                                        "per-head layout"};
+    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
+    for (size_t v = 0; v < COUNT(variants); v++)
+        for (size_t i = 0; i < COUNT(setups); i++) {
+            dense_run r = run_fused(variants[v], setups[i]);
+            expect_counted_as_planned(&r, names[i]);
+            cr_expect_gt(r.stats.tiles_counted, 0, "%s: no tile visited", names[i]);
+            free(r.o), free(r.lse);
+        }
 }
 
 /* ---------------------------------------------------------------- bad patterns */

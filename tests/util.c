@@ -1,7 +1,7 @@
 /* See util.h. */
 #include "util.h"
 
-#include "half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +40,7 @@ size_t compare_outputs(const char *label, const float *got, const double *ref, s
 
 cl_int caller_objects_create(caller_objects *c, cl_command_queue_properties properties) {
     clattn_device_info info;
+    clattn_device_info_init(&info);
     cl_int err = CL_SUCCESS;
     memset(c, 0, sizeof *c);
     if (clattn_device_get_info(0, &info) == CLATTN_SUCCESS)

@@ -1,8 +1,6 @@
 /* Building a mask_spec from a desc, and counting the allowed pairs of a pattern exactly without
  * visiting every (i, j). The per-pair rules themselves are inline in mask.h. */
-#include "mask.h"
-
-#include "desc.h"
+#include "plan/mask.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +16,13 @@ clattn_status mask_from_desc(const clattn_attention_desc *d, mask_spec *m) {
     m->len_k = (int64_t)d->len_k;
     m->offset = m->len_k - m->len_q;
     m->causal = d->causal != 0;
-    m->left = desc_window_side(d, d->window_left);
-    m->right = desc_window_side(d, d->window_right);
-    m->dilation = desc_dilation(d);
+    /* a side wider than every distance is unbounded, and clamping keeps p +- side in range */
+    int64_t reach = m->len_q + m->len_k, widest = m->len_q > m->len_k ? m->len_q : m->len_k;
+    m->left = d->window_left > reach ? reach : d->window_left;
+    m->right = d->window_right > reach ? reach : d->window_right;
+    /* |p - j| < max(len_q, len_k): a larger dilation keeps only j == p, as that one does, and
+       clamping bounds the planner's per-class loops and buffers by the lengths */
+    m->dilation = d->dilation > widest ? widest : d->dilation < 1 ? 1 : d->dilation;
     if (d->block_layout) {
         m->layout = d->block_layout;
         m->block_q = (int64_t)d->block_q;
@@ -53,13 +55,6 @@ void mask_release(mask_spec *m) {
     m->is_global = NULL;
     m->globals = NULL;
     m->num_globals = 0;
-}
-
-void mask_window_range(const mask_spec *m, int64_t p, int64_t *lo, int64_t *hi) {
-    *lo = m->left >= 0 ? p - m->left : 0;
-    *hi = m->right >= 0 ? p + m->right : m->len_k - 1;
-    if (*lo < 0) *lo = 0;
-    if (*hi > m->len_k - 1) *hi = m->len_k - 1;
 }
 
 /* How many j in [a, b] satisfy j = p (mod d). */
@@ -95,7 +90,8 @@ static int64_t count_row(const mask_spec *m, int64_t head, int64_t i) {
     for (int64_t g = 0; g < m->num_globals; g++) {
         int64_t j = m->globals[g];
         if (j > last) break;
-        if (!mask_window_ok(m, p, j) && mask_layout_ok(m, head, i, j)) total++;
+        if (!mask_window_ok(p, j, m->left, m->right, m->dilation) && mask_layout_ok(m, head, i, j))
+            total++;
     }
     return total;
 }

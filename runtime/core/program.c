@@ -14,16 +14,14 @@
  * binary. An entry that is short, damaged or made for another key is ignored and rewritten.
  * Writes go to a temporary file that is renamed into place.
  */
+#include "core.h"
 #include "embedded.h"
-#include "internal.h"
-#include "npy.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #define CACHE_MAGIC             "CLATTNPC"
 #define CACHE_FORMAT            1u
@@ -51,12 +49,6 @@ static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
 }
 #define FNV_SEED 14695981039346656037ull
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Reads a whole file; returns NULL when it cannot. *size receives its length. */
 static char *read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -77,11 +69,17 @@ static char *read_file(const char *path, size_t *size) {
     return data;
 }
 
-/* The text of one file of cl/: from $CLATTN_KERNEL_DIR when set, else embedded. */
+/* The embedded sources that are not files of cl/: the generated parameter block and the mask
+ * rules the host shares (runtime/plan/). $CLATTN_KERNEL_DIR never replaces them. */
+static int outside_cl(const char *file) {
+    return strcmp(file, "attn_params.cl") == 0 || strcmp(file, "mask_rules.h") == 0;
+}
+
+/* The text of one embedded source: a file of cl/ from $CLATTN_KERNEL_DIR when that is set. */
 static clattn_status kernel_source(clattn_context *ctx, const char *file, char **text) {
     *text = NULL;
     const char *dir = getenv("CLATTN_KERNEL_DIR");
-    if (dir && *dir) {
+    if (dir && *dir && !outside_cl(file)) {
         char path[4096];
         size_t size = 0;
         snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -250,7 +248,7 @@ static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) 
     return data;
 }
 
-/* Writes header, key and binary as one file, atomically (npy.c's write_file_atomic). */
+/* Writes header, key and binary as one file, atomically (file.c). */
 static void cache_write(const cache_entry *entry, const unsigned char *binary, size_t size) {
     char dir[4096];
     if (!program_cache_dir(dir, sizeof dir) || make_dirs(dir) != 0) {
@@ -290,11 +288,14 @@ static void keep_build_log(clattn_context *ctx, cl_program program) {
                               ctx->build_log, NULL);
 }
 
-/* A test-only switch: CLATTN_TEST_FAIL_BUILD=<file> makes every build using that file fail. */
+/* A test hook, compiled into test builds only (CLATTN_TEST_HOOKS): $CLATTN_TEST_FAIL_BUILD=<file>
+ * makes every build using that file fail. */
 static int simulated_failure(const char *const *files, size_t n) {
+#ifdef CLATTN_TEST_HOOKS
     const char *fail = getenv("CLATTN_TEST_FAIL_BUILD");
     for (size_t i = 0; fail && *fail && i < n; i++)
         if (strcmp(files[i], fail) == 0) return 1;
+#endif
     return 0;
 }
 

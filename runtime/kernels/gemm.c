@@ -31,9 +31,8 @@
  * reads V with those rows zeroed (a float32 copy, or the widened scratch of float16 V), and
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
-#include "kernel_params.h"
-#include "mask.h"
-#include "paths.h"
+#include "kernels/variant.h"
+#include "plan/params.h"
 
 #include <clblast_c.h>
 #include <pthread.h>
@@ -57,20 +56,18 @@
 static pthread_mutex_t blas_users_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned blas_users;
 
-static void blas_user_add(clattn_context *ctx) {
-    if (ctx->blas_user) return;
-    pthread_mutex_lock(&blas_users_lock);
-    blas_users++;
-    pthread_mutex_unlock(&blas_users_lock);
-    ctx->blas_user = 1;
-}
-
-void gemm_context_release(clattn_context *ctx) {
-    if (!ctx->blas_user) return;
+/* Runs when a context that used the gemm path is destroyed (context_on_destroy). */
+static void blas_user_release(clattn_context *ctx) {
     pthread_mutex_lock(&blas_users_lock);
     if (--blas_users == 0) CLBlastClearCache();
     pthread_mutex_unlock(&blas_users_lock);
-    ctx->blas_user = 0;
+}
+
+static void blas_user_add(clattn_context *ctx) {
+    if (context_on_destroy(ctx, blas_user_release) != 1) return; /* counted already */
+    pthread_mutex_lock(&blas_users_lock);
+    blas_users++;
+    pthread_mutex_unlock(&blas_users_lock);
 }
 
 /* ---------------------------------------------------------------- CLBlast status */
@@ -156,13 +153,12 @@ static clattn_status budget_from_env(clattn_context *ctx, size_t *bytes) {
 
 /* The score budget: desc, else environment, else a quarter of global memory; capped by the
  * largest allocation and by MAX_CHUNK_SCORES. */
-static clattn_status choose_budget(clattn_context *ctx, const clattn_attention_desc *d,
-                                   gemm_plan *p) {
+static clattn_status choose_budget(clattn_context *ctx, const attn_problem *pb, gemm_plan *p) {
     size_t env_bytes = 0;
     clattn_status status = budget_from_env(ctx, &env_bytes);
     if (status != CLATTN_SUCCESS) return status;
-    if (d->gemm_budget_bytes) {
-        p->budget = d->gemm_budget_bytes;
+    if (pb->gemm_budget_bytes) {
+        p->budget = pb->gemm_budget_bytes;
         p->budget_from = "desc->gemm_budget_bytes";
     } else if (env_bytes) {
         p->budget = env_bytes;
@@ -186,27 +182,26 @@ static size_t ceil_div(size_t a, size_t b) {
 
 /* Chunks of the budget: whole groups when a group's Nq score rows fit, else rows of one group;
  * evened out so that the last chunk is not a sliver. */
-static clattn_status plan_chunks(clattn_context *ctx, const clattn_attention_desc *d,
-                                 gemm_plan *p) {
-    size_t row_bytes = d->len_k * sizeof(float);                 /* one row of scores */
-    size_t fit = p->budget / row_bytes;                          /* score rows a chunk may hold */
-    size_t widest = d->dim_qk > d->dim_v ? d->dim_qk : d->dim_v; /* float16 scratch rows */
+static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, gemm_plan *p) {
+    size_t row_bytes = pb->len_k * sizeof(float); /* one row of scores */
+    size_t fit = p->budget / row_bytes;           /* score rows a chunk may hold */
+    size_t widest = pb->dim_qk > pb->dim_v ? pb->dim_qk : pb->dim_v; /* float16 scratch rows */
     if (fit > CLBLAST_MAX_ELEMENTS / widest) fit = CLBLAST_MAX_ELEMENTS / widest;
     if (fit == 0)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
                          "gemm: a score budget of %zu bytes (%s) cannot hold one row of scores: "
                          "Nk=%zu keys need %zu bytes; raise desc->gemm_budget_bytes or "
                          "CLATTN_GEMM_BUDGET_MB",
-                         p->budget, p->budget_from, d->len_k, row_bytes);
-    p->groups = d->batch * d->heads_q;
-    if (fit >= d->len_q) {
-        size_t per_chunk = fit / d->len_q < p->groups ? fit / d->len_q : p->groups;
+                         p->budget, p->budget_from, pb->len_k, row_bytes);
+    p->groups = pb->batch * pb->heads_q;
+    if (fit >= pb->len_q) {
+        size_t per_chunk = fit / pb->len_q < p->groups ? fit / pb->len_q : p->groups;
         p->chunks = ceil_div(p->groups, per_chunk);
         p->group_chunk = ceil_div(p->groups, p->chunks);
-        p->row_chunk = d->len_q;
+        p->row_chunk = pb->len_q;
     } else {
-        size_t per_group = ceil_div(d->len_q, fit);
-        p->row_chunk = ceil_div(d->len_q, per_group);
+        size_t per_group = ceil_div(pb->len_q, fit);
+        p->row_chunk = ceil_div(pb->len_q, per_group);
         p->group_chunk = 1;
         p->chunks = p->groups * per_group;
     }
@@ -218,26 +213,26 @@ static clattn_status plan_chunks(clattn_context *ctx, const clattn_attention_des
  * softmax masks, so that O = 0 and LSE = -inf are still written. */
 static void chunk_keys(const mask_spec *m, gemm_chunk *c) {
     int64_t first = (int64_t)c->row0 + m->offset, last = first + (int64_t)c->rows - 1;
-    int64_t lo = 0, hi = m->len_k - 1;
-    if (m->causal && last < hi) hi = last;
-    if (m->num_globals == 0 && m->right >= 0 && last + m->right < hi) hi = last + m->right;
-    if (m->num_globals == 0 && m->left >= 0 && first - m->left > lo) lo = first - m->left;
+    int64_t lo, hi, unused;
+    int windowed = m->num_globals == 0; /* a global row or key reaches past the window */
+    mask_class_range(first, 0, 1, m->len_k, m->left, m->right, m->causal, windowed, &lo, &unused);
+    mask_class_range(last, 0, 1, m->len_k, m->left, m->right, m->causal, windowed, &unused, &hi);
     if (lo > hi) lo = hi = 0;
     c->key0 = (size_t)lo;
     c->keys = (size_t)(hi - lo + 1);
 }
 
-static gemm_chunk chunk_at(const gemm_plan *p, const clattn_attention_desc *d, const mask_spec *m,
+static gemm_chunk chunk_at(const gemm_plan *p, const attn_problem *pb, const mask_spec *m,
                            size_t index) {
-    gemm_chunk c = {0, 1, 0, d->len_q, 0, d->len_k};
-    if (p->row_chunk == d->len_q) { /* whole groups */
+    gemm_chunk c = {0, 1, 0, pb->len_q, 0, pb->len_k};
+    if (p->row_chunk == pb->len_q) { /* whole groups */
         c.group0 = index * p->group_chunk;
         c.groups = p->groups - c.group0 < p->group_chunk ? p->groups - c.group0 : p->group_chunk;
     } else {
         size_t per_group = p->chunks / p->groups;
         c.group0 = index / per_group;
         c.row0 = (index % per_group) * p->row_chunk;
-        c.rows = d->len_q - c.row0 < p->row_chunk ? d->len_q - c.row0 : p->row_chunk;
+        c.rows = pb->len_q - c.row0 < p->row_chunk ? pb->len_q - c.row0 : p->row_chunk;
     }
     chunk_keys(m, &c);
     return c;
@@ -252,105 +247,106 @@ static size_t dense_elements(size_t b, size_t h, size_t len, size_t dim) {
 
 /* CLBlast addresses its operands with int offsets: every tensor it reads or writes in place,
  * and the widened K and V, must span at most 2^31-1 elements. */
-static clattn_status check_int_offsets(clattn_context *ctx, const clattn_attention_desc *d,
-                                       const gemm_plan *p, int has_bias) {
-    tensor_extents ext;
-    clattn_status status = desc_check(ctx, d, has_bias, &ext);
-    if (status != CLATTN_SUCCESS) return status;
+static clattn_status check_int_offsets(clattn_context *ctx, const attn_problem *pb,
+                                       const gemm_plan *p) {
     static const char *const names[4] = {"Q", "K", "V", "O"};
-    size_t kv = d->heads_kv, span[4]; /* elements of Q, K, V, O as CLBlast sees them */
-    span[0] = p->in_f16 ? 0 : ext.q / 4;
-    span[1] = p->in_f16 ? dense_elements(d->batch, kv, d->len_k, d->dim_qk) : ext.k / 4;
-    span[2] = p->in_f16 ? dense_elements(d->batch, kv, d->len_k, d->dim_v) : ext.v / 4;
-    span[3] = p->out_f16 ? 0 : ext.o / 4;
+    const clattn_attention_extents *ext = &pb->extents;
+    size_t kv = pb->heads_kv, span[4]; /* elements of Q, K, V, O as CLBlast sees them */
+    span[0] = p->in_f16 ? 0 : ext->q / 4;
+    span[1] = p->in_f16 ? dense_elements(pb->batch, kv, pb->len_k, pb->dim_qk) : ext->k / 4;
+    span[2] = p->in_f16 ? dense_elements(pb->batch, kv, pb->len_k, pb->dim_v) : ext->v / 4;
+    span[3] = p->out_f16 ? 0 : ext->o / 4;
     for (int i = 0; i < 4; i++)
         if (span[i] > CLBLAST_MAX_ELEMENTS)
             return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                              "gemm: CLBlast addresses operands with int offsets, and %s spans "
                              "more than 2^31-1 elements (B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu)",
-                             names[i], d->batch, d->heads_q, d->heads_kv, d->len_q, d->len_k);
+                             names[i], pb->batch, pb->heads_q, pb->heads_kv, pb->len_q, pb->len_k);
     return CLATTN_SUCCESS;
 }
 
-static clattn_status plan_call(clattn_context *ctx, const clattn_attention_desc *d,
-                               const attention_buffers *buf, gemm_plan *p) {
-    memset(p, 0, sizeof *p);
-    p->in_f16 = d->dtype == CLATTN_F16;
-    p->out_f16 = d->out_dtype == CLATTN_F16;
+/* A test hook, compiled into test builds only (CLATTN_TEST_HOOKS): $CLATTN_TEST_FAIL_GEMM makes
+ * the first GEMM invalid, to check that CLBlast's failures come back as statuses. */
+static int test_fail_gemm(void) {
+#ifdef CLATTN_TEST_HOOKS
     const char *fail = getenv("CLATTN_TEST_FAIL_GEMM");
-    p->fail_gemm = fail && *fail && strcmp(fail, "0") != 0;
-    p->wg = 1;
-    while (p->wg * 2 <= ctx->device.max_work_group_size && p->wg * 2 <= 256) p->wg *= 2;
-    clattn_status status = check_int_offsets(ctx, d, p, buf->bias != NULL);
-    if (status == CLATTN_SUCCESS) status = choose_budget(ctx, d, p);
-    if (status == CLATTN_SUCCESS) status = plan_chunks(ctx, d, p);
+    return fail && *fail && strcmp(fail, "0") != 0;
+#else
+    return 0;
+#endif
+}
+
+static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
+    const attn_problem *pb = vp->problem;
+    gemm_plan *p = calloc(1, sizeof *p);
+    if (!p) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: plan");
+    vp->state = p;
+    p->in_f16 = pb->dtype == CLATTN_F16;
+    p->out_f16 = pb->out_dtype == CLATTN_F16;
+    p->fail_gemm = test_fail_gemm();
+    p->wg = device_pow2_group_size(&ctx->device, vp->tuning.wg_size ? vp->tuning.wg_size : 1);
+    clattn_status status = check_int_offsets(ctx, pb, p);
+    if (status == CLATTN_SUCCESS) status = choose_budget(ctx, pb, p);
+    if (status == CLATTN_SUCCESS) status = plan_chunks(ctx, pb, p);
     return status;
+}
+
+static void release(variant_plan *vp) {
+    free(vp->state);
 }
 
 /* ---------------------------------------------------------------- device buffers */
 
 typedef struct gemm_buffers {
+    buffer_set set;
     cl_mem params;        /* attn_params, read as __constant */
     cl_mem scores;        /* [group_chunk][row_chunk][Nk] float: S, then P in place */
     cl_mem q32, k32, v32; /* float32 copies of float16 inputs: Q of a chunk, all of K and V */
     cl_mem o32;           /* [group_chunk][row_chunk][Dv] float, for a float16 O */
     cl_mem flags;         /* [B*Hkv][Nk] bytes: 1 where the row of V holds NaN or inf */
-    cl_mem is_global;     /* [Nk] flags of the global tokens */
-    cl_mem layout;        /* [Hq or 1][blocks_q][blocks_k] block layout */
-    cl_mem dummy;         /* stands in for absent optional buffers */
-    uint64_t bytes;       /* what this call allocated */
+    cl_mem is_global;     /* [Nk] flags of the global tokens, or the placeholder */
+    cl_mem layout;        /* [Hq or 1][blocks_q][blocks_k] block layout, or the placeholder */
 } gemm_buffers;
 
-static void buffers_release(gemm_buffers *gb) {
-    cl_mem all[] = {gb->params, gb->scores, gb->q32,       gb->k32,    gb->v32,
-                    gb->o32,    gb->flags,  gb->is_global, gb->layout, gb->dummy};
-    for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        if (all[i]) clReleaseMemObject(all[i]);
-    memset(gb, 0, sizeof *gb);
-}
-
-/* count * a * b elements of `elem` bytes (copied from `host` when given), added to *total;
- * nothing when `count` is 0. */
-static clattn_status add_buffer(clattn_context *ctx, uint64_t *total, size_t count, size_t a,
+/* count * a * b elements of `elem` bytes (copied from `host` when given), in the set; the
+ * placeholder when count is 0. */
+static clattn_status add_buffer(clattn_context *ctx, buffer_set *set, size_t count, size_t a,
                                 size_t b, size_t elem, const void *host, cl_mem *out,
                                 const char *what) {
-    size_t bytes = 0;
-    *out = NULL;
-    if (count == 0) return CLATTN_SUCCESS;
-    if (size_mul(count, a, &bytes) || size_mul(bytes, b, &bytes) || size_mul(bytes, elem, &bytes))
+    size_t n = 0;
+    if (size_mul(count, a, &n) || size_mul(n, b, &n))
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: the size of %s overflows", what);
-    cl_mem_flags flags = host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
-    clattn_status status = buffer_create(ctx, flags, bytes, (void *)host, out, what);
-    if (status == CLATTN_SUCCESS) *total += bytes;
-    return status;
+    return buffer_set_add(ctx, set, n, elem, host, out, what);
 }
 
-static clattn_status make_buffers(clattn_context *ctx, const clattn_attention_desc *d,
-                                  const gemm_plan *p, const mask_spec *m, const attn_params *P,
-                                  gemm_buffers *gb) {
-    size_t rows = p->group_chunk * p->row_chunk, kv = d->batch * d->heads_kv;
-    size_t layout_heads = m->layout ? (m->layout_per_head ? d->heads_q : 1) : 0;
-    clattn_status s = buffer_create(ctx, CL_MEM_READ_WRITE, 16, NULL, &gb->dummy, "placeholder");
-    if (!s) s = add_buffer(ctx, &gb->bytes, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
-    if (!s) s = add_buffer(ctx, &gb->bytes, rows, d->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
+static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, const gemm_plan *p,
+                                  const attn_params *P, gemm_buffers *gb) {
+    const mask_spec *m = &pb->mask;
+    buffer_set *set = &gb->set;
+    size_t rows = p->group_chunk * p->row_chunk, kv = pb->batch * pb->heads_kv;
+    size_t layout_heads = m->layout ? (m->layout_per_head ? pb->heads_q : 1) : 0;
+    cl_mem placeholder = NULL; /* stands in for an absent LSE or bias */
+    clattn_status s = buffer_set_placeholder(ctx, set, &placeholder);
+    if (!s) s = add_buffer(ctx, set, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
+    if (!s) s = add_buffer(ctx, set, rows, pb->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
     if (!s)
-        s = add_buffer(ctx, &gb->bytes, p->in_f16 ? rows : 0, d->dim_qk, 1, 4, NULL, &gb->q32,
+        s = add_buffer(ctx, set, p->in_f16 ? rows : 0, pb->dim_qk, 1, 4, NULL, &gb->q32,
                        "float32 Q chunk");
     if (!s)
-        s = add_buffer(ctx, &gb->bytes, p->in_f16 ? kv : 0, d->len_k, d->dim_qk, 4, NULL, &gb->k32,
+        s = add_buffer(ctx, set, p->in_f16 ? kv : 0, pb->len_k, pb->dim_qk, 4, NULL, &gb->k32,
                        "float32 K");
     if (!s)
-        s = add_buffer(ctx, &gb->bytes, p->in_f16 ? kv : 0, d->len_k, d->dim_v, 4, NULL, &gb->v32,
+        s = add_buffer(ctx, set, p->in_f16 ? kv : 0, pb->len_k, pb->dim_v, 4, NULL, &gb->v32,
                        "float32 V");
     if (!s)
-        s = add_buffer(ctx, &gb->bytes, p->out_f16 ? rows : 0, d->dim_v, 1, 4, NULL, &gb->o32,
+        s = add_buffer(ctx, set, p->out_f16 ? rows : 0, pb->dim_v, 1, 4, NULL, &gb->o32,
                        "float32 O chunk");
-    if (!s) s = add_buffer(ctx, &gb->bytes, kv, d->len_k, 1, 1, NULL, &gb->flags, "V row flags");
+    if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, &gb->bytes, m->num_globals ? 1 : 0, (size_t)m->len_k, 1, 1,
-                       m->is_global, &gb->is_global, "global flags");
+        s = add_buffer(ctx, set, m->num_globals ? 1 : 0, (size_t)m->len_k, 1, 1, m->is_global,
+                       &gb->is_global, "global flags");
     if (!s)
-        s = add_buffer(ctx, &gb->bytes, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
+        s = add_buffer(ctx, set, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
                        m->layout, &gb->layout, "block layout");
     return s;
 }
@@ -395,19 +391,18 @@ typedef struct gemm_operands {
     operand q, k, v, o, s; /* s: the score buffer, [rows][keys] per entry (ld set per chunk) */
 } gemm_operands;
 
-static void make_operands(const clattn_attention_desc *d, const gemm_plan *p,
-                          const gemm_buffers *gb, const attention_buffers *buf,
-                          gemm_operands *ops) {
-    ops->q = p->in_f16 ? chunk_operand(gb->q32, d->dim_qk)
-                       : strided_operand(buf->q, &d->q, d->q.stride_seq);
-    ops->k = p->in_f16 ? dense_operand(gb->k32, d->heads_kv, d->len_k, d->dim_qk)
-                       : strided_operand(buf->k, &d->k, d->k.stride_seq);
-    ops->v = p->in_f16 ? dense_operand(gb->v32, d->heads_kv, d->len_k, d->dim_v)
-                       : strided_operand(buf->v, &d->v, d->v.stride_seq);
+static void make_operands(const attn_problem *pb, const gemm_plan *p, const gemm_buffers *gb,
+                          const attn_buffers *buf, gemm_operands *ops) {
+    ops->q = p->in_f16 ? chunk_operand(gb->q32, pb->dim_qk)
+                       : strided_operand(buf->q, &pb->q, pb->q.stride_seq);
+    ops->k = p->in_f16 ? dense_operand(gb->k32, pb->heads_kv, pb->len_k, pb->dim_qk)
+                       : strided_operand(buf->k, &pb->k, pb->k.stride_seq);
+    ops->v = p->in_f16 ? dense_operand(gb->v32, pb->heads_kv, pb->len_k, pb->dim_v)
+                       : strided_operand(buf->v, &pb->v, pb->v.stride_seq);
     /* a single row's stride is never used, but CLBlast wants ld >= Dv for C */
-    size_t o_ld = d->len_q == 1 && d->o.stride_seq < d->dim_v ? d->dim_v : d->o.stride_seq;
-    ops->o = p->out_f16 ? chunk_operand(gb->o32, d->dim_v) : strided_operand(buf->o, &d->o, o_ld);
-    ops->s = chunk_operand(gb->scores, d->len_k);
+    size_t o_ld = pb->len_q == 1 && pb->o.stride_seq < pb->dim_v ? pb->dim_v : pb->o.stride_seq;
+    ops->o = p->out_f16 ? chunk_operand(gb->o32, pb->dim_v) : strided_operand(buf->o, &pb->o, o_ld);
+    ops->s = chunk_operand(gb->scores, pb->len_k);
 }
 
 /* ---------------------------------------------------------------- launching */
@@ -453,11 +448,11 @@ typedef struct gemm_step {
     const char *what;
 } gemm_step;
 
-static clattn_status batched_gemm(clattn_context *ctx, const clattn_attention_desc *d,
-                                  const gemm_chunk *c, batch_args *args, const gemm_step *st) {
-    size_t group_size = d->heads_q / d->heads_kv;
+static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, const gemm_chunk *c,
+                                  batch_args *args, const gemm_step *st) {
+    size_t group_size = pb->heads_q / pb->heads_kv;
     for (size_t g = 0; g < c->groups; g++) {
-        size_t batch = (c->group0 + g) / d->heads_q, head = (c->group0 + g) % d->heads_q;
+        size_t batch = (c->group0 + g) / pb->heads_q, head = (c->group0 + g) % pb->heads_q;
         args->a[g] = entry_offset(st->a, c, g, batch, head, 0);
         args->b[g] = entry_offset(st->b, c, g, batch, head / group_size, 1);
         args->c[g] = entry_offset(st->c, c, g, batch, head, 0);
@@ -480,7 +475,8 @@ typedef struct gemm_kernels {
 } gemm_kernels;
 
 static clattn_status get_kernels(clattn_context *ctx, const gemm_plan *p, gemm_kernels *k) {
-    static const char *const softmax_files[] = {"common.cl", "softmax.cl"};
+    static const char *const softmax_files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                                "softmax.cl"};
     static const char *const convert_files[] = {"convert.cl"};
     char defines[96];
     memset(k, 0, sizeof *k);
@@ -526,13 +522,12 @@ static clattn_status launch_convert(clattn_context *ctx, cl_kernel kernel, cl_me
 }
 
 static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const gemm_plan *p,
-                                    const gemm_buffers *gb, const attention_buffers *buf,
+                                    const gemm_buffers *gb, const attn_buffers *buf,
                                     const gemm_chunk *c) {
     cl_long group0 = (cl_long)c->group0, row0 = (cl_long)c->row0;
     cl_long key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
-    cl_mem bias = buf->bias ? buf->bias : gb->dummy, lse = buf->lse ? buf->lse : gb->dummy;
-    cl_mem is_global = gb->is_global ? gb->is_global : gb->dummy;
-    cl_mem layout = gb->layout ? gb->layout : gb->dummy;
+    cl_mem placeholder = gb->set.placeholder; /* made by make_buffers */
+    cl_mem bias = buf->bias ? buf->bias : placeholder, lse = buf->lse ? buf->lse : placeholder;
     kernel_args a = {kernel, 0, CL_SUCCESS};
     KARG(a, gb->params);
     KARG(a, gb->scores);
@@ -541,8 +536,8 @@ static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const
     KARG(a, key0);
     KARG(a, keys);
     KARG(a, bias);
-    KARG(a, is_global);
-    KARG(a, layout);
+    KARG(a, gb->is_global);
+    KARG(a, gb->layout);
     KARG(a, lse);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: softmax arguments");
     size_t global[2] = {p->wg * c->rows, c->groups}, local[2] = {p->wg, 1};
@@ -563,24 +558,19 @@ typedef struct bad_keys {
     cl_mem values;    /* [count][Dv] float: the bad rows' original values */
     cl_mem v0;        /* float32 V: dense [B][Hkv][Nk][Dv] copy with the bad rows zeroed */
     cl_kernel add;    /* add_flagged_keys */
-    uint64_t bytes;   /* device memory of the above */
-} bad_keys;
+} bad_keys;           /* the device buffers belong to the call's buffer set */
 
 static void bad_keys_release(bad_keys *bad) {
-    cl_mem all[] = {bad->start_buf, bad->rows_buf, bad->values, bad->v0};
-    for (size_t i = 0; i < ARRAY_LEN(all); i++)
-        if (all[i]) clReleaseMemObject(all[i]);
     free(bad->start), free(bad->rows);
     memset(bad, 0, sizeof *bad);
 }
 
 /* Everything a chunk needs, prepared once per call. */
 typedef struct gemm_call {
-    const clattn_attention_desc *d;
+    const attn_problem *pb;
     const gemm_plan *p;
-    const gemm_buffers *gb;
-    const attention_buffers *buf;
-    const mask_spec *mask;
+    gemm_buffers *gb;
+    const attn_buffers *buf;
     gemm_kernels kernels;
     gemm_operands ops;
     batch_args args;
@@ -604,33 +594,33 @@ static void karg_tensor(kernel_args *a, const float_tensor *ft) {
 
 /* V as float32: the caller's tensor, or for float16 storage the widened [B][Hkv][Nk][Dv]. */
 static float_tensor v_as_float(const gemm_call *call) {
-    const clattn_attention_desc *d = call->d;
-    size_t plane = d->len_k * d->dim_v;
-    float_tensor dense = {call->gb->v32, {0, d->heads_kv * plane, plane, d->dim_v}, d->heads_kv};
-    float_tensor caller = {call->buf->v, d->v, d->heads_kv};
+    const attn_problem *pb = call->pb;
+    size_t plane = pb->len_k * pb->dim_v;
+    float_tensor dense = {call->gb->v32, {0, pb->heads_kv * plane, plane, pb->dim_v}, pb->heads_kv};
+    float_tensor caller = {call->buf->v, pb->v, pb->heads_kv};
     return call->p->in_f16 ? dense : caller;
 }
 
 /* The host list of bad keys from the flags, [B*Hkv][Nk] bytes. */
-static clattn_status list_bad_keys(clattn_context *ctx, const clattn_attention_desc *d,
+static clattn_status list_bad_keys(clattn_context *ctx, const attn_problem *pb,
                                    const unsigned char *flags, bad_keys *bad) {
-    size_t kv = d->batch * d->heads_kv, all = kv * d->len_k, n = 0;
+    size_t kv = pb->batch * pb->heads_kv, all = kv * pb->len_k, n = 0;
     for (size_t i = 0; i < all; i++) bad->count += flags[i] != 0;
     if (bad->count == 0) return CLATTN_SUCCESS;
     /* the copy of V the GEMM then reads must be addressable by CLBlast (and rows by cl_uint) */
-    if (dense_elements(d->batch, d->heads_kv, d->len_k, d->dim_v) > CLBLAST_MAX_ELEMENTS)
+    if (dense_elements(pb->batch, pb->heads_kv, pb->len_k, pb->dim_v) > CLBLAST_MAX_ELEMENTS)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "gemm: V holds NaN or inf and its float32 copy without them would span "
                          "more than 2^31-1 elements (B=%zu Hkv=%zu Nk=%zu Dv=%zu)",
-                         d->batch, d->heads_kv, d->len_k, d->dim_v);
+                         pb->batch, pb->heads_kv, pb->len_k, pb->dim_v);
     bad->start = malloc((kv + 1) * sizeof *bad->start);
     bad->rows = malloc(bad->count * sizeof *bad->rows);
     if (!bad->start || !bad->rows)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: a list of %zu keys", bad->count);
     for (size_t q = 0; q < kv; q++) {
         bad->start[q] = (cl_uint)n;
-        for (size_t j = 0; j < d->len_k; j++)
-            if (flags[q * d->len_k + j]) bad->rows[n++] = (cl_uint)(q * d->len_k + j);
+        for (size_t j = 0; j < pb->len_k; j++)
+            if (flags[q * pb->len_k + j]) bad->rows[n++] = (cl_uint)(q * pb->len_k + j);
     }
     bad->start[kv] = (cl_uint)n;
     return CLATTN_SUCCESS;
@@ -639,17 +629,17 @@ static clattn_status list_bad_keys(clattn_context *ctx, const clattn_attention_d
 /* Flags the rows of V that hold NaN or inf and lists them in call->bad: one pass over V and
  * the one wait for the device that every call pays, to read the flags back. */
 static clattn_status find_bad_keys(clattn_context *ctx, gemm_call *call) {
-    const clattn_attention_desc *d = call->d;
-    size_t kv = d->batch * d->heads_kv, bytes = kv * d->len_k;
+    const attn_problem *pb = call->pb;
+    size_t kv = pb->batch * pb->heads_kv, bytes = kv * pb->len_k;
     float_tensor v = v_as_float(call);
-    cl_long dim = (cl_long)d->dim_v;
+    cl_long dim = (cl_long)pb->dim_v;
     kernel_args a = {call->kernels.flag, 0, CL_SUCCESS};
     KARG(a, v.buffer);
     karg_tensor(&a, &v);
     KARG(a, dim);
     KARG(a, call->gb->flags);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: flagging V: arguments");
-    size_t global[2] = {d->len_k, kv};
+    size_t global[2] = {pb->len_k, kv};
     clattn_status status = kernel_launch(ctx, call->kernels.flag, 2, global, NULL, NULL,
                                          "gemm: flagging the rows of V with NaN or inf");
     unsigned char *flags = status ? NULL : malloc(bytes);
@@ -660,7 +650,7 @@ static clattn_status find_bad_keys(clattn_context *ctx, gemm_call *call) {
                                          NULL, NULL);
         if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: reading the flags of V");
     }
-    if (!status) status = list_bad_keys(ctx, d, flags, &call->bad);
+    if (!status) status = list_bad_keys(ctx, pb, flags, &call->bad);
     free(flags);
     return status;
 }
@@ -669,11 +659,11 @@ static clattn_status find_bad_keys(clattn_context *ctx, gemm_call *call) {
  * GEMM reads it: float32 storage into the copy v0; float16 in place in the widened scratch. */
 static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kernel gather,
                              cl_kernel zero) {
-    const clattn_attention_desc *d = call->d;
+    const attn_problem *pb = call->pb;
     const bad_keys *bad = &call->bad;
     float_tensor v = v_as_float(call);
     cl_mem dst = call->p->in_f16 ? call->gb->v32 : bad->v0;
-    cl_long len = (cl_long)d->len_k;
+    cl_long len = (cl_long)pb->len_k;
     kernel_args g = {gather, 0, CL_SUCCESS}, z = {zero, 0, CL_SUCCESS};
     KARG(g, v.buffer);
     karg_tensor(&g, &v);
@@ -686,8 +676,8 @@ static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kern
     KARG(z, dst);
     if (g.err != CL_SUCCESS || z.err != CL_SUCCESS)
         return ctx_cl_error(ctx, g.err != CL_SUCCESS ? g.err : z.err, "gemm: cleaning V");
-    size_t rows[2] = {d->dim_v, bad->count};
-    size_t all[3] = {d->dim_v, d->len_k, d->batch * d->heads_kv};
+    size_t rows[2] = {pb->dim_v, bad->count};
+    size_t all[3] = {pb->dim_v, pb->len_k, pb->batch * pb->heads_kv};
     clattn_status status =
         kernel_launch(ctx, gather, 2, rows, NULL, NULL, "gemm: keeping the bad rows of V");
     if (status == CLATTN_SUCCESS)
@@ -698,16 +688,17 @@ static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kern
 /* With bad keys: their device list and values, the kernels, and the cleaned V (clean_v). */
 static clattn_status prepare_bad_keys(clattn_context *ctx, gemm_call *call) {
     static const char *const convert_files[] = {"convert.cl"};
-    const clattn_attention_desc *d = call->d;
+    const attn_problem *pb = call->pb;
     bad_keys *bad = &call->bad;
-    size_t kv = d->batch * d->heads_kv, n = bad->count, u = sizeof(cl_uint);
+    size_t kv = pb->batch * pb->heads_kv, n = bad->count, u = sizeof(cl_uint);
     cl_kernel gather = NULL, zero = NULL;
-    clattn_status s = add_buffer(ctx, &bad->bytes, kv + 1, u, 1, 1, bad->start, &bad->start_buf,
+    clattn_status s = add_buffer(ctx, &call->gb->set, kv + 1, u, 1, 1, bad->start, &bad->start_buf,
                                  "bad key starts");
-    if (!s) s = add_buffer(ctx, &bad->bytes, n, u, 1, 1, bad->rows, &bad->rows_buf, "bad keys");
-    if (!s) s = add_buffer(ctx, &bad->bytes, n, d->dim_v, 1, 4, NULL, &bad->values, "bad V rows");
+    if (!s) s = add_buffer(ctx, &call->gb->set, n, u, 1, 1, bad->rows, &bad->rows_buf, "bad keys");
+    if (!s)
+        s = add_buffer(ctx, &call->gb->set, n, pb->dim_v, 1, 4, NULL, &bad->values, "bad V rows");
     if (!s && !call->p->in_f16)
-        s = add_buffer(ctx, &bad->bytes, kv, d->len_k, d->dim_v, 4, NULL, &bad->v0,
+        s = add_buffer(ctx, &call->gb->set, kv, pb->len_k, pb->dim_v, 4, NULL, &bad->v0,
                        "float32 V without its bad rows");
     if (!s) s = kernel_get(ctx, convert_files, 1, "", "gather_rows", &gather);
     if (!s) s = kernel_get(ctx, convert_files, 1, "", "zero_flagged_rows", &zero);
@@ -723,13 +714,13 @@ static clattn_status prepare_bad_keys(clattn_context *ctx, gemm_call *call) {
 /* After a chunk's O = P V0: the bad keys' share, P[i][j] * V[j][:], added to the rows with
  * P[i][j] != 0 (the caller's O, or the float32 chunk of a float16 O before narrowing). */
 static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, const gemm_chunk *c) {
-    const clattn_attention_desc *d = call->d;
+    const attn_problem *pb = call->pb;
     const bad_keys *bad = &call->bad;
     int dense = call->p->out_f16; /* o32: [groups][rows][Dv], group and row from 0 */
-    float_tensor o32 = {call->gb->o32, {0, c->rows * d->dim_v, 0, d->dim_v}, 1};
-    float_tensor caller = {call->buf->o, d->o, d->heads_q};
+    float_tensor o32 = {call->gb->o32, {0, c->rows * pb->dim_v, 0, pb->dim_v}, 1};
+    float_tensor caller = {call->buf->o, pb->o, pb->heads_q};
     cl_long group0 = (cl_long)c->group0, key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
-    cl_long hq = (cl_long)d->heads_q, hkv = (cl_long)d->heads_kv, len = (cl_long)d->len_k;
+    cl_long hq = (cl_long)pb->heads_q, hkv = (cl_long)pb->heads_kv, len = (cl_long)pb->len_k;
     cl_long o_group0 = dense ? 0 : group0, o_row0 = dense ? 0 : (cl_long)c->row0;
     kernel_args a = {bad->add, 0, CL_SUCCESS};
     KARG(a, call->gb->scores);
@@ -748,16 +739,16 @@ static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, co
     KARG(a, o_group0);
     KARG(a, o_row0);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: adding bad keys: arguments");
-    size_t global[3] = {d->dim_v, c->rows, c->groups};
+    size_t global[3] = {pb->dim_v, c->rows, c->groups};
     return kernel_launch(ctx, bad->add, 3, global, NULL, NULL, "gemm: adding the bad keys of V");
 }
 
 static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_chunk *c) {
-    const clattn_attention_desc *d = call->d;
+    const attn_problem *pb = call->pb;
     const gemm_plan *p = call->p;
     clattn_status status = CLATTN_SUCCESS;
     if (p->in_f16) {
-        convert_range q = {&d->q, d->heads_q, c->group0, c->groups, c->row0, c->rows, d->dim_qk};
+        convert_range q = {&pb->q, pb->heads_q, c->group0, c->groups, c->row0, c->rows, pb->dim_qk};
         status = launch_convert(ctx, call->kernels.widen, call->buf->q, call->gb->q32, &q,
                                 "gemm: widening Q");
     }
@@ -768,23 +759,23 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
                         .c = &ops.s,
                         .transpose_b = 1,
                         .n = c->keys,
-                        .k = d->dim_qk,
-                        .alpha = desc_scale(d),
+                        .k = pb->dim_qk,
+                        .alpha = pb->scale,
                         .invalid = p->fail_gemm,
                         .what = "CLBlastSgemmBatched (scores S = scale*Q*K^T)"};
     gemm_step output = {.a = &ops.s,
                         .b = &ops.v,
                         .c = &ops.o,
-                        .n = d->dim_v,
+                        .n = pb->dim_v,
                         .k = c->keys,
                         .alpha = 1.0f,
                         .what = "CLBlastSgemmBatched (output O = P*V)"};
-    if (!status) status = batched_gemm(ctx, d, c, &call->args, &scores);
+    if (!status) status = batched_gemm(ctx, pb, c, &call->args, &scores);
     if (!status) status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c);
-    if (!status) status = batched_gemm(ctx, d, c, &call->args, &output);
+    if (!status) status = batched_gemm(ctx, pb, c, &call->args, &output);
     if (!status && call->bad.count) status = add_bad_keys(ctx, call, c);
     if (!status && p->out_f16) {
-        convert_range o = {&d->o, d->heads_q, c->group0, c->groups, c->row0, c->rows, d->dim_v};
+        convert_range o = {&pb->o, pb->heads_q, c->group0, c->groups, c->row0, c->rows, pb->dim_v};
         status = launch_convert(ctx, call->kernels.narrow, call->buf->o, call->gb->o32, &o,
                                 "gemm: narrowing O");
     }
@@ -793,10 +784,10 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
 
 /* float16 K and V, widened once for every chunk. */
 static clattn_status widen_keys(clattn_context *ctx, const gemm_call *call) {
-    const clattn_attention_desc *d = call->d;
-    size_t kv = d->batch * d->heads_kv;
-    convert_range k = {&d->k, d->heads_kv, 0, kv, 0, d->len_k, d->dim_qk};
-    convert_range v = {&d->v, d->heads_kv, 0, kv, 0, d->len_k, d->dim_v};
+    const attn_problem *pb = call->pb;
+    size_t kv = pb->batch * pb->heads_kv;
+    convert_range k = {&pb->k, pb->heads_kv, 0, kv, 0, pb->len_k, pb->dim_qk};
+    convert_range v = {&pb->v, pb->heads_kv, 0, kv, 0, pb->len_k, pb->dim_v};
     clattn_status status = launch_convert(ctx, call->kernels.widen, call->buf->k, call->gb->k32, &k,
                                           "gemm: widening K");
     if (status == CLATTN_SUCCESS)
@@ -811,53 +802,41 @@ static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
     if (!status && call->p->in_f16) status = widen_keys(ctx, call);
     if (!status) status = find_bad_keys(ctx, call);
     if (!status && call->bad.count) status = prepare_bad_keys(ctx, call);
-    make_operands(call->d, call->p, call->gb, call->buf, &call->ops);
+    make_operands(call->pb, call->p, call->gb, call->buf, &call->ops);
     if (call->bad.v0) /* float32 V with bad rows: the GEMM reads the cleaned copy */
         call->ops.v =
-            dense_operand(call->bad.v0, call->d->heads_kv, call->d->len_k, call->d->dim_v);
+            dense_operand(call->bad.v0, call->pb->heads_kv, call->pb->len_k, call->pb->dim_v);
     for (size_t i = 0; !status && i < call->p->chunks; i++) {
-        gemm_chunk c = chunk_at(call->p, call->d, call->mask, i);
+        gemm_chunk c = chunk_at(call->p, call->pb, &call->pb->mask, i);
         status = run_chunk(ctx, call, &c);
         call->scores_computed += (uint64_t)c.groups * c.rows * c.keys;
     }
     return status;
 }
 
-static void record_stats(clattn_context *ctx, const clattn_attention_desc *d, const gemm_plan *p,
-                         const mask_spec *m, uint64_t bytes) {
-    stats_start(ctx, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO, d, m, bytes);
-    clattn_stats *s = &ctx->stats;
+static void fill_stats(const attn_problem *pb, const gemm_plan *p, uint64_t bytes,
+                       clattn_stats *s) {
     s->block_m = (unsigned)(p->group_chunk * p->row_chunk); /* score rows of a chunk */
-    s->block_n = (unsigned)d->len_k;                        /* score columns of a chunk, at most */
+    s->block_n = (unsigned)pb->len_k;                       /* score columns of a chunk, at most */
     s->chunks = p->chunks > UINT32_MAX ? UINT32_MAX : (unsigned)p->chunks;
+    s->device_bytes = bytes;
     snprintf(s->kernel, sizeof s->kernel, "gemm-clblast %zux%zu rows softmax wg%zu %s->%s",
              p->group_chunk, p->row_chunk, p->wg, p->in_f16 ? "f16" : "f32",
              p->out_f16 ? "f16" : "f32");
 }
 
-clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d,
-                             const attention_buffers *buf, cl_event *event) {
-    gemm_plan plan;
+static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats) {
+    const attn_problem *pb = vp->problem;
+    const gemm_plan *plan = vp->state;
     gemm_buffers gb;
-    mask_spec mask;
     attn_params P;
-    memset(&gb, 0, sizeof gb);
-    memset(&mask, 0, sizeof mask);
     gemm_call call;
+    memset(&gb, 0, sizeof gb);
     memset(&call, 0, sizeof call);
-    call.d = d, call.p = &plan, call.gb = &gb, call.buf = buf, call.mask = &mask;
-    clattn_status status = plan_call(ctx, d, buf, &plan);
-    if (!status) {
-        status = mask_from_desc(d, &mask);
-        if (status) ctx_error(ctx, status, "gemm: building the mask of the call");
-    }
-    if (!status) {
-        params_from_desc(d, buf->lse != NULL, &P);
-        P.has_bias = buf->bias != NULL;
-        P.has_global = mask.num_globals > 0;
-        P.num_global = mask.num_globals;
-        status = make_buffers(ctx, d, &plan, &mask, &P, &gb);
-    }
+    call.pb = pb, call.p = plan, call.gb = &gb, call.buf = buf;
+    params_from_problem(pb, vp->write_lse, &P);
+    clattn_status status = make_buffers(ctx, pb, plan, &P, &gb);
     if (!status) {
         blas_user_add(ctx);
         status = run_chunks(ctx, &call);
@@ -867,16 +846,35 @@ clattn_status gemm_attention(clattn_context *ctx, const clattn_attention_desc *d
         if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: completion event");
     }
     if (!status) {
-        record_stats(ctx, d, &plan, &mask, gb.bytes + call.bad.bytes);
+        fill_stats(pb, plan, gb.set.bytes, stats);
         log_msg("gemm: %s, %zu chunks, score budget %zu bytes (%s), %.1f%% of the scores "
                 "computed",
-                ctx->stats.kernel, plan.chunks, plan.budget, plan.budget_from,
+                stats->kernel, plan->chunks, plan->budget, plan->budget_from,
                 100.0 * (double)call.scores_computed /
-                    ((double)plan.groups * (double)d->len_q * (double)d->len_k));
+                    ((double)plan->groups * (double)pb->len_q * (double)pb->len_k));
     }
     batch_args_release(&call.args);
     bad_keys_release(&call.bad);
-    buffers_release(&gb);
-    mask_release(&mask);
+    buffer_set_release(&gb.set);
     return status;
 }
+
+static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    return 1; /* any call; limits of CLBlast's int offsets are found when planning */
+}
+
+static int suits(const clattn_device_info *device, char *why, size_t size) {
+    return 1;
+}
+
+const attn_variant variant_gemm = {
+    CLATTN_VARIANT_GEMM,
+    "gemm",
+    CLATTN_PATH_GEMM,
+    "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
+    supports,
+    suits,
+    plan,
+    run,
+    release,
+};

@@ -3,7 +3,7 @@
  * each is flattened into one list (platform order, then device order); a device's index in
  * that list is what clattn_context_create takes. Selection follows SPEC section 5.
  */
-#include "internal.h"
+#include "core.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -110,6 +110,7 @@ static void describe_subgroups(cl_device_id device, const char *extensions,
 clattn_status device_describe(cl_platform_id platform, cl_device_id device,
                               clattn_device_info *info) {
     memset(info, 0, sizeof *info);
+    info->struct_size = sizeof *info;
     info->platform = platform;
     info->device = device;
     query_string(device, CL_DEVICE_NAME, info->name, sizeof info->name);
@@ -158,17 +159,34 @@ clattn_status clattn_device_count(size_t *count) {
     return status;
 }
 
+clattn_status clattn_device_info_init_sized(clattn_device_info *info, size_t struct_size) {
+    clattn_device_info local;
+    memset(&local, 0, sizeof local);
+    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
 clattn_status clattn_device_get_info(size_t index, clattn_device_info *info) {
-    if (!info) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!info || info->struct_size < sizeof *info) /* no field has been added since 0.2 */
+        return CLATTN_ERR_INVALID_ARGUMENT;
     device_list list;
     clattn_status status = list_devices(&list);
     if (status != CLATTN_SUCCESS) return status;
     if (index >= list.count) return CLATTN_ERR_INVALID_ARGUMENT;
-    status = device_describe(list.platform[index], list.device[index], info);
-    info->index = index;
-    info->platform_index = list.platform_index[index];
-    info->device_index = list.device_index[index];
+    clattn_device_info local;
+    status = device_describe(list.platform[index], list.device[index], &local);
+    local.index = index;
+    local.platform_index = list.platform_index[index];
+    local.device_index = list.device_index[index];
+    struct_write(info, &local, sizeof local, sizeof local);
     return status;
+}
+
+size_t device_pow2_group_size(const clattn_device_info *device, size_t cap) {
+    size_t wg = 1;
+    while (wg * 2 <= device->max_work_group_size && wg * 2 <= cap) wg *= 2;
+    return wg;
 }
 
 /* ---------------------------------------------------------------- selection */

@@ -43,6 +43,6 @@ size_t npy_dtype_size(npy_dtype dtype);
 
 /* Writes `size` bytes to `path` through `path.tmp.<pid>` + rename; shared by npy_write and the
  * CLI's other outputs. @return 0 on success, else errno (the temporary file is removed). */
-int write_file_atomic(const char *path, const void *data, size_t size);
+int write_output_atomic(const char *path, const void *data, size_t size);
 
 #endif

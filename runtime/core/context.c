@@ -1,98 +1,25 @@
 /*
  * The context: one device, one OpenCL context and in-order queue (ours, or the caller's for
- * interop), the program cache, the last error and build log, the last call's statistics.
- * Also the error recording and logging every other runtime file uses.
+ * interop), the program cache, the last error and build log, the last call's statistics, and
+ * what layers above keep per context (released through context_on_destroy's list).
  */
-#include "internal.h"
-#include "paths.h"
+#include "core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- errors and logging */
+/* ---------------------------------------------------------------- cleanups */
 
-clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *fmt, ...) {
-    if (ctx) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
-        va_end(ap);
-        log_msg("error: %s (%s)", ctx->last_error, clattn_status_name(status));
-    }
-    return status;
+int context_on_destroy(clattn_context *ctx, context_cleanup cleanup) {
+    for (unsigned i = 0; i < ctx->num_cleanups; i++)
+        if (ctx->cleanups[i] == cleanup) return 0;
+    if (ctx->num_cleanups == MAX_CONTEXT_CLEANUPS) return -1;
+    ctx->cleanups[ctx->num_cleanups++] = cleanup;
+    return 1;
 }
 
-clattn_status ctx_cl_error(clattn_context *ctx, cl_int err, const char *what) {
-    clattn_status status = (clattn_status)err;
-    return ctx_error(ctx, status, "%s: %s (%d)", what, clattn_status_name(status), (int)err);
-}
-
-void ctx_clear_error(clattn_context *ctx) {
-    if (ctx) ctx->last_error[0] = '\0';
-}
-
-int log_enabled(void) {
-    const char *v = getenv("CLATTN_VERBOSE");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
-void log_msg(const char *fmt, ...) {
-    if (!log_enabled()) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("clattn: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-/* ---------------------------------------------------------------- buffers and kernels */
-
-size_t buffer_size(cl_mem buffer) {
-    size_t size = 0;
-    if (!buffer || clGetMemObjectInfo(buffer, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS)
-        return 0;
-    return size;
-}
-
-clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t bytes, void *host,
-                            cl_mem *out, const char *what) {
-    *out = NULL;
-    if (bytes == 0) bytes = 4; /* OpenCL rejects empty buffers; keep a placeholder */
-    if (bytes > ctx->device.max_alloc_bytes)
-        return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
-                         "allocating %s: %zu bytes exceed the device's largest allocation "
-                         "(%llu bytes)",
-                         what, bytes, (unsigned long long)ctx->device.max_alloc_bytes);
-    cl_int err = CL_SUCCESS;
-    *out = clCreateBuffer(ctx->cl_ctx, flags, bytes, host, &err);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        char detail[160];
-        snprintf(detail, sizeof detail, "allocating %s (%zu bytes)", what, bytes);
-        return ctx_cl_error(ctx, err, detail);
-    }
-    return CLATTN_SUCCESS;
-}
-
-clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,
-                            const char *what) {
-    *out = NULL;
-    if (ctx->workspace[slot] && ctx->workspace_bytes[slot] < bytes) {
-        clReleaseMemObject(ctx->workspace[slot]);
-        ctx->workspace[slot] = NULL;
-    }
-    if (!ctx->workspace[slot]) {
-        clattn_status status =
-            buffer_create(ctx, CL_MEM_READ_WRITE, bytes, NULL, &ctx->workspace[slot], what);
-        if (status != CLATTN_SUCCESS) return status;
-        ctx->workspace_bytes[slot] = bytes;
-    }
-    clRetainMemObject(ctx->workspace[slot]);
-    *out = ctx->workspace[slot];
-    return CLATTN_SUCCESS;
-}
+/* ---------------------------------------------------------------- kernels and timing */
 
 void kernel_arg(kernel_args *args, size_t size, const void *value) {
     if (args->err != CL_SUCCESS) return;
@@ -130,6 +57,7 @@ static double timing_sum(clattn_context *ctx) {
             total_ns += (double)(end - start);
         clReleaseEvent(ctx->timed[i]);
     }
+    ctx->summed += ctx->num_timed;
     ctx->num_timed = 0;
     return total_ns * 1e-6;
 }
@@ -143,7 +71,9 @@ void timing_track(clattn_context *ctx, cl_event event) {
 
 double timing_finish(clattn_context *ctx) {
     double total = ctx->timed_ms + timing_sum(ctx);
+    ctx->timed_events = ctx->summed;
     ctx->timed_ms = 0;
+    ctx->summed = 0;
     return total;
 }
 
@@ -160,6 +90,7 @@ clattn_status clattn_context_create(clattn_context **out, size_t device_index) {
     clattn_context *ctx = NULL;
     clattn_status status = context_alloc(&ctx);
     if (status != CLATTN_SUCCESS) return status;
+    clattn_device_info_init(&ctx->device);
     status = clattn_device_get_info(device_index, &ctx->device);
     if (status != CLATTN_SUCCESS) goto fail;
 
@@ -233,8 +164,8 @@ void clattn_context_destroy(clattn_context *ctx) {
     timing_finish(ctx);
     for (int i = 0; i < WORKSPACE_SLOTS; i++)
         if (ctx->workspace[i]) clReleaseMemObject(ctx->workspace[i]);
+    for (unsigned i = ctx->num_cleanups; i-- > 0;) ctx->cleanups[i](ctx); /* newest first */
     program_cache_release(ctx);
-    gemm_context_release(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->cl_ctx) clReleaseContext(ctx->cl_ctx);
     free(ctx->build_log);
@@ -245,8 +176,9 @@ void clattn_context_destroy(clattn_context *ctx) {
 
 clattn_status clattn_context_device_info(const clattn_context *ctx, clattn_device_info *info) {
     if (!ctx || !info) return CLATTN_ERR_INVALID_ARGUMENT;
-    *info = ctx->device;
-    return CLATTN_SUCCESS;
+    return struct_write(info, &ctx->device, sizeof ctx->device, sizeof ctx->device)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
 }
 
 cl_context clattn_context_cl_context(const clattn_context *ctx) {
@@ -262,7 +194,7 @@ const char *clattn_context_build_log(const clattn_context *ctx) {
 }
 
 const char *clattn_context_last_error(const clattn_context *ctx) {
-    return ctx ? ctx->last_error : "";
+    return ctx ? ctx->error.text : "";
 }
 
 clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled) {
@@ -274,8 +206,25 @@ clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled) {
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_context_last_stats(const clattn_context *ctx, clattn_stats *stats) {
-    if (!ctx || !stats || !ctx->has_stats) return CLATTN_ERR_INVALID_ARGUMENT;
-    *stats = ctx->stats;
+clattn_status clattn_stats_init_sized(clattn_stats *stats, size_t struct_size) {
+    clattn_stats local;
+    memset(&local, 0, sizeof local);
+    return struct_init(stats, struct_size, &local, sizeof local,
+                       offsetof(clattn_stats, tiles_counted))
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (!stats) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "stats is NULL");
+    if (!ctx->has_stats)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "no attention call has succeeded on this context yet");
+    if (struct_write(stats, &ctx->stats, sizeof ctx->stats, offsetof(clattn_stats, tiles_counted)))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "stats->struct_size is %zu: set it with clattn_stats_init",
+                         stats->struct_size);
     return CLATTN_SUCCESS;
 }

@@ -4,11 +4,9 @@
  * favours being obviously right over being fast: one query row at a time, two passes over
  * its allowed keys, no online softmax.
  */
-#include "reference.h"
+#include "reference/reference.h"
 
-#include "desc.h"
-#include "half.h"
-#include "mask.h"
+#include "core/half.h"
 
 #include <float.h>
 #include <math.h>
@@ -18,9 +16,9 @@
 
 /* Everything one reference call reads, shared by its rows. */
 typedef struct reference_call {
-    const clattn_attention_desc *desc;
-    const void *q, *k, *v; /* desc->dtype storage at desc->q/k/v */
-    const float *bias;     /* NULL or float32 at desc->bias_strides */
+    const attn_problem *pb;
+    const void *q, *k, *v; /* pb->dtype storage at pb->q/k/v */
+    const float *bias;     /* NULL or float32 at pb->bias */
     const mask_spec *mask;
     double scale;
     double *scores; /* [len_k] scratch: scores of the allowed keys of the current row */
@@ -53,13 +51,13 @@ static double add_saturating(double score, double bias) {
 
 /* scale * dot(Q[b,h,i,:], K[b,kvh,j,:]) + bias[b,h,i,j]. */
 static double score(const reference_call *c, size_t b, size_t h, size_t kvh, size_t i, size_t j) {
-    const clattn_attention_desc *d = c->desc;
+    const attn_problem *d = c->pb;
     size_t qi = row_start(&d->q, b, h, i), kj = row_start(&d->k, b, kvh, j);
     double dot = 0.0;
     for (size_t x = 0; x < d->dim_qk; x++)
         dot += load(c->q, d->dtype, qi + x) * load(c->k, d->dtype, kj + x);
     double s = beyond_float32_is_infinite(c->scale * dot);
-    if (c->bias) s = add_saturating(s, c->bias[row_start(&d->bias_strides, b, h, i) + j]);
+    if (c->bias) s = add_saturating(s, c->bias[row_start(&d->bias, b, h, i) + j]);
     return s;
 }
 
@@ -67,7 +65,7 @@ static double score(const reference_call *c, size_t b, size_t h, size_t kvh, siz
  * maximum. A NaN score makes the maximum NaN (a plain `>` would skip it), so that it reaches
  * every output of the row. @return how many keys are allowed. */
 static size_t score_row(const reference_call *c, size_t b, size_t h, size_t i, double *max) {
-    const clattn_attention_desc *d = c->desc;
+    const attn_problem *d = c->pb;
     size_t kvh = h / (d->heads_q / d->heads_kv), n = 0;
     double m = -INFINITY;
     for (size_t j = 0; j < d->len_k; j++) {
@@ -85,7 +83,7 @@ static size_t score_row(const reference_call *c, size_t b, size_t h, size_t i, d
 /* One query row: o_row is [dim_v] doubles; lse may be NULL. */
 static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, double *o_row,
                        double *lse) {
-    const clattn_attention_desc *d = c->desc;
+    const attn_problem *d = c->pb;
     size_t kvh = h / (d->heads_q / d->heads_kv);
     double m;
     size_t n = score_row(c, b, h, i, &m);
@@ -107,38 +105,32 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
     if (lse) *lse = m + log(sum); /* = log(sum of exp(s)), without overflow */
 }
 
-clattn_status reference_attention(const clattn_attention_desc *desc, const void *q, const void *k,
+clattn_status reference_attention(const attn_problem *pb, const void *q, const void *k,
                                   const void *v, const float *bias, double *o, double *lse) {
-    tensor_extents ext;
-    clattn_status status = desc_check(NULL, desc, bias != NULL, &ext);
-    if (status != CLATTN_SUCCESS) return status;
-    if (!q || !k || !v || !o) return CLATTN_ERR_INVALID_ARGUMENT;
-
-    mask_spec mask;
-    status = mask_from_desc(desc, &mask);
-    if (status != CLATTN_SUCCESS) return status;
-    reference_call c = {desc, q, k, v, bias, &mask, (double)desc_scale(desc), NULL, NULL};
-    c.scores = malloc(desc->len_k * sizeof *c.scores);
-    c.keys = malloc(desc->len_k * sizeof *c.keys);
+    if (!q || !k || !v || !o || (pb->has_bias && !bias)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = CLATTN_SUCCESS;
+    reference_call c = {pb,   q,   k, v, pb->has_bias ? bias : NULL, &pb->mask, (double)pb->scale,
+                        NULL, NULL};
+    c.scores = malloc(pb->len_k * sizeof *c.scores);
+    c.keys = malloc(pb->len_k * sizeof *c.keys);
     if (!c.scores || !c.keys) {
         status = CLATTN_ERR_OUT_OF_MEMORY;
         goto done;
     }
     size_t row = 0; /* (b, h, i) in dense [B][Hq][Nq] order */
-    for (size_t b = 0; b < desc->batch; b++)
-        for (size_t h = 0; h < desc->heads_q; h++)
-            for (size_t i = 0; i < desc->len_q; i++, row++)
-                attend_row(&c, b, h, i, o + row * desc->dim_v, lse ? lse + row : NULL);
+    for (size_t b = 0; b < pb->batch; b++)
+        for (size_t h = 0; h < pb->heads_q; h++)
+            for (size_t i = 0; i < pb->len_q; i++, row++)
+                attend_row(&c, b, h, i, o + row * pb->dim_v, lse ? lse + row : NULL);
 done:
     free(c.keys);
     free(c.scores);
-    mask_release(&mask);
     return status;
 }
 
-/* Writes the dense double O [B][Hq][Nq][Dv] into `o` at desc->o in desc->out_dtype (float16
+/* Writes the dense double O [B][Hq][Nq][Dv] into `o` at pb->o in pb->out_dtype (float16
  * rounds to nearest even from the float32 value). */
-static void store_output(const clattn_attention_desc *d, const double *ref, void *o) {
+static void store_output(const attn_problem *d, const double *ref, void *o) {
     size_t row = 0;
     for (size_t b = 0; b < d->batch; b++)
         for (size_t h = 0; h < d->heads_q; h++)
@@ -155,53 +147,27 @@ static void store_output(const clattn_attention_desc *d, const double *ref, void
             }
 }
 
-clattn_status reference_attention_on_host(clattn_context *ctx, const clattn_attention_desc *desc,
-                                          const void *q, const void *k, const void *v, void *o,
-                                          float *lse) {
-    tensor_extents ext;
-    clattn_status status = desc_check(ctx, desc, desc && desc->bias_host != NULL, &ext);
-    if (status != CLATTN_SUCCESS) return status;
+clattn_status reference_attention_store(const attn_problem *pb, const void *q, const void *k,
+                                        const void *v, const float *bias, void *o, float *lse,
+                                        error_record *err) {
     if (!q || !k || !v || !o)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is NULL");
-
-    size_t rows = 0, elements = 0, o_bytes = 0;
-    if (size_mul(desc->batch, desc->heads_q, &rows) || size_mul(rows, desc->len_q, &rows) ||
-        size_mul(rows, desc->dim_v, &elements) || size_mul(elements, sizeof(double), &o_bytes))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "O's size overflows");
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is NULL");
+    size_t rows = pb->batch * pb->heads_q * pb->len_q, o_bytes = 0;
+    if (size_mul(rows * pb->dim_v, sizeof(double), &o_bytes))
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "O's size overflows");
     double *o_ref = malloc(o_bytes);
     double *lse_ref = lse ? malloc(rows * sizeof *lse_ref) : NULL;
-    if (!o_ref || (lse && !lse_ref)) {
-        status = ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+    clattn_status status = CLATTN_SUCCESS;
+    if (!o_ref || (lse && !lse_ref))
+        status = error_set(err, CLATTN_ERR_OUT_OF_MEMORY,
                            "reference: %zu bytes of double-precision outputs", o_bytes);
-        goto done;
+    if (status == CLATTN_SUCCESS) status = reference_attention(pb, q, k, v, bias, o_ref, lse_ref);
+    if (status == CLATTN_SUCCESS) {
+        store_output(pb, o_ref, o);
+        for (size_t r = 0; lse && r < rows; r++) lse[r] = (float)lse_ref[r];
     }
-    status = reference_attention(desc, q, k, v, desc->bias_host, o_ref, lse_ref);
-    if (status != CLATTN_SUCCESS) goto done;
-    store_output(desc, o_ref, o);
-    for (size_t r = 0; lse && r < rows; r++) lse[r] = (float)lse_ref[r];
-done:
     free(lse_ref);
     free(o_ref);
-    return status;
-}
-
-clattn_status clattn_attention_reference(const clattn_attention_desc *desc, const void *q,
-                                         const void *k, const void *v, void *o, float *lse) {
-    return reference_attention_on_host(NULL, desc, q, k, v, o, lse);
-}
-
-clattn_status reference_attention_host(const clattn_attention_desc *desc, const void *q,
-                                       const void *k, const void *v, void *o, float *lse, char *err,
-                                       size_t err_size) {
-    /* A context only to hold desc_check's message: it owns no device and nothing to release. */
-    clattn_context *scratch = err && err_size ? calloc(1, sizeof *scratch) : NULL;
-    clattn_status status = reference_attention_on_host(scratch, desc, q, k, v, o, lse);
-    if (err && err_size)
-        snprintf(err, err_size, "%s",
-                 status == CLATTN_SUCCESS ? ""
-                 : scratch                ? scratch->last_error
-                                          : clattn_status_string(status));
-    free(scratch);
     return status;
 }
 

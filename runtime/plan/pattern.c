@@ -13,7 +13,7 @@
  * still zero (and, with causal, allowed). The random draws come from splitmix64 seeded with
  * `seed` and use only 64-bit integer arithmetic, so a seed gives the same layout everywhere.
  */
-#include "internal.h"
+#include "core/core.h"
 
 #include <string.h>
 
@@ -189,9 +189,25 @@ static void fill_bigbird(layout_grid *g, const clattn_pattern_desc *p) {
 
 /* ---------------------------------------------------------------- entry point */
 
-clattn_status clattn_pattern_layout(const clattn_pattern_desc *pattern, uint8_t *layout) {
-    if (!pattern_valid(pattern, layout)) return CLATTN_ERR_INVALID_ARGUMENT;
-    const clattn_pattern_desc *p = pattern;
+clattn_status clattn_pattern_desc_init_sized(clattn_pattern_desc *pattern, size_t struct_size,
+                                             clattn_pattern_kind kind, size_t blocks_q,
+                                             size_t blocks_k) {
+    clattn_pattern_desc local;
+    memset(&local, 0, sizeof local);
+    local.kind = kind;
+    local.blocks_q = blocks_q;
+    local.blocks_k = blocks_k;
+    return struct_init(pattern, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+clattn_status clattn_pattern_layout(const clattn_pattern_desc *given, uint8_t *layout) {
+    clattn_pattern_desc local;
+    if (!given || struct_read(&local, sizeof local, given, given->struct_size, sizeof local))
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    const clattn_pattern_desc *p = &local;
+    if (!pattern_valid(p, layout)) return CLATTN_ERR_INVALID_ARGUMENT;
     layout_grid g = {layout, (int64_t)p->blocks_q, (int64_t)p->blocks_k,
                      (int64_t)p->blocks_k - (int64_t)p->blocks_q};
     memset(layout, 0, p->blocks_q * p->blocks_k);

@@ -1,6 +1,8 @@
-/* The attention desc: its defaults, and the checks every path runs before touching a buffer. */
-#include "desc.h"
-#include "kernel_params.h"
+/*
+ * The attention desc's defaults, and the one check every entry point runs before anything
+ * else: the desc is validated here and turned into the problem that everything below reads.
+ */
+#include "plan/problem.h"
 
 #include <math.h>
 #include <string.h>
@@ -25,42 +27,29 @@ clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout layout, size_t
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_attention_desc_init(clattn_attention_desc *d, clattn_layout layout,
-                                         size_t batch, size_t heads_q, size_t heads_kv,
-                                         size_t len_q, size_t len_k, size_t dim_qk, size_t dim_v) {
-    if (!d) return CLATTN_ERR_INVALID_ARGUMENT;
-    memset(d, 0, sizeof *d);
-    if (batch == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    d->batch = batch;
-    d->heads_q = heads_q;
-    d->heads_kv = heads_kv;
-    d->len_q = len_q;
-    d->len_k = len_k;
-    d->dim_qk = dim_qk;
-    d->dim_v = dim_v;
-    d->window_left = -1;
-    d->window_right = -1;
-    d->dilation = 1;
-    if (clattn_tensor_dense(&d->q, layout, heads_q, len_q, dim_qk, 0) ||
-        clattn_tensor_dense(&d->k, layout, heads_kv, len_k, dim_qk, 0) ||
-        clattn_tensor_dense(&d->v, layout, heads_kv, len_k, dim_v, 0) ||
-        clattn_tensor_dense(&d->o, layout, heads_q, len_q, dim_v, 0))
+clattn_status clattn_attention_desc_init_sized(clattn_attention_desc *desc, size_t struct_size,
+                                               clattn_layout layout, size_t batch, size_t heads_q,
+                                               size_t heads_kv, size_t len_q, size_t len_k,
+                                               size_t dim_qk, size_t dim_v) {
+    clattn_attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = batch;
+    d.heads_q = heads_q;
+    d.heads_kv = heads_kv;
+    d.len_q = len_q;
+    d.len_k = len_k;
+    d.dim_qk = dim_qk;
+    d.dim_v = dim_v;
+    d.window_left = -1;
+    d.window_right = -1;
+    d.dilation = 1;
+    int bad = batch == 0 || clattn_tensor_dense(&d.q, layout, heads_q, len_q, dim_qk, 0) ||
+              clattn_tensor_dense(&d.k, layout, heads_kv, len_k, dim_qk, 0) ||
+              clattn_tensor_dense(&d.v, layout, heads_kv, len_k, dim_v, 0) ||
+              clattn_tensor_dense(&d.o, layout, heads_q, len_q, dim_v, 0);
+    if (struct_init(desc, struct_size, &d, sizeof d, CLATTN_ATTENTION_DESC_BASE_SIZE))
         return CLATTN_ERR_INVALID_ARGUMENT;
-    return CLATTN_SUCCESS;
-}
-
-int64_t desc_window_side(const clattn_attention_desc *d, int64_t side) {
-    int64_t reach = (int64_t)d->len_q + (int64_t)d->len_k; /* both < 2^31 after desc_check */
-    return side > reach ? reach : side;
-}
-
-int64_t desc_dilation(const clattn_attention_desc *d) {
-    int64_t widest = (int64_t)(d->len_q > d->len_k ? d->len_q : d->len_k);
-    return d->dilation > widest ? widest : d->dilation < 1 ? 1 : d->dilation;
-}
-
-float desc_scale(const clattn_attention_desc *d) {
-    return d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->dim_qk));
+    return bad ? CLATTN_ERR_INVALID_ARGUMENT : CLATTN_SUCCESS;
 }
 
 /* Elements from a tensor's offset to its last element + 1; 1 on overflow. */
@@ -97,60 +86,60 @@ static int output_overlaps(const clattn_tensor *t, size_t batch, size_t heads, s
     return 0;
 }
 
-static clattn_status check_sizes(clattn_context *ctx, const clattn_attention_desc *d) {
+static clattn_status check_sizes(error_record *err, const clattn_attention_desc *d) {
     if (d->batch == 0 || d->heads_q == 0 || d->heads_kv == 0 || d->len_q == 0 || d->len_k == 0 ||
         d->dim_qk == 0 || d->dim_v == 0)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "every size must be >= 1 (B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu "
                          "Dv=%zu)",
                          d->batch, d->heads_q, d->heads_kv, d->len_q, d->len_k, d->dim_qk,
                          d->dim_v);
     if (d->heads_q % d->heads_kv != 0)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "query heads (%zu) must be a multiple of key/value heads (%zu)",
                          d->heads_q, d->heads_kv);
     if (d->len_q > INT32_MAX || d->len_k > INT32_MAX)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "sequence lengths above 2^31-1 are not supported (Nq=%zu Nk=%zu)",
                          d->len_q, d->len_k);
     if ((d->dtype != CLATTN_F32 && d->dtype != CLATTN_F16) ||
         (d->out_dtype != CLATTN_F32 && d->out_dtype != CLATTN_F16))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "dtype must be CLATTN_F32 or "
                          "CLATTN_F16");
     if (!isfinite(d->scale))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "scale must be finite (got %g)",
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "scale must be finite (got %g)",
                          (double)d->scale);
     return CLATTN_SUCCESS;
 }
 
-static clattn_status check_mask(clattn_context *ctx, const clattn_attention_desc *d) {
+static clattn_status check_mask(error_record *err, const clattn_attention_desc *d) {
     if (d->window_left < -1 || d->window_right < -1)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "window (%lld,%lld): each side must be >= 0, or -1 for unbounded",
                          (long long)d->window_left, (long long)d->window_right);
     if (d->dilation < 1)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "dilation must be >= 1 (got %lld)",
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "dilation must be >= 1 (got %lld)",
                          (long long)d->dilation);
     if (d->num_global_tokens > 0 && !d->global_tokens)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "num_global_tokens is %zu but global_tokens is NULL",
                          d->num_global_tokens);
     for (size_t g = 0; g < d->num_global_tokens; g++)
         if (d->global_tokens[g] < 0 || (uint64_t)d->global_tokens[g] >= d->len_k)
-            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+            return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                              "global token %lld is outside the keys [0, %zu)",
                              (long long)d->global_tokens[g], d->len_k);
     if (d->block_layout &&
         (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX || d->block_k > INT32_MAX))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "a block layout needs block sizes from 1 to 2^31-1 (got %zu,%zu)",
                          d->block_q, d->block_k);
     return CLATTN_SUCCESS;
 }
 
-static clattn_status check_extents(clattn_context *ctx, const clattn_attention_desc *d,
-                                   int has_bias, tensor_extents *ext) {
+static clattn_status check_extents(error_record *err, const clattn_attention_desc *d, int has_bias,
+                                   clattn_attention_extents *ext) {
     size_t in = dtype_size(d->dtype), out = dtype_size(d->out_dtype);
     memset(ext, 0, sizeof *ext);
     if (tensor_span(&d->q, d->batch, d->heads_q, d->len_q, d->dim_qk, in, &ext->q) ||
@@ -161,65 +150,73 @@ static clattn_status check_extents(clattn_context *ctx, const clattn_attention_d
         size_mul(ext->lse, sizeof(float), &ext->lse) ||
         (has_bias && tensor_span(&d->bias_strides, d->batch, d->heads_q, d->len_q, d->len_k,
                                  sizeof(float), &ext->bias)))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "tensor sizes overflow (B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu "
                          "Dv=%zu)",
                          d->batch, d->heads_q, d->heads_kv, d->len_q, d->len_k, d->dim_qk,
                          d->dim_v);
     if (output_overlaps(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "O's strides (batch %zu, head %zu, seq %zu) make rows overlap "
                          "(Dv=%zu)",
                          d->o.stride_batch, d->o.stride_head, d->o.stride_seq, d->dim_v);
     return CLATTN_SUCCESS;
 }
 
-clattn_status desc_check(clattn_context *ctx, const clattn_attention_desc *d, int has_bias,
-                         tensor_extents *ext) {
-    if (!d) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "desc is NULL");
-    clattn_status status = check_sizes(ctx, d);
-    if (status == CLATTN_SUCCESS) status = check_mask(ctx, d);
-    if (status == CLATTN_SUCCESS) status = check_extents(ctx, d, has_bias, ext);
-    return status;
+/* The caller's desc in our layout: fields its struct_size lacks take their defaults. */
+static clattn_status read_desc(error_record *err, const clattn_attention_desc *given,
+                               clattn_attention_desc *d) {
+    if (!given) return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "desc is NULL");
+    if (struct_read(d, sizeof *d, given, given->struct_size, CLATTN_ATTENTION_DESC_BASE_SIZE))
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "desc->struct_size is %zu: start from clattn_attention_desc_init (this "
+                         "library reads %zu to %zu bytes; a larger desc must have zeros past "
+                         "those)",
+                         given->struct_size, (size_t)CLATTN_ATTENTION_DESC_BASE_SIZE, sizeof *d);
+    return CLATTN_SUCCESS;
 }
 
-static void put_tensor(const clattn_tensor *t, cl_long *offset, cl_long *stride_b,
-                       cl_long *stride_h, cl_long *stride_s) {
-    *offset = (cl_long)t->offset;
-    *stride_b = (cl_long)t->stride_batch;
-    *stride_h = (cl_long)t->stride_head;
-    *stride_s = (cl_long)t->stride_seq;
-}
-
-void params_from_desc(const clattn_attention_desc *d, int write_lse, attn_params *p) {
-    memset(p, 0, sizeof *p);
-    p->batch = (cl_long)d->batch;
-    p->heads_q = (cl_long)d->heads_q;
-    p->heads_kv = (cl_long)d->heads_kv;
-    p->len_q = (cl_long)d->len_q;
-    p->len_k = (cl_long)d->len_k;
-    p->dim_qk = (cl_long)d->dim_qk;
-    p->dim_v = (cl_long)d->dim_v;
-    p->offset = p->len_k - p->len_q;
-    put_tensor(&d->q, &p->q_offset, &p->q_stride_b, &p->q_stride_h, &p->q_stride_s);
-    put_tensor(&d->k, &p->k_offset, &p->k_stride_b, &p->k_stride_h, &p->k_stride_s);
-    put_tensor(&d->v, &p->v_offset, &p->v_stride_b, &p->v_stride_h, &p->v_stride_s);
-    put_tensor(&d->o, &p->o_offset, &p->o_stride_b, &p->o_stride_h, &p->o_stride_s);
-    put_tensor(&d->bias_strides, &p->bias_offset, &p->bias_stride_b, &p->bias_stride_h,
-               &p->bias_stride_s);
-    p->has_bias = d->bias != NULL || d->bias_host != NULL;
-    p->causal = d->causal != 0;
-    p->left = desc_window_side(d, d->window_left);
-    p->right = desc_window_side(d, d->window_right);
-    p->dilation = desc_dilation(d);
-    p->classes = p->dilation; /* the fused planner may group by fewer */
-    p->has_layout = d->block_layout != NULL;
-    if (p->has_layout) {
-        p->layout_per_head = d->block_layout_per_head != 0;
-        p->block_q = (cl_long)d->block_q;
-        p->block_k = (cl_long)d->block_k;
-        p->blocks_q = (p->len_q + p->block_q - 1) / p->block_q;
-        p->blocks_k = (p->len_k + p->block_k - 1) / p->block_k;
+static int has_bias_from(const clattn_attention_desc *d, bias_source source) {
+    switch (source) {
+    case BIAS_FROM_BUFFER:
+        return d->bias != NULL;
+    case BIAS_FROM_HOST:
+        return d->bias_host != NULL;
+    case BIAS_FROM_EITHER:
+        break;
     }
-    p->write_lse = write_lse != 0;
+    return d->bias != NULL || d->bias_host != NULL;
+}
+
+clattn_status problem_build(const clattn_attention_desc *given, bias_source bias, error_record *err,
+                            attn_problem *pb) {
+    clattn_attention_desc d;
+    memset(pb, 0, sizeof *pb);
+    clattn_status status = read_desc(err, given, &d);
+    int has_bias = status == CLATTN_SUCCESS && has_bias_from(&d, bias);
+    if (status == CLATTN_SUCCESS) status = check_sizes(err, &d);
+    if (status == CLATTN_SUCCESS) status = check_mask(err, &d);
+    if (status == CLATTN_SUCCESS) status = check_extents(err, &d, has_bias, &pb->extents);
+    if (status != CLATTN_SUCCESS) return status;
+    pb->batch = d.batch, pb->heads_q = d.heads_q, pb->heads_kv = d.heads_kv;
+    pb->len_q = d.len_q, pb->len_k = d.len_k, pb->dim_qk = d.dim_qk, pb->dim_v = d.dim_v;
+    pb->group = d.heads_q / d.heads_kv;
+    pb->dtype = d.dtype, pb->out_dtype = d.out_dtype;
+    pb->q = d.q, pb->k = d.k, pb->v = d.v, pb->o = d.o;
+    pb->scale = d.scale != 0.0f ? d.scale : (float)(1.0 / sqrt((double)d.dim_qk));
+    pb->has_bias = has_bias;
+    pb->bias = has_bias ? d.bias_strides : (clattn_tensor){0, 0, 0, 0};
+    pb->bias_host = has_bias ? d.bias_host : NULL;
+    pb->path = d.path, pb->variant = d.variant;
+    pb->gemm_budget_bytes = d.gemm_budget_bytes;
+    pb->count_tiles = d.count_tiles != 0;
+    status = mask_from_desc(&d, &pb->mask);
+    if (status != CLATTN_SUCCESS)
+        return error_set(err, status, "the mask's global token list (%zu tokens)",
+                         d.num_global_tokens);
+    return CLATTN_SUCCESS;
+}
+
+void problem_release(attn_problem *pb) {
+    mask_release(&pb->mask);
 }

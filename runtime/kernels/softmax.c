@@ -1,14 +1,21 @@
 /* clattn_softmax: the public row softmax, the first kernel through the build and the cache. */
-#include "desc.h"
+#include "plan/problem.h"
+#include "plan/tuning.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* The largest power of two <= limit, capped at 256. */
-static size_t pow2_group_size(size_t limit) {
-    size_t wg = 1;
-    while (wg * 2 <= limit && wg * 2 <= 256) wg *= 2;
-    return wg;
+clattn_status clattn_softmax_desc_init_sized(clattn_softmax_desc *desc, size_t struct_size,
+                                             size_t rows, size_t cols) {
+    clattn_softmax_desc d;
+    memset(&d, 0, sizeof d);
+    d.rows = rows;
+    d.cols = cols;
+    d.dtype = CLATTN_F32;
+    d.scale = 1.0f;
+    d.in_row_stride = d.out_row_stride = cols;
+    if (struct_init(desc, struct_size, &d, sizeof d, sizeof d)) return CLATTN_ERR_INVALID_ARGUMENT;
+    return rows && cols ? CLATTN_SUCCESS : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* Bytes from the matrix's offset to its last element + 1, or 0 on overflow. */
@@ -54,19 +61,28 @@ static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_des
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *d, cl_mem in,
+clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *given, cl_mem in,
                              cl_mem out, cl_mem lse, cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (event) *event = NULL;
+    clattn_softmax_desc local, *d = &local;
+    if (!given || struct_read(d, sizeof *d, given, given->struct_size, sizeof *d))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: desc is NULL or its struct_size (%zu) is not sizeof "
+                         "(clattn_softmax_desc): start from clattn_softmax_desc_init",
+                         given ? given->struct_size : 0);
     clattn_status status = softmax_check(ctx, d, in, out, lse);
     if (status != CLATTN_SUCCESS) return status;
 
-    size_t wg = pow2_group_size(ctx->device.max_work_group_size);
+    tuning_params tuning; /* the gemm path's softmax is the same kernel: one work-group rule */
+    tuning_lookup(&ctx->device, "gemm", &tuning);
+    size_t wg = device_pow2_group_size(&ctx->device, tuning.wg_size);
     char defines[128];
     snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=%d -DOUT_F16=%d", wg,
              d->dtype == CLATTN_F16, d->dtype == CLATTN_F16);
-    static const char *const files[] = {"common.cl", "softmax.cl"};
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                        "softmax.cl"};
     cl_kernel kernel = NULL;
     status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "softmax_rows", &kernel);
     if (status != CLATTN_SUCCESS) return status;

@@ -3,7 +3,7 @@
 
 #include "npy.h"
 
-#include "internal.h"
+#include "common.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -453,7 +453,7 @@ static int write_parts(const char *path, const write_part *parts, size_t num_par
     return e;
 }
 
-/* write_file_atomic for data in several parts (npy_write's header and array, not copied):
+/* write_output_atomic for data in several parts (npy_write's header and array, not copied):
  * write `path.tmp.<pid>.<n>`, n counting this process's writes so that threads writing the same
  * path never share a temporary file, then rename it over `path`. @return 0 or errno. */
 static int write_parts_atomic(const char *path, const write_part *parts, size_t num_parts) {
@@ -475,7 +475,7 @@ static int write_parts_atomic(const char *path, const write_part *parts, size_t 
     return e;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t size) {
+int write_output_atomic(const char *path, const void *data, size_t size) {
     write_part part = {data, size};
     return write_parts_atomic(path, &part, 1);
 }

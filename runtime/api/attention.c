@@ -1,0 +1,279 @@
+/*
+ * The attention entry points. A call is checked once, here: the desc becomes the problem and
+ * the buffers are checked against its extents. Then the dispatcher picks a row of the variant
+ * table (kernels/variants.c): the one the caller named (desc->variant, else $CLATTN_KERNEL), or,
+ * for `auto`, the first that serves the call on this device. It plans, runs and fills the
+ * statistics; it never names a variant itself.
+ */
+#include "kernels/variant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- buffers */
+
+/* Every buffer present and large enough for the extent its tensor spans; O and LSE not
+ * sharing a buffer with another tensor. */
+static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
+                                   const attn_buffers *b) {
+    const clattn_attention_extents *ext = &pb->extents;
+    const struct {
+        const char *name;
+        cl_mem buffer;
+        size_t need;
+    } list[] = {{"Q", b->q, ext->q}, {"K", b->k, ext->k},       {"V", b->v, ext->v},
+                {"O", b->o, ext->o}, {"LSE", b->lse, ext->lse}, {"bias", b->bias, ext->bias}};
+    for (size_t i = 0; i < ARRAY_LEN(list); i++) {
+        int optional = i >= 4;
+        if (!list[i].buffer) {
+            if (optional) continue;
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s buffer is NULL", list[i].name);
+        }
+        size_t have = buffer_size(list[i].buffer);
+        if (have == 0)
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s is not a valid buffer",
+                             list[i].name);
+        if (have < list[i].need)
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "%s needs %zu bytes for B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu "
+                             "Dv=%zu with its offset and strides; the buffer holds %zu",
+                             list[i].name, list[i].need, pb->batch, pb->heads_q, pb->heads_kv,
+                             pb->len_q, pb->len_k, pb->dim_qk, pb->dim_v, have);
+    }
+    /* The outputs (O at 3, LSE at 4) must not share a buffer with anything else. */
+    for (size_t out = 3; out <= 4; out++)
+        for (size_t i = 0; list[out].buffer && i < ARRAY_LEN(list); i++)
+            if (i != out && list[i].buffer == list[out].buffer)
+                return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                                 "%s must not share a buffer with %s", list[out].name,
+                                 list[i].name);
+    return CLATTN_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- choosing a row */
+
+/* The row the caller names: desc->variant, else $CLATTN_KERNEL when it names a row on a path
+ * the desc allows. *row stays NULL for `auto`. */
+static clattn_status named_row(clattn_context *ctx, const attn_problem *pb,
+                               const attn_variant **row) {
+    *row = NULL;
+    if (pb->variant != CLATTN_VARIANT_AUTO) {
+        if (!(*row = variant_find(pb->variant)))
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "unknown variant %d",
+                             (int)pb->variant);
+        if (pb->path != CLATTN_PATH_AUTO && pb->path != (*row)->path)
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "variant %s is not on the path the desc asks for (%d)", (*row)->name,
+                             (int)pb->path);
+        return CLATTN_SUCCESS;
+    }
+    const char *env = getenv("CLATTN_KERNEL");
+    clattn_variant named = CLATTN_VARIANT_AUTO;
+    if (!env || !*env) return CLATTN_SUCCESS;
+    if (clattn_variant_from_name(env, &named) != CLATTN_SUCCESS)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "CLATTN_KERNEL=%s: expected auto or a variant (see clattn devices "
+                         "--variants)",
+                         env);
+    const attn_variant *found = variant_find(named);
+    if (found && (pb->path == CLATTN_PATH_AUTO || pb->path == found->path)) *row = found;
+    return CLATTN_SUCCESS;
+}
+
+/* The common part of the statistics: what ran, and the pattern's allowed pairs. */
+static void stats_begin(const attn_problem *pb, const attn_variant *row, clattn_stats *s) {
+    clattn_stats_init(s);
+    s->path = row->path;
+    s->variant = row->id;
+    s->pairs = mask_count_pairs(&pb->mask, (int64_t)pb->batch, (int64_t)pb->heads_q);
+    s->density = (double)s->pairs / ((double)pb->batch * pb->heads_q * pb->len_q * pb->len_k);
+}
+
+/* Plans and runs one row. */
+static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const attn_problem *pb,
+                             const attn_buffers *b, cl_event *event) {
+    char why[256] = "";
+    if (!row->supports(ctx, pb, why, sizeof why))
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "%s: %s", row->name, why);
+    variant_plan plan;
+    clattn_status status = variant_plan_make(ctx, row, pb, b->lse != NULL, &plan);
+    if (status != CLATTN_SUCCESS) return status;
+    clattn_stats stats;
+    stats_begin(pb, row, &stats);
+    status = row->run(ctx, &plan, b, event, &stats);
+    variant_plan_release(&plan);
+    if (status == CLATTN_SUCCESS) {
+        ctx->stats = stats;
+        ctx->has_stats = 1;
+    }
+    return status;
+}
+
+/* AUTO: the rows of the table in order, those on the desc's path that support the call and suit
+ * the device; when the desc names a path, then also its rows that do not suit the device (the
+ * reference, the gpu variant on a CPU). A row that cannot plan the call, or whose kernel fails
+ * to build, hands it on. Other failures are the caller's to see. */
+static clattn_status run_auto(clattn_context *ctx, const attn_problem *pb, const attn_buffers *b,
+                              cl_event *event) {
+    size_t count;
+    const attn_variant *const *table = variant_table(&count);
+    clattn_status status = CLATTN_ERR_UNSUPPORTED;
+    char tried[512] = "";
+    int rounds = pb->path == CLATTN_PATH_AUTO ? 1 : 2;
+    for (size_t n = 0; n < rounds * count; n++) {
+        const attn_variant *row = table[n % count];
+        char why[256] = "";
+        if (pb->path != CLATTN_PATH_AUTO && pb->path != row->path) continue;
+        if (row->suits(&ctx->device, why, sizeof why) != (n < count)) continue;
+        status = run_row(ctx, row, pb, b, event);
+        if (status != CLATTN_ERR_UNSUPPORTED && status != CLATTN_ERR_BUILD) return status;
+        log_msg("auto: %s cannot serve the call (%s); trying the next variant", row->name,
+                ctx->error.text);
+        snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s", *tried ? "; " : "",
+                 ctx->error.text);
+        ctx_clear_error(ctx);
+    }
+    return ctx_error(ctx, status, "no variant serves the call%s%s", *tried ? ": " : "", tried);
+}
+
+static clattn_status dispatch(clattn_context *ctx, const attn_problem *pb, const attn_buffers *b,
+                              cl_event *event) {
+    const attn_variant *row = NULL;
+    clattn_status status = named_row(ctx, pb, &row);
+    if (status != CLATTN_SUCCESS) return status;
+    return row ? run_row(ctx, row, pb, b, event) : run_auto(ctx, pb, b, event);
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
+                                          const attn_buffers *b, cl_event *event) {
+    clattn_status status = check_buffers(ctx, pb, b);
+    if (status != CLATTN_SUCCESS) return status;
+    ctx->in_attention = 1; /* timing keeps this call's events only */
+    status = dispatch(ctx, pb, b, event);
+    double kernel_ms = timing_finish(ctx); /* releases the kept events on failure too */
+    ctx->in_attention = 0;
+    if (status == CLATTN_SUCCESS) ctx->stats.kernel_ms = kernel_ms;
+    return status;
+}
+
+clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
+                               cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (event) *event = NULL;
+    attn_problem pb;
+    clattn_status status = problem_build(d, BIAS_FROM_BUFFER, &ctx->error, &pb);
+    if (status == CLATTN_SUCCESS) {
+        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL};
+        status = attention_on_buffers(ctx, &pb, &b, event);
+    }
+    problem_release(&pb);
+    return status;
+}
+
+static void release_buffers(attn_buffers *b) {
+    cl_mem all[6] = {b->q, b->k, b->v, b->o, b->lse, b->bias};
+    for (int i = 0; i < 6; i++)
+        if (all[i]) clReleaseMemObject(all[i]);
+}
+
+/* Device copies of the host arrays; O starts as the caller's O so gaps between strided rows
+ * come back unchanged. */
+static clattn_status upload(clattn_context *ctx, const attn_problem *pb, const void *q,
+                            const void *k, const void *v, void *o, int with_lse, attn_buffers *b) {
+    const clattn_attention_extents *ext = &pb->extents;
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    clattn_status status = buffer_create(ctx, in, ext->q, (void *)q, &b->q, "Q");
+    if (!status) status = buffer_create(ctx, in, ext->k, (void *)k, &b->k, "K");
+    if (!status) status = buffer_create(ctx, in, ext->v, (void *)v, &b->v, "V");
+    if (!status)
+        status =
+            buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &b->o, "O");
+    if (!status && pb->has_bias)
+        status = buffer_create(ctx, in, ext->bias, (void *)pb->bias_host, &b->bias, "bias");
+    if (!status && with_lse)
+        status = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &b->lse, "LSE");
+    return status;
+}
+
+clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_desc *d,
+                                    const void *q, const void *k, const void *v, void *o,
+                                    float *lse) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    attn_problem pb;
+    attn_buffers b = {0};
+    clattn_status status = problem_build(d, BIAS_FROM_HOST, &ctx->error, &pb);
+    if (status == CLATTN_SUCCESS && (!q || !k || !v || !o))
+        status =
+            ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is NULL");
+    if (status == CLATTN_SUCCESS) status = upload(ctx, &pb, q, k, v, o, lse != NULL, &b);
+    if (status == CLATTN_SUCCESS) status = attention_on_buffers(ctx, &pb, &b, NULL);
+    cl_int err = CL_SUCCESS;
+    const clattn_attention_extents *ext = &pb.extents;
+    if (!status) err = clEnqueueReadBuffer(ctx->queue, b.o, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
+    if (!status && !err && lse)
+        err = clEnqueueReadBuffer(ctx->queue, b.lse, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
+    if (!status && err) status = ctx_cl_error(ctx, err, "reading results");
+    release_buffers(&b);
+    problem_release(&pb);
+    return status;
+}
+
+/* ---------------------------------------------------------------- what a variant serves */
+
+clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
+                                       const clattn_attention_desc *desc, char *reason,
+                                       size_t reason_size) {
+    char why[512] = "";
+    const attn_variant *row = variant_find(variant);
+    if (!ctx || !row) return CLATTN_ERR_INVALID_ARGUMENT;
+    attn_problem pb;
+    memset(&pb, 0, sizeof pb);
+    clattn_status status =
+        desc ? problem_build(desc, BIAS_FROM_EITHER, &ctx->error, &pb) : CLATTN_SUCCESS;
+    if (status == CLATTN_SUCCESS && !row->supports(ctx, desc ? &pb : NULL, why, sizeof why))
+        status = CLATTN_ERR_UNSUPPORTED;
+    if (status == CLATTN_SUCCESS && desc) { /* planning may still find it cannot */
+        variant_plan plan;
+        status = variant_plan_make(ctx, row, &pb, 1, &plan);
+        if (status == CLATTN_SUCCESS) variant_plan_release(&plan);
+        snprintf(why, sizeof why, "%s", ctx->error.text);
+    }
+    if (status != CLATTN_SUCCESS && reason && reason_size)
+        snprintf(reason, reason_size, "%s", *why ? why : ctx->error.text);
+    problem_release(&pb);
+    return status;
+}
+
+clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
+    clattn_variant_info local;
+    memset(&local, 0, sizeof local);
+    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
+                                      clattn_variant_info *info) {
+    const attn_variant *row = variant_find(variant);
+    if (!ctx || !row || !info || info->struct_size < sizeof *info)
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_variant_info d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.variant = row->id;
+    d.path = row->path;
+    d.name = row->name;
+    d.summary = row->summary;
+    d.supported = row->supports(ctx, NULL, d.reason, sizeof d.reason);
+    d.used_by_auto = d.supported && row->suits(&ctx->device, d.reason, sizeof d.reason);
+    tuning_params unused;
+    snprintf(d.tuning, sizeof d.tuning, "%s",
+             tuning_source_name(tuning_lookup(&ctx->device, row->name, &unused)));
+    struct_write(info, &d, sizeof d, sizeof d);
+    return CLATTN_SUCCESS;
+}

@@ -1,0 +1,56 @@
+/*
+ * The entry points that need no device: checking a desc, counting and drawing its mask, and the
+ * CPU reference on host arrays. Each builds the problem the way clattn_attention does, so a desc
+ * is judged the same everywhere.
+ */
+#include "reference/reference.h"
+
+#include <stdio.h>
+#include <string.h>
+
+clattn_status clattn_attention_desc_check(const clattn_attention_desc *desc,
+                                          clattn_attention_extents *extents, char *message,
+                                          size_t message_size) {
+    error_record err = {""};
+    attn_problem pb;
+    clattn_status status = problem_build(desc, BIAS_FROM_EITHER, &err, &pb);
+    if (status == CLATTN_SUCCESS && extents) *extents = pb.extents;
+    if (message && message_size) snprintf(message, message_size, "%s", err.text);
+    problem_release(&pb);
+    return status;
+}
+
+clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t *pairs) {
+    attn_problem pb;
+    if (!pairs) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = problem_build(desc, BIAS_FROM_EITHER, NULL, &pb);
+    if (status == CLATTN_SUCCESS)
+        *pairs = mask_count_pairs(&pb.mask, (int64_t)pb.batch, (int64_t)pb.heads_q);
+    problem_release(&pb);
+    return status;
+}
+
+clattn_status clattn_attention_mask(const clattn_attention_desc *desc, size_t head, size_t row0,
+                                    size_t rows, uint8_t *allowed) {
+    attn_problem pb;
+    clattn_status status = problem_build(desc, BIAS_FROM_EITHER, NULL, &pb);
+    if (status == CLATTN_SUCCESS &&
+        (!allowed || head >= pb.heads_q || row0 > pb.len_q || rows > pb.len_q - row0))
+        status = CLATTN_ERR_INVALID_ARGUMENT;
+    for (size_t r = 0; status == CLATTN_SUCCESS && r < rows; r++)
+        for (size_t j = 0; j < pb.len_k; j++)
+            allowed[r * pb.len_k + j] =
+                (uint8_t)mask_allowed(&pb.mask, (int64_t)head, (int64_t)(row0 + r), (int64_t)j);
+    problem_release(&pb);
+    return status;
+}
+
+clattn_status clattn_attention_reference(const clattn_attention_desc *desc, const void *q,
+                                         const void *k, const void *v, void *o, float *lse) {
+    attn_problem pb;
+    clattn_status status = problem_build(desc, BIAS_FROM_HOST, NULL, &pb);
+    if (status == CLATTN_SUCCESS)
+        status = reference_attention_store(&pb, q, k, v, pb.bias_host, o, lse, NULL);
+    problem_release(&pb);
+    return status;
+}

@@ -1,0 +1,203 @@
+/*
+ * The core layer: what every other layer of the runtime builds on and the public header does
+ * not show. The context's insides, error records, logging, checked size arithmetic, buffers,
+ * kernel launches and timing, the program cache, and the reading and writing of public structs
+ * that carry a struct_size. Nothing here knows about attention; layers above include this file,
+ * never the other way round.
+ */
+#ifndef CLATTN_CORE_H
+#define CLATTN_CORE_H
+
+#include "clattn.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#if defined(__GNUC__)
+#define PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define PRINTF_LIKE(fmt, args)
+#endif
+
+/* ---- error records (error.c) */
+
+/* One line naming what went wrong. Checks below the API write into a record, not a context, so
+ * that a call without a context (clattn_attention_desc_check) gets the same message. */
+typedef struct error_record {
+    char text[1024];
+} error_record;
+
+/* Writes the message into `record` (which may be NULL) and returns `status`, so that error
+ * paths read `return error_set(err, CLATTN_ERR_..., "Q has %zu heads", n);`. */
+clattn_status error_set(error_record *record, clattn_status status, const char *fmt, ...)
+    PRINTF_LIKE(3, 4);
+
+/* CLATTN_VERBOSE=1 turns logging on; messages go to stderr prefixed "clattn: ". */
+int log_enabled(void);
+void log_msg(const char *fmt, ...) PRINTF_LIKE(1, 2);
+
+/* Seconds on a monotonic clock. */
+double seconds_now(void);
+
+/* ---- public structs with a struct_size (struct.c) */
+
+/* Copies a caller's struct of `given_size` bytes (its struct_size) into `local` of
+ * `local_size` bytes: bytes the caller's struct lacks stay zero, the defaults of fields added
+ * after its header. @return 0, or 1 when given_size is below `base_size` (the first layout) or
+ * a larger struct than ours has nonzero bytes we do not know. */
+int struct_read(void *local, size_t local_size, const void *given, size_t given_size,
+                size_t base_size);
+/* Copies `local` into a caller's output struct, no further than its struct_size (its first
+ * member), which stays as the caller set it. @return 0, or 1 when that is below base_size. */
+int struct_write(void *caller, const void *local, size_t local_size, size_t base_size);
+/* The *_init_sized functions: writes `local` (a struct with its defaults) into a caller's struct
+ * of given_size bytes, zeroes what a newer header has beyond ours, and sets struct_size.
+ * @return 0, or 1 for NULL or a size below base_size. */
+int struct_init(void *caller, size_t given_size, const void *local, size_t local_size,
+                size_t base_size);
+
+/* ---- checked size arithmetic: return 1 on overflow */
+
+static inline int size_mul(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline int size_add(size_t a, size_t b, size_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+
+/* ---- the context (context.c) */
+
+struct program_entry; /* program.c: one built program and its kernels */
+
+/* Buffers a context keeps from call to call (workspace_get), by purpose. */
+enum { WORKSPACE_PACKED_K, WORKSPACE_PACKED_V, WORKSPACE_V_FLAGS, WORKSPACE_SLOTS };
+
+/* Something a layer above keeps per context and releases when the context goes: the layer
+ * registers it once (context_on_destroy), so the core needs to know nothing of it. */
+typedef void (*context_cleanup)(clattn_context *ctx);
+#define MAX_CONTEXT_CLEANUPS 4
+
+struct clattn_context {
+    clattn_device_info device;
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    int wrapped;   /* cl_ctx and queue belong to the caller; we hold one reference each */
+    int profiling; /* the queue records event timestamps */
+    struct program_entry *programs; /* in-memory program cache, newest first */
+    unsigned programs_built;        /* from source, in this context */
+    unsigned programs_loaded;       /* from the disk cache, in this context */
+    char *build_log;                /* of the last failed build, or NULL */
+    error_record error;             /* the last failing call's message */
+    clattn_stats stats;
+    int has_stats;
+    int timing;         /* sum kernel times into stats.kernel_ms (waits for each call) */
+    int in_attention;   /* inside clattn_attention: the events timing keeps */
+    cl_event timed[32]; /* the current call's kernels while timing */
+    unsigned num_timed;
+    double timed_ms;       /* kernel time of events already summed (the list was full) */
+    unsigned timed_events; /* events timing_finish summed for the last call (tests read it) */
+    unsigned summed;       /* events summed so far in the current call */
+    cl_mem workspace[WORKSPACE_SLOTS]; /* buffers kept between calls (workspace_get) */
+    size_t workspace_bytes[WORKSPACE_SLOTS];
+    context_cleanup cleanups[MAX_CONTEXT_CLEANUPS];
+    unsigned num_cleanups;
+};
+
+/* Records the message on ctx (ctx may be NULL) and returns `status`. */
+clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *fmt, ...)
+    PRINTF_LIKE(3, 4);
+/* For OpenCL failures: "<what>: CL_<NAME> (<code>)". Returns the OpenCL code as status. */
+clattn_status ctx_cl_error(clattn_context *ctx, cl_int err, const char *what);
+void ctx_clear_error(clattn_context *ctx);
+
+/* Registers `cleanup` to run when ctx is destroyed, once per function. @return 1 when it is
+ * registered now, 0 when it already was, -1 when the list is full (a bug: raise the limit). */
+int context_on_destroy(clattn_context *ctx, context_cleanup cleanup);
+
+/* ---- devices (device.c) */
+
+clattn_status device_describe(cl_platform_id platform, cl_device_id device,
+                              clattn_device_info *info);
+
+/* The largest power of two work-group size the device allows, at most `cap`. */
+size_t device_pow2_group_size(const clattn_device_info *device, size_t cap);
+
+/* ---- programs and kernels (program.c) */
+
+/* A program is built from the concatenation of `files` (names of embedded sources: the files
+ * of cl/ and the generated ones, e.g. "common.cl") with `defines` ("-DHEAD_DIM=64 ...").
+ * -cl-std follows the device. Programs live in the context's memory cache and in the disk
+ * cache; kernels are created once per program and name. */
+clattn_status kernel_get(clattn_context *ctx, const char *const *files, size_t num_files,
+                         const char *defines, const char *kernel_name, cl_kernel *kernel);
+void program_cache_release(clattn_context *ctx);
+/* The cache folder in use, or NULL when disabled ($CLATTN_CACHE_DIR=off). Writes into buf. */
+const char *program_cache_dir(char *buf, size_t size);
+
+/* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
+ * that a reader never sees half a file (file.c). @return 0, or errno. */
+int write_file_atomic(const char *path, const void *data, size_t size);
+
+/* Sets kernel arguments in order and keeps the first error. */
+typedef struct kernel_args {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+} kernel_args;
+void kernel_arg(kernel_args *args, size_t size, const void *value);
+#define KARG(args, value) kernel_arg(&(args), sizeof(value), &(value))
+
+/* Enqueues a kernel; records the failure on ctx. While timing, the kernel's event is kept for
+ * timing_finish. */
+clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
+                            const size_t *global, const size_t *local, cl_event *event,
+                            const char *what);
+
+/* Keeps an event of the current attention call for timing_finish (no-op unless timing, and
+ * outside clattn_attention: clattn_softmax's kernels are not an attention call's); a full list is
+ * waited for and summed first, so a call may launch any number of kernels. */
+void timing_track(clattn_context *ctx, cl_event event);
+/* Waits for the call's kernels and returns their summed execution time in ms (0 when not
+ * timing); releases the kept events. */
+double timing_finish(clattn_context *ctx);
+
+/* ---- buffers (buffers.c) */
+
+/* A buffer of at least `bytes` that the context keeps between calls (allocated, or grown, on
+ * demand), so that repeated calls do not allocate and first-touch their scratch memory each
+ * time. *out is a new reference the caller releases; the queue is in-order, so the next call's
+ * writes wait for this call's kernels. */
+clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,
+                            const char *what);
+
+/* Size of a buffer in bytes, or 0 for an invalid one. */
+size_t buffer_size(cl_mem buffer);
+/* Creates a buffer and records failures as "allocating <what> (<bytes> bytes)". */
+clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t bytes, void *host,
+                            cl_mem *out, const char *what);
+
+/* The buffers one call allocates, released together; `bytes` sums what they took. A one-word
+ * placeholder stands in for absent optional arguments (OpenCL wants a buffer there). */
+#define BUFFER_SET_MAX 24
+typedef struct buffer_set {
+    cl_mem held[BUFFER_SET_MAX];
+    unsigned count;
+    cl_mem placeholder;
+    uint64_t bytes;
+} buffer_set;
+
+/* A buffer of count * elem bytes (copied from `host` when given, else read-write), held by the
+ * set; count 0 gives the placeholder. Size overflow is CLATTN_ERR_OUT_OF_MEMORY. */
+clattn_status buffer_set_add(clattn_context *ctx, buffer_set *set, size_t count, size_t elem,
+                             const void *host, cl_mem *out, const char *what);
+/* The context's workspace buffer of `slot`, held by the set and counted in its bytes. */
+clattn_status buffer_set_workspace(clattn_context *ctx, buffer_set *set, int slot, size_t bytes,
+                                   cl_mem *out, const char *what);
+/* The placeholder itself (created on first use). */
+clattn_status buffer_set_placeholder(clattn_context *ctx, buffer_set *set, cl_mem *out);
+void buffer_set_release(buffer_set *set);
+
+#endif /* CLATTN_CORE_H */

@@ -1,0 +1,70 @@
+/*
+ * The kernels layer: every way to compute attention is a row of one table (variants.c),
+ *
+ *     {name, supports(problem, device) -> yes | reason, plan(problem, tuning) -> plan, run(plan)}
+ *
+ * in the order `auto` prefers them. The dispatcher (api/attention.c) walks the table and never
+ * names a variant; a new kernel is one new file with its row, plus the row in the table.
+ */
+#ifndef CLATTN_VARIANT_H
+#define CLATTN_VARIANT_H
+
+#include "plan/problem.h"
+#include "plan/tuning.h"
+
+/* The buffers of a call; lse and bias may be NULL. */
+typedef struct attn_buffers {
+    cl_mem q, k, v, o, lse, bias;
+} attn_buffers;
+
+struct attn_variant;
+
+/* A variant's plan of one call: the problem, its tuning entry, and the variant's own state. */
+typedef struct variant_plan {
+    const struct attn_variant *variant;
+    const attn_problem *problem;
+    tuning_params tuning;
+    tuning_source tuning_from;
+    int write_lse;
+    void *state; /* the variant's, released by its release() */
+} variant_plan;
+
+typedef struct attn_variant {
+    clattn_variant id;
+    const char *name; /* "cpu", "gemm", ...: clattn_variant_name, --variant, $CLATTN_KERNEL */
+    clattn_path path;
+    const char *summary; /* one line for listings */
+
+    /* Whether the variant can serve the problem (NULL: any call) on ctx's device. When it
+     * cannot, writes why into `why` and returns 0. Cheap and host-only. */
+    int (*supports)(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size);
+    /* Whether `auto` should pick it on this device when it supports the call (a variant may
+     * run everywhere but suit only some devices). When not, writes why. */
+    int (*suits)(const clattn_device_info *device, char *why, size_t size);
+    /* Plans the call into plan->state. May still find it cannot serve the call
+     * (CLATTN_ERR_UNSUPPORTED, with the reason on ctx). */
+    clattn_status (*plan)(clattn_context *ctx, variant_plan *plan);
+    /* Enqueues the call; fills the variant's part of *stats (tiles, block sizes, kernel). */
+    clattn_status (*run)(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats);
+    void (*release)(variant_plan *plan);
+} attn_variant;
+
+/* The table, in the order `auto` prefers; *count rows. */
+const attn_variant *const *variant_table(size_t *count);
+/* The row of a variant, or NULL. */
+const attn_variant *variant_find(clattn_variant id);
+
+/* Looks up the tuning of `variant` on ctx's device into the plan, plans, and on failure
+ * releases what planning made. */
+clattn_status variant_plan_make(clattn_context *ctx, const attn_variant *variant,
+                                const attn_problem *pb, int write_lse, variant_plan *plan);
+void variant_plan_release(variant_plan *plan);
+
+/* The rows (each in its own file). */
+extern const attn_variant variant_fused_cpu;
+extern const attn_variant variant_fused_gpu;
+extern const attn_variant variant_gemm;
+extern const attn_variant variant_reference;
+
+#endif

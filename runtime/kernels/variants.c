@@ -1,0 +1,63 @@
+/*
+ * The variant table. Its order is `auto`'s preference: the first row that supports the call
+ * and suits the device runs; a row whose kernel fails to build hands the call to the next.
+ * Adding a kernel variant adds a row here and nothing in the dispatcher.
+ */
+#include "kernels/variant.h"
+
+#include <string.h>
+
+static const attn_variant *const table[] = {
+    &variant_fused_cpu,
+    &variant_fused_gpu,
+    &variant_gemm,
+    &variant_reference,
+};
+
+const attn_variant *const *variant_table(size_t *count) {
+    *count = ARRAY_LEN(table);
+    return table;
+}
+
+const attn_variant *variant_find(clattn_variant id) {
+    for (size_t i = 0; i < ARRAY_LEN(table); i++)
+        if (table[i]->id == id) return table[i];
+    return NULL;
+}
+
+clattn_status variant_plan_make(clattn_context *ctx, const attn_variant *variant,
+                                const attn_problem *pb, int write_lse, variant_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->variant = variant;
+    plan->problem = pb;
+    plan->write_lse = write_lse;
+    plan->tuning_from = tuning_lookup(&ctx->device, variant->name, &plan->tuning);
+    clattn_status status = variant->plan(ctx, plan);
+    if (status != CLATTN_SUCCESS) variant_plan_release(plan);
+    return status;
+}
+
+void variant_plan_release(variant_plan *plan) {
+    if (plan->variant && plan->variant->release) plan->variant->release(plan);
+    plan->state = NULL;
+}
+
+const char *clattn_variant_name(clattn_variant variant) {
+    if (variant == CLATTN_VARIANT_AUTO) return "auto";
+    const attn_variant *row = variant_find(variant);
+    return row ? row->name : "unknown";
+}
+
+clattn_status clattn_variant_from_name(const char *name, clattn_variant *variant) {
+    if (!name || !variant) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (strcmp(name, "auto") == 0) {
+        *variant = CLATTN_VARIANT_AUTO;
+        return CLATTN_SUCCESS;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(table); i++)
+        if (strcmp(table[i]->name, name) == 0) {
+            *variant = table[i]->id;
+            return CLATTN_SUCCESS;
+        }
+    return CLATTN_ERR_INVALID_ARGUMENT;
+}

@@ -1,0 +1,77 @@
+/*
+ * The parameter block of an attention call, written once: ATTN_PARAMS lists every field. The C
+ * struct below is generated from the list by the preprocessor, and the OpenCL C struct of the
+ * kernels from the same list at build time (cmake/gen_params.cmake writes "attn_params.cl",
+ * embedded with the kernels). Every field is a 64-bit integer, so both sides agree on the layout;
+ * tests/test_params.c reads every field back from a kernel. Kernels read the block from a small
+ * constant buffer. Positions: query i sits at key position p = i + offset.
+ *
+ * Each entry is X, then the field's name and a comment string; the build script reads the
+ * entries with a pattern, so a comment must not hold a semicolon (a CMake list separator).
+ */
+#ifndef CLATTN_PARAMS_H
+#define CLATTN_PARAMS_H
+
+#include "plan/problem.h"
+
+#define ATTN_PARAMS(X)                                                                             \
+    X(batch, "B")                                                                                  \
+    X(heads_q, "Hq")                                                                               \
+    X(heads_kv, "Hkv")                                                                             \
+    X(len_q, "Nq")                                                                                 \
+    X(len_k, "Nk")                                                                                 \
+    X(dim_qk, "Dqk")                                                                               \
+    X(dim_v, "Dv")                                                                                 \
+    X(offset, "len_k - len_q: query i sits at key position p = i + offset")                        \
+    X(q_offset, "Q: element offset and strides (batch, head, sequence)")                           \
+    X(q_stride_b, "")                                                                              \
+    X(q_stride_h, "")                                                                              \
+    X(q_stride_s, "")                                                                              \
+    X(k_offset, "K")                                                                               \
+    X(k_stride_b, "")                                                                              \
+    X(k_stride_h, "")                                                                              \
+    X(k_stride_s, "")                                                                              \
+    X(v_offset, "V")                                                                               \
+    X(v_stride_b, "")                                                                              \
+    X(v_stride_h, "")                                                                              \
+    X(v_stride_s, "")                                                                              \
+    X(o_offset, "O")                                                                               \
+    X(o_stride_b, "")                                                                              \
+    X(o_stride_h, "")                                                                              \
+    X(o_stride_s, "")                                                                              \
+    X(bias_offset, "bias [b, h, i, j]: zero strides broadcast")                                    \
+    X(bias_stride_b, "")                                                                           \
+    X(bias_stride_h, "")                                                                           \
+    X(bias_stride_s, "")                                                                           \
+    X(has_bias, "")                                                                                \
+    X(causal, "mask (SPEC section 2), resolved as in plan/mask.h")                                 \
+    X(left, "window sides, -1 unbounded")                                                          \
+    X(right, "")                                                                                   \
+    X(dilation, "")                                                                                \
+    X(has_global, "global keys: positions in gpos[], flags in is_global[]")                        \
+    X(num_global, "")                                                                              \
+    X(has_layout, "block layout [layout heads][blocks_q][blocks_k]")                               \
+    X(layout_per_head, "")                                                                         \
+    X(block_q, "")                                                                                 \
+    X(block_k, "")                                                                                 \
+    X(blocks_q, "")                                                                                \
+    X(blocks_k, "")                                                                                \
+    X(class_slots, "fused: packed key slots per class (a multiple of BLOCK_N)")                    \
+    X(classes, "fused: dilation, or 1 when classes would be shorter than a key tile")              \
+    X(global_slots, "fused: packed slots of the global keys (a multiple of BLOCK_N)")              \
+    X(tiles_per_class, "fused: query tiles per class")                                             \
+    X(row_mode, "fused: 0 query tiles of a class, 1 the rows listed in row_list")                  \
+    X(num_listed_rows, "fused")                                                                    \
+    X(use_tile_list, "fused: key tiles from tile_ptr/tile_idx instead of the window range")        \
+    X(write_lse, "")
+
+#define ATTN_PARAM_FIELD(name, comment) cl_long name;
+typedef struct attn_params {
+    ATTN_PARAMS(ATTN_PARAM_FIELD)
+} attn_params;
+#undef ATTN_PARAM_FIELD
+
+/* The sizes, strides and mask fields of a call; the fused planner sets the rest. */
+void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p);
+
+#endif

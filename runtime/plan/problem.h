@@ -1,0 +1,45 @@
+/*
+ * One attention call as everything below the API sees it. The public desc is checked once, at
+ * the API boundary, and turned into a problem: sizes, tensors, dtypes, the resolved scale and
+ * mask, the bytes each tensor spans. Planners, kernels and the reference read the problem,
+ * never the desc.
+ */
+#ifndef CLATTN_PROBLEM_H
+#define CLATTN_PROBLEM_H
+
+#include "core/core.h"
+#include "plan/mask.h"
+
+typedef struct attn_problem {
+    /* SPEC section 1; all >= 1, lengths < 2^31, heads_q a multiple of heads_kv */
+    size_t batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v;
+    size_t group; /* heads_q / heads_kv: query heads that share a kv head */
+    clattn_dtype dtype, out_dtype;
+    clattn_tensor q, k, v, o;         /* element offsets and strides (batch, head, sequence) */
+    float scale;                      /* desc->scale, or 1/sqrt(dim_qk) */
+    int has_bias;                     /* the entry point has a bias (a cl_mem or a host array) */
+    clattn_tensor bias;               /* its offset and strides; zero strides broadcast */
+    const float *bias_host;           /* clattn_attention_host and the reference read this one */
+    mask_spec mask;                   /* SPEC section 2, resolved */
+    clattn_attention_extents extents; /* bytes each tensor spans */
+    clattn_path path;
+    clattn_variant variant;
+    size_t gemm_budget_bytes;
+    int count_tiles;
+} attn_problem;
+
+/* Which bias a check counts: the device buffer's (clattn_attention) or the host array's. */
+typedef enum bias_source { BIAS_FROM_BUFFER, BIAS_FROM_HOST, BIAS_FROM_EITHER } bias_source;
+
+/* Validates the desc (struct_size, sizes, heads, dtypes, scale, masks, strides, overflow) and
+ * builds the problem from it; the message goes to `err`. Release with problem_release.
+ * @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
+clattn_status problem_build(const clattn_attention_desc *desc, bias_source bias, error_record *err,
+                            attn_problem *pb);
+void problem_release(attn_problem *pb);
+
+static inline size_t dtype_size(clattn_dtype t) {
+    return t == CLATTN_F16 ? 2 : 4;
+}
+
+#endif
