@@ -3,29 +3,56 @@
  * SPEC section 2 over the parameter block (the rules themselves are mask_rules.h's, the same
  * file the host uses). The runtime builds it ahead of each kernel file.
  *
- * Storage: IN_F16 / OUT_F16 select float16 storage (read and written with vload_half and
- * vstore_half, which need no cl_khr_fp16); all arithmetic is float32.
+ * Storage: IN_DTYPE (Q, K, V) and OUT_DTYPE (O) are clattn_dtype values: float32, float16
+ * (read and written with vload_half and vstore_half, which need no cl_khr_fp16) or bfloat16
+ * (the upper half of a float32's bits, widened by a shift, narrowed rounding to nearest even).
+ * All arithmetic is float32.
  */
-#ifndef IN_F16
-#define IN_F16 0
+#define DTYPE_F32  0
+#define DTYPE_F16  1
+#define DTYPE_BF16 2
+#ifndef IN_DTYPE
+#define IN_DTYPE DTYPE_F32
 #endif
-#ifndef OUT_F16
-#define OUT_F16 0
+#ifndef OUT_DTYPE
+#define OUT_DTYPE DTYPE_F32
 #endif
 
-#if IN_F16
+inline float bf16_to_float(ushort x) {
+    return as_float((uint)x << 16);
+}
+
+inline float16 bf16x16_to_float16(ushort16 x) {
+    return as_float16(convert_uint16(x) << 16);
+}
+
+/* Round to nearest even; NaN stays a (quiet) NaN of the same sign. */
+inline ushort float_to_bf16(float x) {
+    const uint bits = as_uint(x);
+    if (isnan(x)) return (ushort)((bits >> 16) | 0x40u);
+    return (ushort)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+#if IN_DTYPE == DTYPE_F16
 #define IN_T                  half
 #define LOAD_IN(ptr, index)   vload_half((index), (ptr))
 #define LOAD16_IN(ptr, index) vload_half16(0, (ptr) + (index)) /* 16 values from index on */
+#elif IN_DTYPE == DTYPE_BF16
+#define IN_T                  ushort
+#define LOAD_IN(ptr, index)   bf16_to_float((ptr)[(index)])
+#define LOAD16_IN(ptr, index) bf16x16_to_float16(vload16(0, (ptr) + (index)))
 #else
 #define IN_T                  float
 #define LOAD_IN(ptr, index)   ((ptr)[(index)])
 #define LOAD16_IN(ptr, index) vload16(0, (ptr) + (index))
 #endif
 
-#if OUT_F16
+#if OUT_DTYPE == DTYPE_F16
 #define OUT_T                        half
 #define STORE_OUT(value, ptr, index) vstore_half((value), (index), (ptr))
+#elif OUT_DTYPE == DTYPE_BF16
+#define OUT_T                        ushort
+#define STORE_OUT(value, ptr, index) ((ptr)[(index)] = float_to_bf16(value))
 #else
 #define OUT_T                        float
 #define STORE_OUT(value, ptr, index) ((ptr)[(index)] = (value))

@@ -14,7 +14,11 @@ const char *bench_path_name(bench_path path) {
 
 static const char *variant_name(const bench_record *r) {
     if (r->path != BENCH_FUSED) return "-";
-    return r->variant == CLATTN_VARIANT_GPU ? "gpu" : "cpu";
+    return clattn_variant_name(r->variant);
+}
+
+static const char *dtype_name(clattn_dtype dtype) {
+    return dtype == CLATTN_F16 ? "f16" : dtype == CLATTN_BF16 ? "bf16" : "f32";
 }
 
 double bench_gflops(const bench_record *r) {
@@ -24,7 +28,7 @@ double bench_gflops(const bench_record *r) {
 }
 
 double bench_gbytes_s(const bench_record *r) {
-    double in = r->dtype == CLATTN_F16 ? 2 : 4;
+    double in = r->dtype == CLATTN_F32 ? 4 : 2;
     double bytes =
         in * (double)r->b *
             ((double)r->hq * r->nq * r->dqk + (double)r->hkv * r->nk * (r->dqk + r->dv)) +
@@ -51,10 +55,10 @@ void bench_print_record(const bench_record *r) {
     if (r->kernel_median > 0) snprintf(kernel, sizeof kernel, "%.2f", r->kernel_median);
     printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %7s %9.2f %9.2f "
            "%9s %8.1f %7.2f %8.1f\n",
-           bench_path_name(r->path), variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32", r->b,
-           r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv, r->pattern,
-           full > 0 ? (double)r->pairs / full : 0, tiles, r->ms_min, r->ms_median, kernel,
-           bench_gflops(r), bench_gbytes_s(r), (double)r->device_bytes / (1 << 20));
+           bench_path_name(r->path), variant_name(r), dtype_name(r->dtype), r->b, r->hq, r->hkv,
+           r->nq, r->nk, r->dqk, r->dv, r->pattern, full > 0 ? (double)r->pairs / full : 0, tiles,
+           r->ms_min, r->ms_median, kernel, bench_gflops(r), bench_gbytes_s(r),
+           (double)r->device_bytes / (1 << 20));
     fflush(stdout);
 }
 
@@ -79,8 +83,8 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
         if (clattn_device_get_info(r->device, &d) != CLATTN_SUCCESS) d.name[0] = '\0';
         csv_field(t, d.name);
         textbuf_printf(t, ",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),
-                       variant_name(r), r->dtype == CLATTN_F16 ? "f16" : "f32", r->b, r->hq, r->hkv,
-                       r->nq, r->nk, r->dqk, r->dv);
+                       variant_name(r), dtype_name(r->dtype), r->b, r->hq, r->hkv, r->nq, r->nk,
+                       r->dqk, r->dv);
         csv_field(t, r->pattern);
         textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu\n", (unsigned long long)r->pairs,
                        r->ms_min, r->ms_median, bench_gflops(r), bench_gbytes_s(r),
@@ -93,9 +97,8 @@ static void json_record(textbuf *t, const bench_record *r) {
                    "    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", \"dtype\": "
                    "\"%s\", \"b\": %zu, \"hq\": %zu, \"hkv\": %zu, \"nq\": %zu, \"nk\": %zu, "
                    "\"dqk\": %zu, \"dv\": %zu, \"pattern\": ",
-                   r->device, bench_path_name(r->path), variant_name(r),
-                   r->dtype == CLATTN_F16 ? "f16" : "f32", r->b, r->hq, r->hkv, r->nq, r->nk,
-                   r->dqk, r->dv);
+                   r->device, bench_path_name(r->path), variant_name(r), dtype_name(r->dtype), r->b,
+                   r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv);
     textbuf_json_string(t, r->pattern);
     textbuf_printf(t,
                    ", \"pairs\": %llu, \"ms_min\": %.4f, \"ms_median\": %.4f, "

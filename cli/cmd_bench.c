@@ -37,7 +37,7 @@ static const cli_option bench_options[] = {
     {"pattern", "LIST",
      "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
      "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
-    {"dtype", "f32|f16", "storage of Q, K, V and O (default f32)"},
+    {"dtype", "f32|f16|bf16", "storage of Q, K, V and O (default f32)"},
     {"variant", "auto|cpu|gpu", "fused kernel variant (default auto)"},
     {"warmup", "N", "untimed runs first (default 1)"},
     {"repeat", "N", "timed runs (default 5)"},
@@ -317,12 +317,12 @@ static int parse_lists(const cli_args *args, bench_config *c) {
 }
 
 static int parse_settings(const cli_args *args, bench_config *c) {
-    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
     static const char *const variants[] = {"auto", "cpu", "gpu", NULL};
     int choice = 0;
     if (args_has(args, "dtype")) {
         if (parse_choice(args, "dtype", dtypes, &choice) != 0) return EXIT_USAGE;
-        c->dtype = choice ? CLATTN_F16 : CLATTN_F32;
+        c->dtype = (clattn_dtype)choice;
     }
     if (args_has(args, "variant")) {
         if (parse_choice(args, "variant", variants, &choice) != 0) return EXIT_USAGE;
@@ -385,17 +385,18 @@ static void config_defaults(bench_config *c) {
     split_patterns("full", c->patterns, &c->num_patterns);
 }
 
-/* The host baseline (OpenBLAS sgemm) is float32 only: with --dtype f16 it is dropped with a
+/* The host baseline (OpenBLAS sgemm) is float32 only: with a 16-bit --dtype it is dropped with a
  * line saying so, rather than measuring nothing in silence; when it was the only path, that is
  * a usage error. @return 0 or EXIT_USAGE. */
-static int drop_host_for_f16(bench_config *c) {
+static int drop_host_for_16bit(bench_config *c) {
     size_t kept = 0;
     for (size_t i = 0; i < c->num_paths; i++)
-        if (c->paths[i] != BENCH_HOST || c->dtype != CLATTN_F16) c->paths[kept++] = c->paths[i];
+        if (c->paths[i] != BENCH_HOST || c->dtype == CLATTN_F32) c->paths[kept++] = c->paths[i];
     if (kept == c->num_paths) return 0;
     c->num_paths = kept;
-    cli_error("bench", "%s --path host: the host baseline is float32 only (--dtype f16)%s",
-              kept ? "skipping" : "nothing to measure with", kept ? "" : "; add --path fused");
+    cli_error("bench", "%s --path host: the host baseline is float32 only (--dtype %s)%s",
+              kept ? "skipping" : "nothing to measure with",
+              c->dtype == CLATTN_F16 ? "f16" : "bf16", kept ? "" : "; add --path fused");
     return kept ? 0 : EXIT_USAGE;
 }
 
@@ -410,7 +411,7 @@ static int parse_config(const cli_args *args, bench_config *c) {
     if (!rc) rc = parse_lists(args, c);
     if (!rc) rc = parse_settings(args, c);
     if (rc) return rc;
-    if (drop_host_for_f16(c) != 0) return EXIT_USAGE;
+    if (drop_host_for_16bit(c) != 0) return EXIT_USAGE;
     c->csv = args_get(args, "csv");
     c->json = args_get(args, "json");
     if (args_has(args, "out")) c->out = args_get(args, "out");
@@ -525,7 +526,7 @@ static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype 
         return 1;
     }
     d->dtype = d->out_dtype = dtype;
-    size_t elem = dtype == CLATTN_F16 ? 2 : 4;
+    size_t elem = dtype == CLATTN_F32 ? 4 : 2;
     size_t count[4] = {shape[L_B] * shape[L_NQ] * shape[L_HQ] * shape[L_D],
                        shape[L_B] * shape[L_NK] * shape[L_HKV] * shape[L_D],
                        shape[L_B] * shape[L_NK] * shape[L_HKV] * shape[L_DV],
@@ -586,7 +587,7 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
         if (status == CLATTN_SUCCESS) {
             bench_print_record(r);
             run->num_records++;
-        } else { /* host with f16 never gets here: drop_host_for_f16 */
+        } else { /* host with f16 never gets here: drop_host_for_16bit */
             cli_report("bench", bench_path_name(c->paths[i]), status, ctx);
             run->failed = 1;
         }

@@ -106,6 +106,12 @@ static void add_sparse_cases(sweep *s, int quick) {
     c->bias = BIAS_PADDING;
     c = add_case(s, 1, 2, 1, 30, 45, 32, 32);
     c->bias = BIAS_FINITE_MIN;
+    for (int i = 0; i < 3; i++) { /* bfloat16 storage of Q/K/V, of O, of both (with a mask) */
+        c = add_case(s, 2, 4, 2, 45, 67, 64, 48);
+        c->dtype = i != 1 ? CLATTN_BF16 : CLATTN_F32;
+        c->out_dtype = i != 0 ? CLATTN_BF16 : CLATTN_F32;
+        c->causal = i == 2, c->layout = i == 2 ? CLATTN_LAYOUT_BHSD : CLATTN_LAYOUT_BSHD;
+    }
     if (quick) return;
     c = add_case(s, 2, 4, 1, 129, 257, 64, 64);
     c->left = 20, c->right = 3, c->dilation = 2, c->num_globals = 2, c->globals[0] = 5;

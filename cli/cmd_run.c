@@ -34,7 +34,9 @@ static const cli_option run_options[] = {
     {"block-size", "BQ,BK", "block size of the layout"},
     {"bias", "BIAS.npy", "additive float bias; -inf masks"},
     {"scale", "S", "score scale (default 1/sqrt(Dqk))"},
-    {"out-dtype", "f32|f16", "storage of O (default: that of Q)"},
+    {"storage", "f32|f16|bf16",
+     "round Q, K, V to this storage first (default: their own; <u2 files are bfloat16 bits)"},
+    {"out-dtype", "f32|f16|bf16", "storage of O (default: the storage of Q, K, V)"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
@@ -86,9 +88,9 @@ static int tensor_dims(const cli_args *args, const char *option, const npy_array
                   layout == CLATTN_LAYOUT_BSHD ? "[B,N,H,D]" : "[B,H,N,D]", a->ndim);
         return 1;
     }
-    if (a->dtype != NPY_F32 && a->dtype != NPY_F16) {
-        cli_error("run", "%s: dtype %s is not supported (use <f4 or <f2)", args_get(args, option),
-                  npy_dtype_name(a->dtype));
+    if (a->dtype != NPY_F32 && a->dtype != NPY_F16 && a->dtype != NPY_U16) {
+        cli_error("run", "%s: dtype %s is not supported (use <f4, <f2, or <u2 bfloat16 bits)",
+                  args_get(args, option), npy_dtype_name(a->dtype));
         return 1;
     }
     int bshd = layout == CLATTN_LAYOUT_BSHD;
@@ -96,6 +98,50 @@ static int tensor_dims(const cli_args *args, const char *option, const npy_array
     dims[1] = a->shape[bshd ? 1 : 2]; /* N */
     dims[2] = a->shape[bshd ? 2 : 1]; /* H */
     dims[3] = a->shape[3];            /* D */
+    return 0;
+}
+
+/* The storage type of an array of values: <u2 holds bfloat16 bit patterns. */
+static clattn_dtype storage_of(npy_dtype dtype) {
+    return dtype == NPY_F16 ? CLATTN_F16 : dtype == NPY_U16 ? CLATTN_BF16 : CLATTN_F32;
+}
+
+/* Rounds one input array to `storage` in place (a new buffer): widening is exact, narrowing
+ * rounds to nearest even. @return 0 or 1 (out of memory). */
+static int convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
+    if (from == to) return 0;
+    size_t size = to == CLATTN_F32 ? 4 : 2;
+    void *data = malloc(a->count * size + 1);
+    if (!data) return 1;
+    clattn_convert(from, a->data, to, data, a->count);
+    free(a->data);
+    a->data = data;
+    a->dtype = to == CLATTN_F32 ? NPY_F32 : to == CLATTN_F16 ? NPY_F16 : NPY_U16;
+    return 0;
+}
+
+/* --storage: Q, K and V rounded to it (default: their own type). <u2 arrays are bfloat16 bit
+ * patterns, read only with --storage bf16 (NumPy has no bfloat16). O defaults to the storage. */
+static int setup_storage(const cli_args *args, run_state *s) {
+    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
+    int choice = 0;
+    if (args_has(args, "storage") && parse_choice(args, "storage", dtypes, &choice) != 0)
+        return EXIT_USAGE;
+    clattn_dtype from = storage_of(s->q.dtype);
+    clattn_dtype storage = args_has(args, "storage") ? (clattn_dtype)choice : from;
+    if (from == CLATTN_BF16 && (!args_has(args, "storage") || storage != CLATTN_BF16)) {
+        cli_error("run",
+                  "%s: <u2 arrays are read as bfloat16 bit patterns, with --storage bf16 "
+                  "only",
+                  args_get(args, "q"));
+        return 1;
+    }
+    if (convert_array(&s->q, from, storage) || convert_array(&s->k, from, storage) ||
+        convert_array(&s->v, from, storage)) {
+        cli_error("run", "out of host memory converting Q, K and V to %s", dtypes[storage]);
+        return 1;
+    }
+    s->desc.dtype = s->desc.out_dtype = storage;
     return 0;
 }
 
@@ -137,9 +183,7 @@ static int setup_shapes(const cli_args *args, run_state *s) {
     clattn_attention_desc_init(&s->desc, s->layout_kind, q[0] ? q[0] : 1, q[2], k[2], q[1], k[1],
                                q[3], v[3]);
     s->desc.batch = q[0];
-    s->desc.dtype = s->q.dtype == NPY_F16 ? CLATTN_F16 : CLATTN_F32;
-    s->desc.out_dtype = s->desc.dtype;
-    return 0;
+    return setup_storage(args, s);
 }
 
 /* --block-layout L.npy --block-size BQ,BK */
@@ -248,12 +292,12 @@ static int setup_options(const cli_args *args, run_state *s) {
             return EXIT_USAGE;
         }
     }
-    static const char *const dtypes[] = {"f32", "f16", NULL};
+    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
     static const char *const paths[] = {"auto", "fused", "gemm", "reference", NULL};
     int choice = 0;
     if (args_has(args, "out-dtype")) {
         if (parse_choice(args, "out-dtype", dtypes, &choice) != 0) return EXIT_USAGE;
-        d->out_dtype = choice ? CLATTN_F16 : CLATTN_F32;
+        d->out_dtype = (clattn_dtype)choice;
     }
     if (args_has(args, "path")) {
         if (parse_choice(args, "path", paths, &choice) != 0) return EXIT_USAGE;
@@ -386,7 +430,7 @@ static int write_outputs(const cli_args *args, const run_state *s) {
     const clattn_attention_desc *d = &s->desc;
     size_t o_shape[4], lse_shape[3] = {d->batch, d->heads_q, d->len_q};
     output_shape(s, o_shape);
-    npy_dtype o_dtype = d->out_dtype == CLATTN_F16 ? NPY_F16 : NPY_F32;
+    npy_dtype o_dtype = (npy_dtype)npy_dtype_of(d->out_dtype);
     run_output outs[2] = {{"out", args_get(args, "out"), o_dtype, 4, o_shape, s->o, ""},
                           {"lse", args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, ""}};
     return write_all(outs, args_has(args, "lse") ? 2 : 1);
@@ -408,18 +452,18 @@ static int load_reference(const cli_args *args, run_state *s) {
                   s->layout_kind == CLATTN_LAYOUT_BSHD ? "[B,Nq,Hq,Dv]" : "[B,Hq,Nq,Dv]");
         return 1;
     }
-    if (s->ref.dtype != NPY_F32 && s->ref.dtype != NPY_F16) {
-        cli_error("run", "--compare %s: dtype %s is not supported (use <f4 or <f2)", file,
+    if (s->ref.dtype != NPY_F32 && s->ref.dtype != NPY_F16 && s->ref.dtype != NPY_U16) {
+        cli_error("run", "--compare %s: dtype %s is not supported (use <f4, <f2 or <u2)", file,
                   npy_dtype_name(s->ref.dtype));
         return 1;
     }
     return 0;
 }
 
-/* Values of an array as float (float16 widened). */
-static float *as_floats(const void *data, size_t count, int f16) {
+/* Values of an array as float (16-bit types widened). */
+static float *as_floats(const void *data, size_t count, clattn_dtype dtype) {
     float *out = malloc(count * sizeof *out + 1);
-    if (out) clattn_convert(f16 ? CLATTN_F16 : CLATTN_F32, data, CLATTN_F32, out, count);
+    if (out) clattn_convert(dtype, data, CLATTN_F32, out, count);
     return out;
 }
 
@@ -430,14 +474,16 @@ static int compare_with(const cli_args *args, const run_state *s) {
     const clattn_attention_desc *d = &s->desc;
     const char *file = args_get(args, "compare");
     size_t count = s->ref.count;
-    float *got = as_floats(s->o, count, d->out_dtype == CLATTN_F16);
-    float *want = as_floats(s->ref.data, count, s->ref.dtype == NPY_F16);
-    double *want64 = malloc(count * sizeof *want64);
+    float *got = as_floats(s->o, count, d->out_dtype);
+    float *want = as_floats(s->ref.data, count, storage_of(s->ref.dtype));
+    double *want64 = malloc(count * sizeof *want64), atol, rtol, ref_atol, ref_rtol;
     case_result result = {0};
     for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
-    int f16 = d->dtype == CLATTN_F16 || d->out_dtype == CLATTN_F16 || s->ref.dtype == NPY_F16;
+    tolerance_for(d->dtype, d->out_dtype, &atol, &rtol); /* the loosest of all the types */
+    tolerance_for(storage_of(s->ref.dtype), CLATTN_F32, &ref_atol, &ref_rtol);
+    atol = atol > ref_atol ? atol : ref_atol, rtol = rtol > ref_rtol ? rtol : ref_rtol;
     int ok = got && want && want64;
-    if (ok) compare_values("O", got, want64, count, f16 ? 2e-3 : 2e-5, f16 ? 4e-3 : 2e-4, &result);
+    if (ok) compare_values("O", got, want64, count, atol, rtol, &result);
     free(got), free(want), free(want64);
     if (!ok)
         cli_error("run", "--compare %s: out of host memory for %zu values", file, count);

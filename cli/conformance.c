@@ -13,10 +13,23 @@
 #include <time.h>
 
 /* SPEC section 4 */
-#define ATOL_F32 2e-5
-#define RTOL_F32 2e-4
-#define ATOL_F16 2e-3
-#define RTOL_F16 4e-3
+#define ATOL_F32  2e-5
+#define RTOL_F32  2e-4
+#define ATOL_F16  2e-3
+#define RTOL_F16  4e-3
+#define ATOL_BF16 4e-3
+#define RTOL_BF16 1e-2
+
+void tolerance_for(clattn_dtype in, clattn_dtype out, double *atol, double *rtol) {
+    int bf16 = in == CLATTN_BF16 || out == CLATTN_BF16;
+    int f16 = in == CLATTN_F16 || out == CLATTN_F16;
+    *atol = bf16 ? ATOL_BF16 : f16 ? ATOL_F16 : ATOL_F32;
+    *rtol = bf16 ? RTOL_BF16 : f16 ? RTOL_F16 : RTOL_F32;
+}
+
+int npy_dtype_of(clattn_dtype dtype) {
+    return dtype == CLATTN_F16 ? NPY_F16 : dtype == CLATTN_BF16 ? NPY_U16 : NPY_F32;
+}
 
 /* Everything a case allocates; released by case_free. */
 typedef struct case_data {
@@ -55,8 +68,12 @@ static void case_free(case_data *data) {
     memset(data, 0, sizeof *data);
 }
 
+static const char *dtype_text(clattn_dtype dtype) {
+    return dtype == CLATTN_F16 ? "f16" : dtype == CLATTN_BF16 ? "bf16" : "f32";
+}
+
 static size_t dtype_bytes(clattn_dtype dtype) {
-    return dtype == CLATTN_F16 ? 2 : 4;
+    return dtype == CLATTN_F32 ? 4 : 2;
 }
 
 /* Fills `bytes` of storage with uniform values in the dtype. */
@@ -259,11 +276,11 @@ clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path
                      clattn_context_last_error(ctx));
     }
     if (status == CLATTN_SUCCESS) {
-        int f16 = c->dtype == CLATTN_F16 || c->out_dtype == CLATTN_F16;
+        double atol, rtol;
+        tolerance_for(c->dtype, c->out_dtype, &atol, &rtol);
         size_t rows = c->b * c->hq * c->nq;
         float *got = dense_output(&data);
-        compare_values("O", got, data.ref_o, rows * c->dv, f16 ? ATOL_F16 : ATOL_F32,
-                       f16 ? RTOL_F16 : RTOL_F32, result);
+        compare_values("O", got, data.ref_o, rows * c->dv, atol, rtol, result);
         compare_lse_values(data.lse, data.ref_lse, rows, result);
         free(got);
         clattn_stats_init(&result->stats);
@@ -290,8 +307,8 @@ void case_describe(const attn_case *c, char *out, size_t size) {
                                          " bias=finite-min"};
     snprintf(out, size, "B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu %s %s->%s%s", c->b,
              c->hq, c->hkv, c->nq, c->nk, c->dqk, c->dv,
-             c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd", c->dtype ? "f16" : "f32",
-             c->out_dtype ? "f16" : "f32", c->causal ? " causal" : "");
+             c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd", dtype_text(c->dtype),
+             dtype_text(c->out_dtype), c->causal ? " causal" : "");
     if (c->left >= 0 || c->right >= 0)
         append(out, size, " window=%lld,%lld", (long long)c->left, (long long)c->right);
     if (c->dilation > 1) append(out, size, " dilation=%lld", (long long)c->dilation);
@@ -322,8 +339,8 @@ static clattn_status dump_tensor(const char *dir, const char *name, npy_dtype dt
 static clattn_status dump_inputs(const attn_case *c, const case_data *data, const char *dir,
                                  char *err, size_t size) {
     int bshd = c->layout == CLATTN_LAYOUT_BSHD;
-    npy_dtype dtype = c->dtype == CLATTN_F16 ? NPY_F16 : NPY_F32;
-    size_t elem = c->dtype == CLATTN_F16 ? 2 : 4, skip = c->offset * elem;
+    npy_dtype dtype = (npy_dtype)npy_dtype_of(c->dtype);
+    size_t elem = dtype_bytes(c->dtype), skip = c->offset * elem;
     size_t q[4] = {c->b, bshd ? c->nq : c->hq, bshd ? c->hq : c->nq, c->dqk};
     size_t k[4] = {c->b, bshd ? c->nk : c->hkv, bshd ? c->hkv : c->nk, c->dqk};
     size_t v[4] = {c->b, bshd ? c->nk : c->hkv, bshd ? c->hkv : c->nk, c->dv};
@@ -355,7 +372,8 @@ static void replay_command(const attn_case *c, const char *dir, const char *path
              "clattn run --q %s/q.npy --k %s/k.npy --v %s/v.npy --out %s/o.npy "
              "--lse %s/lse.npy --layout %s --out-dtype %s --path %s --device %s",
              dir, dir, dir, dir, dir, c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd",
-             c->out_dtype == CLATTN_F16 ? "f16" : "f32", path_name, device);
+             dtype_text(c->out_dtype), path_name, device);
+    if (c->dtype == CLATTN_BF16) append(cmd, size, " --storage bf16");
     if (c->causal) append(cmd, size, " --causal");
     if (c->left >= 0 || c->right >= 0)
         append(cmd, size, " --window=%lld,%lld", (long long)c->left, (long long)c->right);

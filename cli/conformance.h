@@ -83,6 +83,14 @@ void compare_values(const char *what, const float *got, const double *ref, size_
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
                         const char *device, char *cmd, size_t cmd_size, char *err, size_t err_size);
 
+/* SPEC section 4's tolerance for a call with these storage types: the loosest of them
+ * (bfloat16, then float16, then float32). */
+void tolerance_for(clattn_dtype in, clattn_dtype out, double *atol, double *rtol);
+
+/* The .npy dtype (npy_dtype) a storage type is written as: <f4, <f2, or <u2 for bfloat16 bit
+ * patterns. */
+int npy_dtype_of(clattn_dtype dtype);
+
 /* LSE: |got - ref| <= 1e-4 * max(1, |ref|); -inf must match exactly. */
 void compare_lse_values(const float *got, const double *ref, size_t n, case_result *result);
 

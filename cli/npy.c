@@ -28,7 +28,7 @@ static const struct {
     size_t size;
 } dtype_table[] = {
     [NPY_F32] = {"<f4", 4},  [NPY_F16] = {"<f2", 2}, [NPY_U8] = {"|u1", 1},
-    [NPY_BOOL] = {"|b1", 1}, [NPY_I32] = {"<i4", 4},
+    [NPY_BOOL] = {"|b1", 1}, [NPY_I32] = {"<i4", 4}, [NPY_U16] = {"<u2", 2},
 };
 
 static int dtype_valid(npy_dtype dtype) {
@@ -346,8 +346,8 @@ static clattn_status descr_to_dtype(npy_reader *r, const npy_header *h, npy_dtyp
     quote_token(h->descr, h->descr_len, quoted);
     if (h->descr_len > 0 && h->descr[0] == '>')
         return fail(r, CLATTN_ERR_FORMAT, "big-endian data is not supported (dtype '%s')", quoted);
-    return fail(r, CLATTN_ERR_FORMAT, "unsupported dtype '%s' (supported: <f4, <f2, |u1, |b1, <i4)",
-                quoted);
+    return fail(r, CLATTN_ERR_FORMAT,
+                "unsupported dtype '%s' (supported: <f4, <f2, |u1, |b1, <i4, <u2)", quoted);
 }
 
 /* Fills dtype, ndim, shape and count from the header; *bytes is the data size it implies. */

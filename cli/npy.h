@@ -1,5 +1,6 @@
 /*
- * NumPy .npy files: version 1.0 to 3.0, little-endian, C order, dtypes <f4, <f2, |u1, |b1, <i4
+ * NumPy .npy files: version 1.0 to 3.0, little-endian, C order, dtypes <f4, <f2, |u1, |b1, <i4,
+ * <u2 (bfloat16 bit patterns, as NumPy has no bfloat16)
  * (a host that is not little-endian is not supported). Readers name the file and the problem
  * in `err`; writers go through a temporary file renamed into place, so a failed write never
  * leaves a partial output behind.
@@ -13,7 +14,7 @@
 
 #define NPY_MAX_DIMS 8
 
-typedef enum npy_dtype { NPY_F32, NPY_F16, NPY_U8, NPY_BOOL, NPY_I32 } npy_dtype;
+typedef enum npy_dtype { NPY_F32, NPY_F16, NPY_U8, NPY_BOOL, NPY_I32, NPY_U16 } npy_dtype;
 
 typedef struct npy_array {
     npy_dtype dtype;
@@ -37,7 +38,7 @@ clattn_status npy_write(const char *path, npy_dtype dtype, size_t ndim, const si
 
 void npy_free(npy_array *a);
 
-/* "<f4", "<f2", "|u1", "|b1", "<i4" */
+/* "<f4", "<f2", "|u1", "|b1", "<i4", "<u2" */
 const char *npy_dtype_name(npy_dtype dtype);
 size_t npy_dtype_size(npy_dtype dtype);
 

@@ -257,7 +257,8 @@ CLATTN_API const char *clattn_context_last_error(const clattn_context *ctx);
 
 typedef enum clattn_dtype {
     CLATTN_F32 = 0, /* float32 */
-    CLATTN_F16 = 1  /* float16 storage; all arithmetic accumulates in float32 */
+    CLATTN_F16 = 1, /* float16 storage; all arithmetic accumulates in float32 */
+    CLATTN_BF16 = 2 /* bfloat16 storage (uint16 bit patterns); arithmetic in float32 */
 } clattn_dtype;
 
 typedef enum clattn_layout {

@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 # ---- every mask kind, every path, against the reference
 for kind in "window=0,0" "window=9,-1" "dilation=" "global=" "layout=per-head" \
-            "layout=shared" "bias=full" "bias=broadcast" "bias=padding" "bias=finite-min" "nan-key" "f16->f16" "bhsd"; do
+            "layout=shared" "bias=full" "bias=broadcast" "bias=padding" "bias=finite-min" "nan-key" " f16->f16" "bf16->f32" "f32->bf16" "bf16->bf16" "bhsd"; do
   index=$("$clattn" check --list | grep -m1 -F -- "$kind" | awk '{print $1}')
   [ -n "$index" ] || { fail "no check case with $kind"; continue; }
   line=$("$clattn" check --case "$index" --path reference --dump "$work/cases" |
@@ -67,6 +67,20 @@ expect 2 "--causal takes no value" -- "$clattn" "${good[@]}" --out "$out" --caus
 expect 2 "unknown command" -- "$clattn" frobnicate
 "$clattn" "${good[@]}" --out "$work/window.npy" --window=-1,0 > /dev/null || fail "--window=-1,0"
 [ -e "$out" ] && fail "an output was written by a rejected command"
+
+# ---- storage: --storage rounds the inputs, <u2 files are bfloat16 bits (with --storage bf16)
+for storage in f16 bf16; do
+  "$clattn" "${good[@]}" --out "$work/ref-$storage.npy" --storage "$storage" --path reference > /dev/null ||
+    fail "--storage $storage on the reference"
+  "$clattn" "${good[@]}" --out "$work/o-$storage.npy" --storage "$storage" \
+    --compare "$work/ref-$storage.npy" > /dev/null || fail "--storage $storage against the reference"
+done
+head -c 128 "$work/o-bf16.npy" | grep -q "'<u2'" || fail "--storage bf16 did not write <u2 bfloat16 bits"
+head -c 128 "$work/o-f16.npy" | grep -q "'<f2'" || fail "--storage f16 did not write <f2"
+"$clattn" "${good[@]}" --out "$work/o32.npy" --storage bf16 --out-dtype f32 > /dev/null &&
+  head -c 128 "$work/o32.npy" | grep -q "'<f4'" || fail "--out-dtype f32 with --storage bf16"
+expect 1 "with --storage bf16 only" -- "$clattn" run --q "$work/o-bf16.npy" --k "$work/o-bf16.npy" --v "$work/o-bf16.npy" --out "$out"
+expect 2 "--storage" -- "$clattn" "${good[@]}" --out "$out" --storage f64
 
 # ---- help, version, devices
 "$clattn" --version | grep -q "^clattn [0-9]" || fail "--version"

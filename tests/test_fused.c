@@ -96,6 +96,19 @@ Test(fused, float16_storage) {
     expect_all_pass(cases, COUNT(cases));
 }
 
+Test(fused, bfloat16_storage) {
+    attn_case cases[4];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 97, 131, 64, 64);
+        cases[i].dtype = i & 1 ? CLATTN_BF16 : CLATTN_F32;
+        cases[i].out_dtype = i & 2 ? CLATTN_BF16 : CLATTN_F16;
+        cases[i].causal = i == 3;
+        cases[i].seed = 55 + i;
+    }
+    cases[1].dqk = 111, cases[1].dv = 59; /* odd dims: partial vectors at storage width */
+    expect_all_pass(cases, COUNT(cases));
+}
+
 Test(fused, layouts_offsets_and_scale) {
     attn_case cases[4];
     for (size_t i = 0; i < COUNT(cases); i++) {

@@ -82,7 +82,7 @@ Test(gemm, fused_sweep_lengths_head_dims_and_heads) {
 Test(gemm, fused_sweep_windows_storage_layouts_and_nan) {
     static const int64_t windows[][3] = {{0, 0, 0},  {-1, 5, 0},  {9, -1, 0}, {9, 0, 0},
                                          {3, 40, 0}, {20, 20, 1}, {0, 0, 1},  {33, 0, 1}};
-    attn_case cases[2 * COUNT(windows) + 4 + 4 + 2];
+    attn_case cases[2 * COUNT(windows) + 4 + 3 + 4 + 2];
     size_t n = 0;
     for (size_t i = 0; i < COUNT(windows); i++)
         for (int cross = 0; cross < 2; cross++, n++) {
@@ -98,6 +98,13 @@ Test(gemm, fused_sweep_windows_storage_layouts_and_nan) {
         cases[n].out_dtype = i & 2 ? CLATTN_F16 : CLATTN_F32;
         cases[n].causal = i == 3;
         cases[n].seed = 50 + i;
+    }
+    for (size_t i = 0; i < 3; i++, n++) { /* bfloat16 in and/or out, widened and narrowed */
+        case_init(&cases[n], 2, 4, 2, 97, 131, i == 0 ? 111 : 64, i == 0 ? 59 : 64);
+        cases[n].dtype = i != 1 ? CLATTN_BF16 : CLATTN_F32;
+        cases[n].out_dtype = i != 0 ? CLATTN_BF16 : CLATTN_F16;
+        cases[n].causal = i == 2, cases[n].bad_value = i == 2 ? 2 : 0; /* an inf in V */
+        cases[n].seed = 70 + i;
     }
     for (size_t i = 0; i < 4; i++, n++) { /* both layouts, offsets, scales */
         case_init(&cases[n], 2, 4, 2, 60, 75, 32, 48);

@@ -59,6 +59,21 @@ int struct_write(void *caller, const void *local, size_t local_size, size_t base
 int struct_init(void *caller, size_t given_size, const void *local, size_t local_size,
                 size_t base_size);
 
+/* ---- storage types */
+
+static inline int dtype_known(clattn_dtype t) {
+    return t == CLATTN_F32 || t == CLATTN_F16 || t == CLATTN_BF16;
+}
+
+static inline size_t dtype_size(clattn_dtype t) {
+    return t == CLATTN_F32 ? 4 : 2;
+}
+
+/* "f32", "f16", "bf16" */
+static inline const char *dtype_name(clattn_dtype t) {
+    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : "f32";
+}
+
 /* ---- checked size arithmetic: return 1 on overflow */
 
 static inline int size_mul(size_t a, size_t b, size_t *out) {

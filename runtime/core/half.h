@@ -1,5 +1,7 @@
-/* float16 <-> float32 on the host, IEEE binary16 with round-to-nearest-even, subnormals,
- * infinities and NaN (NaN keeps a quiet payload bit). */
+/* float16 and bfloat16 <-> float32 on the host. float16 is IEEE binary16 with
+ * round-to-nearest-even, subnormals, infinities and NaN (NaN keeps a quiet payload bit);
+ * bfloat16 is the upper 16 bits of a float32, narrowed with round-to-nearest-even (NaN stays a
+ * quiet NaN of its sign), as cl/common.cl does on the device. */
 #ifndef CLATTN_HALF_H
 #define CLATTN_HALF_H
 
@@ -50,6 +52,20 @@ static inline uint16_t float_to_half(float f) {
     uint32_t result = half_bits + (exp < 113u ? kept : (kept & 0x3ffu));
     if (rest > halfway || (rest == halfway && (kept & 1u))) result++; /* carries into exponent */
     return (uint16_t)(sign | result);
+}
+
+static inline float bf16_to_float(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u); /* NaN */
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
 #endif

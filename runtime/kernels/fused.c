@@ -159,10 +159,11 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
     const char *files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "fused_common.cl",
                            st->kind->kernel_file};
     char pack_defines[160], defines[256];
-    snprintf(pack_defines, sizeof pack_defines, "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_F16=%d",
-             st->block_n, st->dqk_pad, st->dv_pad, pb->dtype == CLATTN_F16);
-    snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_F16=%d -DCOUNT_TILES=%d", pack_defines,
-             st->block_m, pb->out_dtype == CLATTN_F16, pb->count_tiles);
+    snprintf(pack_defines, sizeof pack_defines,
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d", st->block_n, st->dqk_pad,
+             st->dv_pad, (int)pb->dtype);
+    snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_DTYPE=%d -DCOUNT_TILES=%d",
+             pack_defines, st->block_m, (int)pb->out_dtype, pb->count_tiles);
     clattn_status status =
         kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
@@ -272,8 +273,7 @@ static void fill_stats(const variant_plan *plan, const fused_state *st, uint64_t
     s->block_n = st->block_n;
     s->device_bytes = bytes;
     snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s", plan->variant->name,
-             st->block_m, st->block_n, st->dqk_pad, st->dv_pad,
-             pb->dtype == CLATTN_F16 ? "f16" : "f32");
+             st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
 }
 
 clattn_status fused_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,

@@ -9,10 +9,10 @@
  *
  * Batched GEMM takes one element offset per entry and one leading dimension, so GQA (entry h
  * reads K/V head h / (Hq/Hkv)) and both layouts (ld = the sequence stride) read the caller's
- * float32 tensors where they are, without copies. float16 storage: CLBlast's half GEMM needs
- * cl_khr_fp16, which many devices (PoCL among them) lack, so K and V are widened once and Q
- * chunk by chunk into float32 scratch, and a float16 O is narrowed from a float32 chunk
- * (cl/convert.cl).
+ * float32 tensors where they are, without copies. 16-bit storage (float16, bfloat16):
+ * CLBlast's half GEMM needs cl_khr_fp16, which many devices (PoCL among them) lack, and it has
+ * no bfloat16, so K and V are widened once and Q chunk by chunk into float32 scratch, and a
+ * 16-bit O is narrowed from a float32 chunk (cl/convert.cl).
  *
  * Memory: the score buffer is [groups][rows][Nk] floats and fits a budget: desc->
  * gemm_budget_bytes, else $CLATTN_GEMM_BUDGET_MB, else a quarter of the device's global
@@ -28,7 +28,7 @@
  * value in row j of V would reach every row of its (b, kv head), also the rows that do not
  * see key j. Every call therefore flags the rows of V holding a non-finite value (one pass over
  * V, B*Hkv*Nk bytes read back). With none, nothing else changes. With some, the second GEMM
- * reads V with those rows zeroed (a float32 copy, or the widened scratch of float16 V), and
+ * reads V with those rows zeroed (a float32 copy, or the widened scratch of 16-bit V), and
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
 #include "kernels/variant.h"
@@ -127,7 +127,7 @@ typedef struct gemm_plan {
     size_t budget;           /* bytes the score buffer may take, after the caps */
     const char *budget_from; /* where the budget came from, for messages */
     size_t wg;               /* softmax work-group size */
-    int in_f16, out_f16;     /* float16 storage of Q/K/V and of O */
+    int in_16bit, out_16bit; /* 16-bit storage (float16, bfloat16) of Q/K/V and of O */
     int fail_gemm;           /* test-only: $CLATTN_TEST_FAIL_GEMM makes the first GEMM invalid */
 } gemm_plan;
 
@@ -185,7 +185,7 @@ static size_t ceil_div(size_t a, size_t b) {
 static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, gemm_plan *p) {
     size_t row_bytes = pb->len_k * sizeof(float); /* one row of scores */
     size_t fit = p->budget / row_bytes;           /* score rows a chunk may hold */
-    size_t widest = pb->dim_qk > pb->dim_v ? pb->dim_qk : pb->dim_v; /* float16 scratch rows */
+    size_t widest = pb->dim_qk > pb->dim_v ? pb->dim_qk : pb->dim_v; /* widened scratch rows */
     if (fit > CLBLAST_MAX_ELEMENTS / widest) fit = CLBLAST_MAX_ELEMENTS / widest;
     if (fit == 0)
         return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
@@ -252,10 +252,10 @@ static clattn_status check_int_offsets(clattn_context *ctx, const attn_problem *
     static const char *const names[4] = {"Q", "K", "V", "O"};
     const clattn_attention_extents *ext = &pb->extents;
     size_t kv = pb->heads_kv, span[4]; /* elements of Q, K, V, O as CLBlast sees them */
-    span[0] = p->in_f16 ? 0 : ext->q / 4;
-    span[1] = p->in_f16 ? dense_elements(pb->batch, kv, pb->len_k, pb->dim_qk) : ext->k / 4;
-    span[2] = p->in_f16 ? dense_elements(pb->batch, kv, pb->len_k, pb->dim_v) : ext->v / 4;
-    span[3] = p->out_f16 ? 0 : ext->o / 4;
+    span[0] = p->in_16bit ? 0 : ext->q / 4;
+    span[1] = p->in_16bit ? dense_elements(pb->batch, kv, pb->len_k, pb->dim_qk) : ext->k / 4;
+    span[2] = p->in_16bit ? dense_elements(pb->batch, kv, pb->len_k, pb->dim_v) : ext->v / 4;
+    span[3] = p->out_16bit ? 0 : ext->o / 4;
     for (int i = 0; i < 4; i++)
         if (span[i] > CLBLAST_MAX_ELEMENTS)
             return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
@@ -281,8 +281,8 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     gemm_plan *p = calloc(1, sizeof *p);
     if (!p) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: plan");
     vp->state = p;
-    p->in_f16 = pb->dtype == CLATTN_F16;
-    p->out_f16 = pb->out_dtype == CLATTN_F16;
+    p->in_16bit = pb->dtype != CLATTN_F32;
+    p->out_16bit = pb->out_dtype != CLATTN_F32;
     p->fail_gemm = test_fail_gemm();
     p->wg = device_pow2_group_size(&ctx->device, vp->tuning.wg_size ? vp->tuning.wg_size : 1);
     clattn_status status = check_int_offsets(ctx, pb, p);
@@ -301,8 +301,8 @@ typedef struct gemm_buffers {
     buffer_set set;
     cl_mem params;        /* attn_params, read as __constant */
     cl_mem scores;        /* [group_chunk][row_chunk][Nk] float: S, then P in place */
-    cl_mem q32, k32, v32; /* float32 copies of float16 inputs: Q of a chunk, all of K and V */
-    cl_mem o32;           /* [group_chunk][row_chunk][Dv] float, for a float16 O */
+    cl_mem q32, k32, v32; /* float32 copies of 16-bit inputs: Q of a chunk, all of K and V */
+    cl_mem o32;           /* [group_chunk][row_chunk][Dv] float, for a 16-bit O */
     cl_mem flags;         /* [B*Hkv][Nk] bytes: 1 where the row of V holds NaN or inf */
     cl_mem is_global;     /* [Nk] flags of the global tokens, or the placeholder */
     cl_mem layout;        /* [Hq or 1][blocks_q][blocks_k] block layout, or the placeholder */
@@ -330,16 +330,16 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     if (!s) s = add_buffer(ctx, set, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
     if (!s) s = add_buffer(ctx, set, rows, pb->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
     if (!s)
-        s = add_buffer(ctx, set, p->in_f16 ? rows : 0, pb->dim_qk, 1, 4, NULL, &gb->q32,
+        s = add_buffer(ctx, set, p->in_16bit ? rows : 0, pb->dim_qk, 1, 4, NULL, &gb->q32,
                        "float32 Q chunk");
     if (!s)
-        s = add_buffer(ctx, set, p->in_f16 ? kv : 0, pb->len_k, pb->dim_qk, 4, NULL, &gb->k32,
+        s = add_buffer(ctx, set, p->in_16bit ? kv : 0, pb->len_k, pb->dim_qk, 4, NULL, &gb->k32,
                        "float32 K");
     if (!s)
-        s = add_buffer(ctx, set, p->in_f16 ? kv : 0, pb->len_k, pb->dim_v, 4, NULL, &gb->v32,
+        s = add_buffer(ctx, set, p->in_16bit ? kv : 0, pb->len_k, pb->dim_v, 4, NULL, &gb->v32,
                        "float32 V");
     if (!s)
-        s = add_buffer(ctx, set, p->out_f16 ? rows : 0, pb->dim_v, 1, 4, NULL, &gb->o32,
+        s = add_buffer(ctx, set, p->out_16bit ? rows : 0, pb->dim_v, 1, 4, NULL, &gb->o32,
                        "float32 O chunk");
     if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
@@ -386,22 +386,23 @@ static size_t entry_offset(const operand *op, const gemm_chunk *c, size_t g, siz
            (kv ? c->key0 : c->row0) * op->t.stride_seq;
 }
 
-/* The operands of both GEMMs; float16 storage reads and writes float32 scratch instead. */
+/* The operands of both GEMMs; 16-bit storage reads and writes float32 scratch instead. */
 typedef struct gemm_operands {
     operand q, k, v, o, s; /* s: the score buffer, [rows][keys] per entry (ld set per chunk) */
 } gemm_operands;
 
 static void make_operands(const attn_problem *pb, const gemm_plan *p, const gemm_buffers *gb,
                           const attn_buffers *buf, gemm_operands *ops) {
-    ops->q = p->in_f16 ? chunk_operand(gb->q32, pb->dim_qk)
-                       : strided_operand(buf->q, &pb->q, pb->q.stride_seq);
-    ops->k = p->in_f16 ? dense_operand(gb->k32, pb->heads_kv, pb->len_k, pb->dim_qk)
-                       : strided_operand(buf->k, &pb->k, pb->k.stride_seq);
-    ops->v = p->in_f16 ? dense_operand(gb->v32, pb->heads_kv, pb->len_k, pb->dim_v)
-                       : strided_operand(buf->v, &pb->v, pb->v.stride_seq);
+    ops->q = p->in_16bit ? chunk_operand(gb->q32, pb->dim_qk)
+                         : strided_operand(buf->q, &pb->q, pb->q.stride_seq);
+    ops->k = p->in_16bit ? dense_operand(gb->k32, pb->heads_kv, pb->len_k, pb->dim_qk)
+                         : strided_operand(buf->k, &pb->k, pb->k.stride_seq);
+    ops->v = p->in_16bit ? dense_operand(gb->v32, pb->heads_kv, pb->len_k, pb->dim_v)
+                         : strided_operand(buf->v, &pb->v, pb->v.stride_seq);
     /* a single row's stride is never used, but CLBlast wants ld >= Dv for C */
     size_t o_ld = pb->len_q == 1 && pb->o.stride_seq < pb->dim_v ? pb->dim_v : pb->o.stride_seq;
-    ops->o = p->out_f16 ? chunk_operand(gb->o32, pb->dim_v) : strided_operand(buf->o, &pb->o, o_ld);
+    ops->o =
+        p->out_16bit ? chunk_operand(gb->o32, pb->dim_v) : strided_operand(buf->o, &pb->o, o_ld);
     ops->s = chunk_operand(gb->scores, pb->len_k);
 }
 
@@ -470,26 +471,36 @@ static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, c
 }
 
 typedef struct gemm_kernels {
-    cl_kernel softmax, widen, narrow; /* widen and narrow only for float16 storage */
+    cl_kernel softmax, widen, narrow; /* widen and narrow only for 16-bit storage */
     cl_kernel flag;                   /* flag_nonfinite_rows, every call */
 } gemm_kernels;
 
-static clattn_status get_kernels(clattn_context *ctx, const gemm_plan *p, gemm_kernels *k) {
+/* A kernel of cl/convert.cl, specialised for the call's storage types. */
+static clattn_status convert_kernel(clattn_context *ctx, const attn_problem *pb, const char *name,
+                                    cl_kernel *kernel) {
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                        "convert.cl"};
+    char defines[64];
+    snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)pb->dtype,
+             (int)pb->out_dtype);
+    return kernel_get(ctx, files, ARRAY_LEN(files), defines, name, kernel);
+}
+
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const gemm_plan *p,
+                                 gemm_kernels *k) {
     static const char *const softmax_files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
                                                 "softmax.cl"};
-    static const char *const convert_files[] = {"convert.cl"};
     char defines[96];
     memset(k, 0, sizeof *k);
     /* the same defines as clattn_softmax's float32 program, so both share one build */
-    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=0 -DOUT_F16=0", p->wg);
+    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_DTYPE=0 -DOUT_DTYPE=0", p->wg);
     clattn_status status = kernel_get(ctx, softmax_files, ARRAY_LEN(softmax_files), defines,
                                       "softmax_masked", &k->softmax);
-    if (status == CLATTN_SUCCESS && p->in_f16)
-        status = kernel_get(ctx, convert_files, 1, "", "widen_rows", &k->widen);
-    if (status == CLATTN_SUCCESS && p->out_f16)
-        status = kernel_get(ctx, convert_files, 1, "", "narrow_rows", &k->narrow);
-    if (status == CLATTN_SUCCESS)
-        status = kernel_get(ctx, convert_files, 1, "", "flag_nonfinite_rows", &k->flag);
+    if (status == CLATTN_SUCCESS && p->in_16bit)
+        status = convert_kernel(ctx, pb, "widen_rows", &k->widen);
+    if (status == CLATTN_SUCCESS && p->out_16bit)
+        status = convert_kernel(ctx, pb, "narrow_rows", &k->narrow);
+    if (status == CLATTN_SUCCESS) status = convert_kernel(ctx, pb, "flag_nonfinite_rows", &k->flag);
     return status;
 }
 
@@ -592,13 +603,13 @@ static void karg_tensor(kernel_args *a, const float_tensor *ft) {
     for (size_t i = 0; i < ARRAY_LEN(v); i++) kernel_arg(a, sizeof v[i], &v[i]);
 }
 
-/* V as float32: the caller's tensor, or for float16 storage the widened [B][Hkv][Nk][Dv]. */
+/* V as float32: the caller's tensor, or for 16-bit storage the widened [B][Hkv][Nk][Dv]. */
 static float_tensor v_as_float(const gemm_call *call) {
     const attn_problem *pb = call->pb;
     size_t plane = pb->len_k * pb->dim_v;
     float_tensor dense = {call->gb->v32, {0, pb->heads_kv * plane, plane, pb->dim_v}, pb->heads_kv};
     float_tensor caller = {call->buf->v, pb->v, pb->heads_kv};
-    return call->p->in_f16 ? dense : caller;
+    return call->p->in_16bit ? dense : caller;
 }
 
 /* The host list of bad keys from the flags, [B*Hkv][Nk] bytes. */
@@ -662,7 +673,7 @@ static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kern
     const attn_problem *pb = call->pb;
     const bad_keys *bad = &call->bad;
     float_tensor v = v_as_float(call);
-    cl_mem dst = call->p->in_f16 ? call->gb->v32 : bad->v0;
+    cl_mem dst = call->p->in_16bit ? call->gb->v32 : bad->v0;
     cl_long len = (cl_long)pb->len_k;
     kernel_args g = {gather, 0, CL_SUCCESS}, z = {zero, 0, CL_SUCCESS};
     KARG(g, v.buffer);
@@ -687,7 +698,6 @@ static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kern
 
 /* With bad keys: their device list and values, the kernels, and the cleaned V (clean_v). */
 static clattn_status prepare_bad_keys(clattn_context *ctx, gemm_call *call) {
-    static const char *const convert_files[] = {"convert.cl"};
     const attn_problem *pb = call->pb;
     bad_keys *bad = &call->bad;
     size_t kv = pb->batch * pb->heads_kv, n = bad->count, u = sizeof(cl_uint);
@@ -697,12 +707,12 @@ static clattn_status prepare_bad_keys(clattn_context *ctx, gemm_call *call) {
     if (!s) s = add_buffer(ctx, &call->gb->set, n, u, 1, 1, bad->rows, &bad->rows_buf, "bad keys");
     if (!s)
         s = add_buffer(ctx, &call->gb->set, n, pb->dim_v, 1, 4, NULL, &bad->values, "bad V rows");
-    if (!s && !call->p->in_f16)
+    if (!s && !call->p->in_16bit)
         s = add_buffer(ctx, &call->gb->set, kv, pb->len_k, pb->dim_v, 4, NULL, &bad->v0,
                        "float32 V without its bad rows");
-    if (!s) s = kernel_get(ctx, convert_files, 1, "", "gather_rows", &gather);
-    if (!s) s = kernel_get(ctx, convert_files, 1, "", "zero_flagged_rows", &zero);
-    if (!s) s = kernel_get(ctx, convert_files, 1, "", "add_flagged_keys", &bad->add);
+    if (!s) s = convert_kernel(ctx, pb, "gather_rows", &gather);
+    if (!s) s = convert_kernel(ctx, pb, "zero_flagged_rows", &zero);
+    if (!s) s = convert_kernel(ctx, pb, "add_flagged_keys", &bad->add);
     if (!s) s = clean_v(ctx, call, gather, zero);
     if (!s)
         log_msg("gemm: %zu keys hold NaN or inf in V; O = P V reads them as 0 and adds them to "
@@ -716,7 +726,7 @@ static clattn_status prepare_bad_keys(clattn_context *ctx, gemm_call *call) {
 static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, const gemm_chunk *c) {
     const attn_problem *pb = call->pb;
     const bad_keys *bad = &call->bad;
-    int dense = call->p->out_f16; /* o32: [groups][rows][Dv], group and row from 0 */
+    int dense = call->p->out_16bit; /* o32: [groups][rows][Dv], group and row from 0 */
     float_tensor o32 = {call->gb->o32, {0, c->rows * pb->dim_v, 0, pb->dim_v}, 1};
     float_tensor caller = {call->buf->o, pb->o, pb->heads_q};
     cl_long group0 = (cl_long)c->group0, key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
@@ -747,7 +757,7 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
     const attn_problem *pb = call->pb;
     const gemm_plan *p = call->p;
     clattn_status status = CLATTN_SUCCESS;
-    if (p->in_f16) {
+    if (p->in_16bit) {
         convert_range q = {&pb->q, pb->heads_q, c->group0, c->groups, c->row0, c->rows, pb->dim_qk};
         status = launch_convert(ctx, call->kernels.widen, call->buf->q, call->gb->q32, &q,
                                 "gemm: widening Q");
@@ -774,7 +784,7 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
     if (!status) status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c);
     if (!status) status = batched_gemm(ctx, pb, c, &call->args, &output);
     if (!status && call->bad.count) status = add_bad_keys(ctx, call, c);
-    if (!status && p->out_f16) {
+    if (!status && p->out_16bit) {
         convert_range o = {&pb->o, pb->heads_q, c->group0, c->groups, c->row0, c->rows, pb->dim_v};
         status = launch_convert(ctx, call->kernels.narrow, call->buf->o, call->gb->o32, &o,
                                 "gemm: narrowing O");
@@ -797,9 +807,9 @@ static clattn_status widen_keys(clattn_context *ctx, const gemm_call *call) {
 }
 
 static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
-    clattn_status status = get_kernels(ctx, call->p, &call->kernels);
+    clattn_status status = get_kernels(ctx, call->pb, call->p, &call->kernels);
     if (!status) status = batch_args_alloc(ctx, call->p->group_chunk, &call->args);
-    if (!status && call->p->in_f16) status = widen_keys(ctx, call);
+    if (!status && call->p->in_16bit) status = widen_keys(ctx, call);
     if (!status) status = find_bad_keys(ctx, call);
     if (!status && call->bad.count) status = prepare_bad_keys(ctx, call);
     make_operands(call->pb, call->p, call->gb, call->buf, &call->ops);
@@ -821,8 +831,7 @@ static void fill_stats(const attn_problem *pb, const gemm_plan *p, uint64_t byte
     s->chunks = p->chunks > UINT32_MAX ? UINT32_MAX : (unsigned)p->chunks;
     s->device_bytes = bytes;
     snprintf(s->kernel, sizeof s->kernel, "gemm-clblast %zux%zu rows softmax wg%zu %s->%s",
-             p->group_chunk, p->row_chunk, p->wg, p->in_f16 ? "f16" : "f32",
-             p->out_f16 ? "f16" : "f32");
+             p->group_chunk, p->row_chunk, p->wg, dtype_name(pb->dtype), dtype_name(pb->out_dtype));
 }
 
 static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn_buffers *buf,

@@ -37,7 +37,7 @@ static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_des
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "softmax: rows and cols must be >= 1 and cols < 2^32 (got %zu x %zu)",
                          d->rows, d->cols);
-    if (d->dtype != CLATTN_F32 && d->dtype != CLATTN_F16)
+    if (!dtype_known(d->dtype))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: unknown dtype %d",
                          (int)d->dtype);
     if ((d->rows > 1 && (d->in_row_stride < d->cols || d->out_row_stride < d->cols)))
@@ -79,8 +79,8 @@ clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *giv
     tuning_lookup(&ctx->device, "gemm", &tuning);
     size_t wg = device_pow2_group_size(&ctx->device, tuning.wg_size);
     char defines[128];
-    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=%d -DOUT_F16=%d", wg,
-             d->dtype == CLATTN_F16, d->dtype == CLATTN_F16);
+    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_DTYPE=%d -DOUT_DTYPE=%d", wg,
+             (int)d->dtype, (int)d->dtype);
     static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
                                         "softmax.cl"};
     cl_kernel kernel = NULL;

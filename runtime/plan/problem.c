@@ -102,11 +102,11 @@ static clattn_status check_sizes(error_record *err, const clattn_attention_desc 
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "sequence lengths above 2^31-1 are not supported (Nq=%zu Nk=%zu)",
                          d->len_q, d->len_k);
-    if ((d->dtype != CLATTN_F32 && d->dtype != CLATTN_F16) ||
-        (d->out_dtype != CLATTN_F32 && d->out_dtype != CLATTN_F16))
+    if (!dtype_known(d->dtype) || !dtype_known(d->out_dtype))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
-                         "dtype must be CLATTN_F32 or "
-                         "CLATTN_F16");
+                         "dtype %d / out_dtype %d: each must be CLATTN_F32, CLATTN_F16 or "
+                         "CLATTN_BF16",
+                         (int)d->dtype, (int)d->out_dtype);
     if (!isfinite(d->scale))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "scale must be finite (got %g)",
                          (double)d->scale);

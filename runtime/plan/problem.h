@@ -38,8 +38,4 @@ clattn_status problem_build(const clattn_attention_desc *desc, bias_source bias,
                             attn_problem *pb);
 void problem_release(attn_problem *pb);
 
-static inline size_t dtype_size(clattn_dtype t) {
-    return t == CLATTN_F16 ? 2 : 4;
-}
-
 #endif

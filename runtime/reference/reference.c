@@ -28,6 +28,7 @@ typedef struct reference_call {
 /* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32). */
 static double load(const void *base, clattn_dtype dtype, size_t index) {
     if (dtype == CLATTN_F16) return half_to_float(((const uint16_t *)base)[index]);
+    if (dtype == CLATTN_BF16) return bf16_to_float(((const uint16_t *)base)[index]);
     return ((const float *)base)[index];
 }
 
@@ -128,10 +129,10 @@ done:
     return status;
 }
 
-/* Writes the dense double O [B][Hq][Nq][Dv] into `o` at pb->o in pb->out_dtype (float16
- * rounds to nearest even from the float32 value). */
+/* Writes the dense double O [B][Hq][Nq][Dv] into `o` at pb->o in pb->out_dtype (the 16-bit
+ * types round to nearest even from the float32 value). */
 static void store_output(const attn_problem *d, const double *ref, void *o) {
-    size_t row = 0;
+    size_t row = 0, elem = dtype_size(d->out_dtype);
     for (size_t b = 0; b < d->batch; b++)
         for (size_t h = 0; h < d->heads_q; h++)
             for (size_t i = 0; i < d->len_q; i++, row++) {
@@ -139,10 +140,8 @@ static void store_output(const attn_problem *d, const double *ref, void *o) {
                 const double *src = ref + row * d->dim_v;
                 for (size_t x = 0; x < d->dim_v; x++) {
                     float value = (float)src[x];
-                    if (d->out_dtype == CLATTN_F16)
-                        ((uint16_t *)o)[at + x] = float_to_half(value);
-                    else
-                        ((float *)o)[at + x] = value;
+                    clattn_convert(CLATTN_F32, &value, d->out_dtype, (char *)o + (at + x) * elem,
+                                   1);
                 }
             }
 }
