@@ -15,8 +15,16 @@ int context_on_destroy(clattn_context *ctx, context_cleanup cleanup) {
     for (unsigned i = 0; i < ctx->num_cleanups; i++)
         if (ctx->cleanups[i] == cleanup) return 0;
     if (ctx->num_cleanups == MAX_CONTEXT_CLEANUPS) return -1;
+    ctx->cleanup_data[ctx->num_cleanups] = NULL;
     ctx->cleanups[ctx->num_cleanups++] = cleanup;
     return 1;
+}
+
+void **context_data(clattn_context *ctx, context_cleanup cleanup) {
+    if (context_on_destroy(ctx, cleanup) < 0) return NULL;
+    for (unsigned i = 0; i < ctx->num_cleanups; i++)
+        if (ctx->cleanups[i] == cleanup) return &ctx->cleanup_data[i];
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- kernels and timing */

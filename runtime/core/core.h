@@ -93,7 +93,7 @@ enum { WORKSPACE_PACKED_K, WORKSPACE_PACKED_V, WORKSPACE_V_FLAGS, WORKSPACE_SLOT
 /* Something a layer above keeps per context and releases when the context goes: the layer
  * registers it once (context_on_destroy), so the core needs to know nothing of it. */
 typedef void (*context_cleanup)(clattn_context *ctx);
-#define MAX_CONTEXT_CLEANUPS 4
+#define MAX_CONTEXT_CLEANUPS 8
 
 struct clattn_context {
     clattn_device_info device;
@@ -118,6 +118,7 @@ struct clattn_context {
     cl_mem workspace[WORKSPACE_SLOTS]; /* buffers kept between calls (workspace_get) */
     size_t workspace_bytes[WORKSPACE_SLOTS];
     context_cleanup cleanups[MAX_CONTEXT_CLEANUPS];
+    void *cleanup_data[MAX_CONTEXT_CLEANUPS]; /* what each layer keeps (context_data) */
     unsigned num_cleanups;
 };
 
@@ -131,6 +132,9 @@ void ctx_clear_error(clattn_context *ctx);
 /* Registers `cleanup` to run when ctx is destroyed, once per function. @return 1 when it is
  * registered now, 0 when it already was, -1 when the list is full (a bug: raise the limit). */
 int context_on_destroy(clattn_context *ctx, context_cleanup cleanup);
+/* The pointer a layer keeps on ctx under its cleanup, registering the cleanup on first use
+ * (*slot starts NULL; the cleanup frees what it points to). NULL when the list is full. */
+void **context_data(clattn_context *ctx, context_cleanup cleanup);
 
 /* ---- devices (device.c) */
 
@@ -155,6 +159,8 @@ const char *program_cache_dir(char *buf, size_t size);
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
  * that a reader never sees half a file (file.c). @return 0, or errno. */
 int write_file_atomic(const char *path, const void *data, size_t size);
+/* mkdir -p (file.c). @return 0, or -1 with errno set. */
+int make_dirs(const char *path);
 
 /* Sets kernel arguments in order and keeps the first error. */
 typedef struct kernel_args {

@@ -1,4 +1,4 @@
-/* Whole files written atomically: the program cache's entries (program.c). */
+/* Whole files written atomically (the program cache's entries, tuning.json), and folders. */
 #define _POSIX_C_SOURCE 200809L /* getpid */
 
 #include "core.h"
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Writes all of `data` to a new file (never one that exists, nor through a link), 0600.
@@ -47,4 +48,16 @@ int write_file_atomic(const char *path, const void *data, size_t size) {
     }
     free(tmp);
     return e;
+}
+
+int make_dirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }

@@ -158,19 +158,6 @@ const char *program_cache_dir(char *buf, size_t size) {
     return buf;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
 static void put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
