@@ -273,7 +273,7 @@ clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant varian
     d.used_by_auto = d.supported && row->suits(&ctx->device, d.reason, sizeof d.reason);
     tuning_params unused;
     snprintf(d.tuning, sizeof d.tuning, "%s",
-             tuning_source_name(tuning_lookup(&ctx->device, row->name, &unused)));
+             tuning_source_name(tuning_lookup_context(ctx, row->name, &unused)));
     struct_write(info, &d, sizeof d, sizeof d);
     return CLATTN_SUCCESS;
 }

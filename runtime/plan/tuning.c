@@ -5,6 +5,7 @@
 #include "plan/tuning.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,14 +24,44 @@ typedef struct tuning_entry {
     tuning_params params;
 } tuning_entry;
 
+/* A flash entry for a device class: type and vendor, tiles, micro-tile, vector, subgroups;
+ * double buffering. */
+#define FLASH_CLASS(type, vendor, bm, bn, tm, tn, vec, sub)                                        \
+    {                                                                                              \
+        "flash", (type), (vendor), "", {                                                           \
+            .block_m = (bm), .block_n = (bn), .tile_m = (tm), .tile_n = (tn), .vector = (vec),     \
+            .stages = 2, .subgroups = (sub)                                                        \
+        }                                                                                          \
+    }
+
+#define CPU   CL_DEVICE_TYPE_CPU
+#define GPU   CL_DEVICE_TYPE_GPU
+#define EVERY CL_DEVICE_TYPE_ALL
+
 static const tuning_entry built_in[] = {
     /* fused cpu: BLOCK_M rows in registers a work-item, BLOCK_N keys a tile, 16-wide vectors */
-    {"cpu", CL_DEVICE_TYPE_ALL, "", "", {8, 32, 1, 16, 0}},
+    {"cpu", EVERY, "", "", {.block_m = 8, .block_n = 32, .wg_size = 1, .vector = 16}},
     /* fused gpu: a row a work-item, BLOCK_M rows a work-group, K/V tiles in local memory */
-    {"gpu", CL_DEVICE_TYPE_ALL, "", "", {64, 32, 64, 1, 0}},
+    {"gpu", EVERY, "", "", {.block_m = 64, .block_n = 32, .wg_size = 64, .vector = 1}},
+    /* flash: BLOCK_M x BLOCK_N tiles of (block_m / tile_m) x (block_n / tile_n) work-items,
+     * each a tile_m x tile_n micro-tile. The GPU classes take the defaults of CLBlast's Xgemm
+     * database (single precision) read as the S = Q K^T product's: MWG -> block_m,
+     * NWG -> block_n, MWG/MDIMC x NWG/NDIMC -> the micro-tile, VWM -> vector; not measured on
+     * these devices. Subgroups where the vendor's OpenCL has them (AMD, Intel). The planner
+     * shrinks tiles that do not fit a device's local memory or work-group limit. */
+    FLASH_CLASS(GPU, "NVIDIA", 32, 64, 4, 2, 4, 0),
+    FLASH_CLASS(GPU, "Advanced Micro Devices", 64, 64, 4, 8, 4, 1),
+    FLASH_CLASS(GPU, "AMD", 64, 64, 4, 8, 4, 1),
+    FLASH_CLASS(GPU, "Intel", 64, 64, 4, 8, 4, 1),
+    FLASH_CLASS(GPU, "ARM", 64, 32, 4, 4, 4, 0),
+    FLASH_CLASS(GPU, "QUALCOMM", 32, 32, 4, 4, 4, 0),
+    /* CPUs (PoCL's pthread device, where `clattn tune` chose it; `auto` runs cpu there) */
+    FLASH_CLASS(CPU, "", 32, 32, 4, 4, 4, 0),
+    /* every other device: CLBlast's default of every device class */
+    FLASH_CLASS(EVERY, "", 32, 32, 4, 2, 4, 1),
     /* gemm: the masked softmax's work-group (a power of two up to this) */
-    {"gemm", CL_DEVICE_TYPE_ALL, "", "", {0, 0, 256, 1, 0}},
-    {"reference", CL_DEVICE_TYPE_ALL, "", "", {0, 0, 0, 0, 0}},
+    {"gemm", EVERY, "", "", {.wg_size = 256, .vector = 1}},
+    {"reference", EVERY, "", "", {0}},
 };
 
 static int contains(const char *text, const char *part) {
@@ -110,14 +141,23 @@ static void skip_value(json_reader *r, int depth) {
     }
 }
 
-static const char *const param_names[] = {"block_m", "block_n", "wg_size", "vector", "split"};
+/* The fields of tuning_params by name, in order (TUNING_FIELDS). */
+#define TUNING_FIELD_NAME(name, meaning) #name,
+static const char *const param_names[] = {TUNING_FIELDS(TUNING_FIELD_NAME)};
+#undef TUNING_FIELD_NAME
+
+/* Field i (every field is an unsigned, in TUNING_FIELDS' order). */
+static unsigned *param_field(tuning_params *p, size_t i) {
+    return (unsigned *)p + i;
+}
+static unsigned param_value(const tuning_params *p, size_t i) {
+    return ((const unsigned *)p)[i];
+}
 
 static void set_param(user_entry *e, const char *key, unsigned long value) {
-    unsigned *fields[] = {&e->params.block_m, &e->params.block_n, &e->params.wg_size,
-                          &e->params.vector, &e->params.split};
     for (size_t i = 0; i < ARRAY_LEN(param_names); i++)
         if (strcmp(key, param_names[i]) == 0 && value <= 65536) {
-            *fields[i] = (unsigned)value;
+            *param_field(&e->params, i) = (unsigned)value;
             e->set |= 1u << i;
         }
 }
@@ -226,6 +266,12 @@ static void reload_if_changed(const char *path) {
     free(text);
 }
 
+static int entry_matches(const user_entry *e, const clattn_device_info *device,
+                         const char *variant) {
+    return strcmp(e->device, device->name) == 0 && strcmp(e->variant, variant) == 0 &&
+           (!e->driver[0] || strcmp(e->driver, device->driver_version) == 0);
+}
+
 /* Applies the user's entry for this device, driver and variant, if any. @return 1 if one. */
 static int apply_user_entry(const clattn_device_info *device, const char *variant,
                             tuning_params *out) {
@@ -236,18 +282,149 @@ static int apply_user_entry(const clattn_device_info *device, const char *varian
     reload_if_changed(path);
     for (size_t i = 0; i < user_file.count && !found; i++) {
         const user_entry *e = &user_file.entries[i];
-        if (strcmp(e->device, device->name) != 0 || strcmp(e->variant, variant) != 0 ||
-            (e->driver[0] && strcmp(e->driver, device->driver_version) != 0))
-            continue;
-        unsigned *dst[] = {&out->block_m, &out->block_n, &out->wg_size, &out->vector, &out->split};
-        const unsigned src[] = {e->params.block_m, e->params.block_n, e->params.wg_size,
-                                e->params.vector, e->params.split};
-        for (size_t f = 0; f < ARRAY_LEN(dst); f++)
-            if (e->set & (1u << f)) *dst[f] = src[f];
+        if (!entry_matches(e, device, variant)) continue;
+        for (size_t f = 0; f < ARRAY_LEN(param_names); f++)
+            if (e->set & (1u << f)) *param_field(out, f) = param_value(&e->params, f);
         found = 1;
     }
     pthread_mutex_unlock(&user_lock);
     return found;
+}
+
+/* ---------------------------------------------------------------- writing the user's file */
+
+/* A JSON string: quotes and backslashes escaped, control characters dropped. */
+static void put_json_string(FILE *f, const char *text) {
+    fputc('"', f);
+    for (const char *c = text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c >= 0x20)
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+static void put_entry(FILE *f, const user_entry *e) {
+    fputs("  {\"device\": ", f);
+    put_json_string(f, e->device);
+    fputs(", \"driver\": ", f);
+    put_json_string(f, e->driver);
+    fputs(", \"variant\": ", f);
+    put_json_string(f, e->variant);
+    for (size_t i = 0; i < ARRAY_LEN(param_names); i++)
+        if (e->set & (1u << i))
+            fprintf(f, ", \"%s\": %u", param_names[i], param_value(&e->params, i));
+    fputc('}', f);
+}
+
+/* The file's text: the entries, each on a line. malloc'ed; NULL when out of memory. */
+static char *format_entries(const user_entry *entries, size_t count, size_t *size) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, size);
+    if (!f) return NULL;
+    fputs("{\"clattn_tuning\": 1, \"written_by\": \"clattn " CLATTN_VERSION_STRING
+          "\", \"entries\": [\n",
+          f);
+    for (size_t i = 0; i < count; i++) {
+        put_entry(f, &entries[i]);
+        fputs(i + 1 < count ? ",\n" : "\n", f);
+    }
+    fputs("]}\n", f);
+    return fclose(f) == 0 ? text : (free(text), NULL);
+}
+
+/* The file's entries but the one for (device, driver, variant), then `added`. malloc'ed. */
+static user_entry *entries_with(const user_entry *added, size_t *count) {
+    user_entry *all = malloc((user_file.count + 1) * sizeof *all);
+    *count = 0;
+    if (!all) return NULL;
+    for (size_t i = 0; i < user_file.count; i++) {
+        const user_entry *e = &user_file.entries[i];
+        if (strcmp(e->device, added->device) == 0 && strcmp(e->driver, added->driver) == 0 &&
+            strcmp(e->variant, added->variant) == 0)
+            continue;
+        all[(*count)++] = *e;
+    }
+    all[(*count)++] = *added;
+    return all;
+}
+
+clattn_status tuning_save(const clattn_device_info *device, const char *variant,
+                          const tuning_params *params, error_record *err) {
+    char path[4200], dir[4096];
+    if (!tuning_file_path(path, sizeof path) || !program_cache_dir(dir, sizeof dir))
+        return error_set(err, CLATTN_ERR_UNSUPPORTED,
+                         "the cache folder is off (CLATTN_CACHE_DIR=off): no tuning.json to write");
+    user_entry added;
+    memset(&added, 0, sizeof added);
+    snprintf(added.device, sizeof added.device, "%s", device->name);
+    snprintf(added.driver, sizeof added.driver, "%s", device->driver_version);
+    snprintf(added.variant, sizeof added.variant, "%s", variant);
+    added.params = *params;
+    added.set = (1u << ARRAY_LEN(param_names)) - 1;
+    pthread_mutex_lock(&user_lock);
+    reload_if_changed(path);
+    size_t count = 0, size = 0;
+    user_entry *all = entries_with(&added, &count);
+    char *text = all ? format_entries(all, count, &size) : NULL;
+    int e = !text ? ENOMEM : make_dirs(dir) != 0 ? errno : write_file_atomic(path, text, size);
+    free(all);
+    free(text);
+    free(user_file.entries); /* read again on the next lookup */
+    memset(&user_file, 0, sizeof user_file);
+    pthread_mutex_unlock(&user_lock);
+    if (e) return error_set(err, CLATTN_ERR_IO, "writing %s: %s", path, strerror(e));
+    log_msg("tuning: wrote the %s entry of %s (%s) to %s", variant, device->name,
+            device->driver_version, path);
+    return CLATTN_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- a context's own values */
+
+#define CONTEXT_TUNING_MAX 16
+
+typedef struct context_tuning {
+    size_t count;
+    struct {
+        char variant[32];
+        tuning_params params;
+    } entries[CONTEXT_TUNING_MAX];
+} context_tuning;
+
+static void context_tuning_release(clattn_context *ctx) {
+    void **slot = context_data(ctx, context_tuning_release);
+    if (slot) free(*slot);
+}
+
+clattn_status tuning_set_context(clattn_context *ctx, const char *variant,
+                                 const tuning_params *params) {
+    void **slot = context_data(ctx, context_tuning_release);
+    if (!slot) return CLATTN_ERR_OUT_OF_MEMORY;
+    if (!*slot && !(*slot = calloc(1, sizeof(context_tuning)))) return CLATTN_ERR_OUT_OF_MEMORY;
+    context_tuning *t = *slot;
+    size_t at = 0;
+    while (at < t->count && strcmp(t->entries[at].variant, variant) != 0) at++;
+    if (!params) { /* clear: the last entry takes its place */
+        if (at < t->count) t->entries[at] = t->entries[--t->count];
+        return CLATTN_SUCCESS;
+    }
+    if (at == CONTEXT_TUNING_MAX) return CLATTN_ERR_OUT_OF_MEMORY;
+    if (at == t->count) t->count++;
+    snprintf(t->entries[at].variant, sizeof t->entries[at].variant, "%s", variant);
+    t->entries[at].params = *params;
+    return CLATTN_SUCCESS;
+}
+
+tuning_source tuning_lookup_context(clattn_context *ctx, const char *variant, tuning_params *out) {
+    void **slot = context_data(ctx, context_tuning_release);
+    const context_tuning *t = slot ? *slot : NULL;
+    for (size_t i = 0; t && i < t->count; i++)
+        if (strcmp(t->entries[i].variant, variant) == 0) {
+            *out = t->entries[i].params;
+            return TUNING_CONTEXT;
+        }
+    return tuning_lookup(&ctx->device, variant, out);
 }
 
 /* ---------------------------------------------------------------- lookup */
@@ -270,6 +447,6 @@ tuning_source tuning_lookup(const clattn_device_info *device, const char *varian
 }
 
 const char *tuning_source_name(tuning_source source) {
-    static const char *const names[] = {"default", "built-in", "tuning.json"};
+    static const char *const names[] = {"default", "built-in", "tuning.json", "context"};
     return names[source];
 }

@@ -1,12 +1,15 @@
 /*
- * The tuning database: tile sizes, work-group sizes and vector widths of each kernel variant,
- * per device. Planners ask it and hard-code no number. Like CLBlast's database, it has entries
- * for devices measured and a default per device class; a user file, tuning.json in the cache
- * folder (written by `clattn tune`), overrides an entry for one device and driver:
+ * The tuning database: tile sizes, work-group shapes, vector widths and the like of each kernel
+ * variant, per device. Planners ask it and hard-code no number. Like CLBlast's database, it has
+ * entries for device classes (vendor and type) and a default for every device; a user file,
+ * tuning.json in the cache folder (written by `clattn tune` through tuning_save), overrides an
+ * entry for one device and driver, and a context may override both for its own calls
+ * (clattn_context_set_tuning, which the tuner uses to try candidates):
  *
  *   {"clattn_tuning": 1, "entries": [
- *     {"device": "NVIDIA H100 80GB HBM3", "driver": "580.65", "variant": "gpu",
- *      "block_m": 64, "block_n": 32, "wg_size": 64, "vector": 1}]}
+ *     {"device": "NVIDIA H100 80GB HBM3", "driver": "580.65", "variant": "flash",
+ *      "block_m": 64, "block_n": 32, "tile_m": 4, "tile_n": 4, "vector": 4, "stages": 2,
+ *      "subgroups": 0}]}
  *
  * A field an entry leaves out keeps the built-in value. Unknown keys are ignored.
  */
@@ -15,27 +18,53 @@
 
 #include "core/core.h"
 
+/* X(field, meaning): every field of an entry, in the order of tuning_params and of
+ * clattn_tuning (include/clattn.h). */
+#define TUNING_FIELDS(X)                                                                           \
+    X(block_m, "query rows a tile (a work-group)")                                                 \
+    X(block_n, "keys a tile")                                                                      \
+    X(wg_size, "work-items a work-group; 0: the variant's own rule")                               \
+    X(vector, "vector width the kernel is specialised for; 0: its own")                            \
+    X(split, "decode kernels: key chunks a row; 0: from the compute units")                        \
+    X(tile_m, "flash: query rows of a work-item's micro-tile")                                     \
+    X(tile_n, "flash: keys of a work-item's micro-tile")                                           \
+    X(stages, "flash: key tiles staged in local memory (2: double buffering)")                     \
+    X(subgroups, "flash: 1 reduces rows through subgroups where the device has them")
+
+#define TUNING_FIELD(name, meaning) unsigned name;
 typedef struct tuning_params {
-    unsigned block_m; /* query rows a tile */
-    unsigned block_n; /* keys a tile */
-    unsigned wg_size; /* work-items a work-group; 0: the variant's own rule */
-    unsigned vector;  /* vector width the kernel is specialised for; 0: its own */
-    unsigned split;   /* decode kernels: key chunks a row; 0: from the compute units */
+    TUNING_FIELDS(TUNING_FIELD)
 } tuning_params;
+#undef TUNING_FIELD
 
 /* Where a lookup's values came from. */
 typedef enum tuning_source {
     TUNING_DEFAULT,  /* the default of the device's class */
-    TUNING_BUILT_IN, /* a built-in entry for this device */
-    TUNING_USER      /* tuning.json in the cache folder */
+    TUNING_BUILT_IN, /* a built-in entry for this device's vendor or name */
+    TUNING_USER,     /* tuning.json in the cache folder */
+    TUNING_CONTEXT   /* set on the context (clattn_context_set_tuning) */
 } tuning_source;
 
-/* The parameters of `variant` (a row name: "cpu", "gpu", "gemm", ...) on `device`.
- * @return where they came from. */
+/* The parameters of `variant` (a row name: "cpu", "gpu", "flash", ...) on `device`, from the
+ * database. @return where they came from. */
 tuning_source tuning_lookup(const clattn_device_info *device, const char *variant,
                             tuning_params *out);
 
-/* "default", "built-in" or "tuning.json". */
+/* The same, with the context's own setting first. */
+tuning_source tuning_lookup_context(clattn_context *ctx, const char *variant, tuning_params *out);
+
+/* Sets (params) or clears (NULL) the context's own parameters of `variant`.
+ * @return CLATTN_SUCCESS or CLATTN_ERR_OUT_OF_MEMORY. */
+clattn_status tuning_set_context(clattn_context *ctx, const char *variant,
+                                 const tuning_params *params);
+
+/* Writes `params` as the tuning.json entry of (device name, driver, variant), keeping the
+ * file's other entries, through a temporary file and a rename. @return CLATTN_SUCCESS,
+ * CLATTN_ERR_UNSUPPORTED (the cache folder is off) or CLATTN_ERR_IO (message in err). */
+clattn_status tuning_save(const clattn_device_info *device, const char *variant,
+                          const tuning_params *params, error_record *err);
+
+/* "default", "built-in", "tuning.json" or "context". */
 const char *tuning_source_name(tuning_source source);
 
 /* The path of the user's tuning file, or NULL when the cache folder is off. */
