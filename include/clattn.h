@@ -321,7 +321,9 @@ typedef enum clattn_variant {
     CLATTN_VARIANT_CPU = 1,  /* "cpu": fused; register-tiled, wide vectors, a tile a work-item */
     CLATTN_VARIANT_GPU = 2,  /* "gpu": fused; local-memory tiles, a row a work-item */
     CLATTN_VARIANT_GEMM = 3, /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
-    CLATTN_VARIANT_REFERENCE = 4 /* "reference": the CPU reference on host copies */
+    CLATTN_VARIANT_REFERENCE = 4, /* "reference": the CPU reference on host copies */
+    CLATTN_VARIANT_FLASH = 5      /* "flash": fused; FlashAttention-2's partition, micro-tiles a
+                                     work-item, K/V tiles double-buffered in local memory (0.2) */
 } clattn_variant;
 
 /** @return the variant's name ("cpu", "gemm", ...), or "unknown" for a value not in the table. */

@@ -63,6 +63,7 @@ void variant_plan_release(variant_plan *plan);
 
 /* The rows (each in its own file). */
 extern const attn_variant variant_fused_cpu;
+extern const attn_variant variant_flash;
 extern const attn_variant variant_fused_gpu;
 extern const attn_variant variant_gemm;
 extern const attn_variant variant_reference;

@@ -8,10 +8,11 @@
 #include <string.h>
 
 static const attn_variant *const table[] = {
-    &variant_fused_cpu,
-    &variant_fused_gpu,
-    &variant_gemm,
-    &variant_reference,
+    &variant_fused_cpu, /* CPU devices */
+    &variant_flash,     /* other devices */
+    &variant_fused_gpu, /* other devices where flash's tiles do not fit */
+    &variant_gemm,      /* every device, any head dim */
+    &variant_reference, /* on request */
 };
 
 const attn_variant *const *variant_table(size_t *count) {
@@ -31,7 +32,7 @@ clattn_status variant_plan_make(clattn_context *ctx, const attn_variant *variant
     plan->variant = variant;
     plan->problem = pb;
     plan->write_lse = write_lse;
-    plan->tuning_from = tuning_lookup(&ctx->device, variant->name, &plan->tuning);
+    plan->tuning_from = tuning_lookup_context(ctx, variant->name, &plan->tuning);
     clattn_status status = variant->plan(ctx, plan);
     if (status != CLATTN_SUCCESS) variant_plan_release(plan);
     return status;

@@ -1,0 +1,439 @@
+/*
+ * Attention shaped like FlashAttention-2, in portable OpenCL C (the `flash` variant).
+ *
+ * Work partition: work-group (tile, b*Hq + h) owns a query tile of BLOCK_M rows (the rows of
+ * fused_common.cl's tile_row: a dilation class's rows, or the listed global rows) and walks the
+ * key tiles of fused_common.cl's walk, BLOCK_N keys at a time, with an online softmax. Its
+ * TEAMS x TEAM work-items (flash_team.cl: local id = team * TEAM + lane) each own a register
+ * micro-tile:
+ *   scores s[TILE_M][TILE_N]:        rows team*TILE_M + r, keys lane + c*TEAM of the key tile
+ *   output o[TILE_M][DV_PAD / TEAM]: the same rows, columns lane + e*TEAM
+ * so a row's scores are spread over one team (its maxima and sums reduced in flash_team.cl),
+ * and adjacent lanes read adjacent words of every local tile.
+ *
+ * Local memory (the planner fits it to the device: runtime/kernels/flash.c):
+ *   q_tile  [BLOCK_M][DQK_PAD]          float32, pre-scaled by `scale`, loaded once
+ *   k_tiles [STAGES][DQK_PAD][BLOCK_N]  storage width, transposed (a key per column)
+ *   v_tiles [STAGES][BLOCK_N][DV_PAD]   storage width
+ *   p_tile  [BLOCK_M][BLOCK_N]          float32 probabilities, read back by the row's team
+ *   scratch [BLOCK_M][TEAM]             float32, the reductions without subgroups
+ * K and V are read from the caller's tensors at their storage width (no packing pass), kept so
+ * in local memory and widened to float32 in registers. With STAGES=2 the next key tile is
+ * loaded into the other buffer while the current one is multiplied by V, so a tile costs two
+ * barriers (three without subgroups) instead of three (four).
+ *
+ * Masks: the walk's tile kinds (fused_common.cl): TILE_FULL tiles take no per-pair test,
+ * TILE_BOUNDED tiles a per-row class-local range, TILE_GENERAL tiles SPEC's rule pair by pair;
+ * a bias is added (saturating) where a pair is not masked. A V tile holding a NaN or an infinity
+ * is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 * NaN).
+ *
+ * Index arithmetic in the loops is 32-bit: local offsets, and global offsets within a tile (the
+ * planner checks that a tile's span fits in 31 bits); 64-bit only for the base of a tensor, a
+ * row or a tile. Built after common.cl, fused_common.cl and flash_team.cl.
+ */
+#ifndef VEC
+#define VEC 4 /* elements a work-item copies from global memory at once */
+#endif
+#ifndef STAGES
+#define STAGES 2 /* key tiles in local memory: 2 = double buffering */
+#endif
+#define DV_COLS (DV_PAD / TEAM) /* O columns a lane owns */
+
+#define CAT_(a, b) a##b
+#define CAT(a, b)  CAT_(a, b)
+
+/* The storage type as raw bits in local memory, and its widening to float32 in registers. */
+#if IN_DTYPE == DTYPE_F16
+#define KV_T               ushort
+#define WIDEN(tile, index) vload_half((index), (__local const half *)(tile))
+#define RAW_FINITE(x)      (((x) & 0x7c00u) != 0x7c00u)
+#elif IN_DTYPE == DTYPE_BF16
+#define KV_T               ushort
+#define WIDEN(tile, index) as_float((uint)(tile)[(index)] << 16)
+#define RAW_FINITE(x)      (((x) & 0x7f80u) != 0x7f80u)
+#else
+#define KV_T               float
+#define WIDEN(tile, index) ((tile)[(index)])
+#define RAW_FINITE(x)      isfinite(x)
+#endif
+
+#if defined(REQD_SUBGROUP_SIZE) && defined(cl_intel_required_subgroup_size)
+#define SUBGROUP_SIZE_ATTRIBUTE __attribute__((intel_reqd_sub_group_size(REQD_SUBGROUP_SIZE)))
+#else
+#define SUBGROUP_SIZE_ATTRIBUTE
+#endif
+
+/* What every step of a work-group reads: the call, its (b, h), the tensors and local tiles. */
+typedef struct flash_ctx {
+    __constant attn_params *P;
+    long tile, b, h;
+    int team, lane, by_subgroups;
+    __global const KV_T *k, *v; /* the (b, kv head) of K and V */
+    __global const int *gpos, *tile_ptr, *tile_idx, *row_list;
+    __global const uchar *layout;
+    __local float *q_tile, *p_tile, *scratch;
+    __local KV_T *k_tiles, *v_tiles;
+    __local int *bad; /* [2]: the V tile of even / odd walk steps holds a NaN or an infinity */
+    __global uint *tile_count;
+} flash_ctx;
+
+/* One work-item's rows and their online softmax. */
+typedef struct flash_rows {
+    int i[TILE_M];                          /* query rows, -1 past the end */
+    __global const float *bias_row[TILE_M]; /* their bias rows (row 0 for -1) */
+    float m[TILE_M];                        /* running maximum over the team's keys */
+    float l[TILE_M];                        /* this lane's share of sum exp(s - m) */
+    float o[TILE_M][DV_COLS];               /* unnormalised O, columns lane + e*TEAM */
+} flash_rows;
+
+/* One walk over key tiles: a class of a pass, or the global keys. */
+typedef struct walk_state {
+    int pass, listed;
+    long r, classes, keys; /* class r of `classes` (1 for global keys), keys it holds */
+    long first, count, list_row, full_lo, full_hi; /* as tile_walk_at takes them */
+    int lo[TILE_M], hi[TILE_M]; /* per row, the class-local keys it may see (TILE_BOUNDED) */
+} walk_state;
+
+/* ---------------------------------------------------------------- loading tiles */
+
+/* VEC raw values of a row from element d on, zero from `dim` on (dim 0: no key). */
+ALWAYS_INLINE void load_raw(__global const KV_T *row, int d, int dim, KV_T *out) {
+#if VEC > 1
+    if (d + VEC <= dim) {
+        CAT(vstore, VEC)(CAT(vload, VEC)(0, row + d), 0, out);
+        return;
+    }
+#endif
+    for (int e = 0; e < VEC; e++) out[e] = d + e < dim ? row[d + e] : (KV_T)0;
+}
+
+/* Row c of key tile k0 in a (b, kv head) slice `base` with sequence stride `stride`: class
+ * tiles at tile + c * step (32-bit within the tile), global keys gathered through gpos. */
+ALWAYS_INLINE __global const KV_T *key_row(const flash_ctx *f, const walk_state *w,
+                                           __global const KV_T *base, __global const KV_T *tile,
+                                           long stride, int step, long k0, int c) {
+    if (w->pass == PASS_GLOBAL_KEYS) return base + (long)f->gpos[k0 + c] * stride;
+    return tile + c * step;
+}
+
+/* Copies key tile k0 into buffer `buf`: K^T [DQK_PAD][BLOCK_N] and V [BLOCK_N][DV_PAD], raw,
+ * zero where the slot holds no key; sets bad[flag] when the V tile holds a NaN or an inf. */
+ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, int buf,
+                              int flag) {
+    __constant attn_params *P = f->P;
+    const int lid = get_local_id(0);
+    const long first_key = w->pass == PASS_GLOBAL_KEYS ? 0 : w->r + k0 * w->classes;
+    __global const KV_T *k_tile = f->k + first_key * P->k_stride_s;
+    __global const KV_T *v_tile = f->v + first_key * P->v_stride_s;
+    const int k_step = (int)(w->classes * P->k_stride_s), v_step = (int)(w->classes * P->v_stride_s);
+    __local KV_T *kt = f->k_tiles + buf * (DQK_PAD * BLOCK_N);
+    __local KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD);
+    for (int at = lid; at < BLOCK_N * (DQK_PAD / VEC); at += GROUP_SIZE) {
+        const int c = at / (DQK_PAD / VEC), d = at % (DQK_PAD / VEC) * VEC;
+        const int present = k0 + c < w->keys;
+        KV_T x[VEC];
+        load_raw(present ? key_row(f, w, f->k, k_tile, P->k_stride_s, k_step, k0, c) : k_tile, d,
+                 present ? (int)P->dim_qk : 0, x);
+        for (int e = 0; e < VEC; e++) kt[(d + e) * BLOCK_N + c] = x[e];
+    }
+    int bad = 0;
+    for (int at = lid; at < BLOCK_N * (DV_PAD / VEC); at += GROUP_SIZE) {
+        const int c = at / (DV_PAD / VEC), d = at % (DV_PAD / VEC) * VEC;
+        const int present = k0 + c < w->keys;
+        KV_T x[VEC];
+        load_raw(present ? key_row(f, w, f->v, v_tile, P->v_stride_s, v_step, k0, c) : v_tile, d,
+                 present ? (int)P->dim_v : 0, x);
+        for (int e = 0; e < VEC; e++) {
+            bad |= !RAW_FINITE(x[e]);
+            vt[c * DV_PAD + d + e] = x[e];
+        }
+    }
+    if (bad) atomic_or(f->bad + flag, 1);
+}
+
+/* The tile's query rows into rows[BLOCK_M], then Q [BLOCK_M][DQK_PAD] pre-scaled, zero-padded. */
+ALWAYS_INLINE void stage_queries(const flash_ctx *f, __global const IN_T *Q, float q_scale,
+                                 __local int *rows) {
+    __constant attn_params *P = f->P;
+    const int lid = get_local_id(0), dqk = (int)P->dim_qk;
+    for (int m = lid; m < BLOCK_M; m += GROUP_SIZE)
+        rows[m] = (int)tile_row(P, f->row_list, f->tile, m);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global const IN_T *q_head = Q + P->q_offset + f->b * P->q_stride_b + f->h * P->q_stride_h;
+    for (int at = lid; at < BLOCK_M * DQK_PAD; at += GROUP_SIZE) {
+        const int m = at / DQK_PAD, d = at % DQK_PAD, i = rows[m];
+        float x = 0.0f;
+        if (i >= 0 && d < dqk) x = LOAD_IN(q_head + (long)i * P->q_stride_s, d) * q_scale;
+        f->q_tile[at] = x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* ---------------------------------------------------------------- one key tile */
+
+/* s = Q K^T for the work-item's micro-tile, from the local tiles. */
+ALWAYS_INLINE void tile_scores(const flash_ctx *f, int buf, float s[TILE_M][TILE_N]) {
+    __local const float *q = f->q_tile + f->team * TILE_M * DQK_PAD;
+    __local const KV_T *kt = f->k_tiles + buf * (DQK_PAD * BLOCK_N) + f->lane;
+    for (int r = 0; r < TILE_M; r++)
+        for (int c = 0; c < TILE_N; c++) s[r][c] = 0.0f;
+    for (int d = 0; d < DQK_PAD; d++) {
+        float k[TILE_N];
+        for (int c = 0; c < TILE_N; c++) k[c] = WIDEN(kt, d * BLOCK_N + c * TEAM);
+        for (int r = 0; r < TILE_M; r++) {
+            const float qd = q[r * DQK_PAD + d];
+            for (int c = 0; c < TILE_N; c++) s[r][c] = fma(qd, k[c], s[r][c]);
+        }
+    }
+}
+
+/* The key position of walk index m (class-local, or into the global keys), or NO_KEY. */
+ALWAYS_INLINE int key_position(const flash_ctx *f, const walk_state *w, int m) {
+    if (m >= w->keys) return (int)NO_KEY;
+    return w->pass == PASS_GLOBAL_KEYS ? f->gpos[m] : (int)w->r + m * (int)w->classes;
+}
+
+/* Scores in the natural domain: -inf where the walk does not own the pair (by the tile's kind)
+ * or the slot holds no key; plus the bias where one is given (saturating: a finite bias never
+ * masks). */
+ALWAYS_INLINE void mask_scores(const flash_ctx *f, const walk_state *w, const flash_rows *st,
+                               int kind, long k0, float s[TILE_M][TILE_N]) {
+    __constant attn_params *P = f->P;
+    if (kind == TILE_FULL && !P->has_bias) return;
+    for (int c = 0; c < TILE_N; c++) {
+        const int m = (int)k0 + f->lane + c * TEAM;
+        const int j = kind == TILE_GENERAL || P->has_bias ? key_position(f, w, m) : (int)NO_KEY;
+        for (int r = 0; r < TILE_M; r++) {
+            float x = s[r][c];
+            if (kind == TILE_BOUNDED && (m < w->lo[r] || m > w->hi[r]))
+                x = -INFINITY;
+            else if (kind == TILE_GENERAL &&
+                     (j == NO_KEY || !pass_owns(P, f->layout, w->pass, f->h, max(st->i[r], 0), j)))
+                x = -INFINITY;
+            if (P->has_bias && j != NO_KEY && x != -INFINITY) /* not onto a mask */
+                x = add_saturating(x, st->bias_row[r][j]);
+            s[r][c] = x;
+        }
+    }
+}
+
+/* The online softmax over one tile: the rows' new maxima over the team, P = exp(s - max) into
+ * the P tile, and the running sums and O rescaled. */
+ALWAYS_INLINE void softmax_step(const flash_ctx *f, flash_rows *st, float s[TILE_M][TILE_N]) {
+    float tile_max[TILE_M];
+    for (int r = 0; r < TILE_M; r++) {
+        float x = -INFINITY; /* fmax drops NaN scores, so no NaN enters the reduction */
+        for (int c = 0; c < TILE_N; c++) x = fmax(x, s[r][c]);
+        tile_max[r] = x;
+    }
+    team_max(tile_max, f->by_subgroups, f->scratch, f->team, f->lane);
+    for (int r = 0; r < TILE_M; r++) {
+        const float new_max = fmax(st->m[r], tile_max[r]);
+        const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
+        const float alpha = exp2((st->m[r] - base) * M_LOG2E_F);
+        __local float *p_row = f->p_tile + (f->team * TILE_M + r) * BLOCK_N + f->lane;
+        float sum = 0.0f;
+        for (int c = 0; c < TILE_N; c++) {
+            const float p = exp2((s[r][c] - base) * M_LOG2E_F);
+            sum += p;
+            p_row[c * TEAM] = p;
+        }
+        st->m[r] = new_max;
+        st->l[r] = st->l[r] * alpha + sum;
+        for (int e = 0; e < DV_COLS; e++) st->o[r][e] *= alpha;
+    }
+}
+
+/* O += P V over the tile for the work-item's rows and columns. careful: the V tile holds a NaN
+ * or an infinity, so zero probabilities are skipped (0 * NaN would be NaN). */
+ALWAYS_INLINE void accumulate_pv(const flash_ctx *f, flash_rows *st, int buf, int careful) {
+    __local const float *p = f->p_tile + f->team * TILE_M * BLOCK_N;
+    __local const KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD) + f->lane;
+    for (int c = 0; c < BLOCK_N; c++) {
+        float pc[TILE_M];
+        for (int r = 0; r < TILE_M; r++) pc[r] = p[r * BLOCK_N + c];
+        for (int e = 0; e < DV_COLS; e++) {
+            const float v = WIDEN(vt, c * DV_PAD + e * TEAM);
+            for (int r = 0; r < TILE_M; r++)
+                st->o[r][e] = careful && pc[r] == 0.0f ? st->o[r][e] : fma(pc[r], v, st->o[r][e]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- walks */
+
+/* The n-th tile of a walk: its first walk index (*k0) and kind. */
+ALWAYS_INLINE int walk_tile_at(const flash_ctx *f, const walk_state *w, long n, long *k0) {
+    if (w->pass == PASS_GLOBAL_KEYS) {
+        *k0 = n * BLOCK_N;
+        return TILE_GENERAL;
+    }
+    return tile_walk_at(f->P, f->tile_ptr, f->tile_idx, w->list_row, w->listed, w->first, n,
+                        w->full_lo, w->full_hi, k0);
+}
+
+/* Every tile of a walk. Buffers and V flags alternate with the step's parity; with STAGES=2
+ * step n + 1 is staged between the P tile's barrier and P V of step n. */
+ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_rows *st) {
+    const int lid = get_local_id(0);
+    long k0 = 0, k0_next = 0;
+    if (w->count <= 0) return; /* the same in every work-item */
+    if (lid == 0) f->bad[0] = f->bad[1] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int kind = walk_tile_at(f, w, 0, &k0);
+    stage_tile(f, w, k0, 0, 0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long n = 0; n < w->count; n++) {
+        const int parity = (int)(n & 1), buf = STAGES == 2 ? parity : 0, more = n + 1 < w->count;
+        const int next_kind = more ? walk_tile_at(f, w, n + 1, &k0_next) : TILE_FULL;
+        if (lid == 0) {
+            f->bad[parity ^ 1] = 0; /* for step n + 1; last read by step n - 1 */
+            COUNT_TILE(f->tile_count);
+        }
+        float s[TILE_M][TILE_N];
+        tile_scores(f, buf, s);
+        mask_scores(f, w, st, kind, k0, s);
+        softmax_step(f, st, s);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the P tile is complete */
+        if (STAGES == 2 && more) stage_tile(f, w, k0_next, buf ^ 1, parity ^ 1);
+        if (f->bad[parity])
+            accumulate_pv(f, st, buf, 1);
+        else
+            accumulate_pv(f, st, buf, 0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* P and this buffer read; the next one staged */
+        if (STAGES == 1 && more) {
+            stage_tile(f, w, k0_next, 0, parity ^ 1);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        kind = next_kind;
+        k0 = k0_next;
+    }
+}
+
+/* Class r's key tiles in a pass (the window pass, or the global-row pass over every class). */
+ALWAYS_INLINE void walk_class(const flash_ctx *f, flash_rows *st, int pass, long r,
+                              long list_row) {
+    __constant attn_params *P = f->P;
+    walk_state w;
+    long last;
+    if (!tile_key_span(P, f->row_list, f->tile, pass, r, &w.first, &last, &w.full_lo, &w.full_hi))
+        return;
+    w.pass = pass;
+    w.r = r;
+    w.classes = P->classes;
+    w.keys = class_keys(P, r);
+    w.listed = P->use_tile_list && pass == PASS_WINDOW;
+    w.list_row = list_row;
+    w.count = tile_walk_count(f->tile_ptr, list_row, w.listed, w.first, last);
+    for (int m = 0; m < TILE_M; m++) {
+        long lo = 0, hi = -1;
+        if (st->i[m] >= 0) row_key_range(P, pass, r, st->i[m] + P->offset, &lo, &hi);
+        w.lo[m] = (int)min(lo, (long)INT_MAX); /* class-local: within [0, keys) when not empty */
+        w.hi[m] = (int)max(hi, -1L);
+    }
+    walk_tiles(f, &w, st);
+}
+
+/* The global keys (gathered through gpos), up to the first tile past every row's causal
+ * limit: the pairs outside the window that the global keys add. */
+ALWAYS_INLINE void walk_global_keys(const flash_ctx *f, flash_rows *st) {
+    __constant attn_params *P = f->P;
+    const long last_p = tile_last_position(P, f->row_list, f->tile);
+    walk_state w;
+    w.pass = PASS_GLOBAL_KEYS;
+    w.listed = 0;
+    w.r = 0;
+    w.classes = 1;
+    w.keys = P->num_global;
+    w.first = w.list_row = w.full_lo = w.full_hi = 0;
+    w.count = 0;
+    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N, w.count++)
+        if (P->causal && f->gpos[k0] > last_p) break;
+    walk_tiles(f, &w, st);
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+/* O = o / sum and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
+ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
+                              __global const uchar *is_global, __global OUT_T *O,
+                              __global float *LSE) {
+    __constant attn_params *P = f->P;
+    for (int r = 0; r < TILE_M; r++) {
+        const int i = st->i[r];
+        if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
+        /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
+        const int empty = st->m[r] == -INFINITY && st->l[r] == 0.0f;
+        const float inv = empty ? 0.0f : 1.0f / st->l[r];
+        __global OUT_T *row =
+            O + P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
+        for (int e = 0; e < DV_COLS; e++) {
+            const int col = f->lane + e * TEAM;
+            if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e] * inv, row, col);
+        }
+        if (f->lane == 0 && P->write_lse)
+            LSE[(f->b * P->heads_q + f->h) * P->len_q + i] =
+                empty ? -INFINITY : st->m[r] + log(st->l[r]);
+    }
+}
+
+/* The work-item's rows (from rows[]) with an empty softmax state. */
+ALWAYS_INLINE void init_rows(const flash_ctx *f, __global const float *bias,
+                             __local const int *rows, flash_rows *st) {
+    __constant attn_params *P = f->P;
+    __global const float *bias_head =
+        bias + P->bias_offset + f->b * P->bias_stride_b + f->h * P->bias_stride_h;
+    for (int r = 0; r < TILE_M; r++) {
+        st->i[r] = rows[f->team * TILE_M + r];
+        st->bias_row[r] = bias_head + (long)max(st->i[r], 0) * P->bias_stride_s;
+        st->m[r] = -INFINITY;
+        st->l[r] = 0.0f;
+        for (int e = 0; e < DV_COLS; e++) st->o[r][e] = 0.0f;
+    }
+}
+
+/* Work-group (tile, b*Hq + h) of GROUP_SIZE work-items. */
+__kernel __attribute__((reqd_work_group_size(GROUP_SIZE, 1, 1))) SUBGROUP_SIZE_ATTRIBUTE void
+attention_flash(__constant attn_params *P, __global const IN_T *Q, __global const IN_T *K,
+                __global const IN_T *V, __global OUT_T *O, __global float *LSE,
+                __global const float *bias, __global const int *gpos,
+                __global const uchar *is_global, __global const uchar *layout,
+                __global const int *tile_ptr, __global const int *tile_idx,
+                __global const int *row_list, float q_scale TILE_COUNTER_ARG) {
+    __local float q_tile[BLOCK_M * DQK_PAD];
+    __local KV_T k_tiles[STAGES * DQK_PAD * BLOCK_N];
+    __local KV_T v_tiles[STAGES * BLOCK_N * DV_PAD];
+    __local float p_tile[BLOCK_M * BLOCK_N];
+    __local float scratch[BLOCK_M * TEAM];
+    __local int rows[BLOCK_M];
+    __local int flags[3]; /* V tiles with a NaN or an inf [2]; subgroups are the teams [1] */
+    const long tile = get_group_id(0), bh = get_group_id(1);
+    if (tile_row(P, row_list, tile, 0) < 0) return; /* the whole group: a class's spare tile */
+    flash_ctx f;
+    f.P = P;
+    f.tile = tile;
+    f.b = div_rem(bh, P->heads_q, &f.h);
+    f.team = (int)get_local_id(0) / TEAM;
+    f.lane = (int)get_local_id(0) % TEAM;
+    const long kvh = f.h / (P->heads_q / P->heads_kv);
+    f.k = (__global const KV_T *)K + P->k_offset + f.b * P->k_stride_b + kvh * P->k_stride_h;
+    f.v = (__global const KV_T *)V + P->v_offset + f.b * P->v_stride_b + kvh * P->v_stride_h;
+    f.gpos = gpos, f.tile_ptr = tile_ptr, f.tile_idx = tile_idx, f.row_list = row_list;
+    f.layout = layout;
+    f.q_tile = q_tile, f.p_tile = p_tile, f.scratch = scratch;
+    f.k_tiles = k_tiles, f.v_tiles = v_tiles, f.bad = flags;
+    TILE_COUNTER_INIT(f.tile_count);
+    f.by_subgroups = subgroups_are_teams(flags + 2);
+    stage_queries(&f, Q, q_scale, rows);
+    flash_rows st;
+    init_rows(&f, bias, rows, &st);
+    if (P->row_mode == 1) {
+        for (long c = 0; c < P->classes; c++) walk_class(&f, &st, PASS_GLOBAL_ROWS, c, 0);
+    } else {
+        const long list_row = (P->layout_per_head ? f.h : 0) * P->classes * P->tiles_per_class + tile;
+        walk_class(&f, &st, PASS_WINDOW, tile_class(P, tile), list_row);
+        if (P->has_global) walk_global_keys(&f, &st);
+    }
+    team_sum(st.l, f.by_subgroups, scratch, f.team, f.lane);
+    store_rows(&f, &st, is_global, O, LSE);
+}

@@ -1,0 +1,355 @@
+/*
+ * The flash variant (cl/flash.cl): attention shaped like FlashAttention-2 for GPUs. A work-group
+ * owns BLOCK_M query rows and walks BLOCK_N-key tiles staged in local memory (double buffered);
+ * each work-item holds a TILE_M x TILE_N micro-tile of scores and the matching rows of O, and a
+ * row's maxima and sums are reduced over the work-items that share it, through subgroups where
+ * the device has them and local memory where it does not. K and V are read in place, at their
+ * storage width: no packing pass. The walk (query tiles, dilation classes, passes, tile kinds,
+ * lists) is the fused kernels' (plan/tiles.h, cl/fused_common.cl), so the planner's count of the
+ * tiles it visits holds for this kernel too; the lists live on the device in the context's
+ * cache (tile_cache.h), built once per pattern.
+ *
+ * Every size comes from the tuning database (block_m, block_n, tile_m, tile_n, vector, stages,
+ * subgroups); the planner only shrinks tiles that do not fit the device's local memory or
+ * work-group limit, and hands the call on (to `gpu`, then `gemm`) when nothing fits.
+ */
+#include "kernels/tile_cache.h"
+#include "kernels/variant.h"
+#include "plan/params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FLASH_MAX_HEAD_DIM   256
+#define FLASH_MAX_MICRO_TILE 16
+#define FLASH_LOCAL_RESERVE  1024 /* bytes of local memory left to the implementation */
+
+/* Head dims the kernel is compiled for; a call uses the smallest bucket >= its dim that the
+ * lanes of a team and the vector width divide. */
+static const unsigned head_dim_buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, 256};
+
+typedef struct flash_state {
+    unsigned block_m, block_n, tile_m, tile_n, vector, stages;
+    int subgroups;            /* 0 local memory, 1 subgroups, 2 emulated (test builds) */
+    unsigned emulated_size;   /* subgroups == 2: the emulated subgroup size */
+    unsigned dqk_pad, dv_pad; /* head-dim buckets */
+    size_t group_size;        /* work-items a work-group */
+    tile_geometry geometry;
+    tile_cache_entry *entry; /* the cached lists, held until release */
+    const device_lists *lists;
+} flash_state;
+
+static unsigned team_of(const flash_state *st) {
+    return st->block_n / st->tile_n;
+}
+
+/* ---------------------------------------------------------------- shapes */
+
+static unsigned bucket_for(size_t dim, unsigned team, unsigned vector) {
+    for (size_t i = 0; i < ARRAY_LEN(head_dim_buckets); i++) {
+        unsigned b = head_dim_buckets[i];
+        if (dim <= b && b % team == 0 && b % vector == 0) return b;
+    }
+    return 0;
+}
+
+/* Local memory the kernel declares (cl/flash.cl), in bytes. */
+static size_t local_bytes(const flash_state *st, const attn_problem *pb) {
+    size_t team = team_of(st), kv_size = dtype_size(pb->dtype);
+    size_t floats = (size_t)st->block_m * (st->dqk_pad + st->block_n + team) + st->block_m + 3;
+    return floats * 4 + kv_size * st->stages * st->block_n * (st->dqk_pad + st->dv_pad);
+}
+
+/* Whether the tuning entry's numbers are ones the kernel takes; names the first that is not. */
+static clattn_status check_tuning(clattn_context *ctx, const tuning_params *t) {
+    const char *bad =
+        t->tile_m < 1 || t->tile_m > FLASH_MAX_MICRO_TILE   ? "tile_m"
+        : t->tile_n < 1 || t->tile_n > FLASH_MAX_MICRO_TILE ? "tile_n"
+        : t->block_m < t->tile_m || t->block_m % t->tile_m || t->block_m > TILES_MAX_BLOCK_M
+            ? "block_m"
+        : t->block_n < t->tile_n || t->block_n % t->tile_n ||
+                t->block_n / t->tile_n > FLASH_MAX_HEAD_DIM
+            ? "block_n"
+        : t->vector < 1 || t->vector > 16 || (t->vector & (t->vector - 1)) ? "vector"
+        : t->stages < 1 || t->stages > 2                                   ? "stages"
+        : t->subgroups > 1                                                 ? "subgroups"
+                                                                           : NULL;
+    if (!bad) return CLATTN_SUCCESS;
+    return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                     "flash: the tuning entry's %s is out of range (block_m %u, block_n %u, tile_m "
+                     "%u, tile_n %u, vector %u, stages %u, subgroups %u: tile_m and tile_n 1 to %d "
+                     "dividing block_m (up to %d) and block_n, vector 1 to 16 a power of two, "
+                     "stages 1 or 2, subgroups 0 or 1)",
+                     bad, t->block_m, t->block_n, t->tile_m, t->tile_n, t->vector, t->stages,
+                     t->subgroups, FLASH_MAX_MICRO_TILE, TILES_MAX_BLOCK_M);
+}
+
+/* One step smaller: single buffering first, then half the rows or half the keys of a tile,
+ * whichever takes more local memory (or more work-items). @return 0 when nothing is left. */
+static int shrink(flash_state *st, const attn_problem *pb, int too_many_items) {
+    unsigned teams = st->block_m / st->tile_m, team = team_of(st);
+    if (!too_many_items && st->stages > 1) {
+        st->stages = 1;
+        return 1;
+    }
+    size_t q_cost = (size_t)st->block_m * st->dqk_pad * 4;
+    size_t kv_cost =
+        (size_t)st->stages * st->block_n * (st->dqk_pad + st->dv_pad) * dtype_size(pb->dtype);
+    int rows_first = too_many_items ? teams >= team : q_cost >= kv_cost;
+    if (teams > 1 && (rows_first || team == 1))
+        st->block_m = st->tile_m * (teams / 2);
+    else if (team > 1)
+        st->block_n = st->tile_n * (team / 2);
+    else
+        return 0;
+    return 1;
+}
+
+/* Fits the tuned shape to the device: head-dim buckets, the work-group limit, local memory. */
+static clattn_status fit_device(clattn_context *ctx, const attn_problem *pb, flash_state *st) {
+    const clattn_device_info *dev = &ctx->device;
+    for (;;) {
+        st->dqk_pad = bucket_for(pb->dim_qk, 1, st->vector);
+        st->dv_pad = bucket_for(pb->dim_v, team_of(st), st->vector);
+        st->group_size = (size_t)(st->block_m / st->tile_m) * team_of(st);
+        if (!st->dv_pad && team_of(st) > 1) { /* no bucket the team divides: a smaller team */
+            st->block_n = st->tile_n * (team_of(st) / 2);
+            continue;
+        }
+        int too_many = st->group_size > dev->max_work_group_size;
+        int too_big = local_bytes(st, pb) + FLASH_LOCAL_RESERVE > dev->local_mem_bytes;
+        if (st->dv_pad && !too_many && !too_big) return CLATTN_SUCCESS;
+        if (st->dv_pad && shrink(st, pb, too_many)) continue;
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "flash: no tile fits the device (%llu bytes of local memory, work-groups "
+                         "of %zu) for head dims %zu+%zu",
+                         (unsigned long long)dev->local_mem_bytes, dev->max_work_group_size,
+                         pb->dim_qk, pb->dim_v);
+    }
+}
+
+/* Offsets within a key tile are 32-bit in the kernel: its span in K and V must fit. */
+static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
+    const int64_t rows = (int64_t)(st->block_n - 1) * st->geometry.classes;
+    return rows * (int64_t)pb->k.stride_seq + (int64_t)pb->dim_qk <= INT32_MAX &&
+           rows * (int64_t)pb->v.stride_seq + (int64_t)pb->dim_v <= INT32_MAX;
+}
+
+/* ---------------------------------------------------------------- the row */
+
+static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    if (!pb || (pb->dim_qk <= FLASH_MAX_HEAD_DIM && pb->dim_v <= FLASH_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", FLASH_MAX_HEAD_DIM,
+             pb->dim_qk, pb->dim_v);
+    return 0;
+}
+
+static int suits(const clattn_device_info *device, char *why, size_t size) {
+    if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
+    snprintf(why, size, "auto uses the cpu variant on CPU devices");
+    return 0;
+}
+
+/* The subgroup path: the tuning asks for it and the device has subgroups; test builds may
+ * emulate it ($CLATTN_TEST_FLASH_SUBGROUPS=emulate[:SIZE]) where the device has none. */
+static void choose_subgroups(const clattn_context *ctx, const tuning_params *t, flash_state *st) {
+    st->subgroups = t->subgroups && ctx->device.has_subgroups;
+#ifdef CLATTN_TEST_HOOKS
+    const char *emulate = getenv("CLATTN_TEST_FLASH_SUBGROUPS");
+    if (emulate && strncmp(emulate, "emulate", 7) == 0) {
+        st->subgroups = 2;
+        st->emulated_size = emulate[7] == ':' ? (unsigned)strtoul(emulate + 8, NULL, 10) : 0;
+    }
+#endif
+}
+
+static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
+    const attn_problem *pb = plan->problem;
+    const tuning_params *t = &plan->tuning;
+    clattn_status status = check_tuning(ctx, t);
+    if (status) return status;
+    flash_state *st = calloc(1, sizeof *st);
+    if (!st) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "flash: plan");
+    plan->state = st;
+    st->block_m = t->block_m, st->block_n = t->block_n;
+    st->tile_m = t->tile_m, st->tile_n = t->tile_n;
+    st->vector = t->vector, st->stages = t->stages;
+    choose_subgroups(ctx, t, st);
+    status = fit_device(ctx, pb, st);
+    if (status) return status;
+    tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
+    if (!tile_offsets_fit(pb, st))
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "flash: a key tile of K or V spans more than 2^31 elements (sequence "
+                         "strides %zu, %zu): offsets within a tile are 32-bit",
+                         pb->k.stride_seq, pb->v.stride_seq);
+    return tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
+}
+
+static void release(variant_plan *plan) {
+    flash_state *st = plan->state;
+    if (!st) return;
+    tile_cache_put(st->entry);
+    free(st);
+}
+
+/* ---------------------------------------------------------------- running */
+
+/* The -D options of the kernel: its shape, the head-dim buckets, storage types, reductions. */
+static void kernel_defines(const clattn_context *ctx, const attn_problem *pb, const flash_state *st,
+                           int subgroups, char *out, size_t size) {
+    unsigned team = team_of(st);
+    int n = snprintf(out, size,
+                     "-DBLOCK_M=%u -DBLOCK_N=%u -DTILE_M=%u -DTILE_N=%u -DVEC=%u -DSTAGES=%u "
+                     "-DSUBGROUPS=%d -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DOUT_DTYPE=%d "
+                     "-DCOUNT_TILES=%d",
+                     st->block_m, st->block_n, st->tile_m, st->tile_n, st->vector, st->stages,
+                     subgroups, st->dqk_pad, st->dv_pad, (int)pb->dtype, (int)pb->out_dtype,
+                     pb->count_tiles);
+    for (unsigned i = 0; subgroups == 1 && i < ctx->device.num_subgroup_sizes; i++)
+        if (ctx->device.subgroup_sizes[i] == team) /* Intel: ask for subgroups of a team */
+            n += snprintf(out + n, size - (size_t)n, " -DREQD_SUBGROUP_SIZE=%u", team);
+    if (subgroups == 2 && st->emulated_size)
+        snprintf(out + n, size - (size_t)n, " -DEMULATED_SUBGROUP_SIZE=%u", st->emulated_size);
+}
+
+/* The kernel; a device whose compiler refuses the subgroup path gets the local-memory one. */
+static clattn_status get_kernel(clattn_context *ctx, const attn_problem *pb, const flash_state *st,
+                                cl_kernel *kernel) {
+    static const char *const files[] = {"attn_params.cl",  "mask_rules.h",  "common.cl",
+                                        "fused_common.cl", "flash_team.cl", "flash.cl"};
+    char defines[512];
+    kernel_defines(ctx, pb, st, st->subgroups, defines, sizeof defines);
+    clattn_status status =
+        kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_flash", kernel);
+    if (status != CLATTN_ERR_BUILD || st->subgroups != 1) return status;
+    log_msg("flash: the subgroup build failed (%s); reducing through local memory",
+            ctx->error.text);
+    ctx_clear_error(ctx);
+    kernel_defines(ctx, pb, st, 0, defines, sizeof defines);
+    return kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_flash", kernel);
+}
+
+static void fill_params(const variant_plan *plan, const flash_state *st, attn_params *P) {
+    const attn_problem *pb = plan->problem;
+    const tile_geometry *g = &st->geometry;
+    params_from_problem(pb, plan->write_lse, P);
+    P->has_global = g->globals_matter;
+    P->num_global = g->globals_matter ? pb->mask.num_globals : 0;
+    P->classes = g->classes;
+    P->tiles_per_class = g->tiles_per_class;
+    P->use_tile_list = pb->mask.layout != NULL;
+    P->num_listed_rows = (cl_long)st->lists->host->num_rows;
+}
+
+/* The buffers of one call (the lists live in the context's cache). */
+typedef struct call_buffers {
+    buffer_set set;
+    cl_mem params, params_rows, counter, placeholder;
+} call_buffers;
+
+static clattn_status launch(clattn_context *ctx, cl_kernel kernel, const flash_state *st,
+                            const attn_buffers *buf, const call_buffers *cb, cl_mem params,
+                            float q_scale, size_t tiles, size_t heads, cl_event *event) {
+    const device_lists *l = st->lists;
+    cl_mem lse = buf->lse ? buf->lse : cb->placeholder;
+    cl_mem bias = buf->bias ? buf->bias : cb->placeholder;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, params);
+    KARG(a, buf->q);
+    KARG(a, buf->k);
+    KARG(a, buf->v);
+    KARG(a, buf->o);
+    KARG(a, lse);
+    KARG(a, bias);
+    KARG(a, l->gpos);
+    KARG(a, l->is_global);
+    KARG(a, l->layout);
+    KARG(a, l->tile_ptr);
+    KARG(a, l->tile_idx);
+    KARG(a, l->row_list);
+    KARG(a, q_scale);
+    if (cb->counter) KARG(a, cb->counter);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "flash: attention arguments");
+    size_t global[2] = {tiles * st->group_size, heads}, local[2] = {st->group_size, 1};
+    return kernel_launch(ctx, kernel, 2, global, local, event, "flash: attention");
+}
+
+/* The window pass (with the global keys), then the rows at global positions. */
+static clattn_status run_passes(clattn_context *ctx, const attn_problem *pb, const flash_state *st,
+                                const attn_buffers *buf, const call_buffers *cb, cl_event *event) {
+    cl_kernel kernel = NULL;
+    const tile_geometry *g = &st->geometry;
+    size_t heads = pb->batch * pb->heads_q, rows = st->lists->host->num_rows;
+    int global_rows = g->globals_matter && rows > 0;
+    clattn_status status = get_kernel(ctx, pb, st, &kernel);
+    if (!status)
+        status =
+            launch(ctx, kernel, st, buf, cb, cb->params, pb->scale,
+                   (size_t)(g->classes * g->tiles_per_class), heads, global_rows ? NULL : event);
+    if (!status && global_rows)
+        status = launch(ctx, kernel, st, buf, cb, cb->params_rows, pb->scale,
+                        (rows + st->block_m - 1) / st->block_m, heads, event);
+    return status;
+}
+
+static void fill_stats(const variant_plan *plan, const flash_state *st, uint64_t bytes,
+                       clattn_stats *s) {
+    const attn_problem *pb = plan->problem;
+    s->tiles_visited = st->lists->walk_tiles * pb->batch;
+    s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
+    s->block_m = st->block_m;
+    s->block_n = st->block_n;
+    s->device_bytes = bytes + st->lists->bytes;
+    snprintf(s->kernel, sizeof s->kernel, "flash bm%u bn%u tm%u tn%u v%u s%u sg%d d%u/%u %s",
+             st->block_m, st->block_n, st->tile_m, st->tile_n, st->vector, st->stages,
+             st->subgroups, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
+}
+
+static clattn_status run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats) {
+    const attn_problem *pb = plan->problem;
+    const flash_state *st = plan->state;
+    call_buffers cb;
+    attn_params P, P_rows;
+    memset(&cb, 0, sizeof cb);
+    fill_params(plan, st, &P);
+    P_rows = P;
+    P_rows.row_mode = 1;
+    clattn_status s = buffer_set_add(ctx, &cb.set, 1, sizeof P, &P, &cb.params, "parameters");
+    if (!s) s = buffer_set_add(ctx, &cb.set, 1, sizeof P, &P_rows, &cb.params_rows, "parameters");
+    if (!s && pb->count_tiles) {
+        cl_uint zero = 0;
+        s = buffer_set_add(ctx, &cb.set, 1, sizeof zero, &zero, &cb.counter, "tile counter");
+    }
+    if (!s) s = buffer_set_placeholder(ctx, &cb.set, &cb.placeholder);
+    if (!s) s = run_passes(ctx, pb, st, buf, &cb, event);
+    if (!s && cb.counter) {
+        cl_uint counted = 0;
+        cl_int err = clEnqueueReadBuffer(ctx->queue, cb.counter, CL_TRUE, 0, sizeof counted,
+                                         &counted, 0, NULL, NULL);
+        if (err != CL_SUCCESS) s = ctx_cl_error(ctx, err, "flash: reading the tile count");
+        stats->tiles_counted = counted;
+    }
+    if (!s) {
+        fill_stats(plan, st, cb.set.bytes, stats);
+        log_msg("flash: %s, %llu of %llu key tiles", stats->kernel,
+                (unsigned long long)stats->tiles_visited, (unsigned long long)stats->tiles_total);
+    }
+    buffer_set_release(&cb.set);
+    return s;
+}
+
+const attn_variant variant_flash = {
+    CLATTN_VARIANT_FLASH,
+    "flash",
+    CLATTN_PATH_FUSED,
+    "fused, FlashAttention-2's partition: micro-tiles a work-item, K/V double-buffered in local "
+    "memory (GPUs)",
+    supports,
+    suits,
+    plan,
+    run,
+    release,
+};
