@@ -17,6 +17,7 @@ static const subcommand subcommands[] = {
     {"check", cmd_check, "check devices and paths against the CPU reference"},
     {"bench", cmd_bench, "benchmark paths and sparse patterns"},
     {"pattern", cmd_pattern, "write a block-sparse layout (.npy)"},
+    {"tune", cmd_tune, "search a device's kernel parameters and store them in tuning.json"},
 };
 
 static void usage(FILE *out) {
@@ -26,7 +27,7 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nenvironment: CLATTN_DEVICE (device spec), CLATTN_VERBOSE=1, CLATTN_CACHE_DIR "
-                 "(or off), CLATTN_KERNEL=cpu|gpu\n");
+                 "(or off), CLATTN_KERNEL=cpu|flash|gpu\n");
 }
 
 static const subcommand *find_subcommand(const char *name) {

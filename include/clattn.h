@@ -506,6 +506,66 @@ CLATTN_API clattn_status clattn_variant_info_init_sized(clattn_variant_info *inf
 CLATTN_API clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
                                                  clattn_variant_info *info);
 
+/* ---------------------------------------------------------------- tuning (from 0.2) */
+
+/** The kernel parameters of a variant, as the tuning database holds them (built-in class
+ *  defaults, then tuning.json in the cache folder, which `clattn tune` writes): tiles, work-group
+ *  shapes, vector widths. A field a variant does not use is ignored. */
+typedef struct clattn_tuning {
+    size_t struct_size; /* sizeof(clattn_tuning): clattn_tuning_init */
+    unsigned block_m;   /* query rows a tile (a work-group) */
+    unsigned block_n;   /* keys a tile */
+    unsigned wg_size;   /* work-items a work-group (gpu, gemm); 0: the variant's own rule */
+    unsigned vector;    /* vector width */
+    unsigned split;     /* decode kernels: key chunks a row; 0: from the compute units */
+    unsigned tile_m;    /* flash: query rows of a work-item's micro-tile */
+    unsigned tile_n;    /* flash: keys of a work-item's micro-tile */
+    unsigned stages;    /* flash: key tiles in local memory, 1 or 2 (double buffering) */
+    unsigned subgroups; /* flash: 1 reduces rows through subgroups where the device has them */
+} clattn_tuning;
+
+/** Where a variant's parameters come from. */
+typedef enum clattn_tuning_source {
+    CLATTN_TUNING_DEFAULT = 0,  /* the default of the device's class */
+    CLATTN_TUNING_BUILT_IN = 1, /* a built-in entry for the device's vendor or name */
+    CLATTN_TUNING_FILE = 2,     /* tuning.json's entry for the device and driver */
+    CLATTN_TUNING_CONTEXT = 3   /* set on a context with clattn_context_set_tuning */
+} clattn_tuning_source;
+
+/** Zeroes `struct_size` bytes of *params and sets params->struct_size; clattn_tuning_init
+ *  passes sizeof *params. @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t struct_size);
+#define clattn_tuning_init(params) clattn_tuning_init_sized((params), sizeof *(params))
+
+/** The parameters `variant` takes on device `device_index` from the database (tuning.json's
+ *  entry for the device and driver, else the built-in ones); `source` (may be NULL) says which.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a bad struct_size, an unknown
+ *  variant, a device index out of range). */
+CLATTN_API clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
+                                              clattn_tuning *params, clattn_tuning_source *source);
+
+/** Makes this context's calls to `variant` take `params` (a full set, as clattn_device_tuning
+ *  gives it), ahead of the database; NULL returns to the database. For tuners: the planner
+ *  still shrinks tiles that do not fit the device, and a value the variant cannot take fails
+ *  its calls with CLATTN_ERR_INVALID_ARGUMENT naming the field.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
+                                                   const clattn_tuning *params);
+
+/** Writes `params` as tuning.json's entry for the context's device, driver and `variant`,
+ *  keeping the file's other entries (their unknown keys are not kept); the file is written to
+ *  a temporary name and renamed. Later lookups, in this process and others, take it.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED (the cache folder is off), CLATTN_ERR_IO or
+ *  CLATTN_ERR_INVALID_ARGUMENT; clattn_context_last_error says which file. */
+CLATTN_API clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
+                                            const clattn_tuning *params);
+
+/** Writes the path of tuning.json (in the cache folder: $CLATTN_CACHE_DIR, else
+ *  $XDG_CACHE_HOME/clattn, else ~/.cache/clattn) into path.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED when the cache folder is off, or
+ *  CLATTN_ERR_INVALID_ARGUMENT (NULL, or too small). */
+CLATTN_API clattn_status clattn_tuning_file(char *path, size_t size);
+
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_UNSUPPORTED for a wrapped queue without profiling. */

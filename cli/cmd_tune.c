@@ -1,0 +1,446 @@
+/*
+ * clattn tune: searches one device's kernel parameters for a fused variant (flash by default:
+ * rows and keys a work-group, the micro-tile, vector width, local-memory staging, subgroups)
+ * over a few representative shapes, and stores the winner in tuning.json in the cache folder,
+ * keyed by device and driver (clattn_tuning_save). Public API only: candidates are tried on
+ * the context with clattn_context_set_tuning.
+ *
+ * The search is coordinate descent from the parameters in effect: one field at a time through
+ * its values, a candidate kept when it is correct on every shape (checked against the CPU
+ * reference with SPEC section 4's tolerances) and at least 2% faster (geometric mean over the
+ * shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
+ * improves or --time runs out (a candidate is never started after that).
+ */
+#include "args.h"
+#include "common.h"
+#include "commands.h"
+#include "conformance.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TUNE_SHAPES     3
+#define TUNE_MAX_VALUES 6
+#define TUNE_GAIN       0.98 /* a candidate must beat the best by 2% */
+
+static const cli_option tune_options[] = {
+    {"device", "SPEC", "the device to tune (default: $CLATTN_DEVICE or the first GPU)"},
+    {"variant", "NAME", "the variant to tune: flash (default), gpu or cpu"},
+    {"time", "SECONDS", "time budget of the search (default 120); no candidate starts after it"},
+    {"n", "N", "sequence length of the shapes (default 1024)"},
+    {"repeat", "N", "timed runs a candidate and shape, after one warm-up (default 3)"},
+    {"dry-run", NULL, "search and print, but write nothing"},
+    {"verbose", NULL, "print every candidate"},
+    {"help", NULL, "show this help"},
+};
+
+/* ---------------------------------------------------------------- shapes */
+
+typedef struct tune_shape {
+    char name[96];
+    clattn_attention_desc desc;
+    cl_mem q, k, v, o;
+    size_t o_count, o_bytes;
+    double *ref; /* the reference's O, [B][Hq][Nq][Dv] */
+    double before_ms, best_ms, ms;
+} tune_shape;
+
+/* Q, K, V with seeded values in [-1, 1], stored in the desc's type, on the host. */
+static void *random_tensor(size_t count, clattn_dtype dtype, uint64_t seed) {
+    size_t size = dtype == CLATTN_F32 ? 4 : 2;
+    float *x = malloc(count * sizeof *x);
+    void *stored = malloc(count * size);
+    if (!x || !stored) {
+        free(x);
+        free(stored);
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    }
+    clattn_convert(CLATTN_F32, x, dtype, stored, count);
+    free(x);
+    return stored;
+}
+
+static cl_mem device_copy(clattn_context *ctx, size_t bytes, void *host) {
+    cl_int err = CL_SUCCESS;
+    cl_mem m = clCreateBuffer(clattn_context_cl_context(ctx),
+                              host ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
+                              bytes, host, &err);
+    return err == CL_SUCCESS ? m : NULL;
+}
+
+/* The reference's O, float32 [B][Hq][Nq][Dv], widened. */
+static int reference_of(tune_shape *s, const void *q, const void *k, const void *v) {
+    clattn_attention_desc d = s->desc;
+    d.out_dtype = CLATTN_F32;
+    float *o = malloc(s->o_count * sizeof *o);
+    s->ref = malloc(s->o_count * sizeof *s->ref);
+    if (!o || !s->ref || clattn_attention_reference(&d, q, k, v, o, NULL) != CLATTN_SUCCESS) {
+        free(o);
+        return 1;
+    }
+    for (size_t i = 0; i < s->o_count; i++) s->ref[i] = o[i];
+    free(o);
+    return 0;
+}
+
+/* Inputs, device buffers and the reference of one shape (BHSD, so O is the reference's order). */
+static int shape_setup(clattn_context *ctx, tune_shape *s, size_t hq, size_t hkv, size_t n,
+                       size_t d, clattn_dtype dtype, int causal) {
+    clattn_attention_desc_init(&s->desc, CLATTN_LAYOUT_BHSD, 1, hq, hkv, n, n, d, d);
+    s->desc.dtype = s->desc.out_dtype = dtype;
+    s->desc.causal = causal;
+    s->desc.path = CLATTN_PATH_FUSED;
+    snprintf(s->name, sizeof s->name, "H=%zu/%zu N=%zu D=%zu %s%s", hq, hkv, n, d,
+             dtype == CLATTN_F16    ? "f16"
+             : dtype == CLATTN_BF16 ? "bf16"
+                                    : "f32",
+             causal ? " causal" : "");
+    size_t size = dtype == CLATTN_F32 ? 4 : 2, q_count = hq * n * d, kv_count = hkv * n * d;
+    s->o_count = q_count;
+    s->o_bytes = q_count * size;
+    void *q = random_tensor(q_count, dtype, 1), *k = random_tensor(kv_count, dtype, 2);
+    void *v = random_tensor(kv_count, dtype, 3);
+    int failed = !q || !k || !v || reference_of(s, q, k, v);
+    if (!failed) {
+        s->q = device_copy(ctx, q_count * size, q), s->k = device_copy(ctx, kv_count * size, k);
+        s->v = device_copy(ctx, kv_count * size, v), s->o = device_copy(ctx, s->o_bytes, NULL);
+        failed = !s->q || !s->k || !s->v || !s->o;
+    }
+    free(q), free(k), free(v);
+    return failed;
+}
+
+static void shape_free(tune_shape *s) {
+    cl_mem all[] = {s->q, s->k, s->v, s->o};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (all[i]) clReleaseMemObject(all[i]);
+    free(s->ref);
+}
+
+/* ---------------------------------------------------------------- measuring */
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether O (read back) matches the reference within SPEC section 4's tolerance. */
+static int output_matches(clattn_context *ctx, const tune_shape *s, char *why, size_t size) {
+    void *raw = malloc(s->o_bytes);
+    float *got = malloc(s->o_count * sizeof *got);
+    int ok = raw && got &&
+             clEnqueueReadBuffer(clattn_context_queue(ctx), s->o, CL_TRUE, 0, s->o_bytes, raw, 0,
+                                 NULL, NULL) == CL_SUCCESS;
+    if (ok) {
+        case_result r;
+        double atol, rtol;
+        memset(&r, 0, sizeof r);
+        clattn_convert(s->desc.out_dtype, raw, CLATTN_F32, got, s->o_count);
+        tolerance_for(s->desc.dtype, s->desc.out_dtype, &atol, &rtol);
+        compare_values("O", got, s->ref, s->o_count, atol, rtol, &r);
+        ok = r.mismatches == 0;
+        if (!ok) snprintf(why, size, "%s", r.message);
+    }
+    free(raw);
+    free(got);
+    return ok;
+}
+
+/* One warm-up call (builds the kernel), the check, then `repeat` timed calls: *ms receives the
+ * median kernel time and kernel the variant's description. @return 0, or 1 with why. */
+static int measure(clattn_context *ctx, tune_shape *s, clattn_variant variant, size_t repeat,
+                   char *kernel, size_t kernel_size, char *why, size_t why_size) {
+    double times[64];
+    clattn_stats stats;
+    s->desc.variant = variant;
+    repeat = repeat > 64 ? 64 : repeat;
+    for (size_t i = 0; i <= repeat; i++) {
+        clattn_status status = clattn_attention(ctx, &s->desc, s->q, s->k, s->v, s->o, NULL, NULL);
+        clattn_stats_init(&stats);
+        if (status == CLATTN_SUCCESS) status = clattn_context_last_stats(ctx, &stats);
+        if (status != CLATTN_SUCCESS) {
+            snprintf(why, why_size, "%s: %s", clattn_status_name(status),
+                     clattn_context_last_error(ctx));
+            return 1;
+        }
+        if (i == 0 && !output_matches(ctx, s, why, why_size)) return 1;
+        if (i > 0) times[i - 1] = stats.kernel_ms;
+    }
+    qsort(times, repeat, sizeof *times, compare_doubles);
+    s->ms = repeat ? times[repeat / 2] : stats.kernel_ms;
+    snprintf(kernel, kernel_size, "%s", stats.kernel);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- candidates */
+
+/* The fields a variant's search walks, each with its values. */
+typedef struct tune_axis {
+    const char *name;
+    size_t offset; /* of the field in clattn_tuning */
+    unsigned values[TUNE_MAX_VALUES];
+    size_t count;
+} tune_axis;
+
+#define AXIS(field, ...)                                                                           \
+    {                                                                                              \
+#field, offsetof(clattn_tuning, field),                                                    \
+            {__VA_ARGS__ }, sizeof((unsigned[]){__VA_ARGS__}) / sizeof(unsigned)                   \
+    }
+
+static const tune_axis flash_axes[] = {
+    AXIS(block_m, 16, 32, 64, 128), AXIS(block_n, 16, 32, 64, 128), AXIS(tile_m, 1, 2, 4, 8),
+    AXIS(tile_n, 1, 2, 4, 8),       AXIS(vector, 1, 2, 4, 8),       AXIS(stages, 1, 2),
+    AXIS(subgroups, 0, 1),
+};
+static const tune_axis gpu_axes[] = {AXIS(block_m, 16, 32, 64, 128, 256),
+                                     AXIS(block_n, 16, 32, 64)};
+static const tune_axis cpu_axes[] = {AXIS(block_m, 4, 8, 16, 32), AXIS(block_n, 16, 32, 64)};
+
+static unsigned *field_of(clattn_tuning *t, const tune_axis *axis) {
+    return (unsigned *)((char *)t + axis->offset);
+}
+
+/* Whether a candidate is worth a build: micro-tiles that divide the tiles, a work-group the
+ * device allows, subgroups only where it has them. */
+static int candidate_valid(clattn_variant variant, const clattn_tuning *t,
+                           const clattn_device_info *dev) {
+    if (variant != CLATTN_VARIANT_FLASH) return 1;
+    if (t->block_m % t->tile_m || t->block_n % t->tile_n) return 0;
+    size_t items = (size_t)(t->block_m / t->tile_m) * (t->block_n / t->tile_n);
+    return items <= dev->max_work_group_size && (!t->subgroups || dev->has_subgroups);
+}
+
+typedef struct tuner {
+    clattn_context *ctx;
+    clattn_device_info device;
+    clattn_variant variant;
+    tune_shape shapes[TUNE_SHAPES];
+    size_t repeat, tried, rejected;
+    int verbose;
+    double deadline;
+    clattn_tuning seen[256];
+    size_t num_seen;
+} tuner;
+
+static int seen_before(tuner *t, const clattn_tuning *c) {
+    for (size_t i = 0; i < t->num_seen; i++)
+        if (memcmp(&t->seen[i], c, sizeof *c) == 0) return 1;
+    if (t->num_seen < ARRAY_LEN(t->seen)) t->seen[t->num_seen++] = *c;
+    return 0;
+}
+
+/* Runs a candidate on every shape: the log of its geometric-mean time against `before`
+ * (shape.before_ms; 0 when before is unset), or INFINITY when it fails or is wrong. */
+static double evaluate(tuner *t, const clattn_tuning *c, char *kernel, size_t size) {
+    char why[512] = "";
+    double score = 0;
+    t->tried++;
+    if (clattn_context_set_tuning(t->ctx, t->variant, c) != CLATTN_SUCCESS) return INFINITY;
+    for (size_t i = 0; i < TUNE_SHAPES; i++) {
+        tune_shape *s = &t->shapes[i];
+        if (measure(t->ctx, s, t->variant, t->repeat, kernel, size, why, sizeof why)) {
+            t->rejected++;
+            if (t->verbose) printf("  rejected: %s\n", why);
+            return INFINITY;
+        }
+        score += log(s->ms / (s->before_ms > 0 ? s->before_ms : s->ms)) / TUNE_SHAPES;
+    }
+    return score;
+}
+
+/* A winner's times become the shapes' best. */
+static void keep_times(tuner *t) {
+    for (size_t i = 0; i < TUNE_SHAPES; i++) {
+        tune_shape *s = &t->shapes[i];
+        s->best_ms = s->ms;
+        if (s->before_ms <= 0) s->before_ms = s->ms; /* before failed: the first winner is it */
+    }
+}
+
+static void format_params(const clattn_tuning *p, const tune_axis *axes, size_t n, char *out,
+                          size_t size) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t a = 0; a < n && used < size; a++)
+        used += (size_t)snprintf(out + used, size - used, "%s%s %u", a ? ", " : "", axes[a].name,
+                                 *field_of((clattn_tuning *)p, &axes[a]));
+}
+
+/* Coordinate descent from *best: each field through its values, the best kept, in rounds
+ * until a round improves nothing or the time is up. */
+static void search(tuner *t, const tune_axis *axes, size_t num_axes, clattn_tuning *best,
+                   double *best_score) {
+    for (int improved = 1; improved;) {
+        improved = 0;
+        for (size_t a = 0; a < num_axes; a++)
+            for (size_t v = 0; v < axes[a].count; v++) {
+                if (seconds_now() >= t->deadline) return;
+                clattn_tuning c = *best;
+                *field_of(&c, &axes[a]) = axes[a].values[v];
+                if (!candidate_valid(t->variant, &c, &t->device) || seen_before(t, &c)) continue;
+                char kernel[96] = "", text[256];
+                double score = evaluate(t, &c, kernel, sizeof kernel);
+                int better = score < *best_score + log(TUNE_GAIN);
+                if (t->verbose) {
+                    format_params(&c, axes, num_axes, text, sizeof text);
+                    printf("  %-70s %s\n", text,
+                           isinf(score) ? "rejected"
+                           : better     ? "kept"
+                                        : "slower");
+                }
+                if (!better) continue;
+                *best = c, *best_score = score, improved = 1;
+                keep_times(t);
+            }
+    }
+}
+
+static void print_table(const tuner *t, const char *before, const char *after) {
+    printf("\n%-32s %12s %12s %9s\n", "shape", "before ms", "after ms", "speedup");
+    for (size_t i = 0; i < TUNE_SHAPES; i++) {
+        const tune_shape *s = &t->shapes[i];
+        if (s->before_ms > 0 && s->best_ms > 0)
+            printf("%-32s %12.3f %12.3f %8.2fx\n", s->name, s->before_ms, s->best_ms,
+                   s->before_ms / s->best_ms);
+        else
+            printf("%-32s %12s %12s %9s\n", s->name, "failed", "-", "-");
+    }
+    printf("before: %s\nafter:  %s\n", before, after);
+    printf("%zu candidates run, %zu rejected (an error or a result off the reference); kernel "
+           "times from OpenCL profiling events, median of %zu runs\n",
+           t->tried, t->rejected, t->repeat);
+}
+
+static const tune_axis *axes_of(clattn_variant variant, size_t *count) {
+    if (variant == CLATTN_VARIANT_GPU) return *count = ARRAY_LEN(gpu_axes), gpu_axes;
+    if (variant == CLATTN_VARIANT_CPU) return *count = ARRAY_LEN(cpu_axes), cpu_axes;
+    return *count = ARRAY_LEN(flash_axes), flash_axes;
+}
+
+/* ---------------------------------------------------------------- the command */
+
+typedef struct tune_options_values {
+    const char *device;
+    clattn_variant variant;
+    double seconds;
+    size_t n, repeat;
+    int dry_run, verbose;
+} tune_options_values;
+
+static int parse_tune(const cli_args *args, tune_options_values *o) {
+    static const char *const variants[] = {"flash", "gpu", "cpu", NULL};
+    static const clattn_variant ids[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GPU,
+                                         CLATTN_VARIANT_CPU};
+    size_t seconds = 120;
+    int choice = 0;
+    o->device = args_get(args, "device");
+    o->n = 1024, o->repeat = 3;
+    if ((args_has(args, "variant") && parse_choice(args, "variant", variants, &choice)) ||
+        (args_has(args, "time") && parse_size(args, "time", 1, &seconds)) ||
+        (args_has(args, "n") && parse_size(args, "n", 1, &o->n)) ||
+        (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)))
+        return EXIT_USAGE;
+    o->variant = ids[choice];
+    o->seconds = (double)seconds;
+    o->dry_run = args_has(args, "dry-run");
+    o->verbose = args_has(args, "verbose");
+    return 0;
+}
+
+/* The representative shapes: MHA, causal GQA, and a float16 causal call with D=128. */
+static int setup_shapes(tuner *t, size_t n) {
+    return shape_setup(t->ctx, &t->shapes[0], 8, 8, n, 64, CLATTN_F32, 0) ||
+           shape_setup(t->ctx, &t->shapes[1], 8, 2, n, 64, CLATTN_F32, 1) ||
+           shape_setup(t->ctx, &t->shapes[2], 4, 4, n, 128, CLATTN_F16, 1);
+}
+
+/* Measures the parameters in effect, searches, prints; *best receives the winner. */
+static int run_search(tuner *t, const tune_options_values *o, clattn_tuning *best) {
+    static const char *const sources[] = {"class default", "built-in", "tuning.json", "context"};
+    clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
+    clattn_tuning before;
+    size_t num_axes = 0;
+    const tune_axis *axes = axes_of(o->variant, &num_axes);
+    clattn_tuning_init(&before);
+    clattn_device_tuning(t->device.index, o->variant, &before, &source);
+    char kernel[96] = "", text_before[512], text_after[512], params[256];
+    seen_before(t, &before);
+    double best_score = evaluate(t, &before, kernel, sizeof kernel);
+    for (size_t i = 0; i < TUNE_SHAPES; i++)
+        t->shapes[i].before_ms = t->shapes[i].best_ms = isinf(best_score) ? 0 : t->shapes[i].ms;
+    format_params(&before, axes, num_axes, params, sizeof params);
+    snprintf(text_before, sizeof text_before, "%s (%s)%s", params, sources[source],
+             isinf(best_score) ? ": failed" : "");
+    if (isinf(best_score)) printf("the parameters in effect fail: %s\n", text_before);
+    *best = before;
+    search(t, axes, num_axes, best, &best_score);
+    if (isinf(best_score)) {
+        cli_error("tune", "no candidate ran correctly on %s", t->device.name);
+        return 1;
+    }
+    format_params(best, axes, num_axes, params, sizeof params);
+    snprintf(text_after, sizeof text_after, "%s", params);
+    print_table(t, text_before, text_after);
+    return 0;
+}
+
+static int save_winner(tuner *t, const tune_options_values *o, const clattn_tuning *best) {
+    char path[4200] = "";
+    clattn_context_set_tuning(t->ctx, o->variant, NULL);
+    if (o->dry_run) {
+        printf("--dry-run: tuning.json not written\n");
+        return 0;
+    }
+    clattn_status status = clattn_tuning_save(t->ctx, o->variant, best);
+    if (status != CLATTN_SUCCESS) {
+        cli_report("tune", "saving the winner", status, t->ctx);
+        return 1;
+    }
+    clattn_tuning_file(path, sizeof path);
+    printf("wrote the %s entry of %s (driver %s) to %s\n", clattn_variant_name(o->variant),
+           t->device.name, t->device.driver_version, path);
+    return 0;
+}
+
+int cmd_tune(int argc, char **argv) {
+    const size_t n = ARRAY_LEN(tune_options);
+    cli_args args;
+    int rc = args_parse(&args, tune_options, n, "tune", argc, argv);
+    if (rc == 1) {
+        args_usage("tune", "[--device SPEC] [--variant flash|gpu|cpu] [--time SECONDS] [options]",
+                   tune_options, n);
+        return 0;
+    }
+    static tuner t; /* large: keep it off the stack */
+    tune_options_values o;
+    if (rc || (rc = parse_tune(&args, &o)) || (rc = cli_open_context("tune", o.device, &t.ctx)))
+        return rc;
+    clattn_device_info_init(&t.device);
+    clattn_context_device_info(t.ctx, &t.device);
+    t.variant = o.variant, t.repeat = o.repeat, t.verbose = o.verbose;
+    t.deadline = seconds_now() + o.seconds;
+    char why[256] = "";
+    if (clattn_variant_supported(t.ctx, o.variant, NULL, why, sizeof why) != CLATTN_SUCCESS) {
+        cli_error("tune", "%s does not run on %s: %s", clattn_variant_name(o.variant),
+                  t.device.name, why);
+        rc = 1;
+    } else if (clattn_context_set_timing(t.ctx, 1) != CLATTN_SUCCESS || setup_shapes(&t, o.n)) {
+        cli_error("tune", "cannot set up the shapes on %s (out of memory?)", t.device.name);
+        rc = 1;
+    }
+    printf("tuning %s on %s (driver %s), %.0f s budget, N=%zu\n", clattn_variant_name(o.variant),
+           t.device.name, t.device.driver_version, o.seconds, o.n);
+    clattn_tuning best;
+    if (!rc) rc = run_search(&t, &o, &best);
+    if (!rc) rc = save_winner(&t, &o, &best);
+    for (size_t i = 0; i < TUNE_SHAPES; i++) shape_free(&t.shapes[i]);
+    clattn_context_destroy(t.ctx);
+    return rc;
+}

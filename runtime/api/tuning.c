@@ -1,0 +1,95 @@
+/*
+ * The tuning entry points: a variant's parameters from the database, a context's own ones (for
+ * tuners), and tuning.json's writer. The database itself is plan/tuning.c.
+ */
+#include "kernels/variant.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void to_public(const tuning_params *in, clattn_tuning *out) {
+#define COPY_FIELD(name, meaning) out->name = in->name;
+    TUNING_FIELDS(COPY_FIELD)
+#undef COPY_FIELD
+}
+
+static void from_public(const clattn_tuning *in, tuning_params *out) {
+#define COPY_FIELD(name, meaning) out->name = in->name;
+    TUNING_FIELDS(COPY_FIELD)
+#undef COPY_FIELD
+}
+
+clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t struct_size) {
+    clattn_tuning local;
+    memset(&local, 0, sizeof local);
+    return struct_init(params, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
+                                   clattn_tuning *params, clattn_tuning_source *source) {
+    const attn_variant *row = variant_find(variant);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    if (!row || !params || params->struct_size < sizeof *params ||
+        clattn_device_get_info(device_index, &info) != CLATTN_SUCCESS)
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    tuning_params found;
+    tuning_source from = tuning_lookup(&info, row->name, &found);
+    clattn_tuning out;
+    memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    to_public(&found, &out);
+    struct_write(params, &out, sizeof out, sizeof out);
+    if (source) *source = (clattn_tuning_source)from;
+    return CLATTN_SUCCESS;
+}
+
+/* The caller's params read into the database's struct. @return 0, or 1 for a bad struct. */
+static int read_params(const clattn_tuning *params, tuning_params *out) {
+    clattn_tuning local;
+    if (struct_read(&local, sizeof local, params, params->struct_size, sizeof local)) return 1;
+    memset(out, 0, sizeof *out);
+    from_public(&local, out);
+    return 0;
+}
+
+clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
+                                        const clattn_tuning *params) {
+    const attn_variant *row = variant_find(variant);
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (!row)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "unknown variant %d", (int)variant);
+    tuning_params p;
+    if (params && read_params(params, &p))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "params->struct_size is %zu: set it with clattn_tuning_init",
+                         params->struct_size);
+    clattn_status status = tuning_set_context(ctx, row->name, params ? &p : NULL);
+    return status ? ctx_error(ctx, status, "setting the tuning of %s", row->name) : status;
+}
+
+clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
+                                 const clattn_tuning *params) {
+    const attn_variant *row = variant_find(variant);
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    tuning_params p;
+    if (!row || !params || read_params(params, &p))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "clattn_tuning_save: an unknown variant (%d) or NULL or uninitialised "
+                         "params",
+                         (int)variant);
+    return tuning_save(&ctx->device, row->name, &p, &ctx->error);
+}
+
+clattn_status clattn_tuning_file(char *path, size_t size) {
+    char buf[4200];
+    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!tuning_file_path(buf, sizeof buf)) return CLATTN_ERR_UNSUPPORTED;
+    if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
+    snprintf(path, size, "%s", buf);
+    return CLATTN_SUCCESS;
+}
