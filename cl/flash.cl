@@ -310,46 +310,56 @@ ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_row
     }
 }
 
-/* Class r's key tiles in a pass (the window pass, or the global-row pass over every class). */
-ALWAYS_INLINE void walk_class(const flash_ctx *f, flash_rows *st, int pass, long r,
-                              long list_row) {
+/* Class r's key tiles in a pass (the window pass, or the global-row pass over every class).
+ * @return 0 when the tile's rows see none of its keys. */
+ALWAYS_INLINE int class_walk(const flash_ctx *f, const flash_rows *st, int pass, long r,
+                             long list_row, walk_state *w) {
     __constant attn_params *P = f->P;
-    walk_state w;
     long last;
-    if (!tile_key_span(P, f->row_list, f->tile, pass, r, &w.first, &last, &w.full_lo, &w.full_hi))
-        return;
-    w.pass = pass;
-    w.r = r;
-    w.classes = P->classes;
-    w.keys = class_keys(P, r);
-    w.listed = P->use_tile_list && pass == PASS_WINDOW;
-    w.list_row = list_row;
-    w.count = tile_walk_count(f->tile_ptr, list_row, w.listed, w.first, last);
+    if (!tile_key_span(P, f->row_list, f->tile, pass, r, &w->first, &last, &w->full_lo,
+                       &w->full_hi))
+        return 0;
+    w->pass = pass;
+    w->r = r;
+    w->classes = P->classes;
+    w->keys = class_keys(P, r);
+    w->listed = P->use_tile_list && pass == PASS_WINDOW;
+    w->list_row = list_row;
+    w->count = tile_walk_count(f->tile_ptr, list_row, w->listed, w->first, last);
     for (int m = 0; m < TILE_M; m++) {
         long lo = 0, hi = -1;
         if (st->i[m] >= 0) row_key_range(P, pass, r, st->i[m] + P->offset, &lo, &hi);
-        w.lo[m] = (int)min(lo, (long)INT_MAX); /* class-local: within [0, keys) when not empty */
-        w.hi[m] = (int)max(hi, -1L);
+        w->lo[m] = (int)min(lo, (long)INT_MAX); /* class-local: within [0, keys) when not empty */
+        w->hi[m] = (int)max(hi, -1L);
     }
-    walk_tiles(f, &w, st);
+    return 1;
 }
 
 /* The global keys (gathered through gpos), up to the first tile past every row's causal
  * limit: the pairs outside the window that the global keys add. */
-ALWAYS_INLINE void walk_global_keys(const flash_ctx *f, flash_rows *st) {
+ALWAYS_INLINE int global_key_walk(const flash_ctx *f, walk_state *w) {
     __constant attn_params *P = f->P;
     const long last_p = tile_last_position(P, f->row_list, f->tile);
-    walk_state w;
-    w.pass = PASS_GLOBAL_KEYS;
-    w.listed = 0;
-    w.r = 0;
-    w.classes = 1;
-    w.keys = P->num_global;
-    w.first = w.list_row = w.full_lo = w.full_hi = 0;
-    w.count = 0;
-    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N, w.count++)
+    w->pass = PASS_GLOBAL_KEYS;
+    w->listed = 0;
+    w->r = 0;
+    w->classes = 1;
+    w->keys = P->num_global;
+    w->first = w->list_row = w->full_lo = w->full_hi = 0;
+    w->count = 0;
+    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N, w->count++)
         if (P->causal && f->gpos[k0] > last_p) break;
-    walk_tiles(f, &w, st);
+    return 1;
+}
+
+/* Walk n of the work-group: row_mode 1, class n of the global-row pass; row_mode 0, the window
+ * pass (n = 0), then the global keys (n = 1). @return 0 when it has no tile. */
+ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk_state *w) {
+    __constant attn_params *P = f->P;
+    if (P->row_mode == 1) return class_walk(f, st, PASS_GLOBAL_ROWS, n, 0, w);
+    if (n == 1) return global_key_walk(f, w);
+    const long list_row = (P->layout_per_head ? f->h : 0) * P->classes * P->tiles_per_class + f->tile;
+    return class_walk(f, st, PASS_WINDOW, tile_class(P, f->tile), list_row, w);
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -427,12 +437,10 @@ attention_flash(__constant attn_params *P, __global const IN_T *Q, __global cons
     stage_queries(&f, Q, q_scale, rows);
     flash_rows st;
     init_rows(&f, bias, rows, &st);
-    if (P->row_mode == 1) {
-        for (long c = 0; c < P->classes; c++) walk_class(&f, &st, PASS_GLOBAL_ROWS, c, 0);
-    } else {
-        const long list_row = (P->layout_per_head ? f.h : 0) * P->classes * P->tiles_per_class + tile;
-        walk_class(&f, &st, PASS_WINDOW, tile_class(P, tile), list_row);
-        if (P->has_global) walk_global_keys(&f, &st);
+    const long walks = P->row_mode == 1 ? P->classes : P->has_global ? 2 : 1;
+    for (long n = 0; n < walks; n++) { /* one call site, so the walk is compiled once */
+        walk_state w;
+        if (walk_at(&f, &st, n, &w)) walk_tiles(&f, &w, &st);
     }
     team_sum(st.l, f.by_subgroups, scratch, f.team, f.lane);
     store_rows(&f, &st, is_global, O, LSE);
