@@ -38,7 +38,7 @@ static const cli_option bench_options[] = {
      "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
      "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
     {"dtype", "f32|f16|bf16", "storage of Q, K, V and O (default f32)"},
-    {"variant", "auto|cpu|gpu", "fused kernel variant (default auto)"},
+    {"variant", "auto|cpu|gpu|flash", "fused kernel variant (default auto)"},
     {"warmup", "N", "untimed runs first (default 1)"},
     {"repeat", "N", "timed runs (default 5)"},
     {"device", "SPEC|all", "devices (default: CLATTN_DEVICE or the first GPU, else device 0)"},
@@ -318,7 +318,9 @@ static int parse_lists(const cli_args *args, bench_config *c) {
 
 static int parse_settings(const cli_args *args, bench_config *c) {
     static const char *const dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
-    static const char *const variants[] = {"auto", "cpu", "gpu", NULL};
+    static const char *const variants[] = {"auto", "cpu", "gpu", "flash", NULL};
+    static const clattn_variant variant_ids[] = {CLATTN_VARIANT_AUTO, CLATTN_VARIANT_CPU,
+                                                 CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
     int choice = 0;
     if (args_has(args, "dtype")) {
         if (parse_choice(args, "dtype", dtypes, &choice) != 0) return EXIT_USAGE;
@@ -326,7 +328,7 @@ static int parse_settings(const cli_args *args, bench_config *c) {
     }
     if (args_has(args, "variant")) {
         if (parse_choice(args, "variant", variants, &choice) != 0) return EXIT_USAGE;
-        c->variant = (clattn_variant)choice;
+        c->variant = variant_ids[choice];
     }
     if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0)
         return EXIT_USAGE;

@@ -27,7 +27,7 @@ static const cli_option check_options[] = {
     {"device", "SPEC", "devices to check (default all)"},
     {"quick", NULL, "a short sweep (small shapes)"},
     {"path", "LIST", "paths to check: fused,gemm,reference (default fused,gemm)"},
-    {"variant", "LIST", "variants to run: cpu,gpu,gemm,reference (default: every one on --path)"},
+    {"variant", "LIST", "variants to run: cpu,flash,gpu,gemm,reference (default: every one on --path)"},
     {"case", "N", "run only case N of the sweep (see --list)"},
     {"list", NULL, "list the cases of the sweep and exit"},
     {"dump", "DIR", "write failing cases' inputs (with --case: that case's) to DIR/case-N"},

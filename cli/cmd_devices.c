@@ -46,6 +46,26 @@ static void print_device(const clattn_device_info *d, int is_default) {
            d->driver_version, d->opencl_c_version);
 }
 
+/* Whether tuning.json tunes the device (clattn tune): the variants it has entries for. */
+static void print_tuned(const clattn_device_info *d) {
+    char tuned[256] = "";
+    for (int v = 1;; v++) {
+        clattn_tuning params;
+        clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
+        clattn_tuning_init(&params);
+        if (clattn_device_tuning(d->index, (clattn_variant)v, &params, &source) != CLATTN_SUCCESS)
+            break;
+        size_t used = strlen(tuned);
+        if (source == CLATTN_TUNING_FILE)
+            snprintf(tuned + used, sizeof tuned - used, "%s%s", used ? ", " : "",
+                     clattn_variant_name((clattn_variant)v));
+    }
+    if (*tuned)
+        printf("    tuned: %s (tuning.json, for this driver)\n", tuned);
+    else
+        printf("    tuned: no (built-in defaults; clattn tune measures this device)\n");
+}
+
 /* Every row of the variant table on one device: whether it runs there, whether `auto` tries
  * it, where its tuning comes from, and why not when it does not. */
 static int print_variants(size_t device) {
@@ -99,6 +119,7 @@ int cmd_devices(int argc, char **argv) {
         clattn_device_info_init(&info);
         if (clattn_device_get_info(i, &info) != CLATTN_SUCCESS) continue;
         print_device(&info, matched && chosen == i);
+        print_tuned(&info);
         if (args_has(&args, "variants") && print_variants(i) != 0) failed = 1;
     }
     return failed;
