@@ -109,8 +109,10 @@ Test(bias, huge_finite_scores_do_not_mask) {
     float q[2] = {2e19f, 2e19f}, k[NK], v[NK * DV], o[2 * DV], lse[2];
     for (int j = 0; j < NK; j++) k[j] = -1.5e19f;
     fill_uniform(v, NK * DV, 7);
-    clattn_path paths[] = {CLATTN_PATH_FUSED, CLATTN_PATH_FUSED, CLATTN_PATH_GEMM};
-    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_AUTO};
+    clattn_path paths[] = {CLATTN_PATH_FUSED, CLATTN_PATH_FUSED, CLATTN_PATH_FUSED,
+                           CLATTN_PATH_GEMM};
+    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH,
+                                 CLATTN_VARIANT_AUTO};
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
     for (size_t dev = 0; dev < devices; dev++)

@@ -1,6 +1,6 @@
 /*
- * The fused path on every device, both kernel variants, against the CPU reference (SPEC
- * section 4 tolerances): lengths that are not tile multiples, head dims, MHA/GQA/MQA, causal
+ * The fused path on every device, every kernel variant (cpu, gpu, flash), against the CPU
+ * reference (SPEC section 4 tolerances): lengths that are not tile multiples, head dims, MHA/GQA/MQA, causal
  * alignment with Nq != Nk, windows, float16, layouts, offsets, special values; argument
  * checks; memory that does not grow with Nq*Nk; causal and windowed calls skipping tiles.
  */
@@ -274,13 +274,15 @@ Test(fused, variant_choice_and_its_override) {
     clattn_device_info_init(&info);
     clattn_context_device_info(ctxs[0], &info);
     clattn_variant by_type =
-        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_GPU;
+        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_FLASH;
     unsetenv("CLATTN_KERNEL");
     cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
     setenv("CLATTN_KERNEL", "gpu", 1);
     cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_GPU);
     setenv("CLATTN_KERNEL", "cpu", 1);
     cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_CPU);
+    setenv("CLATTN_KERNEL", "flash", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_FLASH);
     setenv("CLATTN_KERNEL", "auto", 1);
     cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
 

@@ -377,20 +377,24 @@ Test(gemm, finite_v_takes_the_fast_path) {
 /* ---------------------------------------------------------------- AUTO falls back */
 
 /* With a fused kernel's build failing (the test hook of program.c), AUTO hands the call to the
- * next row of the variant table that suits the device: gemm when the failing kernel is the
- * one AUTO prefers on this device (cpu on CPUs, gpu elsewhere), else that preferred fused
- * variant; and right. Naming the failing variant reports the build failure, which shows that
- * the hook took effect. Both kernel variants, on every device. */
+ * next row of the variant table that suits the device (on CPUs cpu, gemm; elsewhere flash,
+ * gpu, gemm), and is right. Naming the failing variant reports the build failure, which shows
+ * that the hook took effect. Every fused variant, on every device. */
 static void expect_fallback_on_build_failure(clattn_context *ctx, const attn_case *c) {
     static const struct {
         clattn_variant variant;
         const char *file;
-    } variants[] = {{CLATTN_VARIANT_CPU, "fused_cpu.cl"}, {CLATTN_VARIANT_GPU, "fused_gpu.cl"}};
+    } variants[] = {{CLATTN_VARIANT_CPU, "fused_cpu.cl"},
+                    {CLATTN_VARIANT_GPU, "fused_gpu.cl"},
+                    {CLATTN_VARIANT_FLASH, "flash.cl"}};
     clattn_device_info info;
     clattn_device_info_init(&info);
     clattn_context_device_info(ctx, &info);
-    clattn_variant preferred =
-        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_GPU;
+    static const clattn_variant on_cpus[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GEMM},
+                                elsewhere[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GPU,
+                                               CLATTN_VARIANT_GEMM};
+    int cpu = (info.type & CL_DEVICE_TYPE_CPU) != 0;
+    const clattn_variant *order = cpu ? on_cpus : elsewhere;
     for (size_t i = 0; i < COUNT(variants); i++) {
         setenv("CLATTN_TEST_FAIL_BUILD", variants[i].file, 1);
         case_result r;
@@ -398,11 +402,10 @@ static void expect_fallback_on_build_failure(clattn_context *ctx, const attn_cas
         cr_expect_eq(r.status, CLATTN_ERR_BUILD, "%s did not fail to build: %s", variants[i].file,
                      r.message);
         clattn_stats s = expect_case(ctx, c, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO);
-        int fell_back = variants[i].variant == preferred;
-        cr_expect_eq(s.path, fell_back ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED,
+        clattn_variant expected = order[0] == variants[i].variant ? order[1] : order[0];
+        cr_expect_eq(s.path, expected == CLATTN_VARIANT_GEMM ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED,
                      "%s failing: AUTO ran path %d", variants[i].file, (int)s.path);
-        cr_expect_eq(s.variant, fell_back ? CLATTN_VARIANT_GEMM : preferred,
-                     "%s failing: AUTO ran variant %s", variants[i].file,
+        cr_expect_eq(s.variant, expected, "%s failing: AUTO ran variant %s", variants[i].file,
                      clattn_variant_name(s.variant));
         unsetenv("CLATTN_TEST_FAIL_BUILD");
     }

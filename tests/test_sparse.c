@@ -1,5 +1,5 @@
 /*
- * Sparse attention in the fused path (both variants, every device) and the gemm path, against
+ * Sparse attention in the fused path (every fused variant and device) and the gemm path, against
  * the reference: dilation, global tokens, block layouts (shared, per head, not dividing the
  * sequence), bias, alone and with causal, GQA and Nq != Nk; equivalences that must hold bit
  * for bit; the pairs and tiles a pattern costs; bad patterns rejected.
@@ -120,11 +120,11 @@ static void window_covering_everything(clattn_attention_desc *d) {
     d->window_left = d->window_right = 200;
 }
 
-/* Both variants give bit-identical O and LSE, and the same pair count, for two setups. */
+/* Every fused variant gives bit-identical O and LSE, and the same pair count, for two setups. */
 static void expect_same(void (*setup_a)(clattn_attention_desc *),
                         void (*setup)(clattn_attention_desc *), const char *what) {
-    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
-    for (int v = 0; v < 2; v++) {
+    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
+    for (int v = 0; v < 3; v++) {
         dense_run a = run_fused(variants[v], setup_a), b = run_fused(variants[v], setup);
         cr_expect_eq(memcmp(a.o, b.o, 200 * 4 * 64 * sizeof(float)), 0, "%s: O differs", what);
         cr_expect_eq(memcmp(a.lse, b.lse, 4 * 200 * sizeof(float)), 0, "%s: LSE differs", what);
@@ -261,7 +261,7 @@ static void per_head_blocks(clattn_attention_desc *d) {
     d->block_layout_per_head = 1, d->causal = 1;
 }
 
-/* Every pass and kind of walk, both variants: counted = listed. */
+/* Every pass and kind of walk, every fused variant: counted = listed. */
 Test(sparse, kernels_count_the_tiles_the_planner_lists) {
     static void (*const setups[])(clattn_attention_desc *) = {
         causal_window_8,           dilated_window, dilation_200,   window_and_globals,
@@ -269,7 +269,7 @@ Test(sparse, kernels_count_the_tiles_the_planner_lists) {
     static const char *const names[] = {"causal window",  "dilated window", "dilation 200",
                                         "globals",        "causal globals", "block diagonal",
                                         "per-head layout"};
-    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
+    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
     for (size_t v = 0; v < COUNT(variants); v++)
         for (size_t i = 0; i < COUNT(setups); i++) {
             dense_run r = run_fused(variants[v], setups[i]);

@@ -105,12 +105,13 @@ static size_t check_one(clattn_context *ctx, size_t device, const attn_case *c, 
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;
-    clattn_variant both[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU};
+    clattn_variant fused[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
     int sweep_variants = path == CLATTN_PATH_FUSED && variant == CLATTN_VARIANT_AUTO;
+    size_t variants = sweep_variants ? sizeof fused / sizeof fused[0] : 1;
     for (size_t dev = 0; dev < devices; dev++)
         for (size_t i = 0; i < count; i++)
-            for (size_t v = 0; v < (sweep_variants ? 2u : 1u); v++)
+            for (size_t v = 0; v < variants; v++)
                 failed +=
-                    check_one(ctxs[dev], dev, &cases[i], path, sweep_variants ? both[v] : variant);
+                    check_one(ctxs[dev], dev, &cases[i], path, sweep_variants ? fused[v] : variant);
     return failed;
 }
