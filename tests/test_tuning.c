@@ -1,7 +1,8 @@
 /*
  * The tuning database: planners take their tile sizes from it, and a tuning.json in the cache
  * folder overrides the built-in entry for one device and driver (only the fields it gives). A
- * malformed file is ignored, never trusted.
+ * malformed file is ignored, never trusted. clattn_tuning_save writes entries that later calls
+ * take, and a context's own parameters (clattn_context_set_tuning) come before both.
  */
 #include <criterion/criterion.h>
 
@@ -96,5 +97,70 @@ Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
     case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU, &r);
     cr_expect_eq(r.status, CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(r.message, "block_n 24") != NULL, "%s", r.message);
+    clattn_context_destroy(ctx);
+}
+
+/* clattn_tuning_save writes the context's device and driver entry into tuning.json (keeping
+ * the others), and later calls and lookups take it. */
+Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"another device\", \"variant\": \"flash\", "
+             "\"block_m\": 2}]}");
+    write_tuning(text);
+
+    clattn_tuning saved, read;
+    clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
+    clattn_tuning_init(&saved);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &saved, &source),
+                 CLATTN_SUCCESS);
+    cr_expect_neq(source, CLATTN_TUNING_FILE);
+    saved.block_m = 8, saved.block_n = 16, saved.tile_m = 2, saved.tile_n = 2, saved.stages = 1;
+    ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &saved));
+    clattn_tuning_init(&read);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &read, &source),
+                 CLATTN_SUCCESS);
+    cr_expect_eq(source, CLATTN_TUNING_FILE);
+    cr_expect_eq(memcmp(&read, &saved, sizeof read), 0, "the entry reads back as written");
+    clattn_stats used = run_variant(ctx, CLATTN_VARIANT_FLASH);
+    cr_expect(used.block_m == 8 && used.block_n == 16, "%s", used.kernel);
+
+    char path[512], file[4096] = "";
+    cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t got = fread(file, 1, sizeof file - 1, f);
+    file[got] = '\0';
+    fclose(f);
+    cr_expect(strstr(file, "another device") != NULL, "the other entry is kept:\n%s", file);
+
+    /* the context's own parameters come first, and NULL returns to the file */
+    saved.block_m = 4;
+    ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &saved));
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_FLASH).block_m, 4);
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_FLASH, &vi), CLATTN_SUCCESS);
+    cr_expect_str_eq(vi.tuning, "context");
+    ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, NULL));
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_FLASH).block_m, 8);
+    clattn_context_destroy(ctx);
+}
+
+Test(tuning, nothing_is_written_with_the_cache_folder_off) {
+    clattn_context *ctx = NULL;
+    setenv("CLATTN_CACHE_DIR", "off", 1);
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    char path[64];
+    cr_expect_eq(clattn_tuning_file(path, sizeof path), CLATTN_ERR_UNSUPPORTED);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_UNSUPPORTED);
+    cr_expect_eq(clattn_tuning_save(ctx, (clattn_variant)99, &t), CLATTN_ERR_INVALID_ARGUMENT);
     clattn_context_destroy(ctx);
 }
