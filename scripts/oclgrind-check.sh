@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs clattn's own kernels on oclgrind, the OpenCL device simulator, and fails if it reports
 # anything (oclgrind itself exits 0 even when it finds errors, so its logs are inspected):
-#  1. the whole quick conformance sweep in one process, fused (both variants) and gemm paths,
-#     checking invalid accesses, data races and API misuse, and that every result is right;
-#  2. each quick case of the fused path in its own process with the uninitialized-value check
-#     as well. Built with -cl-opt-disable there: oclgrind 21.10's checker cannot execute the
-#     `freeze` and undef-lane shuffles that LLVM's optimizer emits, and its shadow state misreports
-#     packed buffers once a context has run a first call, so every case gets a fresh process.
+#  1. the whole quick conformance sweep in one process, fused (cpu, gpu and flash variants) and
+#     gemm paths, checking invalid accesses, data races and API misuse, and that every result is
+#     right;
+#  2. each quick case of the fused path, for each fused variant, in its own process with the
+#     uninitialized-value check as well. Built with -cl-opt-disable there: oclgrind 21.10's
+#     checker cannot execute the `freeze` and undef-lane shuffles that LLVM's optimizer emits,
+#     and its shadow state misreports packed buffers once a context has run a first call, so
+#     every case gets a fresh process;
+#  3. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
+#     test build's emulation, CLATTN_TEST_FLASH_SUBGROUPS=emulate).
 # Usage: oclgrind-check.sh PATH/TO/clattn
 set -euo pipefail
 clattn="$(realpath "$1")"
@@ -32,9 +36,9 @@ fi
 report "$logs/sweep.log" "the quick sweep"
 
 cases=$("$clattn" check --quick --list | wc -l)
-echo "-- $cases quick cases x 2 fused variants, each in its own process (+ uninitialized values)"
+echo "-- $cases quick cases x 3 fused variants, each in its own process (+ uninitialized values)"
 for ((i = 0; i < cases; i++)); do
-  for variant in cpu gpu; do
+  for variant in cpu gpu flash; do
     log="$logs/case-$i-$variant.log"
     if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
          --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \
@@ -46,5 +50,12 @@ for ((i = 0; i < cases; i++)); do
     report "$log" "case $i ($variant)"
   done
 done
+echo "-- flash's subgroup path, emulated, on the quick sweep in one process (memory, races, API)"
+if ! CLATTN_TEST_FLASH_SUBGROUPS=emulate oclgrind --data-races --check-api \
+     --log "$logs/subgroups.log" "$clattn" check --quick --device 0 --variant flash; then
+  echo "clattn check (flash, emulated subgroups) failed on the simulator"
+  failed=1
+fi
+report "$logs/subgroups.log" "flash's emulated subgroup path"
 [ "$failed" -eq 0 ] && echo "oclgrind: no reports"
 exit "$failed"
