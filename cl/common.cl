@@ -26,6 +26,20 @@ inline float16 bf16x16_to_float16(ushort16 x) {
     return as_float16(convert_uint16(x) << 16);
 }
 
+/* 16 float16 values widened with integer operations, exactly (subnormals, infinities and NaN
+ * included, and without relying on the device's float denormals): CPU compilers turn this into
+ * a few vector instructions, where vload_half16 may become 16 scalar conversions. */
+inline float16 half16_to_float16(ushort16 h) {
+    const uint16 x = convert_uint16(h);
+    const uint16 exp = x & 0x7c00u;
+    uint16 o = ((x & 0x7fffu) << 13) + (112u << 23);   /* rebias the exponent: 15 -> 127 */
+    o = select(o, o + (112u << 23), exp == 0x7c00u);    /* infinity or NaN: exponent 255 */
+    const int16 tiny = convert_int16(exp == 0u);        /* zero or subnormal */
+    float16 f = as_float16(select(o, o + (1u << 23), convert_uint16(tiny)));
+    f = select(f, f - as_float16((uint16)(113u << 23)), tiny); /* renormalise exactly */
+    return as_float16(as_uint16(f) | ((x & 0x8000u) << 16));
+}
+
 /* Round to nearest even; NaN stays a (quiet) NaN of the same sign. */
 inline ushort float_to_bf16(float x) {
     const uint bits = as_uint(x);
@@ -45,6 +59,24 @@ inline ushort float_to_bf16(float x) {
 #define IN_T                  float
 #define LOAD_IN(ptr, index)   ((ptr)[(index)])
 #define LOAD16_IN(ptr, index) vload16(0, (ptr) + (index))
+#endif
+
+/* K and V may be stored apart from Q (a KV cache): KV_DTYPE, by default IN_DTYPE. */
+#ifndef KV_DTYPE
+#define KV_DTYPE IN_DTYPE
+#endif
+#if KV_DTYPE == DTYPE_F16
+#define KV_T                  ushort
+#define LOAD_KV(ptr, index)   vload_half((index), (__global const half *)(ptr))
+#define LOAD16_KV(ptr, index) half16_to_float16(vload16(0, (ptr) + (index)))
+#elif KV_DTYPE == DTYPE_BF16
+#define KV_T                  ushort
+#define LOAD_KV(ptr, index)   bf16_to_float((ptr)[(index)])
+#define LOAD16_KV(ptr, index) bf16x16_to_float16(vload16(0, (ptr) + (index)))
+#else
+#define KV_T                  float
+#define LOAD_KV(ptr, index)   ((ptr)[(index)])
+#define LOAD16_KV(ptr, index) vload16(0, (ptr) + (index))
 #endif
 
 #if OUT_DTYPE == DTYPE_F16
@@ -132,4 +164,13 @@ inline int mask_allowed(__constant attn_params *P, __global const uchar *is_glob
     return mask_combine(mask_causal_ok(P->causal, p, j), layout_ok(P, layout, head, i, j),
                         window_ok(P, p, j), is_global_position(P, is_global, j),
                         is_global_position(P, is_global, p));
+}
+
+/* Element index of row j of (b, kv head) in K or V (SPEC section 6): the tensor's row, or in a
+ * paged cache through the block table (the pages are the pool tensor's batch entries). */
+inline long kv_row(__constant attn_params *P, __global const int *block_table, long offset,
+                   long stride_b, long stride_h, long stride_s, long b, long kvh, long j) {
+    if (P->page_size == 0) return offset + b * stride_b + kvh * stride_h + j * stride_s;
+    const long page = block_table[b * P->max_pages + j / P->page_size];
+    return offset + page * stride_b + kvh * stride_h + (j % P->page_size) * stride_s;
 }

@@ -321,7 +321,9 @@ typedef enum clattn_variant {
     CLATTN_VARIANT_CPU = 1,  /* "cpu": fused; register-tiled, wide vectors, a tile a work-item */
     CLATTN_VARIANT_GPU = 2,  /* "gpu": fused; local-memory tiles, a row a work-item */
     CLATTN_VARIANT_GEMM = 3, /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
-    CLATTN_VARIANT_REFERENCE = 4 /* "reference": the CPU reference on host copies */
+    CLATTN_VARIANT_REFERENCE = 4, /* "reference": the CPU reference on host copies */
+    CLATTN_VARIANT_SPLIT = 5      /* "split": K/V read in place, key chunks side by side and
+                                     merged (decoding, KV caches) */
 } clattn_variant;
 
 /** @return the variant's name ("cpu", "gemm", ...), or "unknown" for a value not in the table. */
@@ -513,6 +515,130 @@ CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enab
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a bad struct_size, or no call
  *  ran yet: clattn_context_last_error says which). */
 CLATTN_API clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats);
+
+/* ---------------------------------------------------------------- KV cache (SPEC section 6) */
+
+/** The keys and values of B sequences kept on the device for decoding, FlashAttention-2's
+ *  flash_attn_with_kvcache semantics: sequence b has len[b] rows filled; appending writes new
+ *  rows after them; attention over the cache sees, for sequence b, its first len[b] rows, and
+ *  its queries are the last q_len[b] positions (SPEC section 2 per sequence, with Nk = len[b]).
+ *  Storage is contiguous, K [B, capacity, Hkv, Dqk] (or BHSD), or paged: a pool of pages
+ *  [num_pages, page_size, Hkv, D] (or [num_pages, Hkv, page_size, D]) and a block table
+ *  [B, max_pages] of int32 page indices: row t of sequence b is row t % page_size of page
+ *  table[b][t / page_size]. */
+typedef struct clattn_kv_cache clattn_kv_cache;
+
+typedef struct clattn_kv_cache_desc {
+    size_t struct_size; /* sizeof(clattn_kv_cache_desc): clattn_kv_cache_desc_init */
+    size_t batch, heads_kv, dim_qk, dim_v;
+    size_t capacity;      /* rows a sequence may hold (paged: max_pages * page_size) */
+    clattn_dtype dtype;   /* storage of K and V */
+    clattn_layout layout; /* BSHD: [.., rows, Hkv, D]; BHSD: [.., Hkv, rows, D] */
+    size_t page_size;     /* 0: contiguous storage; else rows a page */
+    size_t num_pages;     /* paged: pages in the pool */
+} clattn_kv_cache_desc;
+
+/** Fills *desc for contiguous float32 BSHD storage of `capacity` rows a sequence. */
+CLATTN_API clattn_status clattn_kv_cache_desc_init_sized(clattn_kv_cache_desc *desc,
+                                                         size_t struct_size, size_t batch,
+                                                         size_t heads_kv, size_t dim_qk,
+                                                         size_t dim_v, size_t capacity);
+#define clattn_kv_cache_desc_init(desc, ...)                                                       \
+    clattn_kv_cache_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
+
+/** Creates a cache on the context's device: its storage (zeroed), lengths 0, and for paged
+ *  storage a block table of -1 (no page). The cache uses the context, which must outlive it.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (sizes, a paged capacity that is not a
+ *  multiple of page_size), CLATTN_ERR_OUT_OF_MEMORY or an OpenCL error. */
+CLATTN_API clattn_status clattn_kv_cache_create(clattn_context *ctx,
+                                                const clattn_kv_cache_desc *desc,
+                                                clattn_kv_cache **cache);
+
+/** Wraps a caller's storage, as FlashAttention-2 takes plain tensors: k and v hold the
+ *  contiguous caches or the page pools described by desc, at element offset 0 with the dense
+ *  strides of desc->layout. clattn retains them while the cache lives; lengths start at
+ *  `lengths` (host [batch], may be NULL for zeros). @return as clattn_kv_cache_create, and
+ *  CLATTN_ERR_INVALID_ARGUMENT for buffers too small. */
+CLATTN_API clattn_status clattn_kv_cache_wrap(clattn_context *ctx, const clattn_kv_cache_desc *desc,
+                                              cl_mem k, cl_mem v, const int32_t *lengths,
+                                              clattn_kv_cache **cache);
+
+/** Releases the cache and what it owns. Accepts NULL. */
+CLATTN_API void clattn_kv_cache_destroy(clattn_kv_cache *cache);
+
+/** The cache's storage buffers (owned by the cache, or the caller's when wrapped). */
+CLATTN_API clattn_status clattn_kv_cache_buffers(const clattn_kv_cache *cache, cl_mem *k,
+                                                 cl_mem *v);
+
+/** Sets the block table of a paged cache, host [batch][capacity / page_size]: page indices in
+ *  [0, num_pages), or -1 for a page not given (rows there cannot be filled). Every entry is
+ *  checked first; on an error nothing changes. @return CLATTN_SUCCESS,
+ *  CLATTN_ERR_INVALID_ARGUMENT (an entry out of range, naming it; a contiguous cache). */
+CLATTN_API clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *cache,
+                                                         const int32_t *table);
+
+/** Copies the lengths, host [batch]. */
+CLATTN_API clattn_status clattn_kv_cache_lengths(const clattn_kv_cache *cache, int32_t *lengths);
+
+/** Sets the lengths, host [batch] (to roll back speculative tokens, or for beam search): each
+ *  in [0, capacity], and within the pages the block table gives. Rows past a length are kept
+ *  but no longer seen. Checked first; on an error nothing changes. */
+CLATTN_API clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *cache,
+                                                     const int32_t *lengths);
+
+/** New rows to append: K_new [B, len, Hkv, Dqk] and V_new [B, len, Hkv, Dv] at their tensors'
+ *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype` (converted to
+ *  the cache's). new_len (host [B], may be NULL for `len` each) says how many of the len rows
+ *  sequence b appends. */
+typedef struct clattn_kv_rows {
+    cl_mem k, v;
+    clattn_tensor k_tensor, v_tensor;
+    clattn_dtype dtype;
+    size_t len;
+    const int32_t *new_len;
+} clattn_kv_rows;
+
+/** Appends rows and advances the lengths. If any sequence would pass its capacity or its block
+ *  table, fails with CLATTN_ERR_INVALID_ARGUMENT naming the sequence, and nothing is written to
+ *  any sequence. Enqueued on the context's queue (in order with later calls). */
+CLATTN_API clattn_status clattn_kv_cache_append(clattn_kv_cache *cache, const clattn_kv_rows *rows);
+
+/** The same from host arrays: k_new [B, len, Hkv, Dqk], v_new [B, len, Hkv, Dv], dense in the
+ *  cache's layout and dtype. Waits for the copy. */
+CLATTN_API clattn_status clattn_kv_cache_append_host(clattn_kv_cache *cache, const void *k_new,
+                                                     const void *v_new, size_t len,
+                                                     const int32_t *new_len);
+
+/** Copies the whole storage (caches or page pools, dense in the cache's layout and dtype)
+ *  from host arrays into the cache, or from the cache into host arrays (either may be NULL). */
+CLATTN_API clattn_status clattn_kv_cache_write_host(clattn_kv_cache *cache, const void *k,
+                                                    const void *v);
+CLATTN_API clattn_status clattn_kv_cache_read_host(clattn_kv_cache *cache, void *k, void *v);
+
+/** Attention of a query block over the cache: Q [B, Nq, Hq, Dqk] and O [B, Nq, Hq, Dv] as desc
+ *  describes them (desc->batch, heads_kv, dim_qk and dim_v must match the cache; desc->len_k is
+ *  ignored: sequence b has len[b] keys; desc->dtype is Q's storage, the cache's dtype K's and
+ *  V's). q_len (host [B], may be NULL for Nq each) gives each sequence's valid query rows; rows
+ *  i >= q_len[b] get O = 0 and LSE = -inf, as does a sequence of length 0. Every mask of SPEC
+ *  section 2 applies per sequence (a block layout is [ceil(Nq/BQ), ceil(capacity/BK)]; a bias
+ *  [b, h, i, j] covers j < capacity). LSE (may be NULL) is float32 [B, Hq, Nq].
+ *  @return as clattn_attention. */
+CLATTN_API clattn_status clattn_kv_cache_attention(clattn_kv_cache *cache,
+                                                   const clattn_attention_desc *desc, cl_mem q,
+                                                   const int32_t *q_len, cl_mem o, cl_mem lse,
+                                                   cl_event *event);
+
+/** The same on host arrays (Q and O as desc describes them, bias from desc->bias_host); waits. */
+CLATTN_API clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *cache,
+                                                        const clattn_attention_desc *desc,
+                                                        const void *q, const int32_t *q_len,
+                                                        void *o, float *lse);
+
+/** The CPU reference of clattn_kv_cache_attention (double accumulation), reading the cache's
+ *  storage back. For checking a device against the reference. */
+CLATTN_API clattn_status clattn_kv_cache_reference(clattn_kv_cache *cache,
+                                                   const clattn_attention_desc *desc, const void *q,
+                                                   const int32_t *q_len, void *o, float *lse);
 
 /* ---------------------------------------------------------------- sparse patterns */
 

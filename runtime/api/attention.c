@@ -5,7 +5,7 @@
  * for `auto`, the first that serves the call on this device. It plans, runs and fills the
  * statistics; it never names a variant itself.
  */
-#include "kernels/variant.h"
+#include "api/dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,7 +125,7 @@ static clattn_status run_auto(clattn_context *ctx, const attn_problem *pb, const
         const attn_variant *row = table[n % count];
         char why[256] = "";
         if (pb->path != CLATTN_PATH_AUTO && pb->path != row->path) continue;
-        if (row->suits(&ctx->device, why, sizeof why) != (n < count)) continue;
+        if (row->suits(&ctx->device, pb, why, sizeof why) != (n < count)) continue;
         status = run_row(ctx, row, pb, b, event);
         if (status != CLATTN_ERR_UNSUPPORTED && status != CLATTN_ERR_BUILD) return status;
         log_msg("auto: %s cannot serve the call (%s); trying the next variant", row->name,
@@ -147,8 +147,8 @@ static clattn_status dispatch(clattn_context *ctx, const attn_problem *pb, const
 
 /* ---------------------------------------------------------------- entry points */
 
-static clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
-                                          const attn_buffers *b, cl_event *event) {
+clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
+                                   const attn_buffers *b, cl_event *event) {
     clattn_status status = check_buffers(ctx, pb, b);
     if (status != CLATTN_SUCCESS) return status;
     ctx->in_attention = 1; /* timing keeps this call's events only */
@@ -167,7 +167,7 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     attn_problem pb;
     clattn_status status = problem_build(d, BIAS_FROM_BUFFER, &ctx->error, &pb);
     if (status == CLATTN_SUCCESS) {
-        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL};
+        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL, NULL, NULL, NULL};
         status = attention_on_buffers(ctx, &pb, &b, event);
     }
     problem_release(&pb);
@@ -270,7 +270,7 @@ clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant varian
     d.name = row->name;
     d.summary = row->summary;
     d.supported = row->supports(ctx, NULL, d.reason, sizeof d.reason);
-    d.used_by_auto = d.supported && row->suits(&ctx->device, d.reason, sizeof d.reason);
+    d.used_by_auto = d.supported && row->suits(&ctx->device, NULL, d.reason, sizeof d.reason);
     tuning_params unused;
     snprintf(d.tuning, sizeof d.tuning, "%s",
              tuning_source_name(tuning_lookup(&ctx->device, row->name, &unused)));

@@ -7,20 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUSED_MAX_HEAD_DIM 256
-
-/* Head dims the kernels are compiled for; a call uses the smallest bucket >= its dim. */
-static const unsigned head_dim_buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, 256};
-
-static unsigned bucket_for(size_t dim) {
-    for (size_t i = 0; i < ARRAY_LEN(head_dim_buckets); i++)
-        if (dim <= head_dim_buckets[i]) return head_dim_buckets[i];
-    return 0;
-}
-
 int fused_supports(const attn_problem *pb, char *why, size_t size) {
-    if (!pb || (pb->dim_qk <= FUSED_MAX_HEAD_DIM && pb->dim_v <= FUSED_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", FUSED_MAX_HEAD_DIM,
+    if (pb && problem_is_cache(pb)) {
+        snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
+        return 0;
+    }
+    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
     return 0;
 }
@@ -41,8 +34,8 @@ clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_ki
                          "%s: the tuning entry's tiles (block_m %u, block_n %u) are out of range "
                          "(block_m 1 to %d, block_n a multiple of 16)",
                          plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
-    st->dqk_pad = bucket_for(pb->dim_qk);
-    st->dv_pad = bucket_for(pb->dim_v);
+    st->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
+    st->dv_pad = tiles_head_dim_bucket(pb->dim_v);
     clattn_status status = kind->fit(ctx, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);

@@ -869,10 +869,14 @@ static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn
 }
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
-    return 1; /* any call; limits of CLBlast's int offsets are found when planning */
+    if (pb && problem_is_cache(pb)) {
+        snprintf(why, size, "reads dense K and V tensors: not a KV cache (the split variant does)");
+        return 0;
+    }
+    return 1; /* any other call; limits of CLBlast's int offsets are found when planning */
 }
 
-static int suits(const clattn_device_info *device, char *why, size_t size) {
+static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     return 1;
 }
 

@@ -8,10 +8,7 @@
 #include <string.h>
 
 static const attn_variant *const table[] = {
-    &variant_fused_cpu,
-    &variant_fused_gpu,
-    &variant_gemm,
-    &variant_reference,
+    &variant_split, &variant_fused_cpu, &variant_fused_gpu, &variant_gemm, &variant_reference,
 };
 
 const attn_variant *const *variant_table(size_t *count) {

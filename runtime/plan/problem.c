@@ -210,6 +210,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     pb->path = d.path, pb->variant = d.variant;
     pb->gemm_budget_bytes = d.gemm_budget_bytes;
     pb->count_tiles = d.count_tiles != 0;
+    pb->kv.dtype = d.dtype;
     status = mask_from_desc(&d, &pb->mask);
     if (status != CLATTN_SUCCESS)
         return error_set(err, status, "the mask's global token list (%zu tokens)",

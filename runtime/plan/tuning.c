@@ -28,6 +28,9 @@ static const tuning_entry built_in[] = {
     {"cpu", CL_DEVICE_TYPE_ALL, "", "", {8, 32, 1, 16, 0}},
     /* fused gpu: a row a work-item, BLOCK_M rows a work-group, K/V tiles in local memory */
     {"gpu", CL_DEVICE_TYPE_ALL, "", "", {64, 32, 64, 1, 0}},
+    /* split: up to block_m query rows a work-item (also the most a kv head may have for auto to
+       pick it), chunks of at least block_n keys, wg_size work-items a compute unit */
+    {"split", CL_DEVICE_TYPE_ALL, "", "", {16, 256, 4, 16, 0}},
     /* gemm: the masked softmax's work-group (a power of two up to this) */
     {"gemm", CL_DEVICE_TYPE_ALL, "", "", {0, 0, 256, 1, 0}},
     {"reference", CL_DEVICE_TYPE_ALL, "", "", {0, 0, 0, 0, 0}},
