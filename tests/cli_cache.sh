@@ -3,39 +3,15 @@
 # a contiguous cache and over the same cache as a page pool (identical results), with rows
 # appended and per-sequence query lengths, on the device against the reference; the caches
 # written after the append; and the usage errors. Inputs come from `clattn check --dump`, the
-# <i4 lengths and tables from npy_i4 below. Usage: cli_cache.sh PATH/TO/clattn
+# <i4 lengths and tables from cli_common.sh's npy_i4. Usage: cli_cache.sh PATH/TO/clattn [RUNNER]
+# where RUNNER, a command prefix (scripts/oclgrind-check.sh passes oclgrind), runs the attention
+# commands.
 set -uo pipefail
 clattn="$(realpath "$1")"
+runner=(${2:-})
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
-
-# npy_header DESCR SHAPE: a version 1.0 .npy preamble padded to 64 bytes, as NumPy writes it
-npy_header() {
-  local dict="{'descr': '$1', 'fortran_order': False, 'shape': $2, }"
-  local pad=$(( (64 - (10 + ${#dict} + 1) % 64) % 64 ))
-  local len=$(( ${#dict} + pad + 1 ))
-  printf '\x93NUMPY\x01\x00'
-  printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
-  printf '%s%*s\n' "$dict" "$pad" ''
-}
-
-# npy_i4 FILE SHAPE VALUE...: little-endian int32 values
-npy_i4() {
-  local file="$1" shape="$2"
-  shift 2
-  { npy_header '<i4' "$shape"
-    for v in "$@"; do
-      printf "\\x$(printf %02x $((v & 255)))\\x$(printf %02x $(((v >> 8) & 255)))"
-      printf "\\x$(printf %02x $(((v >> 16) & 255)))\\x$(printf %02x $(((v >> 24) & 255)))"
-    done; } > "$file"
-}
-
-# npy_reshape IN OUT SHAPE: the same data (a <f4 array) under another shape
-npy_reshape() {
-  local len=$(( $(od -An -tu2 -j8 -N2 "$1") ))
-  { npy_header '<f4' "$3"; tail -c +$((11 + len)) "$1"; } > "$2"
-}
 
 case_dir() { # DESCRIPTION: dumps the first quick check case matching it, prints its folder
   local index
@@ -55,10 +31,10 @@ common=(run --q "$cache/q.npy" --cache-len "$work/len.npy" --k-new "$rows/k.npy"
         --new-len "$work/new.npy" --q-len "$work/qlen.npy" --causal --window=30,-1)
 
 # ---- contiguous: the device against the reference, and the caches after the append
-"$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" --out "$work/ref.npy" \
+"${runner[@]}" "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" --out "$work/ref.npy" \
   --lse "$work/ref-lse.npy" --path reference > /dev/null || fail "reference over the cache"
 for path in auto fused; do
-  "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" --out "$work/o-$path.npy" \
+  "${runner[@]}" "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" --out "$work/o-$path.npy" \
     --path "$path" --compare "$work/ref.npy" --k-cache-out "$work/kc.npy" \
     --v-cache-out "$work/vc.npy" > "$work/out" 2>&1 || fail "--path $path: $(cat "$work/out")"
 done
@@ -72,7 +48,7 @@ for ((p = 0; p < 94; p++)); do table+=("$p"); done
 npy_i4 "$work/table.npy" "(2, 47)" "${table[@]}"
 npy_reshape "$cache/k.npy" "$work/kpool.npy" "(94, 1, 2, 32)"
 npy_reshape "$cache/v.npy" "$work/vpool.npy" "(94, 1, 2, 32)"
-"$clattn" "${common[@]}" --k "$work/kpool.npy" --v "$work/vpool.npy" --page-table "$work/table.npy" \
+"${runner[@]}" "$clattn" "${common[@]}" --k "$work/kpool.npy" --v "$work/vpool.npy" --page-table "$work/table.npy" \
   --page-size 1 --out "$work/o-paged.npy" > "$work/out" 2>&1 || fail "paged: $(cat "$work/out")"
 cmp -s "$work/o-paged.npy" "$work/o-auto.npy" || fail "paged and contiguous results differ"
 
