@@ -45,7 +45,7 @@ int bench_plot(const bench_record *records, size_t count, const char *dir, const
 typedef struct decode_config {
     size_t nq[16], num_nq, nk[16], num_nk;
     size_t batch, hq, hkv, d;
-    clattn_dtype dtypes[3];
+    clattn_dtype dtypes[4]; /* the cache's; Q and O are float32 for a q8_0 cache */
     size_t num_dtypes;
     size_t warmup, repeat;
     size_t steps; /* generation: tokens appended one at a time */

@@ -38,6 +38,8 @@ static const cli_option run_options[] = {
     {"storage", "f32|f16|bf16",
      "round Q, K, V to this storage first (default: their own; <u2 files are bfloat16 bits)"},
     {"out-dtype", "f32|f16|bf16", "storage of O (default: the storage of Q, K, V)"},
+    {"kv-storage", "q8_0",
+     "quantise K and V (and a cache) to q8_0 blocks after --storage; head dims multiples of 32"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
@@ -106,6 +108,32 @@ int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
     return 0;
 }
 
+/* --kv-storage q8_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
+static int setup_kv_storage(const cli_args *args, run_state *s) {
+    static const char *const kv_dtypes[] = {"q8_0", NULL};
+    int choice = 0;
+    if (!args_has(args, "kv-storage")) return 0;
+    if (parse_choice(args, "kv-storage", kv_dtypes, &choice) != 0) return EXIT_USAGE;
+    if (s->desc.dim_qk % 32 || s->desc.dim_v % 32) {
+        cli_error("run", "--kv-storage q8_0: head dims must be multiples of 32 (Dqk=%zu Dv=%zu)",
+                  s->desc.dim_qk, s->desc.dim_v);
+        return EXIT_USAGE;
+    }
+    npy_array *kv[2] = {&s->k, &s->v};
+    for (int i = 0; i < 2; i++) {
+        void *blocks = malloc(kv[i]->count / 32 * 34 + 1);
+        if (!blocks) {
+            cli_error("run", "out of host memory quantising K and V");
+            return 1;
+        }
+        clattn_convert(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, blocks, kv[i]->count);
+        free(kv[i]->data);
+        kv[i]->data = blocks; /* kv[i]->dtype still names the values' type before */
+    }
+    s->desc.kv_q8_0 = 1;
+    return 0;
+}
+
 /* --storage: Q, K and V rounded to it (default: their own type). <u2 arrays are bfloat16 bit
  * patterns, read only with --storage bf16 (NumPy has no bfloat16). O defaults to the storage. */
 static int setup_storage(const cli_args *args, run_state *s) {
@@ -128,7 +156,7 @@ static int setup_storage(const cli_args *args, run_state *s) {
         return 1;
     }
     s->desc.dtype = s->desc.out_dtype = storage;
-    return 0;
+    return setup_kv_storage(args, s);
 }
 
 /* Q [B,Nq,Hq,Dqk], K [B,Nk,Hkv,Dqk], V [B,Nk,Hkv,Dv] must agree. */
@@ -458,7 +486,9 @@ static int compare_with(const cli_args *args, const run_state *s) {
     double *want64 = malloc(count * sizeof *want64), atol, rtol, ref_atol, ref_rtol;
     case_result result = {0};
     for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
-    tolerance_for(d->dtype, d->out_dtype, &atol, &rtol); /* the loosest of all the types */
+    /* the loosest of all the types; q8_0 K/V has float16's tolerance */
+    tolerance_for(d->kv_q8_0 && d->dtype == CLATTN_F32 ? CLATTN_F16 : d->dtype, d->out_dtype, &atol,
+                  &rtol);
     tolerance_for(run_storage_of(s->ref.dtype), CLATTN_F32, &ref_atol, &ref_rtol);
     atol = atol > ref_atol ? atol : ref_atol, rtol = rtol > ref_rtol ? rtol : ref_rtol;
     int ok = got && want && want64;

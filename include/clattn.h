@@ -256,9 +256,13 @@ CLATTN_API const char *clattn_context_last_error(const clattn_context *ctx);
 /* ---------------------------------------------------------------- tensors */
 
 typedef enum clattn_dtype {
-    CLATTN_F32 = 0, /* float32 */
-    CLATTN_F16 = 1, /* float16 storage; all arithmetic accumulates in float32 */
-    CLATTN_BF16 = 2 /* bfloat16 storage (uint16 bit patterns); arithmetic in float32 */
+    CLATTN_F32 = 0,  /* float32 */
+    CLATTN_F16 = 1,  /* float16 storage; all arithmetic accumulates in float32 */
+    CLATTN_BF16 = 2, /* bfloat16 storage (uint16 bit patterns); arithmetic in float32 */
+    CLATTN_Q8_0 = 3  /* K and V only (a KV cache's dtype, desc->kv_q8_0): blocks of 32 values,
+                        each a float16 scale d then 32 int8 q, value = d * q (34 bytes, ggml's
+                        q8_0). Rows hold whole blocks: head dims, offsets and strides (in values)
+                        are multiples of 32. */
 } clattn_dtype;
 
 typedef enum clattn_layout {
@@ -370,6 +374,9 @@ typedef struct clattn_attention_desc {
     /* ---- added in 0.2 (a caller whose struct_size stops above gets the defaults) */
     int count_tiles; /* nonzero: the fused kernels count the key tiles they visit, themselves
                         (clattn_stats.tiles_counted); a slower build, for tests and studies */
+    int kv_q8_0;     /* nonzero: K and V are stored as CLATTN_Q8_0 blocks (Q keeps dtype; K/V
+                        offsets and strides stay in values). Only the split variant reads
+                        them; the fused and gemm paths refuse. */
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */
@@ -414,7 +421,10 @@ CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc
 
 /** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
  *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
- *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes). */
+ *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32): each block is quantised with the
+ *  scale d = max|x| / 127 (rounded to float16) and q = round(x / d).
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes, a
+ *  q8_0 count that is not a multiple of 32). */
 CLATTN_API clattn_status clattn_convert(clattn_dtype from, const void *src, clattn_dtype to,
                                         void *dst, size_t count);
 
@@ -532,7 +542,7 @@ typedef struct clattn_kv_cache_desc {
     size_t struct_size; /* sizeof(clattn_kv_cache_desc): clattn_kv_cache_desc_init */
     size_t batch, heads_kv, dim_qk, dim_v;
     size_t capacity;      /* rows a sequence may hold (paged: max_pages * page_size) */
-    clattn_dtype dtype;   /* storage of K and V */
+    clattn_dtype dtype;   /* storage of K and V: f32, f16, bf16 or q8_0 (D multiples of 32) */
     clattn_layout layout; /* BSHD: [.., rows, Hkv, D]; BHSD: [.., Hkv, rows, D] */
     size_t page_size;     /* 0: contiguous storage; else rows a page */
     size_t num_pages;     /* paged: pages in the pool */
@@ -587,8 +597,8 @@ CLATTN_API clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *cache,
                                                      const int32_t *lengths);
 
 /** New rows to append: K_new [B, len, Hkv, Dqk] and V_new [B, len, Hkv, Dv] at their tensors'
- *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype` (converted to
- *  the cache's). new_len (host [B], may be NULL for `len` each) says how many of the len rows
+ *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype`, a float type
+ *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host [B], may be NULL for `len` each) says how many of the len rows
  *  sequence b appends. */
 typedef struct clattn_kv_rows {
     cl_mem k, v;
@@ -604,7 +614,7 @@ typedef struct clattn_kv_rows {
 CLATTN_API clattn_status clattn_kv_cache_append(clattn_kv_cache *cache, const clattn_kv_rows *rows);
 
 /** The same from host arrays: k_new [B, len, Hkv, Dqk], v_new [B, len, Hkv, Dv], dense in the
- *  cache's layout and dtype. Waits for the copy. */
+ *  cache's layout and dtype (float32 for a q8_0 cache). Waits for the copy. */
 CLATTN_API clattn_status clattn_kv_cache_append_host(clattn_kv_cache *cache, const void *k_new,
                                                      const void *v_new, size_t len,
                                                      const int32_t *new_len);

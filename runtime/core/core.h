@@ -61,17 +61,36 @@ int struct_init(void *caller, size_t given_size, const void *local, size_t local
 
 /* ---- storage types */
 
+/* float32, float16, bfloat16: what Q, O and softmax inputs may be */
 static inline int dtype_known(clattn_dtype t) {
     return t == CLATTN_F32 || t == CLATTN_F16 || t == CLATTN_BF16;
 }
 
+/* ... and CLATTN_Q8_0, which K and V may also be */
+static inline int kv_dtype_known(clattn_dtype t) {
+    return dtype_known(t) || t == CLATTN_Q8_0;
+}
+
+/* Bytes a value of a float type takes (not for CLATTN_Q8_0: see dtype_bytes). */
 static inline size_t dtype_size(clattn_dtype t) {
     return t == CLATTN_F32 ? 4 : 2;
 }
 
-/* "f32", "f16", "bf16" */
+/* Q8_0 blocks: 32 values, a float16 scale then 32 int8 (ggml's block_q8_0). */
+#define Q8_BLOCK       32
+#define Q8_BLOCK_BYTES 34
+
+/* Bytes `values` values take (for CLATTN_Q8_0, a multiple of Q8_BLOCK). */
+static inline size_t dtype_bytes(clattn_dtype t, size_t values) {
+    return t == CLATTN_Q8_0 ? values / Q8_BLOCK * Q8_BLOCK_BYTES : values * dtype_size(t);
+}
+
+/* "f32", "f16", "bf16", "q8_0" */
 static inline const char *dtype_name(clattn_dtype t) {
-    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : "f32";
+    return t == CLATTN_F16    ? "f16"
+           : t == CLATTN_BF16 ? "bf16"
+           : t == CLATTN_Q8_0 ? "q8_0"
+                              : "f32";
 }
 
 /* ---- checked size arithmetic: return 1 on overflow */

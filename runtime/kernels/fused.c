@@ -12,6 +12,10 @@ int fused_supports(const attn_problem *pb, char *why, size_t size) {
         snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
         return 0;
     }
+    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+        snprintf(why, size, "packs float K and V: not q8_0 (the split variant reads it)");
+        return 0;
+    }
     if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
     snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
