@@ -81,8 +81,19 @@ inline ushort float_to_bf16(float x) {
 #define LOAD_KV(ptr, index)   q8_load((ptr), (index))
 #define LOAD16_KV(ptr, index) q8_load16((ptr), (index))
 
+/* The block's float16 scale, widened with integer operations (exactly; vload_half may be a
+ * library call). */
 inline float q8_scale(__global const uchar *x, long block) {
-    return vload_half(0, (__global const half *)(x + block * 34));
+    const uint h = *(__global const ushort *)(x + block * 34), exp = h & 0x7c00u;
+    uint o = ((h & 0x7fffu) << 13) + (112u << 23);
+    float f;
+    if (exp == 0x7c00u) /* infinity or NaN */
+        f = as_float(o + (112u << 23));
+    else if (exp == 0u) /* zero or subnormal: renormalise */
+        f = as_float(o + (1u << 23)) - as_float(113u << 23);
+    else
+        f = as_float(o);
+    return as_float(as_uint(f) | ((h & 0x8000u) << 16));
 }
 
 inline float q8_load(__global const uchar *x, long index) {
