@@ -27,7 +27,8 @@ rm -rf "$build/bundle" "$build/install"
 cmake --install "$build" --prefix "$build/install" > /dev/null
 mkdir -p "$stage/bin" "$stage/lib" "$stage/include" "$stage/licenses" dist
 cp "$build/install/bin/clattn" "$stage/bin/"
-cp -P "$(dirname "$(find "$build/install" -name 'libclattn.so.*.*.*' | head -n 1)")"/libclattn.so* "$stage/lib/"
+library="$(find "$build/install" -name 'libclattn.so.*.*.*')"
+cp -P "$(dirname "${library%%$'\n'*}")"/libclattn.so* "$stage/lib/"
 cp "$build/install/include/clattn.h" "$stage/include/"
 
 # ---- the shared libraries a target machine may lack
@@ -35,15 +36,16 @@ cp "$build/install/include/clattn.h" "$stage/include/"
 # libgcc_s: every distribution has them, and a driver loaded later (PoCL, built with the
 # target's GCC) may need a newer libstdc++ than ours, which would be in the way.
 system_lib='(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libmvec|libstdc\+\+|libgcc_s)\.so'
-openblas="$(/sbin/ldconfig -p | sed -n 's/^[[:space:]]*libopenblas\.so\.0 (libc6,x86-64) => //p' | head -n 1)"
+openblas="$(/sbin/ldconfig -p | sed -n 's/^[[:space:]]*libopenblas\.so\.0 (libc6,x86-64) => //p')"
+openblas="${openblas%%$'\n'*}" # the first (no head in the pipe: pipefail and SIGPIPE)
 mapfile -t needed < <(LD_LIBRARY_PATH='' ldd "$stage/bin/clattn" "$stage"/lib/libclattn.so.*.*.* ${openblas:+"$openblas"} |
   sed -n 's/^[[:space:]]*\([^ ]*\) => \(\/[^ ]*\) .*/\1 \2/p' | sort -u)
 for entry in "${needed[@]}"; do
   soname="${entry%% *}" path="${entry#* }"
   [[ "$soname" =~ ^$system_lib || "$soname" == libclattn.so* ]] && continue
   [ -e "$stage/lib/$soname" ] || cp -L "$path" "$stage/lib/$soname"
-  if command -v dpkg > /dev/null && package="$(dpkg -S "$(realpath "$path")" 2> /dev/null | head -n 1)"; then
-    package="${package%%:*}"
+  if command -v dpkg > /dev/null && package="$(dpkg -S "$(realpath "$path")" 2> /dev/null)"; then
+    package="${package%%:*}" # "libclblast1:amd64: /usr/lib/..." (the first, when several)
     cp "/usr/share/doc/$package/copyright" "$stage/licenses/$package.copyright" 2> /dev/null || true
   fi
 done

@@ -22,10 +22,13 @@ unset LD_LIBRARY_PATH LD_PRELOAD OCL_ICD_FILENAMES CLATTN_NO_DRIVER_SEARCH CLATT
 export OCL_ICD_VENDORS="$work/empty-vendors" CLATTN_CACHE_DIR="$work/cache"
 
 # Its own libraries, from the bundle: what ldd says, and what the loader really initialised.
+# (Outputs go to files first: grep -q in a pipe may leave its writer a SIGPIPE, which pipefail
+# would count as a failure.)
+ldd "$clattn" > ldd.txt || fail "ldd $clattn: $(cat ldd.txt)"
 for lib in libclattn libOpenCL libclblast libopenblas libgfortran libquadmath; do
-  ldd "$clattn" | grep -qF "$lib.so" || { fail "ldd does not list $lib"; continue; }
-  ldd "$clattn" | grep -F "$lib.so" | grep -qF "=> $bundle/" ||
-    fail "$lib does not resolve inside the bundle: $(ldd "$clattn" | grep -F "$lib.so")"
+  grep -qF "$lib.so" ldd.txt || { fail "ldd does not list $lib: $(cat ldd.txt)"; continue; }
+  grep -F "$lib.so" ldd.txt | grep -qF "=> $bundle/" ||
+    fail "$lib does not resolve inside the bundle: $(grep -F "$lib.so" ldd.txt)"
 done
 LD_DEBUG=files "$clattn" --version 2> loaded.txt > /dev/null
 for lib in libclattn libOpenCL libclblast; do
