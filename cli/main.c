@@ -26,7 +26,8 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nenvironment: CLATTN_DEVICE (device spec), CLATTN_VERBOSE=1, CLATTN_CACHE_DIR "
-                 "(or off), CLATTN_KERNEL=cpu|gpu\n");
+                 "(or off), CLATTN_KERNEL=cpu|gpu,\n             CLATTN_NO_DRIVER_SEARCH=1 (use "
+                 "only the drivers the ICD loader registers)\n");
 }
 
 static const subcommand *find_subcommand(const char *name) {

@@ -214,6 +214,65 @@ CLATTN_API clattn_status clattn_device_get_info(size_t index, clattn_device_info
 CLATTN_API clattn_status clattn_device_select(const char *spec, size_t *indices, size_t capacity,
                                               size_t *count);
 
+/* ---------------------------------------------------------------- driver search */
+
+/*
+ * GPU machines and containers often hold a driver's OpenCL library but no .icd file that
+ * registers it with the ICD loader, so OpenCL sees no platform. Before the loader's first use,
+ * clattn's device discovery (every clattn_device_* call, and clattn_context_create) looks for
+ * NVIDIA's libnvidia-opencl.so.1, AMD's libamdocl64.so, Intel's libigdrcl.so and PoCL's
+ * libpocl.so.2 in the dynamic linker's paths ($LD_LIBRARY_PATH, ld.so.cache, /lib, /usr/lib)
+ * and in the folders the drivers' packages use (/usr/lib/x86_64-linux-gnu, /usr/lib64,
+ * /usr/local/nvidia/lib64, /opt/rocm/lib, .../intel-opencl, ...). A library no .icd file of
+ * the loader's vendors folder ($OCL_ICD_VENDORS when it is a folder, else $OPENCL_VENDOR_PATH,
+ * else /etc/OpenCL/vendors) and no entry of $OCL_ICD_FILENAMES names, that loads (dlopen with
+ * RTLD_NOW) and exports clGetExtensionFunctionAddress, is handed to the loader: clattn writes
+ * a private vendors folder holding the registered .icd files and one for each such library,
+ * points $OCL_ICD_VENDORS at it while the loader initialises (understood by ocl-icd and by
+ * Khronos' loader), then restores the variable and removes the folder. clattn never calls
+ * into a found library itself. At most one library per vendor is taken, the first found.
+ *
+ * CLATTN_NO_DRIVER_SEARCH=1 turns the search off; an $OCL_ICD_VENDORS that names one .icd
+ * file or one library (not a folder) is a choice of that one ICD and is left as it is. The
+ * search runs once per process, inside the first device call; it has no effect when the
+ * program has used OpenCL before (the loader is initialised by then). It sets and restores
+ * an environment variable, so a program whose other threads read the environment meanwhile
+ * should make its first device call before starting them.
+ */
+
+/** A driver the search found and handed to the ICD loader. */
+typedef struct clattn_driver_info {
+    size_t struct_size;          /* sizeof(clattn_driver_info): clattn_driver_info_init */
+    char vendor[32];             /* "NVIDIA", "AMD", "Intel" or "PoCL" */
+    char library[1024];          /* absolute path of the library handed to the loader */
+    char icd_file[64];           /* the name to register it under: "nvidia.icd" */
+    unsigned num_platforms;      /* the loader's platforms that come from it (0: none) */
+    cl_platform_id platforms[8]; /* those platforms: compare with clattn_device_info.platform */
+} clattn_driver_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size, before
+ *  clattn_driver_get_info fills it. clattn_driver_info_init(info) passes sizeof *info.
+ *  @return CLATTN_SUCCESS, or INVALID_ARGUMENT (NULL, a size below the first layout). */
+CLATTN_API clattn_status clattn_driver_info_init_sized(clattn_driver_info *info,
+                                                       size_t struct_size);
+#define clattn_driver_info_init(info) clattn_driver_info_init_sized((info), sizeof *(info))
+
+/** Counts the drivers the search found and handed to the ICD loader (running the search if
+ *  no device call has yet). To register one permanently, write its `library` as the only line
+ *  of /etc/OpenCL/vendors/`icd_file`.
+ *  @return CLATTN_SUCCESS, also when the count is 0; INVALID_ARGUMENT for a NULL count. */
+CLATTN_API clattn_status clattn_driver_count(size_t *count);
+
+/** Fills *info for found driver `index` (0 <= index < count).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for an index out of range, NULL, or a
+ *  struct_size below the first layout. */
+CLATTN_API clattn_status clattn_driver_get_info(size_t index, clattn_driver_info *info);
+
+/** @return one line saying what the search did: off, skipped and why, found nothing (and
+ *  where it looked), or how many drivers it handed to the loader, or why it could not
+ *  (static storage, never NULL). */
+CLATTN_API const char *clattn_driver_search_summary(void);
+
 /* ---------------------------------------------------------------- context */
 
 typedef struct clattn_context clattn_context;

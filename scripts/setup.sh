@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything clattn needs from Debian's packages: the OpenCL ICD loader and headers,
 # PoCL (an OpenCL device on the CPU, present on every machine), CLBlast, Criterion, clinfo,
-# oclgrind, OpenBLAS (the host baseline of the benchmarks) and gnuplot (benchmark plots).
+# oclgrind, OpenBLAS (the host baseline of the benchmarks), gnuplot (benchmark plots) and
+# patchelf (scripts/bundle.sh).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -9,7 +10,7 @@ packages=(
   build-essential cmake pkg-config
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libcriterion-dev oclgrind
-  libopenblas-dev gnuplot-nox
+  libopenblas-dev gnuplot-nox patchelf
 )
 
 sudo_cmd=()

@@ -5,7 +5,9 @@
 #  3. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
 #     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
 #     so the log is searched);
-#  4. clattn's kernels under oclgrind (scripts/oclgrind-check.sh).
+#  4. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
+#  5. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
+#     PoCL comes from the driver search (tests/bundle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -38,5 +40,10 @@ echo "no sanitizer reports"
 
 section "kernels under oclgrind"
 ./scripts/oclgrind-check.sh build/clattn
+
+section "the bundle, as a machine with an unregistered driver runs it"
+./scripts/bundle.sh build-bundle
+version="$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' build-bundle/CMakeCache.txt)"
+bash tests/bundle.sh "dist/clattn-$version-linux-$(uname -m).tar.gz"
 
 section "all tests passed"

@@ -4,6 +4,7 @@
  * that list is what clattn_context_create takes. Selection follows SPEC section 5.
  */
 #include "core.h"
+#include "drivers.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ static clattn_status list_devices(device_list *list) {
     cl_platform_id platforms[32];
     cl_uint num_platforms = 0;
     list->count = 0;
+    drivers_prepare(); /* unregistered drivers, before the ICD loader's first use */
     cl_int err = clGetPlatformIDs(ARRAY_LEN(platforms), platforms, &num_platforms);
     if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || num_platforms == 0) return CLATTN_SUCCESS;
     if (err != CL_SUCCESS) return (clattn_status)err;
