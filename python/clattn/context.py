@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional, Union
 
 from . import _capi
-from .devices import Device, DeviceSpec, device_record, select
+from .devices import Device, DeviceSpec, default_index, device_record, select
 from .errors import Error, check
 
 
@@ -115,7 +115,7 @@ class Context:
         info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
         check(status)
         check(_capi.lib.clattn_context_device_info(self.handle, ctypes.byref(info)))
-        return device_record(info, None)
+        return device_record(info, default_index())
 
     @property
     def last_error(self) -> str:

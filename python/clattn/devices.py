@@ -59,7 +59,7 @@ def _type_name(cl_type: int) -> str:
     return "other"
 
 
-def device_record(info: _capi.DeviceInfo, default_index: Optional[int]) -> Device:
+def device_record(info: _capi.DeviceInfo, default: Optional[int]) -> Device:
     """A Device from the C struct."""
     return Device(
         index=info.index,
@@ -83,7 +83,7 @@ def device_record(info: _capi.DeviceInfo, default_index: Optional[int]) -> Devic
         has_fp64=bool(info.has_fp64),
         has_subgroups=bool(info.has_subgroups),
         subgroup_sizes=tuple(info.subgroup_sizes[: info.num_subgroup_sizes]),
-        is_default=info.index == default_index,
+        is_default=info.index == default,
     )
 
 
@@ -94,7 +94,7 @@ def device_count() -> int:
     return count.value
 
 
-def _default_index() -> Optional[int]:
+def default_index() -> Optional[int]:
     index, matched = ctypes.c_size_t(0), ctypes.c_size_t(0)
     status = _capi.lib.clattn_device_select(None, ctypes.byref(index), 1, ctypes.byref(matched))
     return index.value if status == _capi.SUCCESS and matched.value else None
@@ -108,19 +108,19 @@ def device_info(index: int) -> Device:
         _capi.lib.clattn_device_get_info(index, ctypes.byref(info)),
         f"device index {index} is out of range ({device_count()} devices)",
     )
-    return device_record(info, _default_index())
+    return device_record(info, default_index())
 
 
 def devices() -> List[Device]:
     """@return every device of every OpenCL platform, in clattn's order (an empty list when no
     OpenCL driver is installed)."""
-    default_index = _default_index()
+    default = default_index()
     found = []
     for index in range(device_count()):
         info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
         check(status)
         if _capi.lib.clattn_device_get_info(index, ctypes.byref(info)) == _capi.SUCCESS:
-            found.append(device_record(info, default_index))
+            found.append(device_record(info, default))
     return found
 
 
