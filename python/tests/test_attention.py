@@ -107,6 +107,16 @@ def test_bfloat16_bit_patterns(context, rng, layout: str) -> None:
     assert_lse_close(lse, ref_lse)
 
 
+def test_bfloat16_ml_dtypes(context, rng) -> None:
+    """ml_dtypes' bfloat16 NumPy arrays are bfloat16 storage as they are, and come back as such."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is optional (NumPy's bfloat16 dtype)")
+    q, k, v = (x.astype(ml_dtypes.bfloat16) for x in make_inputs(rng, SHAPES["gqa_nq<nk"], "bhsd"))
+    o = clattn.attention(q, k, v, causal=True, context=context)
+    assert o.dtype == ml_dtypes.bfloat16
+    ref_o, _ = attention_reference(*(x.astype(np.float32) for x in (q, k, v)), causal=True)
+    assert_close(o.astype(np.float32), ref_o, "bfloat16")
+
+
 def test_storage_rounds_float32_inputs(context, rng) -> None:
     """storage='bf16' on float32 inputs rounds them to bfloat16 (nearest even) first."""
     q, k, v = make_inputs(rng, SHAPES["square"], "bhsd")
