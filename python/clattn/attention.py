@@ -19,7 +19,6 @@ from ._tensors import (
     DTYPE_NAMES,
     HostTensor,
     as_numpy,
-    contiguous_copy,
     convert,
     empty,
     host_tensor,
@@ -63,7 +62,7 @@ class _Dims:
         return _capi.Tensor(0, self.stride_batch, self.stride_head, self.stride_seq)
 
 
-def _input(x: Any, name: str, storage: Optional[int], copy_if_needed: bool) -> HostTensor:
+def _input(x: Any, name: str, storage: Optional[int]) -> HostTensor:
     """Q, K or V as the library will read it: 4-D, strides it can describe."""
     tensor = host_tensor(x, name, bits_are_bf16=storage == _capi.DTYPE_BF16)
     if tensor.ndim != 4:
@@ -71,13 +70,11 @@ def _input(x: Any, name: str, storage: Optional[int], copy_if_needed: bool) -> H
             f"{name} must be 4-D ([B, H, N, D] for layout 'bhsd', [B, N, H, D] for 'bshd'), got shape {tensor.shape}"
         )
     if not tensor.describable():
-        if not copy_if_needed:
-            raise ValueError(
-                f"{name}: strides {tensor.strides} (in elements) cannot be read in place: the last "
-                "dimension needs stride 1 and the others >= 0; pass a contiguous copy "
-                "(np.ascontiguousarray(x) or x.contiguous())"
-            )
-        tensor = contiguous_copy(tensor, name)
+        raise ValueError(
+            f"{name}: strides {tensor.strides} (in elements) cannot be read in place: the last "
+            "dimension needs stride 1 and the others >= 0; pass a contiguous copy "
+            "(np.ascontiguousarray(x) or x.contiguous())"
+        )
     return tensor
 
 
@@ -231,11 +228,9 @@ class _Call:
             check(status, context_handle=handle)
 
 
-def _inputs(
-    q: Any, k: Any, v: Any, storage: Optional[int], copy_if_needed: bool
-) -> Tuple[HostTensor, HostTensor, HostTensor, int]:
+def _inputs(q: Any, k: Any, v: Any, storage: Optional[int]) -> Tuple[HostTensor, HostTensor, HostTensor, int]:
     """Q, K, V as the library reads them, in the storage type of the call."""
-    tensors = [_input(x, name, storage, copy_if_needed) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
+    tensors = [_input(x, name, storage) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) != 1:
         names = ", ".join(f"{n}: {DTYPE_NAMES[t.dtype]}" for n, t in zip("qkv", tensors))
@@ -264,7 +259,6 @@ def attention(
     variant: Optional[str] = None,
     return_lse: bool = False,
     context: Optional[Context] = None,
-    _copy_if_needed: bool = False,
 ) -> Any:
     """softmax(scale * Q Kᵀ + bias, over the allowed keys) V, on an OpenCL device.
 
@@ -295,7 +289,7 @@ def attention(
     if layout not in _LAYOUTS:
         raise ValueError(f"layout={layout!r}: 'bhsd' ([B, H, N, D]) or 'bshd' ([B, N, H, D])")
     storage_dtype = parse_storage(storage)
-    qt, kt, vt, dtype = _inputs(q, k, v, storage_dtype, _copy_if_needed)
+    qt, kt, vt, dtype = _inputs(q, k, v, storage_dtype)
     qd, kd, vd = (_Dims.of(t, layout) for t in (qt, kt, vt))
     _check_shapes(qd, kd, vd, f"q {qt.shape}, k {kt.shape}, v {vt.shape} ({layout})")
 

@@ -88,9 +88,12 @@ class Context:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_handle", None):
-            _capi.lib.clattn_context_destroy(self._handle)
-            self._handle = None
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            try:
+                _capi.lib.clattn_context_destroy(handle)
+            except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
+                pass
 
     def __repr__(self) -> str:
         state = "" if self._handle else ", closed"

@@ -31,7 +31,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._tensors import is_torch_tensor, torch_module
+from ._tensors import host_tensor, is_torch_tensor, torch_module
 from .attention import attention
 
 
@@ -143,6 +143,14 @@ def _mask_as_bias(
     return mask.reshape((batch, hq, L, S))
 
 
+def _readable(x: Any, name: str) -> Any:
+    """x itself when clattn can read it in place, else a contiguous copy (PyTorch takes any
+    strides; clattn.attention takes only a last-dimension stride of 1 and no negative one)."""
+    if host_tensor(x, name).describable():
+        return x
+    return x.contiguous() if is_torch_tensor(x) else np.ascontiguousarray(x)
+
+
 def _zeros_like(x: Any) -> Any:
     if is_torch_tensor(x):
         return torch_module().zeros_like(x)
@@ -197,14 +205,13 @@ def scaled_dot_product_attention(
     if scale is not None and scale == 0.0:
         q, scale = _zeros_like(q), 1.0  # every score 0, as PyTorch's scale 0 makes them
     out = attention(
-        q,
-        k,
-        v,
+        _readable(q, "query"),
+        _readable(k, "key"),
+        _readable(v, "value"),
         layout="bhsd",
         causal=causal,
         window=window,
         bias=bias,
         scale=None if scale is None else float(scale),
-        _copy_if_needed=True,
     )
     return out.reshape(out_shape)
