@@ -2,11 +2,13 @@
 # Builds clattn and runs the whole test suite, the way CI does:
 #  1. the CTest suite (Criterion tests, CLI tests, the install test) on PoCL's pthread device;
 #  2. the same suite on PoCL's single-threaded "basic" device;
-#  3. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
+#  3. the Python package: its wheel built and installed into a fresh virtual environment, and
+#     its pytest suite (scripts/test-python.sh);
+#  4. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
 #     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
 #     so the log is searched);
-#  4. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
-#  5. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
+#  5. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
+#  6. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
 #     PoCL comes from the driver search (tests/bundle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,9 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 section "tests on PoCL's basic device"
 POCL_DEVICES=basic ctest --test-dir build -j "$jobs" --output-on-failure \
   -E '^(downstream|device_two_pocl)$'
+
+section "the Python package (wheel, fresh virtual environment, pytest)"
+./scripts/test-python.sh build-python
 
 section "tests under AddressSanitizer and UndefinedBehaviorSanitizer"
 ./scripts/build.sh build-sanitize -DCLATTN_SANITIZE=ON
