@@ -150,7 +150,8 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
         return EXIT_USAGE;
     }
     if (!args_has(args, "block-layout")) return 0;
-    if (parse_pair(args, "block-size", MIN_BLOCK_SIZE, &bq, &bk) != 0) return EXIT_USAGE;
+    if (parse_pair_range(args, "block-size", MIN_BLOCK_SIZE, MAX_BLOCK_SIZE, &bq, &bk) != 0)
+        return EXIT_USAGE;
     if (load(args, "block-layout", &s->layout)) return 1;
     const char *file = args_get(args, "block-layout");
     const npy_array *L = &s->layout;
@@ -243,7 +244,7 @@ static int setup_options(const cli_args *args, run_state *s) {
     }
     if (args_has(args, "scale")) {
         if (parse_float(args, "scale", &d->scale) != 0) return EXIT_USAGE;
-        if (d->scale == 0.0f) {
+        if (d->scale == 0.0f) { /* 0 in the desc means the default, 1/sqrt(Dqk) */
             cli_error("run", "--scale: must be non-zero, got '%s'", args_get(args, "scale"));
             return EXIT_USAGE;
         }

@@ -535,7 +535,7 @@ typedef struct clattn_pattern_desc {
     size_t global;               /* BIGBIRD: the first `global` block rows and columns are dense */
     size_t random;               /* BIGBIRD: random blocks per block row (seeded) */
     uint64_t seed;               /* BIGBIRD */
-    size_t stride;               /* FIXED, STRIDED: stride in blocks */
+    size_t stride;               /* FIXED, STRIDED: stride in blocks, 1 to 2^60 */
     size_t summary;              /* FIXED: summary blocks at the end of each stride */
     const size_t *global_blocks; /* LONGFORMER: block indices whose rows and columns are dense */
     size_t num_global_blocks;

@@ -230,7 +230,9 @@ clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant varia
                                        size_t reason_size) {
     char why[512] = "";
     const attn_variant *row = variant_find(variant);
-    if (!ctx || !row) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
     attn_problem pb;
     memset(&pb, 0, sizeof pb);
     clattn_status status =
@@ -260,8 +262,13 @@ clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t s
 clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
                                       clattn_variant_info *info) {
     const attn_variant *row = variant_find(variant);
-    if (!ctx || !row || !info || info->struct_size < sizeof *info)
-        return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
+    if (!info || info->struct_size < sizeof *info)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "info is NULL or its struct_size is below sizeof(clattn_variant_info): "
+                         "start from clattn_variant_info_init");
     clattn_variant_info d;
     memset(&d, 0, sizeof d);
     d.struct_size = sizeof d;
