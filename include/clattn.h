@@ -422,10 +422,12 @@ CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout lay
 
 /** Enqueues attention on the context's queue. `lse` may be NULL. `event_out` may be NULL;
  *  otherwise it receives an event that completes with the call (the caller releases it).
- *  Buffers must not alias O or LSE with an input.
+ *  The bytes O and LSE span must not overlap those of any other tensor (compared in the memory
+ *  that owns them: a sub-buffer counts as its parent at its origin, and buffers created with
+ *  CL_MEM_USE_HOST_PTR by their host ranges); tensors may otherwise share one buffer.
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, heads, strides, a tensor that
- *  does not fit its buffer, overflow); CLATTN_ERR_UNSUPPORTED (no path serves the call);
- *  CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
+ *  does not fit its buffer, an output overlapping another tensor, overflow); CLATTN_ERR_UNSUPPORTED
+ * (no path serves the call); CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
 CLATTN_API clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                           cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
                                           cl_event *event_out);

@@ -45,3 +45,118 @@ Test(errors, every_failing_call_on_a_context_leaves_its_own_message) {
         ctx, clattn_variant_supported(ctx, (clattn_variant)999, NULL, reason, sizeof reason),
         "variant 999");
 }
+
+/* ---------------------------------------------------------------- aliasing */
+
+/* A call whose tensors live in slices of one parent buffer: [B=1, N=8, H=1, D=8] float32,
+ * 256 bytes each, Q, K and V filled with seeded values. */
+#define ALIAS_N     8
+#define ALIAS_BYTES (ALIAS_N * ALIAS_N * sizeof(float))
+
+typedef struct alias_setup {
+    clattn_context *ctx;
+    clattn_attention_desc desc;
+    cl_mem parent;  /* 16 slices' worth */
+    size_t align;   /* bytes between sub-buffer origins the device accepts */
+    float want[64]; /* O from separate buffers */
+    cl_mem slices[16];
+    size_t num_slices;
+} alias_setup;
+
+/* A sub-buffer of the parent, released by alias_setup_release. */
+static cl_mem slice(alias_setup *s, size_t origin, size_t size) {
+    cl_buffer_region region = {origin, size};
+    cl_int err = CL_SUCCESS;
+    cl_mem sub = clCreateSubBuffer(s->parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION,
+                                   &region, &err);
+    cr_assert_eq(err, CL_SUCCESS, "sub-buffer [%zu, +%zu): %d", origin, size, err);
+    cr_assert_lt(s->num_slices, 16);
+    return s->slices[s->num_slices++] = sub;
+}
+
+static void alias_setup_release(alias_setup *s) {
+    clFinish(clattn_context_queue(s->ctx));
+    for (size_t i = 0; i < s->num_slices; i++) clReleaseMemObject(s->slices[i]);
+    clReleaseMemObject(s->parent);
+}
+
+static void alias_setup_make(alias_setup *s) {
+    memset(s, 0, sizeof *s);
+    s->ctx = first_context();
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    ASSERT_OK(s->ctx, clattn_context_device_info(s->ctx, &info));
+    cl_uint bits = 0;
+    clGetDeviceInfo(info.device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL);
+    s->align = bits / 8 > ALIAS_BYTES ? bits / 8 : ALIAS_BYTES;
+    ASSERT_OK(s->ctx, clattn_attention_desc_init(&s->desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, ALIAS_N,
+                                                 ALIAS_N, ALIAS_N, ALIAS_N));
+    float in[3][64], lse[ALIAS_N];
+    for (int t = 0; t < 3; t++) fill_uniform(in[t], 64, 40 + t);
+    ASSERT_OK(s->ctx, clattn_attention_host(s->ctx, &s->desc, in[0], in[1], in[2], s->want, lse));
+    cl_int err = CL_SUCCESS;
+    s->parent = clCreateBuffer(clattn_context_cl_context(s->ctx), CL_MEM_READ_WRITE, 16 * s->align,
+                               NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cl_command_queue queue = clattn_context_queue(s->ctx);
+    for (int t = 0; t < 3; t++) /* Q, K, V in slices 0, 1, 2 */
+        clEnqueueWriteBuffer(queue, s->parent, CL_TRUE, t * s->align, ALIAS_BYTES, in[t], 0, NULL,
+                             NULL);
+}
+
+/* Runs the call on the given buffers and expects a refusal that names both tensors. */
+static void expect_refused(alias_setup *s, cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                           const char *names, const char *what) {
+    clattn_status status = clattn_attention(s->ctx, &s->desc, q, k, v, o, lse, NULL);
+    cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", what, clattn_status_name(status));
+    cr_expect(strstr(clattn_context_last_error(s->ctx), names) != NULL,
+              "%s: last error '%s' does not name '%s'", what, clattn_context_last_error(s->ctx),
+              names);
+    clFinish(clattn_context_queue(s->ctx));
+}
+
+/* Runs the call and expects O (read from `o` at byte `at`) to be what separate buffers gave. */
+static void expect_right(alias_setup *s, cl_mem q, cl_mem k, cl_mem v, cl_mem o, size_t at,
+                         const char *what) {
+    float got[64];
+    ASSERT_OK(s->ctx, clattn_attention(s->ctx, &s->desc, q, k, v, o, NULL, NULL));
+    clEnqueueReadBuffer(clattn_context_queue(s->ctx), o, CL_TRUE, at, sizeof got, got, 0, NULL,
+                        NULL);
+    cr_expect_eq(memcmp(got, s->want, sizeof got), 0, "%s: O differs", what);
+}
+
+Test(aliasing, outputs_overlapping_an_input_through_sub_buffers_are_refused) {
+    alias_setup s;
+    alias_setup_make(&s);
+    cl_mem q = slice(&s, 0, ALIAS_BYTES), k = slice(&s, s.align, ALIAS_BYTES);
+    cl_mem v = slice(&s, 2 * s.align, ALIAS_BYTES);
+    cl_mem q_half = slice(&s, 0, 2 * s.align); /* Q's bytes and the next slice */
+    cl_mem k_and_more = slice(&s, s.align, 4 * s.align);
+    expect_refused(&s, q, k, v, q_half, NULL, "O", "O a sub-buffer over Q's bytes");
+    expect_refused(&s, q, k, v, s.parent, NULL, "O", "O the parent of Q");
+    expect_refused(&s, s.parent, k, v, q, NULL, "O", "O a sub-buffer of Q's buffer");
+    expect_refused(&s, q, k, v, slice(&s, 5 * s.align, ALIAS_BYTES), k_and_more, "LSE",
+                   "LSE a sub-buffer over K");
+    s.desc.o.offset = s.align / sizeof(float); /* O one slice into Q's buffer: K's bytes */
+    expect_refused(&s, q, k, v, q_half, NULL, "O", "O by its offset over K");
+    s.desc.o.offset = 0;
+    s.desc.bias = slice(&s, 6 * s.align, 3 * s.align);
+    s.desc.bias_strides = (clattn_tensor){0, 0, 0, ALIAS_N};
+    expect_refused(&s, q, k, v, slice(&s, 6 * s.align, ALIAS_BYTES), NULL, "O",
+                   "O inside the bias");
+    alias_setup_release(&s);
+}
+
+Test(aliasing, disjoint_parts_of_one_buffer_are_fine) {
+    alias_setup s;
+    alias_setup_make(&s);
+    cl_mem q = slice(&s, 0, ALIAS_BYTES), k = slice(&s, s.align, ALIAS_BYTES);
+    cl_mem v = slice(&s, 2 * s.align, ALIAS_BYTES);
+    expect_right(&s, q, k, v, slice(&s, 3 * s.align, ALIAS_BYTES), 0, "O a slice of its own");
+    s.desc.o.offset = 3 * s.align / sizeof(float); /* O in the parent, after Q, K and V */
+    expect_right(&s, q, k, v, s.parent, 3 * s.align, "O in the parent past the inputs");
+    s.desc.q.offset = 0, s.desc.k.offset = s.align / 4, s.desc.v.offset = 2 * s.align / 4;
+    s.desc.o.offset = 4 * s.align / 4; /* everything in one buffer, by offsets */
+    expect_right(&s, s.parent, s.parent, s.parent, s.parent, 4 * s.align, "one buffer");
+    alias_setup_release(&s);
+}
