@@ -48,5 +48,46 @@ expect 2 "--pattern blocks:layout.npy,3000000000,4: BQ" -- \
   "$clattn" bench --pattern blocks:layout.npy,3000000000,4 --nq 8 --hq 1 --d 8
 [ -e o.npy ] && fail "a refused run wrote o.npy"
 
+# ---- outputs that are not regular files: never replaced by a regular file, never a hang
+"$clattn" "${run[@]}" --out ref.npy --lse ref-lse.npy > /dev/null || fail "the reference run"
+ref_bytes=$(stat -c %s ref.npy)
+if mknod null c 1 3 2> /dev/null; then # a node of its own: a regression must not break /dev/null
+  "$clattn" "${run[@]}" --out null --lse lse.npy > /dev/null || fail "run --out to a device"
+  cmp -s lse.npy ref-lse.npy || fail "run --out null --lse lse.npy: LSE not written"
+  "$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --out null > /dev/null || fail "pattern --out null"
+  "$clattn" check --quick --case 0 --path reference --json null > /dev/null || fail "check --json null"
+  [ -c null ] || fail "an output replaced the character device with a regular file"
+  mknod blk b 240 0 # (a device number no driver serves: nothing is written even if opened)
+  expect 1 "block device" -- "$clattn" "${run[@]}" --out blk
+  [ -b blk ] || fail "run --out replaced a block device"
+else
+  echo "cli_reliability: mknod is not permitted here (not root): device outputs not checked"
+fi
+mkfifo fifo
+expect 1 "FIFO that no process is reading" -- timeout 60 "$clattn" "${run[@]}" --out fifo
+expect 1 "FIFO that no process is reading" -- timeout 60 \
+  "$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --out fifo
+exec 3<> fifo # a reader (and a writer: read below exactly what clattn wrote)
+timeout 60 "$clattn" "${run[@]}" --out fifo > /dev/null || fail "run --out to a FIFO with a reader"
+timeout 10 head -c "$ref_bytes" <&3 > from-fifo.npy
+exec 3<&-
+cmp -s from-fifo.npy ref.npy || fail "run --out fifo: the reader did not get O"
+[ -p fifo ] || fail "an output replaced the FIFO with a regular file"
+# A reader that leaves after 10 bytes of O's 256 KiB: the write fails with a message, without
+# SIGPIPE (or, when the reader left before clattn opened the FIFO, it has no reader).
+make_npy zero-q.npy "(1, 64, 16, 64)" '\x00\x00\x00\x00'
+make_npy zero-kv.npy "(1, 8, 16, 64)" '\x00\x00\x00\x00'
+exec 3<> fifo
+head -c 10 <&3 > /dev/null &
+exec 3<&-
+expect 1 "--out fifo" -- timeout 60 "$clattn" run --q zero-q.npy --k zero-kv.npy --v zero-kv.npy \
+  --path reference --out fifo
+wait
+echo old > target.npy
+ln -s target.npy link.npy
+"$clattn" "${run[@]}" --out link.npy > /dev/null || fail "run --out through a symbolic link"
+[ -L link.npy ] && cmp -s target.npy ref.npy || fail "run --out link.npy: the link's target not written"
+ls ./*.tmp.* ./*.run-* 2> /dev/null && fail "temporary files were left behind"
+
 [ "$failures" -eq 0 ] && echo "cli_reliability: all passed"
 exit "$failures"
