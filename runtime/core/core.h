@@ -136,10 +136,25 @@ clattn_status kernel_get(clattn_context *ctx, const char *const *files, size_t n
 void program_cache_release(clattn_context *ctx);
 /* The cache folder in use, or NULL when disabled ($CLATTN_CACHE_DIR=off). Writes into buf. */
 const char *program_cache_dir(char *buf, size_t size);
+/* The cache folder when it may be read (and, with `create`, written): enabled, made 0700 when
+ * `create`, and private (folder_is_private). NULL otherwise; a folder refused is also said once
+ * per process on stderr, with why. */
+const char *program_cache_trusted_dir(char *buf, size_t size, int create);
 
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
  * that a reader never sees half a file (file.c). @return 0, or errno. */
 int write_file_atomic(const char *path, const void *data, size_t size);
+/* Reads a whole regular file (NUL-terminated; *size bytes) of at most max_size bytes. The open
+ * never blocks (a FIFO named like the file is refused, not waited on) and, unless
+ * follow_links, never goes through a symbolic link. @return the data, or NULL with errno. */
+char *read_regular_file(const char *path, size_t max_size, int follow_links, size_t *size);
+/* Whether a folder may hold what this process loads and runs (compiled kernels, tuning), as ssh
+ * judges its files: a folder owned by the process's user and writable by no one else, below
+ * folders owned by root or the user that others cannot write to (unless sticky, like /tmp).
+ * @return 1, or 0 with the reason in `why`. */
+int folder_is_private(const char *path, char *why, size_t size);
+/* mkdir -p; the folders it creates are 0700. @return 0 or -1 (errno). */
+int make_private_dirs(const char *path);
 
 /* Sets kernel arguments in order and keeps the first error. */
 typedef struct kernel_args {
