@@ -1,12 +1,16 @@
 /*
  * The library where it once gave wrong answers in silence or a stale message (the reliability
- * issue): every failing call on a context leaves its own message.
+ * issue): every failing call on a context leaves its own message; outputs overlapping inputs
+ * through sub-buffers are refused; the gemm path plans around CLBlast's padded copies.
  */
 #include <criterion/criterion.h>
 
+#include "core/core.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static clattn_context *first_context(void) {
@@ -159,4 +163,96 @@ Test(aliasing, disjoint_parts_of_one_buffer_are_fine) {
     s.desc.o.offset = 4 * s.align / 4; /* everything in one buffer, by offsets */
     expect_right(&s, s.parent, s.parent, s.parent, s.parent, 4 * s.align, "one buffer");
     alias_setup_release(&s);
+}
+
+/* ---------------------------------------------------------------- gemm and CLBlast's copies */
+
+/* Runs one float32 call on the gemm path with the score budget set to the device's largest
+ * allocation; expects success (O within SPEC's tolerance of the fused path's) or
+ * CLATTN_ERR_OUT_OF_MEMORY, and returns the statistics of a success. Before CLBlast's padded
+ * copies were budgeted, such calls aborted the process inside CLBlast. */
+static void expect_gemm_runs_or_says_out_of_memory(size_t b, size_t hq, size_t hkv, size_t nq,
+                                                   size_t nk, size_t d) {
+    clattn_context *ctx = first_context();
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    ASSERT_OK(ctx, clattn_context_device_info(ctx, &info));
+    clattn_attention_desc desc;
+    ASSERT_OK(ctx, clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, b, hq, hkv, nq, nk, d, d));
+    size_t nq_all = b * nq * hq * d, nk_all = b * nk * hkv * d;
+    float *q = malloc(nq_all * 4), *k = malloc(nk_all * 4), *v = malloc(nk_all * 4);
+    float *o = calloc(nq_all, 4), *o_fused = calloc(nq_all, 4);
+    cr_assert(q && k && v && o && o_fused);
+    fill_uniform(q, nq_all, 1), fill_uniform(k, nk_all, 2), fill_uniform(v, nk_all, 3);
+    desc.path = CLATTN_PATH_GEMM;
+    desc.gemm_budget_bytes = (size_t)info.max_alloc_bytes;
+    clattn_status status = clattn_attention_host(ctx, &desc, q, k, v, o, NULL);
+    cr_assert(status == CLATTN_SUCCESS || status == CLATTN_ERR_OUT_OF_MEMORY, "%s: %s",
+              clattn_status_name(status), clattn_context_last_error(ctx));
+    if (status == CLATTN_SUCCESS) {
+        desc.path = CLATTN_PATH_FUSED;
+        ASSERT_OK(ctx, clattn_attention_host(ctx, &desc, q, k, v, o_fused, NULL));
+        size_t off = 0;
+        for (size_t i = 0; i < nq_all; i++)
+            off += fabsf(o[i] - o_fused[i]) > 2 * (TOL_F32_ATOL + TOL_F32_RTOL * fabsf(o_fused[i]));
+        cr_expect_eq(off, 0, "%zu of %zu values differ from the fused path's", off, nq_all);
+    } else {
+        cr_log_info("out of memory, as allowed: %s", clattn_context_last_error(ctx));
+    }
+    free(q), free(k), free(v), free(o), free(o_fused);
+}
+
+/* A device whose largest allocation is at most 256 MiB keeps these calls small: ctest runs
+ * this suite again with POCL_MEMORY_LIMIT=1 (PoCL's global memory 1 GiB, 256 MiB at most an
+ * allocation). */
+static void need_small_allocations(void) {
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(first_context(), &info);
+    if (info.max_alloc_bytes > ((cl_ulong)256 << 20))
+        cr_skip_test("the largest allocation is %llu MiB; this runs where it is at most 256 MiB "
+                     "(ctest: reliability_memory_limit, with POCL_MEMORY_LIMIT=1)",
+                     (unsigned long long)(info.max_alloc_bytes >> 20));
+}
+
+/* Scores filling the largest allocation: CLBlast's padded copy of them is larger still. */
+Test(gemm_budget, scores_that_fill_the_largest_allocation) {
+    need_small_allocations();
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(first_context(), &info);
+    size_t nk = 8193, nq = (size_t)info.max_alloc_bytes / (4 * nk);
+    expect_gemm_runs_or_says_out_of_memory(1, 1, 1, nq, nk, 64);
+}
+
+/* The planner's side, on any device: with the context's largest allocation made small (a
+ * white-box change of its description; PoCL itself allows more, so nothing fails for real),
+ * a call whose score budget takes every head in one chunk, MQA, must still be split so that
+ * CLBlast's copy of K for each head of a chunk (counted with each dimension padded to a
+ * multiple of 256: 1024 x 256 floats, 1 MiB a head) fits the largest allocation. */
+Test(gemm_budget, chunks_keep_every_copy_within_the_largest_allocation) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    ctx->device.max_alloc_bytes = (size_t)1 << 20;
+    ctx->device.global_mem_bytes = (size_t)8 << 20;
+    clattn_attention_desc desc;
+    ASSERT_OK(ctx,
+              clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 16, 1, 4, 1024, 64, 64));
+    size_t nq_all = 16 * 4 * 64, nk_all = 1024 * 64;
+    float *q = malloc(nq_all * 4), *k = malloc(nk_all * 4), *v = malloc(nk_all * 4);
+    float *o = calloc(nq_all, 4), *o_fused = calloc(nq_all, 4);
+    cr_assert(q && k && v && o && o_fused);
+    fill_uniform(q, nq_all, 1), fill_uniform(k, nk_all, 2), fill_uniform(v, nk_all, 3);
+    desc.path = CLATTN_PATH_GEMM;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &desc, q, k, v, o, NULL));
+    clattn_stats stats;
+    clattn_stats_init(&stats);
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
+    cr_expect_eq(stats.chunks, 16, "%u chunks: K's copies of a chunk exceed 1 MiB", stats.chunks);
+    desc.path = CLATTN_PATH_FUSED;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &desc, q, k, v, o_fused, NULL));
+    for (size_t i = 0; i < nq_all; i++)
+        cr_assert_float_eq(o[i], o_fused[i], 2 * (TOL_F32_ATOL + TOL_F32_RTOL * fabsf(o_fused[i])));
+    free(q), free(k), free(v), free(o), free(o_fused);
+    clattn_context_destroy(ctx);
 }

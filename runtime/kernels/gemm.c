@@ -17,8 +17,9 @@
  * Memory: the score buffer is [groups][rows][Nk] floats and fits a budget: desc->
  * gemm_budget_bytes, else $CLATTN_GEMM_BUDGET_MB, else a quarter of the device's global
  * memory; never more than the device's largest allocation. A chunk is whole (b, h) groups when
- * one group's Nq score rows fit, else rows of one group. CLBlast's own temporaries (its
- * "indirect" kernel pads and copies its operands) come on top and are not counted.
+ * one group's Nq score rows fit, else rows of one group; and no larger than leaves room for
+ * CLBlast's own padded temporaries (see "CLBlast's temporaries" below), whose failed
+ * allocation would abort the process.
  *
  * Work: a chunk's GEMMs cover only the keys its rows can reach by causality and the window
  * (all keys with global tokens); the softmax applies the exact mask inside that range. Each
@@ -180,8 +181,84 @@ static size_t ceil_div(size_t a, size_t b) {
     return a / b + (a % b != 0);
 }
 
-/* Chunks of the budget: whole groups when a group's Nq score rows fit, else rows of one group;
- * evened out so that the last chunk is not a sliver. */
+/* ---------------------------------------------------------------- CLBlast's temporaries
+ *
+ * CLBlast 1.5's batched GEMM reads an operand in place only when its sizes are multiples of
+ * the kernel's tiles and its rows lie the kernel's way; otherwise its "indirect" kernel copies
+ * the operand, for every batch entry, into a padded temporary (A, B and C of one GEMM at once,
+ * each dimension rounded up to its tile: at most 128 in CLBlast's database). Should allocating
+ * one fail, CLBlast throws from a destructor and the process aborts (std::terminate), so no
+ * status could ever come back. A chunk is therefore planned so that every temporary CLBlast
+ * could make, counted with each dimension rounded up to a multiple of CLBLAST_PAD, fits the
+ * device's largest allocation and 2^31-1 elements (CLBlast's int offsets), and so that the
+ * chunk's scores and one GEMM's temporaries together fit half the global memory. Whether
+ * CLBlast copies depends on its database (a small product runs a direct kernel that copies
+ * nothing); the plan assumes it does.
+ */
+#define CLBLAST_PAD 256
+
+static size_t padded(size_t n) {
+    return ceil_div(n, CLBLAST_PAD) * CLBLAST_PAD;
+}
+
+/* a * b * c and a + b, SIZE_MAX when they overflow. */
+static size_t product3(size_t a, size_t b, size_t c) {
+    size_t n = 0;
+    return size_mul(a, b, &n) || size_mul(n, c, &n) ? SIZE_MAX : n;
+}
+static size_t sum2(size_t a, size_t b) {
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+static size_t max2(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+/* Whether a chunk of `groups` (b, h) groups of `rows` query rows leaves CLBlast room for its
+ * copies: S = Q K^T copies Q [rows][Dqk], K [Nk][Dqk] and S [rows][Nk]; O = P V copies P
+ * [rows][Nk], V [Nk][Dv] and O [rows][Dv]; all per group. Counted in floats. */
+static int temporaries_fit(const attn_problem *pb, const clattn_device_info *dev, size_t groups,
+                           size_t rows) {
+    size_t r = padded(rows), n = padded(pb->len_k);
+    size_t dq = padded(pb->dim_qk), dv = padded(pb->dim_v);
+    size_t s = product3(groups, r, n), q = product3(groups, r, dq), k = product3(groups, n, dq);
+    size_t v = product3(groups, n, dv), o = product3(groups, r, dv);
+    size_t largest = max2(max2(s, max2(q, k)), max2(v, o));
+    size_t one_gemm = max2(sum2(sum2(q, k), s), sum2(sum2(s, v), o));
+    size_t scores = product3(groups, rows, pb->len_k);
+    cl_ulong alloc = dev->max_alloc_bytes / sizeof(float), half = dev->global_mem_bytes / 8;
+    return largest <= CLBLAST_MAX_ELEMENTS && largest <= alloc && sum2(one_gemm, scores) <= half;
+}
+
+/* The largest count in [1, hi] of groups (whole ones, by_rows 0) or of rows of one group
+ * (by_rows 1) whose chunk leaves CLBlast room (the test is monotonic), or 0. */
+static size_t largest_fitting(const attn_problem *pb, const clattn_device_info *dev, size_t hi,
+                              int by_rows) {
+    size_t lo = 0; /* fits (0 stands for none) */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        if (by_rows ? temporaries_fit(pb, dev, 1, mid) : temporaries_fit(pb, dev, mid, pb->len_q))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static clattn_status no_room_for_copies(clattn_context *ctx, const attn_problem *pb) {
+    const clattn_device_info *dev = &ctx->device;
+    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                     "gemm: even one query row a chunk leaves CLBlast no room for its padded "
+                     "copies of K [%zu][%zu] and V [%zu][%zu] (the device's largest allocation "
+                     "is %llu bytes, its global memory %llu): the keys are too long for the gemm "
+                     "path on this device",
+                     pb->len_k, pb->dim_qk, pb->len_k, pb->dim_v,
+                     (unsigned long long)dev->max_alloc_bytes,
+                     (unsigned long long)dev->global_mem_bytes);
+}
+
+/* Chunks of the budget: whole groups when a group's Nq score rows fit, else rows of one group,
+ * as many as leave CLBlast room for its copies; evened out so that the last chunk is not a
+ * sliver. */
 static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, gemm_plan *p) {
     size_t row_bytes = pb->len_k * sizeof(float); /* one row of scores */
     size_t fit = p->budget / row_bytes;           /* score rows a chunk may hold */
@@ -194,13 +271,16 @@ static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, ge
                          "CLATTN_GEMM_BUDGET_MB",
                          p->budget, p->budget_from, pb->len_k, row_bytes);
     p->groups = pb->batch * pb->heads_q;
-    if (fit >= pb->len_q) {
-        size_t per_chunk = fit / pb->len_q < p->groups ? fit / pb->len_q : p->groups;
+    size_t per_chunk = fit >= pb->len_q ? fit / pb->len_q : 0;
+    per_chunk = largest_fitting(pb, &ctx->device, per_chunk < p->groups ? per_chunk : p->groups, 0);
+    if (per_chunk > 0) {
         p->chunks = ceil_div(p->groups, per_chunk);
         p->group_chunk = ceil_div(p->groups, p->chunks);
         p->row_chunk = pb->len_q;
     } else {
-        size_t per_group = ceil_div(pb->len_q, fit);
+        size_t rows = largest_fitting(pb, &ctx->device, fit < pb->len_q ? fit : pb->len_q, 1);
+        if (rows == 0) return no_room_for_copies(ctx, pb);
+        size_t per_group = ceil_div(pb->len_q, rows);
         p->row_chunk = ceil_div(pb->len_q, per_group);
         p->group_chunk = 1;
         p->chunks = p->groups * per_group;
