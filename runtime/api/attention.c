@@ -205,8 +205,9 @@ static clattn_status attention_on_buffers(clattn_context *ctx, const attn_proble
     return status;
 }
 
-clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
-                               cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event) {
+static clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc *d,
+                                       cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                       cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (event) *event = NULL;
@@ -217,6 +218,16 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
         status = attention_on_buffers(ctx, &pb, &b, event);
     }
     problem_release(&pb);
+    return status;
+}
+
+clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
+                               cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (event) *event = NULL;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = attention_in_call(ctx, d, q, k, v, o, lse, event);
+    context_leave(ctx);
     return status;
 }
 
@@ -245,9 +256,9 @@ static clattn_status upload(clattn_context *ctx, const attn_problem *pb, const v
     return status;
 }
 
-clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_desc *d,
-                                    const void *q, const void *k, const void *v, void *o,
-                                    float *lse) {
+static clattn_status attention_host_in_call(clattn_context *ctx, const clattn_attention_desc *d,
+                                            const void *q, const void *k, const void *v, void *o,
+                                            float *lse) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     attn_problem pb;
@@ -269,11 +280,21 @@ clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_
     return status;
 }
 
+clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_desc *d,
+                                    const void *q, const void *k, const void *v, void *o,
+                                    float *lse) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = attention_host_in_call(ctx, d, q, k, v, o, lse);
+    context_leave(ctx);
+    return status;
+}
+
 /* ---------------------------------------------------------------- what a variant serves */
 
-clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
-                                       const clattn_attention_desc *desc, char *reason,
-                                       size_t reason_size) {
+static clattn_status variant_supported_in_call(clattn_context *ctx, clattn_variant variant,
+                                               const clattn_attention_desc *desc, char *reason,
+                                               size_t reason_size) {
     char why[512] = "";
     const attn_variant *row = variant_find(variant);
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
@@ -297,6 +318,16 @@ clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant varia
     return status;
 }
 
+clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
+                                       const clattn_attention_desc *desc, char *reason,
+                                       size_t reason_size) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = variant_supported_in_call(ctx, variant, desc, reason, reason_size);
+    context_leave(ctx);
+    return status;
+}
+
 clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
     clattn_variant_info local;
     memset(&local, 0, sizeof local);
@@ -305,8 +336,8 @@ clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t s
                : CLATTN_SUCCESS;
 }
 
-clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
-                                      clattn_variant_info *info) {
+static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_variant variant,
+                                              clattn_variant_info *info) {
     const attn_variant *row = variant_find(variant);
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
@@ -329,4 +360,13 @@ clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant varian
              tuning_source_name(tuning_lookup(&ctx->device, row->name, &unused)));
     struct_write(info, &d, sizeof d, sizeof d);
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
+                                      clattn_variant_info *info) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = variant_describe_in_call(ctx, variant, info);
+    context_leave(ctx);
+    return status;
 }

@@ -11,6 +11,7 @@
 #include "clattn.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,7 +105,17 @@ struct clattn_context {
     size_t workspace_bytes[WORKSPACE_SLOTS];
     context_cleanup cleanups[MAX_CONTEXT_CLEANUPS];
     unsigned num_cleanups;
+    int serialize_launches; /* the device runs kernels in the enqueuing thread: launch_lock */
+    atomic_int in_call;     /* a thread is inside a public call on it (context_enter) */
 };
+
+/* A context serves one thread at a time. Public calls on a context run between context_enter
+ * and context_leave; in builds with tests or without NDEBUG, context_enter finds a second
+ * thread inside a call on the same context, says so once on stderr and returns 1 (the call then
+ * returns CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context). Elsewhere it is
+ * free and returns 0. */
+int context_enter(clattn_context *ctx);
+void context_leave(clattn_context *ctx);
 
 /* Records the message on ctx (ctx may be NULL) and returns `status`. */
 clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *fmt, ...)
@@ -112,6 +123,14 @@ clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *f
 /* For OpenCL failures: "<what>: CL_<NAME> (<code>)". Returns the OpenCL code as status. */
 clattn_status ctx_cl_error(clattn_context *ctx, cl_int err, const char *what);
 void ctx_clear_error(clattn_context *ctx);
+
+/* PoCL 3.1's "basic" device runs each kernel in the thread that enqueues it, and its cache of
+ * loaded kernels is not safe for two such threads at once (an assertion in
+ * pocl_release_dlhandle_cache aborts the process, on contexts of their own). On such a device
+ * every launch, clattn's and CLBlast's, holds one process-wide lock; elsewhere these do
+ * nothing. */
+void launch_lock(const clattn_context *ctx);
+void launch_unlock(const clattn_context *ctx);
 
 /* Registers `cleanup` to run when ctx is destroyed, once per function. @return 1 when it is
  * registered now, 0 when it already was, -1 when the list is full (a bug: raise the limit). */

@@ -47,28 +47,32 @@
  * addressable with int offsets too. */
 #define MAX_CHUNK_SCORES ((size_t)1 << 30)
 
-/* ---------------------------------------------------------------- CLBlast's program cache */
+/* ---------------------------------------------------------------- CLBlast, one call at a time */
+
+/* CLBlast 1.5 is not safe to call from two threads at once, even on contexts of their own: its
+ * process-wide caches and database code use memory another thread's call has freed (a
+ * heap-use-after-free; fixed upstream in 1.6.1). Every CLBlast call holds this lock. */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* CLBlast keeps every program it builds in one process-wide cache, which holds a reference to
  * the program's cl_context and has no per-context eviction. So the contexts that called it are
  * counted, and the cache is cleared when the last of them is destroyed: a destroyed context's
  * cl_context is then really released, at the price of CLBlast rebuilding (from the driver's
  * own binary cache, where it has one) in the next context. */
-static pthread_mutex_t blas_users_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned blas_users;
+static unsigned blas_users; /* under blas_lock */
 
 /* Runs when a context that used the gemm path is destroyed (context_on_destroy). */
 static void blas_user_release(clattn_context *ctx) {
-    pthread_mutex_lock(&blas_users_lock);
+    pthread_mutex_lock(&blas_lock);
     if (--blas_users == 0) CLBlastClearCache();
-    pthread_mutex_unlock(&blas_users_lock);
+    pthread_mutex_unlock(&blas_lock);
 }
 
 static void blas_user_add(clattn_context *ctx) {
     if (context_on_destroy(ctx, blas_user_release) != 1) return; /* counted already */
-    pthread_mutex_lock(&blas_users_lock);
+    pthread_mutex_lock(&blas_lock);
     blas_users++;
-    pthread_mutex_unlock(&blas_users_lock);
+    pthread_mutex_unlock(&blas_lock);
 }
 
 /* ---------------------------------------------------------------- CLBlast status */
@@ -540,12 +544,16 @@ static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, c
         args->beta[g] = 0.0f;
     }
     cl_event event = NULL;
+    pthread_mutex_lock(&blas_lock);
+    launch_lock(ctx);
     CLBlastStatusCode code = CLBlastSgemmBatched(
         CLBlastLayoutRowMajor, CLBlastTransposeNo,
         st->transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo, c->rows, st->n, st->k,
         args->alpha, st->a->buffer, args->a, st->a->ld, st->b->buffer, args->b, st->b->ld,
         args->beta, st->c->buffer, args->c, st->invalid ? 0 : st->c->ld, c->groups, &ctx->queue,
         ctx->timing ? &event : NULL);
+    launch_unlock(ctx);
+    pthread_mutex_unlock(&blas_lock);
     return blas_done(ctx, code, event, st->what);
 }
 
