@@ -305,8 +305,7 @@ static int parse_paths(const cli_args *args, bench_config *c) {
             return EXIT_USAGE;
         }
         if (p == BENCH_HOST && !host_attention_available()) {
-            cli_error("bench", "--path host: this build has no OpenBLAS (install libopenblas-dev "
-                               "and rebuild)");
+            cli_error("bench", "--path host: %s", host_attention_unavailable());
             return EXIT_USAGE;
         }
         c->paths[c->num_paths++] = p;

@@ -69,6 +69,24 @@ static int print_variants(size_t device) {
     return 0;
 }
 
+/* No device: none installed, or the platform query failed (named, with the likely cause).
+ * @return 1. */
+static int report_no_devices(const char *command, clattn_status status) {
+    if (status == CLATTN_SUCCESS || status == CLATTN_ERR_NO_DEVICE)
+        cli_error(command, "no OpenCL device found: install an OpenCL driver (on Debian, "
+                           "apt-get install pocl-opencl-icd for the CPU)");
+    else if (status == CLATTN_CL_PLATFORM_NOT_FOUND_KHR)
+        cli_error(command,
+                  "the OpenCL platform query failed: %s (%d): drivers are registered but none "
+                  "could be loaded (out of memory or a memory limit such as ulimit -v, or a "
+                  "broken driver; OCL_ICD_DEBUG=7 shows why)",
+                  clattn_status_name(status), (int)status);
+    else
+        cli_error(command, "the OpenCL platform query failed: %s (%d)", clattn_status_name(status),
+                  (int)status);
+    return 1;
+}
+
 int cmd_devices(int argc, char **argv) {
     static const cli_option options[] = {
         {"variants", NULL, "also list the kernel variants each device runs, and why not"},
@@ -86,11 +104,7 @@ int cmd_devices(int argc, char **argv) {
     size_t count = 0, chosen = 0, matched = 0;
     int failed = 0;
     clattn_status status = clattn_device_count(&count);
-    if (status != CLATTN_SUCCESS || count == 0) {
-        cli_error("devices", "no OpenCL device found: install an OpenCL driver (on Debian, "
-                             "apt-get install pocl-opencl-icd for the CPU)");
-        return 1;
-    }
+    if (status != CLATTN_SUCCESS || count == 0) return report_no_devices("devices", status);
     clattn_device_select(NULL, &chosen, 1, &matched);
     printf("%-3s %-5s %-4s %-44s %4s %10s %9s %10s %5s %9s %-4s %s\n", "#", "P:D", "type", "name",
            "CUs", "global", "local", "max alloc", "WG", "vec f/h", "fp16", "subgroups");
@@ -108,11 +122,7 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
                        size_t *count) {
     size_t total = 0;
     clattn_status status = clattn_device_count(&total);
-    if (status != CLATTN_SUCCESS || total == 0) {
-        cli_error(command, "no OpenCL device found: install an OpenCL driver (on Debian, "
-                           "apt-get install pocl-opencl-icd for the CPU)");
-        return 1;
-    }
+    if (status != CLATTN_SUCCESS || total == 0) return report_no_devices(command, status);
     const char *shown = spec && *spec ? spec : getenv("CLATTN_DEVICE");
     status = clattn_device_select(spec, indices, capacity, count);
     if (status != CLATTN_SUCCESS) { /* every text is a spec: this one names no device here */

@@ -194,8 +194,12 @@ CLATTN_API clattn_status clattn_device_info_init_sized(clattn_device_info *info,
                                                        size_t struct_size);
 #define clattn_device_info_init(info) clattn_device_info_init_sized((info), sizeof *(info))
 
-/** Counts every device of every platform the ICD loader knows.
- *  @return CLATTN_SUCCESS, also when the count is 0. */
+/** Counts every device of every platform the ICD loader knows. Devices are discovered once per
+ *  process (the first call of any device function), and the answer is kept.
+ *  @return CLATTN_SUCCESS, also when the count is 0 (no driver is registered); or the platform
+ *  query's failure: CLATTN_CL_PLATFORM_NOT_FOUND_KHR when drivers are registered but none could
+ *  be loaded (a memory limit, a broken installation), or another OpenCL error (then *count is
+ *  0 and a later call tries again). */
 CLATTN_API clattn_status clattn_device_count(size_t *count);
 
 /** Fills *info for device `index` of the flat list (0 <= index < count).

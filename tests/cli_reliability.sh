@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 cd "$work" || exit 1
 
 # make_npy FILE SHAPE FILL: a <f4 .npy of SHAPE (a Python tuple) holding the 4-byte FILL
-# (printf escapes) in every element.
+# (printf escapes) in every element, or zeros when FILL is "zeros".
 make_npy() {
   local file="$1" shape="$2" fill="$3" count=1 dim
   for dim in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * dim)); done
@@ -23,7 +23,11 @@ make_npy() {
     printf '\x93NUMPY\x01\x00'
     printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
     printf '%s\n' "$header"
-    for ((i = 0; i < count; i++)); do printf "$fill"; done
+    if [ "$fill" = zeros ]; then
+      head -c $((count * 4)) /dev/zero
+    else
+      for ((i = 0; i < count; i++)); do printf "$fill"; done
+    fi
   } > "$file"
 }
 one='\x00\x00\x80\x3f'
@@ -75,8 +79,8 @@ cmp -s from-fifo.npy ref.npy || fail "run --out fifo: the reader did not get O"
 [ -p fifo ] || fail "an output replaced the FIFO with a regular file"
 # A reader that leaves after 10 bytes of O's 256 KiB: the write fails with a message, without
 # SIGPIPE (or, when the reader left before clattn opened the FIFO, it has no reader).
-make_npy zero-q.npy "(1, 64, 16, 64)" '\x00\x00\x00\x00'
-make_npy zero-kv.npy "(1, 8, 16, 64)" '\x00\x00\x00\x00'
+make_npy zero-q.npy "(1, 64, 16, 64)" zeros
+make_npy zero-kv.npy "(1, 8, 16, 64)" zeros
 exec 3<> fifo
 head -c 10 <&3 > /dev/null &
 exec 3<&-
@@ -88,6 +92,34 @@ ln -s target.npy link.npy
 "$clattn" "${run[@]}" --out link.npy > /dev/null || fail "run --out through a symbolic link"
 [ -L link.npy ] && cmp -s target.npy ref.npy || fail "run --out link.npy: the link's target not written"
 ls ./*.tmp.* ./*.run-* 2> /dev/null && fail "temporary files were left behind"
+
+# ---- a driver registered but not loadable: the platform query's failure, not "no driver"
+mkdir broken-icd
+echo /nonexistent/libclattn-broken-driver.so > broken-icd/broken.icd
+expect 1 "the OpenCL platform query failed: CL_PLATFORM_NOT_FOUND_KHR" -- \
+  env OCL_ICD_VENDORS="$work/broken-icd" "$clattn" devices
+expect 1 "drivers are registered but none could be loaded" -- \
+  env OCL_ICD_VENDORS="$work/broken-icd" "$clattn" run --q q.npy --k k.npy --v v.npy --out o.npy
+
+# ---- memory limits: no hang, no abort where it can be avoided, a message naming memory
+limited() { # limited KB COMMAND...: the command under ulimit -v KB, killed after a minute
+  local kb="$1"
+  shift
+  bash -c 'ulimit -v "$0" && exec timeout 120 "$@"' "$kb" "$@"
+}
+if ldd "$clattn" | grep -q libasan; then
+  echo "cli_reliability: memory limits not checked (AddressSanitizer reserves more address space)"
+else
+  limited 100000 "$clattn" --version > stdout 2> stderr || fail "--version under 100 MB: $?"
+  grep -q "^clattn " stdout || fail "--version under 100 MB printed nothing"
+  limited 100000 "$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --show > /dev/null ||
+    fail "pattern under 100 MB"
+  # 1 GiB of scores and CLBlast's copy of them: more than the 1.2 GB limit leaves.
+  make_npy big.npy "(1, 16384, 1, 64)" zeros
+  expect 1 "memory" -- limited 1200000 "$clattn" run --q big.npy --k big.npy --v big.npy \
+    --path gemm --out o.npy
+fi
+[ -e o.npy ] && fail "a failing run wrote o.npy"
 
 [ "$failures" -eq 0 ] && echo "cli_reliability: all passed"
 exit "$failures"

@@ -136,6 +136,25 @@ static void stats_begin(const attn_problem *pb, const attn_variant *row, clattn_
     s->density = (double)s->pairs / ((double)pb->batch * pb->heads_q * pb->len_q * pb->len_k);
 }
 
+/* On a CPU device the device's memory is the process's own, and a driver that cannot get it
+ * when it first touches a buffer aborts (PoCL 3.1: an assertion on mem_ptr). So before a call
+ * runs there, the memory it is about to take is asked of the host first, and given back: a
+ * process near its limit (ulimit -v) gets CLATTN_ERR_OUT_OF_MEMORY with the numbers instead. */
+static clattn_status probe_host_memory(clattn_context *ctx, const variant_plan *plan,
+                                       const attn_buffers *b) {
+    uint64_t bytes = plan->device_bytes + b->host_copies;
+    if (!(ctx->device.type & CL_DEVICE_TYPE_CPU) || bytes == 0) return CLATTN_SUCCESS;
+    void *probe = bytes <= SIZE_MAX ? malloc((size_t)bytes) : NULL;
+    free(probe);
+    if (probe) return CLATTN_SUCCESS;
+    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                     "%s: the call needs about %llu MiB of device memory (%llu MiB of it copies "
+                     "of the host arrays), which on this CPU device is the process's own, and "
+                     "the process cannot get it (a memory limit such as ulimit -v?)",
+                     plan->variant->name, (unsigned long long)(bytes >> 20),
+                     (unsigned long long)(b->host_copies >> 20));
+}
+
 /* Plans and runs one row. */
 static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const attn_problem *pb,
                              const attn_buffers *b, cl_event *event) {
@@ -147,7 +166,8 @@ static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const
     if (status != CLATTN_SUCCESS) return status;
     clattn_stats stats;
     stats_begin(pb, row, &stats);
-    status = row->run(ctx, &plan, b, event, &stats);
+    status = probe_host_memory(ctx, &plan, b);
+    if (status == CLATTN_SUCCESS) status = row->run(ctx, &plan, b, event, &stats);
     variant_plan_release(&plan);
     if (status == CLATTN_SUCCESS) {
         ctx->stats = stats;
@@ -214,7 +234,7 @@ static clattn_status attention_in_call(clattn_context *ctx, const clattn_attenti
     attn_problem pb;
     clattn_status status = problem_build(d, BIAS_FROM_BUFFER, &ctx->error, &pb);
     if (status == CLATTN_SUCCESS) {
-        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL};
+        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL, 0};
         status = attention_on_buffers(ctx, &pb, &b, event);
     }
     problem_release(&pb);
@@ -253,6 +273,8 @@ static clattn_status upload(clattn_context *ctx, const attn_problem *pb, const v
         status = buffer_create(ctx, in, ext->bias, (void *)pb->bias_host, &b->bias, "bias");
     if (!status && with_lse)
         status = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &b->lse, "LSE");
+    b->host_copies = (uint64_t)ext->q + ext->k + ext->v + ext->o + (pb->has_bias ? ext->bias : 0) +
+                     (with_lse ? ext->lse : 0);
     return status;
 }
 

@@ -10,7 +10,9 @@
 #include "core.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,13 +30,36 @@ typedef struct device_list {
     unsigned device_index[256];
 } device_list;
 
-/* Fills *list with every device of every platform. No platform is not an error. */
+/* Whether the ICD loader has drivers to load: libraries in $OCL_ICD_FILENAMES, or .icd files in
+ * $OCL_ICD_VENDORS (a folder, or one file) or else /etc/OpenCL/vendors. */
+static int drivers_registered(void) {
+    const char *files = getenv("OCL_ICD_FILENAMES"), *vendors = getenv("OCL_ICD_VENDORS");
+    struct stat st;
+    if (files && *files) return 1;
+    const char *dir = vendors && *vendors ? vendors : "/etc/OpenCL/vendors";
+    if (stat(dir, &st) != 0) return 0;
+    if (!S_ISDIR(st.st_mode)) return S_ISREG(st.st_mode);
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        found = len > 4 && strcmp(e->d_name + len - 4, ".icd") == 0;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* Fills *list with every device of every platform. No platform registered is not an error (an
+ * empty list); drivers registered of which none loads is CL_PLATFORM_NOT_FOUND_KHR, since the
+ * loader cannot tell them apart (a driver that fails to load under a memory limit, or a broken
+ * installation); other failures of the queries pass through. */
 static clattn_status list_devices(device_list *list) {
     cl_platform_id platforms[32];
     cl_uint num_platforms = 0;
     list->count = 0;
     cl_int err = clGetPlatformIDs(ARRAY_LEN(platforms), platforms, &num_platforms);
-    if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || num_platforms == 0) return CLATTN_SUCCESS;
+    if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && num_platforms == 0))
+        return drivers_registered() ? CLATTN_CL_PLATFORM_NOT_FOUND_KHR : CLATTN_SUCCESS;
     if (err != CL_SUCCESS) return (clattn_status)err;
     if (num_platforms > ARRAY_LEN(platforms)) num_platforms = ARRAY_LEN(platforms);
     for (cl_uint p = 0; p < num_platforms; p++) {
@@ -42,7 +67,8 @@ static clattn_status list_devices(device_list *list) {
         cl_uint num_devices = 0;
         err = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, ARRAY_LEN(devices), devices,
                              &num_devices);
-        if (err != CL_SUCCESS) continue; /* CL_DEVICE_NOT_FOUND: an empty platform */
+        if (err == CL_DEVICE_NOT_FOUND) continue; /* an empty platform */
+        if (err != CL_SUCCESS) return (clattn_status)err;
         if (num_devices > ARRAY_LEN(devices)) num_devices = ARRAY_LEN(devices);
         for (cl_uint d = 0; d < num_devices && list->count < ARRAY_LEN(list->device); d++) {
             list->platform[list->count] = platforms[p];
@@ -160,9 +186,9 @@ clattn_status device_describe(cl_platform_id platform, cl_device_id device,
 
 static pthread_mutex_t discovery_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
-    int done;                   /* discovery succeeded; a failure is tried again next time */
-    device_list list;           /* every device */
-    clattn_device_info *info;   /* [list.count] their descriptions */
+    int done;                 /* discovery succeeded; a failure is tried again next time */
+    device_list list;         /* every device */
+    clattn_device_info *info; /* [list.count] their descriptions */
 } discovered;
 
 /* Lists and describes every device, once. */

@@ -217,17 +217,24 @@ static size_t max2(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
-/* Whether a chunk of `groups` (b, h) groups of `rows` query rows leaves CLBlast room for its
- * copies: S = Q K^T copies Q [rows][Dqk], K [Nk][Dqk] and S [rows][Nk]; O = P V copies P
- * [rows][Nk], V [Nk][Dv] and O [rows][Dv]; all per group. Counted in floats. */
-static int temporaries_fit(const attn_problem *pb, const clattn_device_info *dev, size_t groups,
-                           size_t rows) {
+/* CLBlast's copies for a chunk of `groups` (b, h) groups of `rows` query rows, in floats: the
+ * largest one, and those of one GEMM together. S = Q K^T copies Q [rows][Dqk], K [Nk][Dqk] and
+ * S [rows][Nk]; O = P V copies P [rows][Nk], V [Nk][Dv] and O [rows][Dv]; all per group. */
+static void temporaries(const attn_problem *pb, size_t groups, size_t rows, size_t *largest,
+                        size_t *one_gemm) {
     size_t r = padded(rows), n = padded(pb->len_k);
     size_t dq = padded(pb->dim_qk), dv = padded(pb->dim_v);
     size_t s = product3(groups, r, n), q = product3(groups, r, dq), k = product3(groups, n, dq);
     size_t v = product3(groups, n, dv), o = product3(groups, r, dv);
-    size_t largest = max2(max2(s, max2(q, k)), max2(v, o));
-    size_t one_gemm = max2(sum2(sum2(q, k), s), sum2(sum2(s, v), o));
+    *largest = max2(max2(s, max2(q, k)), max2(v, o));
+    *one_gemm = max2(sum2(sum2(q, k), s), sum2(sum2(s, v), o));
+}
+
+/* Whether such a chunk leaves CLBlast room for its copies, beside the chunk's scores. */
+static int temporaries_fit(const attn_problem *pb, const clattn_device_info *dev, size_t groups,
+                           size_t rows) {
+    size_t largest = 0, one_gemm = 0;
+    temporaries(pb, groups, rows, &largest, &one_gemm);
     size_t scores = product3(groups, rows, pb->len_k);
     cl_ulong alloc = dev->max_alloc_bytes / sizeof(float), half = dev->global_mem_bytes / 8;
     return largest <= CLBLAST_MAX_ELEMENTS && largest <= alloc && sum2(one_gemm, scores) <= half;
@@ -360,6 +367,21 @@ static int test_fail_gemm(void) {
 #endif
 }
 
+/* About what a call allocates, saturating: the scores, float32 scratch for float16 storage,
+ * the flags of V's rows, and CLBlast's copies for one GEMM. */
+static uint64_t device_bytes(const attn_problem *pb, const gemm_plan *p) {
+    size_t rows = p->group_chunk * p->row_chunk, kv = pb->batch * pb->heads_kv;
+    size_t largest = 0, one_gemm = 0;
+    temporaries(pb, p->group_chunk, p->row_chunk, &largest, &one_gemm);
+    size_t floats = sum2(one_gemm, product3(rows, pb->len_k, 1));
+    if (p->in_f16)
+        floats = sum2(floats, sum2(product3(kv, pb->len_k, pb->dim_qk + pb->dim_v),
+                                   product3(rows, pb->dim_qk, 1)));
+    if (p->out_f16) floats = sum2(floats, product3(rows, pb->dim_v, 1));
+    uint64_t bytes = floats > UINT64_MAX / 4 ? UINT64_MAX : (uint64_t)floats * 4;
+    return bytes > UINT64_MAX - kv * pb->len_k ? UINT64_MAX : bytes + kv * pb->len_k;
+}
+
 static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     const attn_problem *pb = vp->problem;
     gemm_plan *p = calloc(1, sizeof *p);
@@ -372,6 +394,7 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     clattn_status status = check_int_offsets(ctx, pb, p);
     if (status == CLATTN_SUCCESS) status = choose_budget(ctx, pb, p);
     if (status == CLATTN_SUCCESS) status = plan_chunks(ctx, pb, p);
+    if (status == CLATTN_SUCCESS) vp->device_bytes = device_bytes(pb, p);
     return status;
 }
 
