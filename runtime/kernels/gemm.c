@@ -591,8 +591,9 @@ static clattn_status get_kernels(clattn_context *ctx, const gemm_plan *p, gemm_k
     static const char *const convert_files[] = {"convert.cl"};
     char defines[96];
     memset(k, 0, sizeof *k);
-    /* the same defines as clattn_softmax's float32 program, so both share one build */
-    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=0 -DOUT_F16=0", p->wg);
+    /* float32 storage: the defines of clattn_softmax's float32 program, so both share one
+     * build; IN_F16 lets the softmax read the caller's float16 Q and K to rescore */
+    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_F16=%d -DOUT_F16=0", p->wg, p->in_f16);
     clattn_status status = kernel_get(ctx, softmax_files, ARRAY_LEN(softmax_files), defines,
                                       "softmax_masked", &k->softmax);
     if (status == CLATTN_SUCCESS && p->in_f16)
@@ -634,7 +635,7 @@ static clattn_status launch_convert(clattn_context *ctx, cl_kernel kernel, cl_me
 
 static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const gemm_plan *p,
                                     const gemm_buffers *gb, const attn_buffers *buf,
-                                    const gemm_chunk *c) {
+                                    const gemm_chunk *c, float scale) {
     cl_long group0 = (cl_long)c->group0, row0 = (cl_long)c->row0;
     cl_long key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
     cl_mem placeholder = gb->set.placeholder; /* made by make_buffers */
@@ -650,6 +651,9 @@ static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const
     KARG(a, gb->is_global);
     KARG(a, gb->layout);
     KARG(a, lse);
+    KARG(a, buf->q);
+    KARG(a, buf->k);
+    KARG(a, scale);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: softmax arguments");
     size_t global[2] = {p->wg * c->rows, c->groups}, local[2] = {p->wg, 1};
     return kernel_launch(ctx, kernel, 2, global, local, NULL, "gemm: masked softmax");
@@ -882,7 +886,8 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
                         .alpha = 1.0f,
                         .what = "CLBlastSgemmBatched (output O = P*V)"};
     if (!status) status = batched_gemm(ctx, pb, c, &call->args, &scores);
-    if (!status) status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c);
+    if (!status)
+        status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c, pb->scale);
     if (!status) status = batched_gemm(ctx, pb, c, &call->args, &output);
     if (!status && call->bad.count) status = add_bad_keys(ctx, call, c);
     if (!status && p->out_f16) {
