@@ -33,9 +33,10 @@ ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, 
 ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st,
                             __local const float *kt, int c) {
     float dot = 0.0f;
-    for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(LOAD_IN(st->q_src, st->q_row + d) * RESCORE_DOWN, kt[d * BLOCK_N + c] * RESCORE_DOWN,
-                  dot);
+    for (int d = 0; d < P->dim_qk; d++) {
+        const float q = LOAD_IN(st->q_src, st->q_row + d) * RESCORE_DOWN;
+        dot = fma(q, kt[d * BLOCK_N + c] * RESCORE_DOWN, dot);
+    }
     return rescored(dot, st->scale);
 }
 

@@ -58,8 +58,10 @@ ref_bytes=$(stat -c %s ref.npy)
 if mknod null c 1 3 2> /dev/null; then # a node of its own: a regression must not break /dev/null
   "$clattn" "${run[@]}" --out null --lse lse.npy > /dev/null || fail "run --out to a device"
   cmp -s lse.npy ref-lse.npy || fail "run --out null --lse lse.npy: LSE not written"
-  "$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --out null > /dev/null || fail "pattern --out null"
-  "$clattn" check --quick --case 0 --path reference --json null > /dev/null || fail "check --json null"
+  "$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --out null > /dev/null ||
+    fail "pattern --out null"
+  "$clattn" check --quick --case 0 --path reference --json null > /dev/null ||
+    fail "check --json null"
   [ -c null ] || fail "an output replaced the character device with a regular file"
   mknod blk b 240 0 # (a device number no driver serves: nothing is written even if opened)
   expect 1 "block device" -- "$clattn" "${run[@]}" --out blk
@@ -90,7 +92,7 @@ wait
 echo old > target.npy
 ln -s target.npy link.npy
 "$clattn" "${run[@]}" --out link.npy > /dev/null || fail "run --out through a symbolic link"
-[ -L link.npy ] && cmp -s target.npy ref.npy || fail "run --out link.npy: the link's target not written"
+[ -L link.npy ] && cmp -s target.npy ref.npy || fail "run --out link.npy: not written to its target"
 ls ./*.tmp.* ./*.run-* 2> /dev/null && fail "temporary files were left behind"
 
 # ---- a driver registered but not loadable: the platform query's failure, not "no driver"
