@@ -77,6 +77,7 @@ typedef struct number_rule {
     const char *name;
     int64_t min;
     int odd;
+    int64_t max; /* 0: no upper bound */
 } number_rule;
 
 static const struct pattern_syntax {
@@ -88,27 +89,31 @@ static const struct pattern_syntax {
     /* in pattern_kind order */
     {"full", P_FULL, 0, 0, {{0}}},
     {"causal", P_CAUSAL, 0, 0, {{0}}},
-    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}}},
+    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0, 0}, {"R", MIN_WINDOW_SIDE, 0, 0}}},
     {"dilated",
      P_DILATED,
      3,
      3,
-     {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}, {"D", MIN_DILATION, 0}}},
+     {{"L", MIN_WINDOW_SIDE, 0, 0}, {"R", MIN_WINDOW_SIDE, 0, 0}, {"D", MIN_DILATION, 0, 0}}},
     {"bigbird", /* as clattn pattern bigbird --block --window --global --random --seed */
      P_BIGBIRD,
      4,
      5,
-     {{"BLOCK", MIN_BLOCK_SIZE, 0},
-      {"W", MIN_BAND_BLOCKS, 1},
-      {"G", 0, 0},
-      {"R", 0, 0},
-      {"SEED", 0, 0}}},
+     {{"BLOCK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE},
+      {"W", MIN_BAND_BLOCKS, 1, 0},
+      {"G", 0, 0, 0},
+      {"R", 0, 0, 0},
+      {"SEED", 0, 0, 0}}},
     {"longformer", /* W keys each side: a bounded window side */
      P_LONGFORMER,
      2,
      2,
-     {{"W", MIN_WINDOW_SIDE + 1, 0}, {"G", 0, 0}}},
-    {"blocks", P_BLOCKS, 2, 2, {{"BQ", MIN_BLOCK_SIZE, 0}, {"BK", MIN_BLOCK_SIZE, 0}}},
+     {{"W", MIN_WINDOW_SIDE + 1, 0, 0}, {"G", 0, 0, 0}}},
+    {"blocks",
+     P_BLOCKS,
+     2,
+     2,
+     {{"BQ", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}, {"BK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}}},
 };
 #define NUM_SYNTAXES (sizeof syntaxes / sizeof syntaxes[0])
 
@@ -168,7 +173,9 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
             const number_rule *rule = &syntaxes[p->kind].rules[n];
             char label[160];
             snprintf(label, sizeof label, "--pattern %s: %s", p->text, rule->name);
-            if (check_number("bench", label, p->num[n], rule->min, rule->odd) != 0) return -1;
+            int64_t max = rule->max ? rule->max : INT64_MAX;
+            if (check_number_range("bench", label, p->num[n], rule->min, max, rule->odd) != 0)
+                return -1;
         }
     }
     return 0;
@@ -304,8 +311,7 @@ static int parse_paths(const cli_args *args, bench_config *c) {
             return EXIT_USAGE;
         }
         if (p == BENCH_HOST && !host_attention_available()) {
-            cli_error("bench", "--path host: this build has no OpenBLAS (install libopenblas-dev "
-                               "and rebuild)");
+            cli_error("bench", "--path host: %s", host_attention_unavailable());
             return EXIT_USAGE;
         }
         c->paths[c->num_paths++] = p;

@@ -83,25 +83,6 @@ static void print_drivers_without_devices(void) {
     }
 }
 
-/* The one line for "no device": what to install, what the driver search did, and which found
- * drivers gave no platform. */
-static void report_no_device(const char *command) {
-    char silent[1024] = "";
-    size_t count = 0, used = 0;
-    clattn_driver_count(&count);
-    for (size_t i = 0; i < count && used < sizeof silent; i++) {
-        clattn_driver_info driver;
-        clattn_driver_info_init(&driver);
-        if (clattn_driver_get_info(i, &driver) == CLATTN_SUCCESS && driver.num_platforms == 0)
-            used += (size_t)snprintf(silent + used, sizeof silent - used,
-                                     "; %s gave the loader no platform", driver.library);
-    }
-    cli_error(command,
-              "no OpenCL device found: install an OpenCL driver (on Debian, apt-get install "
-              "pocl-opencl-icd for the CPU); driver search: %s%s",
-              clattn_driver_search_summary(), silent);
-}
-
 /* Every row of the variant table on one device: whether it runs there, whether `auto` tries
  * it, where its tuning comes from, and why not when it does not. */
 static int print_variants(size_t device) {
@@ -125,6 +106,36 @@ static int print_variants(size_t device) {
     return 0;
 }
 
+/* No device: none installed (what to install, what the driver search did, which found drivers
+ * gave no platform), or the platform query failed (named, with the likely cause). @return 1. */
+static int report_no_devices(const char *command, clattn_status status) {
+    char silent[1024] = "";
+    size_t count = 0, used = 0;
+    clattn_driver_count(&count);
+    for (size_t i = 0; i < count && used < sizeof silent; i++) {
+        clattn_driver_info driver;
+        clattn_driver_info_init(&driver);
+        if (clattn_driver_get_info(i, &driver) == CLATTN_SUCCESS && driver.num_platforms == 0)
+            used += (size_t)snprintf(silent + used, sizeof silent - used,
+                                     "; %s gave the loader no platform", driver.library);
+    }
+    if (status == CLATTN_SUCCESS || status == CLATTN_ERR_NO_DEVICE)
+        cli_error(command,
+                  "no OpenCL device found: install an OpenCL driver (on Debian, apt-get install "
+                  "pocl-opencl-icd for the CPU); driver search: %s%s",
+                  clattn_driver_search_summary(), silent);
+    else if (status == CLATTN_CL_PLATFORM_NOT_FOUND_KHR)
+        cli_error(command,
+                  "the OpenCL platform query failed: %s (%d): drivers are registered but none "
+                  "could be loaded (out of memory or a memory limit such as ulimit -v, or a "
+                  "broken driver; OCL_ICD_DEBUG=7 shows why)",
+                  clattn_status_name(status), (int)status);
+    else
+        cli_error(command, "the OpenCL platform query failed: %s (%d)", clattn_status_name(status),
+                  (int)status);
+    return 1;
+}
+
 int cmd_devices(int argc, char **argv) {
     static const cli_option options[] = {
         {"variants", NULL, "also list the kernel variants each device runs, and why not"},
@@ -145,10 +156,7 @@ int cmd_devices(int argc, char **argv) {
     size_t count = 0, chosen = 0, matched = 0;
     int failed = 0;
     clattn_status status = clattn_device_count(&count);
-    if (status != CLATTN_SUCCESS || count == 0) {
-        report_no_device("devices");
-        return 1;
-    }
+    if (status != CLATTN_SUCCESS || count == 0) return report_no_devices("devices", status);
     clattn_device_select(NULL, &chosen, 1, &matched);
     printf("%-3s %-5s %-4s %-44s %4s %10s %9s %10s %5s %9s %-4s %s\n", "#", "P:D", "type", "name",
            "CUs", "global", "local", "max alloc", "WG", "vec f/h", "fp16", "subgroups");
@@ -168,10 +176,7 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
                        size_t *count) {
     size_t total = 0;
     clattn_status status = clattn_device_count(&total);
-    if (status != CLATTN_SUCCESS || total == 0) {
-        report_no_device(command);
-        return 1;
-    }
+    if (status != CLATTN_SUCCESS || total == 0) return report_no_devices(command, status);
     const char *shown = spec && *spec ? spec : getenv("CLATTN_DEVICE");
     status = clattn_device_select(spec, indices, capacity, count);
     if (status != CLATTN_SUCCESS) { /* every text is a spec: this one names no device here */

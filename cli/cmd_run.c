@@ -10,13 +10,13 @@
 #include "commands.h"
 #include "conformance.h"
 #include "npy.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -208,7 +208,8 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
         return EXIT_USAGE;
     }
     if (!args_has(args, "block-layout")) return 0;
-    if (parse_pair(args, "block-size", MIN_BLOCK_SIZE, &bq, &bk) != 0) return EXIT_USAGE;
+    if (parse_pair_range(args, "block-size", MIN_BLOCK_SIZE, MAX_BLOCK_SIZE, &bq, &bk) != 0)
+        return EXIT_USAGE;
     if (run_load(args, "block-layout", &s->layout)) return 1;
     const char *file = args_get(args, "block-layout");
     const npy_array *L = &s->layout;
@@ -301,7 +302,7 @@ static int setup_options(const cli_args *args, run_state *s) {
     }
     if (args_has(args, "scale")) {
         if (parse_float(args, "scale", &d->scale) != 0) return EXIT_USAGE;
-        if (d->scale == 0.0f) {
+        if (d->scale == 0.0f) { /* 0 in the desc means the default, 1/sqrt(Dqk) */
             cli_error("run", "--scale: must be non-zero, got '%s'", args_get(args, "scale"));
             return EXIT_USAGE;
         }
@@ -392,43 +393,61 @@ static void format_shape(const size_t *shape, size_t ndim, char *buf, size_t siz
     if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-/* Reports a failed write of `out` under its own name (npy_write names the temporary one). */
+/* Reports a failed write of `out` under its own name (npy_write names the file it wrote). */
 static void report_write(const run_output *out, const char *err) {
-    size_t len = strlen(out->tmp);
+    const char *written = out->target.in_place ? out->target.path : out->tmp;
+    size_t len = strlen(written);
     cli_error("run", "--%s %s%s", out->option, out->path,
-              strncmp(err, out->tmp, len) == 0 ? err + len : err);
+              strncmp(err, written, len) == 0 ? err + len : err);
 }
 
-/* Writes every output to a temporary name beside it, then renames them all: a failure before
- * the renames removes the temporaries and leaves existing files untouched. Only a rename
- * failing after another succeeded (not seen on one file system) leaves the earlier ones.
- * @return 0 or 1. */
+/* Where each output goes; a folder, block device or socket is refused before anything is
+ * written. @return 0 or 1. */
+static int resolve_outputs(run_output *outs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int e = outfile_resolve(outs[i].path, &outs[i].target);
+        if (e == 0) continue;
+        cli_error("run", "--%s %s: %s", outs[i].option, outs[i].path,
+                  e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+        return 1;
+    }
+    return 0;
+}
+
+/* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
+ * place, then renames the temporaries: a failure before the renames removes them and leaves
+ * existing files untouched. Only a rename failing after another succeeded (not seen on one
+ * file system) leaves the earlier ones. @return 0 or 1. */
 static int write_all(run_output *outs, size_t n) {
     char err[PATH_MAX + 512];
-    struct stat st;
-    size_t written = 0, renamed = 0;
-    for (size_t i = 0; i < n; i++)
-        if (stat(outs[i].path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            cli_error("run", "--%s %s: is a folder, not a file", outs[i].option, outs[i].path);
-            return 1;
-        }
-    for (; written < n; written++) {
-        run_output *o = &outs[written];
-        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->path, (long)getpid());
-        if (npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) !=
-            CLATTN_SUCCESS) {
-            report_write(o, err);
-            break;
-        }
+    int ok = resolve_outputs(outs, n) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        run_output *o = &outs[i];
+        if (o->target.in_place) continue;
+        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->target.path, (long)getpid());
+        o->staged = npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
+                    CLATTN_SUCCESS;
+        if (!(ok = o->staged)) report_write(o, err);
     }
-    for (; written == n && renamed < n; renamed++)
-        if (rename(outs[renamed].tmp, outs[renamed].path) != 0) {
-            cli_error("run", "--%s %s: cannot write: %s", outs[renamed].option, outs[renamed].path,
+    for (size_t i = 0; ok && i < n; i++) {
+        run_output *o = &outs[i];
+        if (!o->target.in_place) continue;
+        ok = npy_write(o->target.path, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
+             CLATTN_SUCCESS;
+        if (!ok) report_write(o, err);
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        if (!outs[i].staged) continue;
+        ok = rename(outs[i].tmp, outs[i].target.path) == 0;
+        if (ok)
+            outs[i].staged = 0;
+        else
+            cli_error("run", "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
                       strerror(errno));
-            break;
-        }
-    for (size_t i = renamed; i < written; i++) remove(outs[i].tmp);
-    return renamed == n ? 0 : 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].staged) remove(outs[i].tmp);
+    return ok ? 0 : 1;
 }
 
 static int write_outputs(const cli_args *args, const run_state *s) {
@@ -436,8 +455,20 @@ static int write_outputs(const cli_args *args, const run_state *s) {
     size_t o_shape[4], lse_shape[3] = {d->batch, d->heads_q, d->len_q};
     output_shape(s, o_shape);
     npy_dtype o_dtype = (npy_dtype)npy_dtype_of(d->out_dtype);
-    run_output outs[4] = {{"out", args_get(args, "out"), o_dtype, 4, o_shape, s->o, ""},
-                          {"lse", args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, ""}};
+    run_output outs[4];
+    memset(outs, 0, sizeof outs);
+    outs[0] = (run_output){.option = "out",
+                           .path = args_get(args, "out"),
+                           .dtype = o_dtype,
+                           .ndim = 4,
+                           .shape = o_shape,
+                           .data = s->o};
+    outs[1] = (run_output){.option = "lse",
+                           .path = args_get(args, "lse"),
+                           .dtype = NPY_F32,
+                           .ndim = 3,
+                           .shape = lse_shape,
+                           .data = s->lse};
     size_t n = args_has(args, "lse") ? 2 : 1;
     cache_outputs(args, s, outs, &n);
     return write_all(outs, n);

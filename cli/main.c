@@ -2,6 +2,7 @@
 #include "args.h"
 #include "commands.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,9 @@ static const subcommand *find_subcommand(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* A FIFO or pipe whose reader leaves makes a write fail (EPIPE, reported as such) instead of
+     * killing the program half-way through its outputs. */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "npy.h"
+#include "outfile.h"
 
 #include <limits.h>
 
@@ -30,7 +31,9 @@ typedef struct run_output {
     size_t ndim;
     const size_t *shape;
     const void *data;
-    char tmp[PATH_MAX + 32]; /* path.run-<pid>: written first, renamed last */
+    outfile_target target;   /* where and how it is written (outfile.h) */
+    char tmp[PATH_MAX + 32]; /* a regular file's temporary name: written first, renamed last */
+    int staged;              /* tmp holds the output, not yet renamed */
 } run_output;
 
 /* cmd_run.c: reads the file of an option (one line naming the problem on failure); a 4-D

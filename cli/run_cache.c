@@ -184,10 +184,14 @@ void cache_outputs(const cli_args *args, const run_state *s, run_output *outs, s
     const cache_run *c = s->cache;
     if (!c || !args_has(args, "k-cache-out")) return;
     npy_dtype dtype = (npy_dtype)npy_dtype_of(s->desc.dtype);
-    run_output k = {
-        "k-cache-out", args_get(args, "k-cache-out"), dtype, 4, s->k.shape, c->k_out, ""};
-    run_output v = {
-        "v-cache-out", args_get(args, "v-cache-out"), dtype, 4, s->v.shape, c->v_out, ""};
+    run_output k = {.option = "k-cache-out",
+                    .path = args_get(args, "k-cache-out"),
+                    .dtype = dtype,
+                    .ndim = 4,
+                    .shape = s->k.shape,
+                    .data = c->k_out};
+    run_output v = k;
+    v.option = "v-cache-out", v.path = args_get(args, "v-cache-out"), v.data = c->v_out;
     outs[(*n)++] = k;
     outs[(*n)++] = v;
 }

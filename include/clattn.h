@@ -194,8 +194,12 @@ CLATTN_API clattn_status clattn_device_info_init_sized(clattn_device_info *info,
                                                        size_t struct_size);
 #define clattn_device_info_init(info) clattn_device_info_init_sized((info), sizeof *(info))
 
-/** Counts every device of every platform the ICD loader knows.
- *  @return CLATTN_SUCCESS, also when the count is 0. */
+/** Counts every device of every platform the ICD loader knows. Devices are discovered once per
+ *  process (the first call of any device function), and the answer is kept.
+ *  @return CLATTN_SUCCESS, also when the count is 0 (no driver is registered); or the platform
+ *  query's failure: CLATTN_CL_PLATFORM_NOT_FOUND_KHR when drivers are registered but none could
+ *  be loaded (a memory limit, a broken installation), or another OpenCL error (then *count is
+ *  0 and a later call tries again). */
 CLATTN_API clattn_status clattn_device_count(size_t *count);
 
 /** Fills *info for device `index` of the flat list (0 <= index < count).
@@ -494,10 +498,12 @@ CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout lay
 
 /** Enqueues attention on the context's queue. `lse` may be NULL. `event_out` may be NULL;
  *  otherwise it receives an event that completes with the call (the caller releases it).
- *  Buffers must not alias O or LSE with an input.
+ *  The bytes O and LSE span must not overlap those of any other tensor (compared in the memory
+ *  that owns them: a sub-buffer counts as its parent at its origin, and buffers created with
+ *  CL_MEM_USE_HOST_PTR by their host ranges); tensors may otherwise share one buffer.
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, heads, strides, a tensor that
- *  does not fit its buffer, overflow); CLATTN_ERR_UNSUPPORTED (no path serves the call);
- *  CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
+ *  does not fit its buffer, an output overlapping another tensor, overflow); CLATTN_ERR_UNSUPPORTED
+ * (no path serves the call); CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
 CLATTN_API clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                           cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
                                           cl_event *event_out);
@@ -731,7 +737,7 @@ typedef struct clattn_pattern_desc {
     size_t global;               /* BIGBIRD: the first `global` block rows and columns are dense */
     size_t random;               /* BIGBIRD: random blocks per block row (seeded) */
     uint64_t seed;               /* BIGBIRD */
-    size_t stride;               /* FIXED, STRIDED: stride in blocks */
+    size_t stride;               /* FIXED, STRIDED: stride in blocks, 1 to 2^60 */
     size_t summary;              /* FIXED: summary blocks at the end of each stride */
     const size_t *global_blocks; /* LONGFORMER: block indices whose rows and columns are dense */
     size_t num_global_blocks;

@@ -7,8 +7,10 @@
 #  4. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
 #     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
 #     so the log is searched);
-#  5. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
-#  6. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
+#  5. the threads test built with -fsanitize=thread, as a plain program (Criterion's runner does
+#     not start under ThreadSanitizer), on both PoCL devices; any report fails the run;
+#  6. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
+#  7. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
 #     PoCL comes from the driver search (tests/bundle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +44,20 @@ if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
   exit 1
 fi
 echo "no sanitizer reports"
+
+section "the threads test under ThreadSanitizer"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLATTN_TSAN=ON > /dev/null
+cmake --build build-tsan -j "$jobs" --target threads_tsan
+log=build-tsan/tsan.log
+for device in pthread basic; do
+  if ! POCL_DEVICES=$device CLATTN_CACHE_DIR="$PWD/build-tsan/test-kernel-cache" \
+    build-tsan/tests/threads_tsan > "$log" 2>&1 || grep -q "ThreadSanitizer" "$log"; then
+    tail -n 60 "$log"
+    echo "the threads test failed under ThreadSanitizer on PoCL's $device device (log: $log)"
+    exit 1
+  fi
+  cat "$log"
+done
 
 section "kernels under oclgrind"
 ./scripts/oclgrind-check.sh build/clattn

@@ -476,7 +476,7 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
     if (s == CLATTN_SUCCESS) {
         attn_buffers b = {
             q,    c->k,        c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
-            NULL, c->table_buf};
+            NULL, c->table_buf, 0};
         s = attention_on_buffers(c->ctx, &pb, &b, event);
     }
     problem_release(&pb);
@@ -501,7 +501,7 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
     if (!s && lse) s = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &lb, "LSE");
     if (!s && pb.has_bias)
         s = buffer_create(ctx, in, ext->bias, (void *)pb.bias_host, &bias, "bias");
-    attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf};
+    attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf, 0};
     if (!s) s = attention_on_buffers(ctx, &pb, &b, NULL);
     cl_int err = CL_SUCCESS;
     if (!s) err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);

@@ -91,6 +91,9 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     if (p->chunks < 1) p->chunks = 1;
     p->chunk_len = (p->max_keys + p->chunks - 1) / p->chunks;
     p->chunks = (p->max_keys + p->chunk_len - 1) / p->chunk_len;
+    if (p->chunks > 1) /* the partial outputs and LSEs, for the host-memory probe */
+        vp->device_bytes = (uint64_t)pb->batch * pb->heads_q * pb->len_q * p->chunks *
+                           (pb->dim_v + 1) * sizeof(float);
     return CLATTN_SUCCESS;
 }
 
