@@ -95,13 +95,15 @@ ln -s target.npy link.npy
 [ -L link.npy ] && cmp -s target.npy ref.npy || fail "run --out link.npy: not written to its target"
 ls ./*.tmp.* ./*.run-* 2> /dev/null && fail "temporary files were left behind"
 
-# ---- a driver registered but not loadable: the platform query's failure, not "no driver"
+# ---- a driver registered but not loadable: the platform query's failure, not "no driver".
+# The driver search is off: it would find this machine's unregistered PoCL (cli_drivers.sh).
 mkdir broken-icd
 echo /nonexistent/libclattn-broken-driver.so > broken-icd/broken.icd
+broken=(env OCL_ICD_VENDORS="$work/broken-icd" CLATTN_NO_DRIVER_SEARCH=1)
 expect 1 "the OpenCL platform query failed: CL_PLATFORM_NOT_FOUND_KHR" -- \
-  env OCL_ICD_VENDORS="$work/broken-icd" "$clattn" devices
+  "${broken[@]}" "$clattn" devices
 expect 1 "drivers are registered but none could be loaded" -- \
-  env OCL_ICD_VENDORS="$work/broken-icd" "$clattn" run --q q.npy --k k.npy --v v.npy --out o.npy
+  "${broken[@]}" "$clattn" run --q q.npy --k k.npy --v v.npy --out o.npy
 
 # ---- memory limits: no hang, no abort where it can be avoided, a message naming memory
 limited() { # limited KB COMMAND...: the command under ulimit -v KB, killed after a minute
