@@ -27,6 +27,11 @@
  * a bias is added (saturating) where a pair is not masked. A V tile holding a NaN or an infinity
  * is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 * NaN).
  *
+ * Values near FLT_MAX (README, Semantics): a score that came out non-finite from the pre-scaled
+ * q is summed again without overflow on the way (common.cl, rescored), and O stays normalised
+ * (the weighted mean of the V rows seen): every lane reads its rows' whole P row from the P
+ * tile, so each lane holds the row's full sum and no sum is reduced over the team.
+ *
  * Index arithmetic in the loops is 32-bit: local offsets, and global offsets within a tile (the
  * planner checks that a tile's span fits in 31 bits); 64-bit only for the base of a tensor, a
  * row or a tile. Built after common.cl, fused_common.cl and flash_team.cl.
@@ -42,19 +47,19 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b)  CAT_(a, b)
 
-/* The storage type as raw bits in local memory, and its widening to float32 in registers. */
-#if IN_DTYPE == DTYPE_F16
-#define KV_T               ushort
+/* K and V as raw bits in local memory (common.cl's KV_T: KV_DTYPE, here always IN_DTYPE), and
+ * their widening to float32 in registers. q8_0 is the split variant's: flash.c refuses it. */
+#if KV_DTYPE == DTYPE_F16
 #define WIDEN(tile, index) vload_half((index), (__local const half *)(tile))
 #define RAW_FINITE(x)      (((x) & 0x7c00u) != 0x7c00u)
-#elif IN_DTYPE == DTYPE_BF16
-#define KV_T               ushort
+#elif KV_DTYPE == DTYPE_BF16
 #define WIDEN(tile, index) as_float((uint)(tile)[(index)] << 16)
 #define RAW_FINITE(x)      (((x) & 0x7f80u) != 0x7f80u)
-#else
-#define KV_T               float
+#elif KV_DTYPE == DTYPE_F32
 #define WIDEN(tile, index) ((tile)[(index)])
 #define RAW_FINITE(x)      isfinite(x)
+#else
+#error "flash reads float32, float16 or bfloat16 K and V"
 #endif
 
 #if defined(REQD_SUBGROUP_SIZE) && defined(cl_intel_required_subgroup_size)
@@ -69,6 +74,8 @@ typedef struct flash_ctx {
     long tile, b, h;
     int team, lane, by_subgroups;
     __global const KV_T *k, *v; /* the (b, kv head) of K and V */
+    __global const IN_T *q;     /* the (b, h) of Q, unscaled (rescore) */
+    float q_scale;
     __global const int *gpos, *tile_ptr, *tile_idx, *row_list;
     __global const uchar *layout;
     __local float *q_tile, *p_tile, *scratch;
@@ -82,8 +89,9 @@ typedef struct flash_rows {
     int i[TILE_M];                          /* query rows, -1 past the end */
     __global const float *bias_row[TILE_M]; /* their bias rows (row 0 for -1) */
     float m[TILE_M];                        /* running maximum over the team's keys */
-    float l[TILE_M];                        /* this lane's share of sum exp(s - m) */
-    float o[TILE_M][DV_COLS];               /* unnormalised O, columns lane + e*TEAM */
+    float l[TILE_M];                        /* sum exp(s - m) over the row's keys so far */
+    float alpha[TILE_M];                    /* exp(old m - new m) of the current tile */
+    float o[TILE_M][DV_COLS];               /* O so far, normalised: columns lane + e*TEAM */
 } flash_rows;
 
 /* One walk over key tiles: a class of a pass, or the global keys. */
@@ -125,7 +133,8 @@ ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, 
     const long first_key = w->pass == PASS_GLOBAL_KEYS ? 0 : w->r + k0 * w->classes;
     __global const KV_T *k_tile = f->k + first_key * P->k_stride_s;
     __global const KV_T *v_tile = f->v + first_key * P->v_stride_s;
-    const int k_step = (int)(w->classes * P->k_stride_s), v_step = (int)(w->classes * P->v_stride_s);
+    const int k_step = (int)(w->classes * P->k_stride_s);
+    const int v_step = (int)(w->classes * P->v_stride_s);
     __local KV_T *kt = f->k_tiles + buf * (DQK_PAD * BLOCK_N);
     __local KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD);
     for (int at = lid; at < BLOCK_N * (DQK_PAD / VEC); at += GROUP_SIZE) {
@@ -152,18 +161,16 @@ ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, 
 }
 
 /* The tile's query rows into rows[BLOCK_M], then Q [BLOCK_M][DQK_PAD] pre-scaled, zero-padded. */
-ALWAYS_INLINE void stage_queries(const flash_ctx *f, __global const IN_T *Q, float q_scale,
-                                 __local int *rows) {
+ALWAYS_INLINE void stage_queries(const flash_ctx *f, __local int *rows) {
     __constant attn_params *P = f->P;
     const int lid = get_local_id(0), dqk = (int)P->dim_qk;
     for (int m = lid; m < BLOCK_M; m += GROUP_SIZE)
         rows[m] = (int)tile_row(P, f->row_list, f->tile, m);
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global const IN_T *q_head = Q + P->q_offset + f->b * P->q_stride_b + f->h * P->q_stride_h;
     for (int at = lid; at < BLOCK_M * DQK_PAD; at += GROUP_SIZE) {
         const int m = at / DQK_PAD, d = at % DQK_PAD, i = rows[m];
         float x = 0.0f;
-        if (i >= 0 && d < dqk) x = LOAD_IN(q_head + (long)i * P->q_stride_s, d) * q_scale;
+        if (i >= 0 && d < dqk) x = LOAD_IN(f->q + (long)i * P->q_stride_s, d) * f->q_scale;
         f->q_tile[at] = x;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -171,8 +178,21 @@ ALWAYS_INLINE void stage_queries(const flash_ctx *f, __global const IN_T *Q, flo
 
 /* ---------------------------------------------------------------- one key tile */
 
+/* Score (row i, column c of the lane) again, without overflow on the way (common.cl,
+ * rescored): one that came out non-finite from the pre-scaled q. Q is read from global memory,
+ * K from the local tile. NaN or an infinity in the inputs stays so. */
+ALWAYS_INLINE float rescore(const flash_ctx *f, int i, __local const KV_T *kt, int c) {
+    __global const IN_T *q = f->q + (long)i * f->P->q_stride_s;
+    float dot = 0.0f;
+    for (int d = 0; d < (int)f->P->dim_qk; d++)
+        dot = fma(LOAD_IN(q, d) * RESCORE_DOWN, WIDEN(kt, d * BLOCK_N + c * TEAM) * RESCORE_DOWN,
+                  dot);
+    return rescored(dot, f->q_scale);
+}
+
 /* s = Q K^T for the work-item's micro-tile, from the local tiles. */
-ALWAYS_INLINE void tile_scores(const flash_ctx *f, int buf, float s[TILE_M][TILE_N]) {
+ALWAYS_INLINE void tile_scores(const flash_ctx *f, const flash_rows *st, int buf,
+                               float s[TILE_M][TILE_N]) {
     __local const float *q = f->q_tile + f->team * TILE_M * DQK_PAD;
     __local const KV_T *kt = f->k_tiles + buf * (DQK_PAD * BLOCK_N) + f->lane;
     for (int r = 0; r < TILE_M; r++)
@@ -185,6 +205,9 @@ ALWAYS_INLINE void tile_scores(const flash_ctx *f, int buf, float s[TILE_M][TILE
             for (int c = 0; c < TILE_N; c++) s[r][c] = fma(qd, k[c], s[r][c]);
         }
     }
+    for (int r = 0; r < TILE_M; r++)
+        for (int c = 0; c < TILE_N; c++)
+            if (!isfinite(s[r][c]) && st->i[r] >= 0) s[r][c] = rescore(f, st->i[r], kt, c);
 }
 
 /* The key position of walk index m (class-local, or into the global keys), or NO_KEY. */
@@ -217,8 +240,8 @@ ALWAYS_INLINE void mask_scores(const flash_ctx *f, const walk_state *w, const fl
     }
 }
 
-/* The online softmax over one tile: the rows' new maxima over the team, P = exp(s - max) into
- * the P tile, and the running sums and O rescaled. */
+/* The online softmax over one tile: the rows' new maxima over the team, and P = exp(s - max)
+ * into the P tile; the sums and O follow in accumulate_pv, once the P tile is complete. */
 ALWAYS_INLINE void softmax_step(const flash_ctx *f, flash_rows *st, float s[TILE_M][TILE_N]) {
     float tile_max[TILE_M];
     for (int r = 0; r < TILE_M; r++) {
@@ -232,30 +255,38 @@ ALWAYS_INLINE void softmax_step(const flash_ctx *f, flash_rows *st, float s[TILE
         const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
         const float alpha = exp2((st->m[r] - base) * M_LOG2E_F);
         __local float *p_row = f->p_tile + (f->team * TILE_M + r) * BLOCK_N + f->lane;
-        float sum = 0.0f;
-        for (int c = 0; c < TILE_N; c++) {
-            const float p = exp2((s[r][c] - base) * M_LOG2E_F);
-            sum += p;
-            p_row[c * TEAM] = p;
-        }
+        for (int c = 0; c < TILE_N; c++) p_row[c * TEAM] = exp2((s[r][c] - base) * M_LOG2E_F);
         st->m[r] = new_max;
-        st->l[r] = st->l[r] * alpha + sum;
-        for (int e = 0; e < DV_COLS; e++) st->o[r][e] *= alpha;
+        st->alpha[r] = alpha;
     }
 }
 
-/* O += P V over the tile for the work-item's rows and columns. careful: the V tile holds a NaN
- * or an infinity, so zero probabilities are skipped (0 * NaN would be NaN). */
+/* O = O * kept/sum + (P/sum) V over the tile for the work-item's rows and columns, where kept
+ * is the old sum rescaled and sum the new one: each lane sums its rows' whole P row (the same
+ * values in the same order in every lane of a team). O stays a weighted mean of V's rows, which
+ * never exceeds their largest magnitude, where the unnormalised sum of p*V overflowed for V near
+ * FLT_MAX. careful: the V tile holds a NaN or an infinity, so zero probabilities are skipped
+ * (0 * NaN would be NaN). */
 ALWAYS_INLINE void accumulate_pv(const flash_ctx *f, flash_rows *st, int buf, int careful) {
     __local const float *p = f->p_tile + f->team * TILE_M * BLOCK_N;
     __local const KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD) + f->lane;
+    float inv[TILE_M];
+    for (int r = 0; r < TILE_M; r++) {
+        float tile_sum = 0.0f;
+        for (int c = 0; c < BLOCK_N; c++) tile_sum += p[r * BLOCK_N + c];
+        const float kept = st->l[r] * st->alpha[r], sum = kept + tile_sum;
+        inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum; /* a NaN sum stays NaN */
+        st->l[r] = sum;
+        for (int e = 0; e < DV_COLS; e++) st->o[r][e] *= kept * inv[r];
+    }
     for (int c = 0; c < BLOCK_N; c++) {
         float pc[TILE_M];
         for (int r = 0; r < TILE_M; r++) pc[r] = p[r * BLOCK_N + c];
         for (int e = 0; e < DV_COLS; e++) {
             const float v = WIDEN(vt, c * DV_PAD + e * TEAM);
             for (int r = 0; r < TILE_M; r++)
-                st->o[r][e] = careful && pc[r] == 0.0f ? st->o[r][e] : fma(pc[r], v, st->o[r][e]);
+                st->o[r][e] = careful && pc[r] == 0.0f ? st->o[r][e]
+                                                       : fma(pc[r] * inv[r], v, st->o[r][e]);
         }
     }
 }
@@ -291,7 +322,7 @@ ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_row
             COUNT_TILE(f->tile_count);
         }
         float s[TILE_M][TILE_N];
-        tile_scores(f, buf, s);
+        tile_scores(f, st, buf, s);
         mask_scores(f, w, st, kind, k0, s);
         softmax_step(f, st, s);
         barrier(CLK_LOCAL_MEM_FENCE); /* the P tile is complete */
@@ -358,13 +389,14 @@ ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk
     __constant attn_params *P = f->P;
     if (P->row_mode == 1) return class_walk(f, st, PASS_GLOBAL_ROWS, n, 0, w);
     if (n == 1) return global_key_walk(f, w);
-    const long list_row = (P->layout_per_head ? f->h : 0) * P->classes * P->tiles_per_class + f->tile;
+    const long list_row =
+        (P->layout_per_head ? f->h : 0) * P->classes * P->tiles_per_class + f->tile;
     return class_walk(f, st, PASS_WINDOW, tile_class(P, f->tile), list_row, w);
 }
 
 /* ---------------------------------------------------------------- the kernel */
 
-/* O = o / sum and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
+/* O = o (normalised already) and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
                               __global const uchar *is_global, __global OUT_T *O,
                               __global float *LSE) {
@@ -374,12 +406,11 @@ ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
         /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
         const int empty = st->m[r] == -INFINITY && st->l[r] == 0.0f;
-        const float inv = empty ? 0.0f : 1.0f / st->l[r];
         __global OUT_T *row =
             O + P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
         for (int e = 0; e < DV_COLS; e++) {
             const int col = f->lane + e * TEAM;
-            if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e] * inv, row, col);
+            if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e], row, col);
         }
         if (f->lane == 0 && P->write_lse)
             LSE[(f->b * P->heads_q + f->h) * P->len_q + i] =
@@ -398,6 +429,7 @@ ALWAYS_INLINE void init_rows(const flash_ctx *f, __global const float *bias,
         st->bias_row[r] = bias_head + (long)max(st->i[r], 0) * P->bias_stride_s;
         st->m[r] = -INFINITY;
         st->l[r] = 0.0f;
+        st->alpha[r] = 1.0f;
         for (int e = 0; e < DV_COLS; e++) st->o[r][e] = 0.0f;
     }
 }
@@ -428,13 +460,15 @@ attention_flash(__constant attn_params *P, __global const IN_T *Q, __global cons
     const long kvh = f.h / (P->heads_q / P->heads_kv);
     f.k = (__global const KV_T *)K + P->k_offset + f.b * P->k_stride_b + kvh * P->k_stride_h;
     f.v = (__global const KV_T *)V + P->v_offset + f.b * P->v_stride_b + kvh * P->v_stride_h;
+    f.q = Q + P->q_offset + f.b * P->q_stride_b + f.h * P->q_stride_h;
+    f.q_scale = q_scale;
     f.gpos = gpos, f.tile_ptr = tile_ptr, f.tile_idx = tile_idx, f.row_list = row_list;
     f.layout = layout;
     f.q_tile = q_tile, f.p_tile = p_tile, f.scratch = scratch;
     f.k_tiles = k_tiles, f.v_tiles = v_tiles, f.bad = flags;
     TILE_COUNTER_INIT(f.tile_count);
     f.by_subgroups = subgroups_are_teams(flags + 2);
-    stage_queries(&f, Q, q_scale, rows);
+    stage_queries(&f, rows);
     flash_rows st;
     init_rows(&f, bias, rows, &st);
     const long walks = P->row_mode == 1 ? P->classes : P->has_global ? 2 : 1;
@@ -442,6 +476,5 @@ attention_flash(__constant attn_params *P, __global const IN_T *Q, __global cons
         walk_state w;
         if (walk_at(&f, &st, n, &w)) walk_tiles(&f, &w, &st);
     }
-    team_sum(st.l, f.by_subgroups, scratch, f.team, f.lane);
     store_rows(&f, &st, is_global, O, LSE);
 }

@@ -2,14 +2,15 @@
  * The row reductions of the flash kernel (flash.cl). A work-group of TEAMS x TEAM work-items
  * (local id = team * TEAM + lane) holds the scores of a key tile as micro-tiles: the TEAM lanes
  * of a team share TILE_M query rows, each lane holding TILE_N of a row's keys. The online
- * softmax needs each row's maximum over its team on every key tile, and its sum once at the end.
+ * softmax needs each row's maximum over its team on every key tile (its sums every lane reads
+ * from the P tile: flash.cl, accumulate_pv).
  *
  *  - Local memory (every device): each lane writes its rows' values into
  *    scratch [BLOCK_M][TEAM], one barrier, and every lane of the team reads the same TEAM values
  *    in the same order, so all get the same bits.
  *  - Subgroups (SUBGROUPS=1: cl_khr_subgroups, cl_intel_subgroups or OpenCL C 3.0's): when the
  *    device's subgroups are exactly the teams (checked once per work-group by
- *    subgroups_are_teams; otherwise the local-memory path runs), sub_group_reduce_max / _add,
+ *    subgroups_are_teams; otherwise the local-memory path runs), sub_group_reduce_max,
  *    without a barrier.
  *  - SUBGROUPS=2, for tests on devices without subgroups (PoCL, oclgrind): the subgroup path
  *    with the subgroup built-ins it calls emulated over local memory, for subgroups of
@@ -47,17 +48,16 @@
 #define get_sub_group_id()       ((uint)get_local_id(0) / EMULATED_SUBGROUP_SIZE)
 #define get_sub_group_local_id() ((uint)get_local_id(0) % EMULATED_SUBGROUP_SIZE)
 /* the caller's scratch is in scope as sg_scratch */
-#define sub_group_reduce_max(x) emulated_sub_group_reduce((x), sg_scratch, 1)
-#define sub_group_reduce_add(x) emulated_sub_group_reduce((x), sg_scratch, 0)
+#define sub_group_reduce_max(x) emulated_sub_group_reduce_max((x), sg_scratch)
 
-/* A subgroup's maximum or sum over scratch [GROUP_SIZE], between two barriers. */
-ALWAYS_INLINE float emulated_sub_group_reduce(float x, __local float *scratch, int is_max) {
+/* A subgroup's maximum over scratch [GROUP_SIZE], between two barriers. */
+ALWAYS_INLINE float emulated_sub_group_reduce_max(float x, __local float *scratch) {
     const uint lid = get_local_id(0), first = lid - lid % EMULATED_SUBGROUP_SIZE;
     scratch[lid] = x;
     barrier(CLK_LOCAL_MEM_FENCE);
     float acc = scratch[first];
     for (uint k = 1; k < EMULATED_SUBGROUP_SIZE; k++)
-        acc = is_max ? fmax(acc, scratch[first + k]) : acc + scratch[first + k];
+        acc = fmax(acc, scratch[first + k]);
     barrier(CLK_LOCAL_MEM_FENCE);
     return acc;
 }
@@ -80,16 +80,15 @@ ALWAYS_INLINE int subgroups_are_teams(__local int *flag) {
 #endif
 }
 
-/* x[r] = the maximum (is_max) or the sum of x[r] over the team, through scratch
- * [BLOCK_M][TEAM]; one barrier. The next write to scratch must come after another barrier. */
-ALWAYS_INLINE void team_reduce_local(float *x, __local float *scratch, int team, int lane,
-                                     int is_max) {
+/* x[r] = the maximum of x[r] over the team, through scratch [BLOCK_M][TEAM]; one barrier. The
+ * next write to scratch must come after another barrier. */
+ALWAYS_INLINE void team_max_local(float *x, __local float *scratch, int team, int lane) {
     for (int r = 0; r < TILE_M; r++) scratch[(team * TILE_M + r) * TEAM + lane] = x[r];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int r = 0; r < TILE_M; r++) {
         __local const float *row = scratch + (team * TILE_M + r) * TEAM;
         float acc = row[0];
-        for (int k = 1; k < TEAM; k++) acc = is_max ? fmax(acc, row[k]) : acc + row[k];
+        for (int k = 1; k < TEAM; k++) acc = fmax(acc, row[k]);
         x[r] = acc;
     }
 }
@@ -103,17 +102,5 @@ ALWAYS_INLINE void team_max(float *x, int by_subgroups, __local float *sg_scratc
         return;
     }
 #endif
-    team_reduce_local(x, sg_scratch, team, lane, 1);
-}
-
-/* x[r] = sum over the team of x[r]. */
-ALWAYS_INLINE void team_sum(float *x, int by_subgroups, __local float *sg_scratch, int team,
-                            int lane) {
-#if SUBGROUPS
-    if (by_subgroups) {
-        for (int r = 0; r < TILE_M; r++) x[r] = sub_group_reduce_add(x[r]);
-        return;
-    }
-#endif
-    team_reduce_local(x, sg_scratch, team, lane, 0);
+    team_max_local(x, sg_scratch, team, lane);
 }

@@ -40,4 +40,20 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
  * gnuplot; returns 0, or 1 with a message when gnuplot is missing or fails. */
 int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title);
 
+/* clattn bench --preset decode (bench_decode.c): attention of Nq queries over full KV caches of
+ * Nk rows, for each storage type, against the device's copy bandwidth, and a generation mode. */
+typedef struct decode_config {
+    size_t nq[16], num_nq, nk[16], num_nk;
+    size_t batch, hq, hkv, d;
+    clattn_dtype dtypes[4]; /* the cache's; Q and O are float32 for a q8_0 cache */
+    size_t num_dtypes;
+    size_t warmup, repeat;
+    size_t steps; /* generation: tokens appended one at a time */
+    size_t devices[16], num_devices;
+    const char *csv, *json, *out;
+} decode_config;
+
+/* @return 0, or 1 after naming what failed. */
+int bench_decode(const decode_config *c);
+
 #endif

@@ -25,7 +25,8 @@
 #define MAX_RECORDS  4096
 
 static const cli_option bench_options[] = {
-    {"preset", "quick|paths|sparse", "a ready-made sweep (writes CSV, JSON and a plot to --out)"},
+    {"preset", "quick|paths|sparse|decode",
+     "a ready-made sweep (writes CSV, JSON and, but for decode, a plot to --out)"},
     {"path", "LIST", "fused,gemm,host,reference (default fused)"},
     {"b", "LIST", "batch sizes (default 1)"},
     {"hq", "LIST", "query heads (default 8)"},
@@ -37,8 +38,10 @@ static const cli_option bench_options[] = {
     {"pattern", "LIST",
      "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
      "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
-    {"dtype", "f32|f16|bf16", "storage of Q, K, V and O (default f32)"},
-    {"variant", "auto|cpu|gpu|flash", "fused kernel variant (default auto)"},
+    {"dtype", "f32|f16|bf16|q8_0",
+     "storage of Q, K, V and O (default f32; decode: all four, q8_0 being K/V only)"},
+    {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
+    {"steps", "N", "decode: tokens the generation mode appends one at a time (default 64)"},
     {"warmup", "N", "untimed runs first (default 1)"},
     {"repeat", "N", "timed runs (default 5)"},
     {"device", "SPEC|all", "devices (default: CLATTN_DEVICE or the first GPU, else device 0)"},
@@ -74,6 +77,7 @@ typedef struct number_rule {
     const char *name;
     int64_t min;
     int odd;
+    int64_t max; /* 0: no upper bound */
 } number_rule;
 
 static const struct pattern_syntax {
@@ -85,27 +89,31 @@ static const struct pattern_syntax {
     /* in pattern_kind order */
     {"full", P_FULL, 0, 0, {{0}}},
     {"causal", P_CAUSAL, 0, 0, {{0}}},
-    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}}},
+    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0, 0}, {"R", MIN_WINDOW_SIDE, 0, 0}}},
     {"dilated",
      P_DILATED,
      3,
      3,
-     {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}, {"D", MIN_DILATION, 0}}},
+     {{"L", MIN_WINDOW_SIDE, 0, 0}, {"R", MIN_WINDOW_SIDE, 0, 0}, {"D", MIN_DILATION, 0, 0}}},
     {"bigbird", /* as clattn pattern bigbird --block --window --global --random --seed */
      P_BIGBIRD,
      4,
      5,
-     {{"BLOCK", MIN_BLOCK_SIZE, 0},
-      {"W", MIN_BAND_BLOCKS, 1},
-      {"G", 0, 0},
-      {"R", 0, 0},
-      {"SEED", 0, 0}}},
+     {{"BLOCK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE},
+      {"W", MIN_BAND_BLOCKS, 1, 0},
+      {"G", 0, 0, 0},
+      {"R", 0, 0, 0},
+      {"SEED", 0, 0, 0}}},
     {"longformer", /* W keys each side: a bounded window side */
      P_LONGFORMER,
      2,
      2,
-     {{"W", MIN_WINDOW_SIDE + 1, 0}, {"G", 0, 0}}},
-    {"blocks", P_BLOCKS, 2, 2, {{"BQ", MIN_BLOCK_SIZE, 0}, {"BK", MIN_BLOCK_SIZE, 0}}},
+     {{"W", MIN_WINDOW_SIDE + 1, 0, 0}, {"G", 0, 0, 0}}},
+    {"blocks",
+     P_BLOCKS,
+     2,
+     2,
+     {{"BQ", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}, {"BK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}}},
 };
 #define NUM_SYNTAXES (sizeof syntaxes / sizeof syntaxes[0])
 
@@ -165,7 +173,9 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
             const number_rule *rule = &syntaxes[p->kind].rules[n];
             char label[160];
             snprintf(label, sizeof label, "--pattern %s: %s", p->text, rule->name);
-            if (check_number("bench", label, p->num[n], rule->min, rule->odd) != 0) return -1;
+            int64_t max = rule->max ? rule->max : INT64_MAX;
+            if (check_number_range("bench", label, p->num[n], rule->min, max, rule->odd) != 0)
+                return -1;
         }
     }
     return 0;
@@ -280,6 +290,9 @@ typedef struct bench_config {
     size_t warmup, repeat;
     size_t devices[16], num_devices;
     const char *csv, *json, *out;
+    int decode;      /* --preset decode: bench_decode.c runs it */
+    int dtype_given; /* --dtype: decode measures only that type */
+    size_t steps;    /* decode's generation mode */
 } bench_config;
 
 enum { L_B, L_HQ, L_HKV, L_NQ, L_NK, L_D, L_DV };
@@ -298,8 +311,7 @@ static int parse_paths(const cli_args *args, bench_config *c) {
             return EXIT_USAGE;
         }
         if (p == BENCH_HOST && !host_attention_available()) {
-            cli_error("bench", "--path host: this build has no OpenBLAS (install libopenblas-dev "
-                               "and rebuild)");
+            cli_error("bench", "--path host: %s", host_attention_unavailable());
             return EXIT_USAGE;
         }
         c->paths[c->num_paths++] = p;
@@ -317,19 +329,24 @@ static int parse_lists(const cli_args *args, bench_config *c) {
 }
 
 static int parse_settings(const cli_args *args, bench_config *c) {
-    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
-    static const char *const variants[] = {"auto", "cpu", "gpu", "flash", NULL};
-    static const clattn_variant variant_ids[] = {CLATTN_VARIANT_AUTO, CLATTN_VARIANT_CPU,
-                                                 CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
+    static const char *const dtypes[] = {"f32", "f16", "bf16", "q8_0", NULL}; /* clattn_dtype */
     int choice = 0;
     if (args_has(args, "dtype")) {
         if (parse_choice(args, "dtype", dtypes, &choice) != 0) return EXIT_USAGE;
         c->dtype = (clattn_dtype)choice;
+        c->dtype_given = 1;
     }
-    if (args_has(args, "variant")) {
-        if (parse_choice(args, "variant", variants, &choice) != 0) return EXIT_USAGE;
-        c->variant = variant_ids[choice];
+    if (c->dtype == CLATTN_Q8_0 && !c->decode) {
+        cli_error("bench", "--dtype q8_0 stores K and V only: it is measured by --preset decode");
+        return EXIT_USAGE;
     }
+    if (args_has(args, "variant") &&
+        clattn_variant_from_name(args_get(args, "variant"), &c->variant) != CLATTN_SUCCESS) {
+        cli_error("bench", "--variant: '%s' is no variant (see clattn devices --variants)",
+                  args_get(args, "variant"));
+        return EXIT_USAGE;
+    }
+    if (args_has(args, "steps") && parse_size(args, "steps", 0, &c->steps) != 0) return EXIT_USAGE;
     if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0)
         return EXIT_USAGE;
     if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
@@ -372,7 +389,17 @@ static int apply_preset(const char *name, bench_config *c) {
         return split_patterns("full,causal,window:128,128,bigbird:64,3,2,3", c->patterns,
                               &c->num_patterns);
     }
-    cli_error("bench", "--preset: expected quick, paths or sparse, got '%s'", name);
+    if (strcmp(name, "decode") == 0) { /* the decode issue's shape: GQA 32/8, D = 128 */
+        static const size_t lengths[] = {1024, 4096, 16384, 32768, 131072}, queries[] = {1, 4};
+        memcpy(c->list[L_NK], lengths, sizeof lengths), c->count[L_NK] = 5;
+        memcpy(c->list[L_NQ], queries, sizeof queries), c->count[L_NQ] = 2;
+        c->list[L_HQ][0] = 32, c->count[L_HQ] = 1;
+        c->list[L_HKV][0] = 8, c->count[L_HKV] = 1;
+        c->list[L_D][0] = 128, c->count[L_D] = 1;
+        c->repeat = 5, c->decode = 1;
+        return 0;
+    }
+    cli_error("bench", "--preset: expected quick, paths, sparse or decode, got '%s'", name);
     return EXIT_USAGE;
 }
 
@@ -383,7 +410,7 @@ static void config_defaults(bench_config *c) {
     c->list[L_HQ][0] = 8, c->count[L_HQ] = 1;
     c->list[L_NQ][0] = 1024, c->count[L_NQ] = 1;
     c->list[L_D][0] = 64, c->count[L_D] = 1;
-    c->warmup = 1, c->repeat = 5;
+    c->warmup = 1, c->repeat = 5, c->steps = 64;
     split_patterns("full", c->patterns, &c->num_patterns);
 }
 
@@ -645,6 +672,26 @@ static void bench_device(bench_run *run, size_t device) {
     clattn_context_destroy(ctx);
 }
 
+/* ---------------------------------------------------------------- decode */
+
+/* --preset decode: the sizes and settings handed to bench_decode (first B, Hq, Hkv, D). */
+static int run_decode(const bench_config *c) {
+    decode_config dc;
+    memset(&dc, 0, sizeof dc);
+    dc.num_nq = c->count[L_NQ], dc.num_nk = c->count[L_NK] ? c->count[L_NK] : c->count[L_NQ];
+    memcpy(dc.nq, c->list[L_NQ], sizeof dc.nq);
+    memcpy(dc.nk, c->count[L_NK] ? c->list[L_NK] : c->list[L_NQ], sizeof dc.nk);
+    dc.batch = c->list[L_B][0], dc.hq = c->list[L_HQ][0], dc.d = c->list[L_D][0];
+    dc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : dc.hq;
+    static const clattn_dtype all[] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16, CLATTN_Q8_0};
+    dc.num_dtypes = c->dtype_given ? 1 : ARRAY_LEN(all);
+    memcpy(dc.dtypes, c->dtype_given ? &c->dtype : all, dc.num_dtypes * sizeof *all);
+    dc.warmup = c->warmup, dc.repeat = c->repeat, dc.steps = c->steps;
+    memcpy(dc.devices, c->devices, sizeof dc.devices), dc.num_devices = c->num_devices;
+    dc.csv = c->csv, dc.json = c->json, dc.out = c->out;
+    return bench_decode(&dc);
+}
+
 /* ---------------------------------------------------------------- outputs */
 
 static int write_outputs(const bench_run *run, const char *csv, const char *json) {
@@ -690,6 +737,7 @@ int cmd_bench(int argc, char **argv) {
     static bench_record records[MAX_RECORDS];
     int rc = parse_config(&args, &config);
     if (rc) return rc;
+    if (config.decode) return run_decode(&config);
     bench_run run = {&config, records, 0, 0, 0, 0};
     run.total = config.num_devices * num_shapes(&config) * config.num_patterns * config.num_paths;
     for (size_t i = 0; i < config.num_devices; i++) bench_device(&run, config.devices[i]);

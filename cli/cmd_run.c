@@ -6,16 +6,17 @@
  */
 #include "args.h"
 #include "common.h"
+#include "run.h"
 #include "commands.h"
 #include "conformance.h"
 #include "npy.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,27 +38,18 @@ static const cli_option run_options[] = {
     {"storage", "f32|f16|bf16",
      "round Q, K, V to this storage first (default: their own; <u2 files are bfloat16 bits)"},
     {"out-dtype", "f32|f16|bf16", "storage of O (default: the storage of Q, K, V)"},
+    {"kv-storage", "q8_0",
+     "quantise K and V (and a cache) to q8_0 blocks after --storage; head dims multiples of 32"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
     {"compare", "REF.npy", "check O against REF.npy (O's shape) with SPEC's tolerance"},
+    CACHE_RUN_OPTIONS,
     {"help", NULL, "show this help"},
 };
 
-/* What the command holds while it runs; released by run_release. */
-typedef struct run_state {
-    npy_array q, k, v, bias, layout;
-    npy_array ref;      /* --compare REF.npy, read and checked before computing */
-    float *bias_f32;    /* the bias widened to float32, when it was stored as float16 */
-    uint8_t *layout_u8; /* the layout as 0/1 bytes */
-    int64_t *globals;
-    clattn_attention_desc desc;
-    clattn_layout layout_kind;
-    void *o;
-    float *lse;
-} run_state;
-
 static void run_release(run_state *s) {
+    cache_release(s);
     npy_free(&s->q);
     npy_free(&s->k);
     npy_free(&s->v);
@@ -71,7 +63,7 @@ static void run_release(run_state *s) {
     free(s->lse);
 }
 
-static int load(const cli_args *args, const char *option, npy_array *out) {
+int run_load(const cli_args *args, const char *option, npy_array *out) {
     char err[512];
     if (npy_read(args_get(args, option), out, err, sizeof err) != CLATTN_SUCCESS) {
         cli_error("run", "%s", err);
@@ -80,9 +72,8 @@ static int load(const cli_args *args, const char *option, npy_array *out) {
     return 0;
 }
 
-/* Reads a 4-D tensor's sizes in the layout: [B,N,H,D] or [B,H,N,D]. */
-static int tensor_dims(const cli_args *args, const char *option, const npy_array *a,
-                       clattn_layout layout, size_t dims[4]) {
+int run_tensor_dims(const cli_args *args, const char *option, const npy_array *a,
+                    clattn_layout layout, size_t dims[4]) {
     if (a->ndim != 4) {
         cli_error("run", "%s: expected a 4-D array (%s), got %zu-D", args_get(args, option),
                   layout == CLATTN_LAYOUT_BSHD ? "[B,N,H,D]" : "[B,H,N,D]", a->ndim);
@@ -101,14 +92,11 @@ static int tensor_dims(const cli_args *args, const char *option, const npy_array
     return 0;
 }
 
-/* The storage type of an array of values: <u2 holds bfloat16 bit patterns. */
-static clattn_dtype storage_of(npy_dtype dtype) {
+clattn_dtype run_storage_of(npy_dtype dtype) {
     return dtype == NPY_F16 ? CLATTN_F16 : dtype == NPY_U16 ? CLATTN_BF16 : CLATTN_F32;
 }
 
-/* Rounds one input array to `storage` in place (a new buffer): widening is exact, narrowing
- * rounds to nearest even. @return 0 or 1 (out of memory). */
-static int convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
+int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
     if (from == to) return 0;
     size_t size = to == CLATTN_F32 ? 4 : 2;
     void *data = malloc(a->count * size + 1);
@@ -120,6 +108,32 @@ static int convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
     return 0;
 }
 
+/* --kv-storage q8_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
+static int setup_kv_storage(const cli_args *args, run_state *s) {
+    static const char *const kv_dtypes[] = {"q8_0", NULL};
+    int choice = 0;
+    if (!args_has(args, "kv-storage")) return 0;
+    if (parse_choice(args, "kv-storage", kv_dtypes, &choice) != 0) return EXIT_USAGE;
+    if (s->desc.dim_qk % 32 || s->desc.dim_v % 32) {
+        cli_error("run", "--kv-storage q8_0: head dims must be multiples of 32 (Dqk=%zu Dv=%zu)",
+                  s->desc.dim_qk, s->desc.dim_v);
+        return EXIT_USAGE;
+    }
+    npy_array *kv[2] = {&s->k, &s->v};
+    for (int i = 0; i < 2; i++) {
+        void *blocks = malloc(kv[i]->count / 32 * 34 + 1);
+        if (!blocks) {
+            cli_error("run", "out of host memory quantising K and V");
+            return 1;
+        }
+        clattn_convert(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, blocks, kv[i]->count);
+        free(kv[i]->data);
+        kv[i]->data = blocks; /* kv[i]->dtype still names the values' type before */
+    }
+    s->desc.kv_q8_0 = 1;
+    return 0;
+}
+
 /* --storage: Q, K and V rounded to it (default: their own type). <u2 arrays are bfloat16 bit
  * patterns, read only with --storage bf16 (NumPy has no bfloat16). O defaults to the storage. */
 static int setup_storage(const cli_args *args, run_state *s) {
@@ -127,7 +141,7 @@ static int setup_storage(const cli_args *args, run_state *s) {
     int choice = 0;
     if (args_has(args, "storage") && parse_choice(args, "storage", dtypes, &choice) != 0)
         return EXIT_USAGE;
-    clattn_dtype from = storage_of(s->q.dtype);
+    clattn_dtype from = run_storage_of(s->q.dtype);
     clattn_dtype storage = args_has(args, "storage") ? (clattn_dtype)choice : from;
     if (from == CLATTN_BF16 && (!args_has(args, "storage") || storage != CLATTN_BF16)) {
         cli_error("run",
@@ -136,21 +150,21 @@ static int setup_storage(const cli_args *args, run_state *s) {
                   args_get(args, "q"));
         return 1;
     }
-    if (convert_array(&s->q, from, storage) || convert_array(&s->k, from, storage) ||
-        convert_array(&s->v, from, storage)) {
+    if (run_convert_array(&s->q, from, storage) || run_convert_array(&s->k, from, storage) ||
+        run_convert_array(&s->v, from, storage)) {
         cli_error("run", "out of host memory converting Q, K and V to %s", dtypes[storage]);
         return 1;
     }
     s->desc.dtype = s->desc.out_dtype = storage;
-    return 0;
+    return setup_kv_storage(args, s);
 }
 
 /* Q [B,Nq,Hq,Dqk], K [B,Nk,Hkv,Dqk], V [B,Nk,Hkv,Dv] must agree. */
 static int setup_shapes(const cli_args *args, run_state *s) {
     size_t q[4], k[4], v[4];
-    if (tensor_dims(args, "q", &s->q, s->layout_kind, q) ||
-        tensor_dims(args, "k", &s->k, s->layout_kind, k) ||
-        tensor_dims(args, "v", &s->v, s->layout_kind, v))
+    if (run_tensor_dims(args, "q", &s->q, s->layout_kind, q) ||
+        run_tensor_dims(args, "k", &s->k, s->layout_kind, k) ||
+        run_tensor_dims(args, "v", &s->v, s->layout_kind, v))
         return 1;
     const char *qf = args_get(args, "q"), *kf = args_get(args, "k"), *vf = args_get(args, "v");
     if (s->q.dtype != s->k.dtype || s->q.dtype != s->v.dtype) {
@@ -159,7 +173,7 @@ static int setup_shapes(const cli_args *args, run_state *s) {
                   npy_dtype_name(s->v.dtype));
         return 1;
     }
-    if (k[0] != q[0] || v[0] != q[0]) {
+    if ((k[0] != q[0] || v[0] != q[0]) && !args_has(args, "page-table")) { /* pools: pages */
         cli_error("run", "batch sizes differ: %s has %zu, %s %zu, %s %zu", qf, q[0], kf, k[0], vf,
                   v[0]);
         return 1;
@@ -194,8 +208,9 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
         return EXIT_USAGE;
     }
     if (!args_has(args, "block-layout")) return 0;
-    if (parse_pair(args, "block-size", MIN_BLOCK_SIZE, &bq, &bk) != 0) return EXIT_USAGE;
-    if (load(args, "block-layout", &s->layout)) return 1;
+    if (parse_pair_range(args, "block-size", MIN_BLOCK_SIZE, MAX_BLOCK_SIZE, &bq, &bk) != 0)
+        return EXIT_USAGE;
+    if (run_load(args, "block-layout", &s->layout)) return 1;
     const char *file = args_get(args, "block-layout");
     const npy_array *L = &s->layout;
     size_t bq_count = (s->desc.len_q + (size_t)bq - 1) / (size_t)bq;
@@ -231,7 +246,7 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
 /* --bias: [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk]; a dimension of 1 broadcasts (stride 0). */
 static int setup_bias(const cli_args *args, run_state *s) {
     if (!args_has(args, "bias")) return 0;
-    if (load(args, "bias", &s->bias)) return 1;
+    if (run_load(args, "bias", &s->bias)) return 1;
     const char *file = args_get(args, "bias");
     const npy_array *b = &s->bias;
     const clattn_attention_desc *d = &s->desc;
@@ -287,7 +302,7 @@ static int setup_options(const cli_args *args, run_state *s) {
     }
     if (args_has(args, "scale")) {
         if (parse_float(args, "scale", &d->scale) != 0) return EXIT_USAGE;
-        if (d->scale == 0.0f) {
+        if (d->scale == 0.0f) { /* 0 in the desc means the default, 1/sqrt(Dqk) */
             cli_error("run", "--scale: must be non-zero, got '%s'", args_get(args, "scale"));
             return EXIT_USAGE;
         }
@@ -318,12 +333,13 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
     const clattn_attention_desc *d = &s->desc;
     size_t o_count = d->batch * d->heads_q * d->len_q * d->dim_v;
     /* + 1 byte: a zero size must reach the library's check, not read as out of memory */
-    s->o = malloc(o_count * (d->out_dtype == CLATTN_F16 ? 2 : 4) + 1);
+    s->o = malloc(o_count * (d->out_dtype == CLATTN_F32 ? 4 : 2) + 1);
     s->lse = malloc(d->batch * d->heads_q * d->len_q * sizeof(float) + 1);
     if (!s->o || !s->lse) {
         cli_error("run", "out of host memory for the outputs (%zu elements)", o_count);
         return 1;
     }
+    if (s->cache) return cache_compute(args, s, where, where_size);
     if (d->path == CLATTN_PATH_REFERENCE) {
         char err[1024];
         clattn_status status = clattn_attention_desc_check(d, NULL, err, sizeof err);
@@ -377,53 +393,61 @@ static void format_shape(const size_t *shape, size_t ndim, char *buf, size_t siz
     if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-/* One file a run writes. */
-typedef struct run_output {
-    const char *option, *path;
-    npy_dtype dtype;
-    size_t ndim;
-    const size_t *shape;
-    const void *data;
-    char tmp[PATH_MAX + 32]; /* path.run-<pid>: written first, renamed last */
-} run_output;
-
-/* Reports a failed write of `out` under its own name (npy_write names the temporary one). */
+/* Reports a failed write of `out` under its own name (npy_write names the file it wrote). */
 static void report_write(const run_output *out, const char *err) {
-    size_t len = strlen(out->tmp);
+    const char *written = out->target.in_place ? out->target.path : out->tmp;
+    size_t len = strlen(written);
     cli_error("run", "--%s %s%s", out->option, out->path,
-              strncmp(err, out->tmp, len) == 0 ? err + len : err);
+              strncmp(err, written, len) == 0 ? err + len : err);
 }
 
-/* Writes every output to a temporary name beside it, then renames them all: a failure before
- * the renames removes the temporaries and leaves existing files untouched. Only a rename
- * failing after another succeeded (not seen on one file system) leaves the earlier ones.
- * @return 0 or 1. */
+/* Where each output goes; a folder, block device or socket is refused before anything is
+ * written. @return 0 or 1. */
+static int resolve_outputs(run_output *outs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int e = outfile_resolve(outs[i].path, &outs[i].target);
+        if (e == 0) continue;
+        cli_error("run", "--%s %s: %s", outs[i].option, outs[i].path,
+                  e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+        return 1;
+    }
+    return 0;
+}
+
+/* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
+ * place, then renames the temporaries: a failure before the renames removes them and leaves
+ * existing files untouched. Only a rename failing after another succeeded (not seen on one
+ * file system) leaves the earlier ones. @return 0 or 1. */
 static int write_all(run_output *outs, size_t n) {
     char err[PATH_MAX + 512];
-    struct stat st;
-    size_t written = 0, renamed = 0;
-    for (size_t i = 0; i < n; i++)
-        if (stat(outs[i].path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            cli_error("run", "--%s %s: is a folder, not a file", outs[i].option, outs[i].path);
-            return 1;
-        }
-    for (; written < n; written++) {
-        run_output *o = &outs[written];
-        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->path, (long)getpid());
-        if (npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) !=
-            CLATTN_SUCCESS) {
-            report_write(o, err);
-            break;
-        }
+    int ok = resolve_outputs(outs, n) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        run_output *o = &outs[i];
+        if (o->target.in_place) continue;
+        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->target.path, (long)getpid());
+        o->staged = npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
+                    CLATTN_SUCCESS;
+        if (!(ok = o->staged)) report_write(o, err);
     }
-    for (; written == n && renamed < n; renamed++)
-        if (rename(outs[renamed].tmp, outs[renamed].path) != 0) {
-            cli_error("run", "--%s %s: cannot write: %s", outs[renamed].option, outs[renamed].path,
+    for (size_t i = 0; ok && i < n; i++) {
+        run_output *o = &outs[i];
+        if (!o->target.in_place) continue;
+        ok = npy_write(o->target.path, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
+             CLATTN_SUCCESS;
+        if (!ok) report_write(o, err);
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        if (!outs[i].staged) continue;
+        ok = rename(outs[i].tmp, outs[i].target.path) == 0;
+        if (ok)
+            outs[i].staged = 0;
+        else
+            cli_error("run", "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
                       strerror(errno));
-            break;
-        }
-    for (size_t i = renamed; i < written; i++) remove(outs[i].tmp);
-    return renamed == n ? 0 : 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].staged) remove(outs[i].tmp);
+    return ok ? 0 : 1;
 }
 
 static int write_outputs(const cli_args *args, const run_state *s) {
@@ -431,16 +455,30 @@ static int write_outputs(const cli_args *args, const run_state *s) {
     size_t o_shape[4], lse_shape[3] = {d->batch, d->heads_q, d->len_q};
     output_shape(s, o_shape);
     npy_dtype o_dtype = (npy_dtype)npy_dtype_of(d->out_dtype);
-    run_output outs[2] = {{"out", args_get(args, "out"), o_dtype, 4, o_shape, s->o, ""},
-                          {"lse", args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, ""}};
-    return write_all(outs, args_has(args, "lse") ? 2 : 1);
+    run_output outs[4];
+    memset(outs, 0, sizeof outs);
+    outs[0] = (run_output){.option = "out",
+                           .path = args_get(args, "out"),
+                           .dtype = o_dtype,
+                           .ndim = 4,
+                           .shape = o_shape,
+                           .data = s->o};
+    outs[1] = (run_output){.option = "lse",
+                           .path = args_get(args, "lse"),
+                           .dtype = NPY_F32,
+                           .ndim = 3,
+                           .shape = lse_shape,
+                           .data = s->lse};
+    size_t n = args_has(args, "lse") ? 2 : 1;
+    cache_outputs(args, s, outs, &n);
+    return write_all(outs, n);
 }
 
 /* --compare REF.npy: read before computing, so that a missing or mismatched reference fails
  * without writing anything. REF must have O's shape and a float dtype. */
 static int load_reference(const cli_args *args, run_state *s) {
     if (!args_has(args, "compare")) return 0;
-    if (load(args, "compare", &s->ref)) return 1;
+    if (run_load(args, "compare", &s->ref)) return 1;
     const char *file = args_get(args, "compare");
     size_t shape[4];
     char want[128], got[128];
@@ -475,12 +513,14 @@ static int compare_with(const cli_args *args, const run_state *s) {
     const char *file = args_get(args, "compare");
     size_t count = s->ref.count;
     float *got = as_floats(s->o, count, d->out_dtype);
-    float *want = as_floats(s->ref.data, count, storage_of(s->ref.dtype));
+    float *want = as_floats(s->ref.data, count, run_storage_of(s->ref.dtype));
     double *want64 = malloc(count * sizeof *want64), atol, rtol, ref_atol, ref_rtol;
     case_result result = {0};
     for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
-    tolerance_for(d->dtype, d->out_dtype, &atol, &rtol); /* the loosest of all the types */
-    tolerance_for(storage_of(s->ref.dtype), CLATTN_F32, &ref_atol, &ref_rtol);
+    /* the loosest of all the types; q8_0 K/V has float16's tolerance */
+    tolerance_for(d->kv_q8_0 && d->dtype == CLATTN_F32 ? CLATTN_F16 : d->dtype, d->out_dtype, &atol,
+                  &rtol);
+    tolerance_for(run_storage_of(s->ref.dtype), CLATTN_F32, &ref_atol, &ref_rtol);
     atol = atol > ref_atol ? atol : ref_atol, rtol = rtol > ref_rtol ? rtol : ref_rtol;
     int ok = got && want && want64;
     if (ok) compare_values("O", got, want64, count, atol, rtol, &result);
@@ -502,15 +542,18 @@ static int compare_with(const cli_args *args, const run_state *s) {
 /* Options present and outputs distinct from each other and from every input. */
 static int check_run_args(const cli_args *args, run_state *s) {
     static const char *const required[] = {"q", "k", "v", "out"};
-    static const char *const outputs[] = {"out", "lse"};
-    static const char *const inputs[] = {"q", "k", "v", "bias", "block-layout", "compare"};
+    static const char *const outputs[] = {"out", "lse", "k-cache-out", "v-cache-out"};
+    static const char *const inputs[] = {"q",       "k",         "v",     "bias",  "block-layout",
+                                         "compare", "cache-len", "k-new", "v-new", "new-len",
+                                         "q-len",   "page-table"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!args_has(args, required[i])) {
             cli_error("run", "--%s is required (see clattn help run)", required[i]);
             return EXIT_USAGE;
         }
-    if (args_check_outputs(args, outputs, 2, inputs, sizeof inputs / sizeof inputs[0]))
+    if (args_check_outputs(args, outputs, 4, inputs, sizeof inputs / sizeof inputs[0]))
         return EXIT_USAGE;
+    if (cache_check_args(args) != 0) return EXIT_USAGE;
     static const char *const layouts[] = {"bshd", "bhsd", NULL};
     int layout = 0;
     if (args_has(args, "layout") && parse_choice(args, "layout", layouts, &layout) != 0)
@@ -523,8 +566,9 @@ static int check_run_args(const cli_args *args, run_state *s) {
 static int run_with_args(const cli_args *args, run_state *s) {
     int rc = check_run_args(args, s);
     if (rc) return rc;
-    rc = load(args, "q", &s->q) || load(args, "k", &s->k) || load(args, "v", &s->v);
+    rc = run_load(args, "q", &s->q) || run_load(args, "k", &s->k) || run_load(args, "v", &s->v);
     if (!rc) rc = setup_shapes(args, s);
+    if (!rc) rc = cache_load(args, s);
     if (!rc) rc = setup_options(args, s);
     if (!rc) rc = setup_block_layout(args, s);
     if (!rc) rc = setup_bias(args, s);

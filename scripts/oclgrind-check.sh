@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs clattn's own kernels on oclgrind, the OpenCL device simulator, and fails if it reports
 # anything (oclgrind itself exits 0 even when it finds errors, so its logs are inspected):
-#  1. the whole quick conformance sweep in one process, fused (cpu, gpu and flash variants) and
-#     gemm paths, checking invalid accesses, data races and API misuse, and that every result is
-#     right;
-#  2. each quick case of the fused path, for each fused variant, in its own process with the
+#  1. the whole quick conformance sweep in one process, fused (every variant: cpu, gpu, split and
+#     flash) and gemm paths, checking invalid accesses, data races and API misuse, and that every
+#     result is right;
+#  2. a KV cache through `clattn run --cache-len` (tests/cli_cache.sh), contiguous and paged;
+#  3. each quick case of the fused path, for each fused variant, in its own process with the
 #     uninitialized-value check as well. Built with -cl-opt-disable there: oclgrind 21.10's
 #     checker cannot execute the `freeze` and undef-lane shuffles that LLVM's optimizer emits,
 #     and its shadow state misreports packed buffers once a context has run a first call, so
 #     every case gets a fresh process;
-#  3. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
+#  4. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
 #     test build's emulation, CLATTN_TEST_FLASH_SUBGROUPS=emulate).
 # Usage: oclgrind-check.sh PATH/TO/clattn
 set -euo pipefail
@@ -35,10 +36,21 @@ if ! oclgrind --data-races --check-api --log "$logs/sweep.log" \
 fi
 report "$logs/sweep.log" "the quick sweep"
 
+echo "-- a KV cache, contiguous and paged, with appends (memory, races, API)"
+printf '#!/usr/bin/env bash\nexec oclgrind --data-races --check-api --log "%s/cache-$$.log" "$@"\n' \
+  "$logs" > "$logs/runner" # one log a process: several would overwrite one file
+chmod +x "$logs/runner"
+if ! bash "$(dirname "$0")/../tests/cli_cache.sh" "$clattn" "$logs/runner" > "$logs/out" 2>&1; then
+  echo "clattn run --cache-len failed on the simulator:"
+  cat "$logs/out"
+  failed=1
+fi
+for log in "$logs"/cache-*.log; do report "$log" "the KV cache"; done
+
 cases=$("$clattn" check --quick --list | wc -l)
-echo "-- $cases quick cases x 3 fused variants, each in its own process (+ uninitialized values)"
+echo "-- $cases quick cases x 4 fused variants, each in its own process (+ uninitialized values)"
 for ((i = 0; i < cases; i++)); do
-  for variant in cpu gpu flash; do
+  for variant in cpu gpu split flash; do
     log="$logs/case-$i-$variant.log"
     if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
          --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \

@@ -13,3 +13,30 @@ expect() {
   grep -qF -- "$text" "$work/stderr" || fail "'$*': stderr lacks '$text': $(cat "$work/stderr")"
   [ "$(wc -l < "$work/stderr")" -eq 1 ] || fail "'$*': not one line on stderr: $(cat "$work/stderr")"
 }
+
+# npy_header DESCR SHAPE: a version 1.0 .npy preamble padded to 64 bytes, as NumPy writes it
+npy_header() {
+  local dict="{'descr': '$1', 'fortran_order': False, 'shape': $2, }"
+  local pad=$(( (64 - (10 + ${#dict} + 1) % 64) % 64 ))
+  local len=$(( ${#dict} + pad + 1 ))
+  printf '\x93NUMPY\x01\x00'
+  printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+  printf '%s%*s\n' "$dict" "$pad" ''
+}
+
+# npy_i4 FILE SHAPE VALUE...: little-endian int32 values
+npy_i4() {
+  local file="$1" shape="$2"
+  shift 2
+  { npy_header '<i4' "$shape"
+    for v in "$@"; do
+      printf "\\x$(printf %02x $((v & 255)))\\x$(printf %02x $(((v >> 8) & 255)))"
+      printf "\\x$(printf %02x $(((v >> 16) & 255)))\\x$(printf %02x $(((v >> 24) & 255)))"
+    done; } > "$file"
+}
+
+# npy_reshape IN OUT SHAPE: the same data (a <f4 array) under another shape
+npy_reshape() {
+  local len=$(( $(od -An -tu2 -j8 -N2 "$1") ))
+  { npy_header '<f4' "$3"; tail -c +$((11 + len)) "$1"; } > "$2"
+}

@@ -18,7 +18,8 @@ printf '{"entries": [{"device": "another device", "variant": "flash", "block_m":
 "$clattn" tune --device 0 --time 3 --n 48 --repeat 1 > "$work/tune.txt" 2>&1 ||
   fail "clattn tune failed: $(cat "$work/tune.txt")"
 grep -q "before ms" "$work/tune.txt" || fail "no before/after table: $(cat "$work/tune.txt")"
-grep -q "^wrote the flash entry" "$work/tune.txt" || fail "no entry written: $(cat "$work/tune.txt")"
+grep -q "^wrote the flash entry" "$work/tune.txt" ||
+  fail "no entry written: $(cat "$work/tune.txt")"
 grep -q '"variant": "flash"' "$json" || fail "tuning.json has no flash entry: $(cat "$json")"
 grep -q '"another device"' "$json" || fail "the other entry was dropped: $(cat "$json")"
 [ -z "$(find "$CLATTN_CACHE_DIR" -name 'tuning.json.tmp*')" ] || fail "a temporary file is left"
@@ -29,7 +30,8 @@ grep -q '"another device"' "$json" || fail "the other entry was dropped: $(cat "
   fail "variants: $("$clattn" devices --variants)"
 entry=$(grep '"variant": "flash"' "$json" | grep -v "another device")
 field() { sed -E "s/.*\"$1\": ([0-9]+).*/\1/" <<< "$entry"; }
-expected="flash bm$(field block_m) bn$(field block_n) tm$(field tile_m) tn$(field tile_n) v$(field vector) s$(field stages)"
+expected="flash bm$(field block_m) bn$(field block_n) tm$(field tile_m) tn$(field tile_n)"
+expected+=" v$(field vector) s$(field stages)"
 index=$("$clattn" check --list --quick | grep -m1 "Nk=53 Dqk=32" | awk '{print $1}')
 line=$("$clattn" check --quick --case "$index" --path reference --dump "$work/cases" |
        grep -o 'clattn run.*')
@@ -37,7 +39,8 @@ line="${line#clattn }"
 read -r -a run <<< "${line/--path reference/--path fused}"
 CLATTN_VERBOSE=1 "$clattn" "${run[@]}" --variant flash --out "$work/o.npy" > "$work/run.txt" 2>&1 ||
   fail "run: $(cat "$work/run.txt")"
-grep -qF "$expected" "$work/run.txt" || fail "the run did not take '$expected': $(grep flash "$work/run.txt")"
+grep -qF "$expected" "$work/run.txt" ||
+  fail "the run did not take '$expected': $(grep flash "$work/run.txt")"
 
 # ---- options
 expect 2 "--variant" -- "$clattn" tune --variant cuda

@@ -1,8 +1,9 @@
 /*
  * The tuning database: planners take their tile sizes from it, and a tuning.json in the cache
  * folder overrides the built-in entry for one device and driver (only the fields it gives). A
- * malformed file is ignored, never trusted. clattn_tuning_save writes entries that later calls
- * take, and a context's own parameters (clattn_context_set_tuning) come before both.
+ * malformed file is ignored, never trusted; so is one behind a link or in a folder others
+ * can write to. clattn_tuning_save writes entries that later calls take, and a context's own
+ * parameters (clattn_context_set_tuning) come before both.
  */
 #include <criterion/criterion.h>
 
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char folder[64];
@@ -162,5 +164,36 @@ Test(tuning, nothing_is_written_with_the_cache_folder_off) {
     cr_expect_eq(clattn_tuning_file(path, sizeof path), CLATTN_ERR_UNSUPPORTED);
     cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_UNSUPPORTED);
     cr_expect_eq(clattn_tuning_save(ctx, (clattn_variant)99, &t), CLATTN_ERR_INVALID_ARGUMENT);
+    clattn_context_destroy(ctx);
+}
+
+/* tuning.json is read only as a regular file (not through a link) in a private folder. */
+Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    char text[512], path[128], real[128];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_m\": 4}]}",
+             info.name);
+    write_tuning(text);
+    snprintf(path, sizeof path, "%s/tuning.json", folder);
+    snprintf(real, sizeof real, "%s/real.json", folder);
+    cr_assert_eq(rename(path, real), 0);
+    cr_assert_eq(symlink(real, path), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8, "read through a link");
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(rename(real, path), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 4, "the regular file");
+    cr_assert_eq(chmod(folder, 0777), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8, "read in a folder others write");
+    clattn_tuning t; /* nor written there */
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_CPU, &t, NULL), CLATTN_SUCCESS);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_CPU, &t), CLATTN_ERR_IO, "%s",
+                 clattn_context_last_error(ctx));
+    cr_assert_eq(chmod(folder, 0700), 0);
     clattn_context_destroy(ctx);
 }

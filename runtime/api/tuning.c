@@ -55,10 +55,9 @@ static int read_params(const clattn_tuning *params, tuning_params *out) {
     return 0;
 }
 
-clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
+static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_variant variant,
                                         const clattn_tuning *params) {
     const attn_variant *row = variant_find(variant);
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (!row)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "unknown variant %d", (int)variant);
@@ -71,10 +70,18 @@ clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant vari
     return status ? ctx_error(ctx, status, "setting the tuning of %s", row->name) : status;
 }
 
-clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
-                                 const clattn_tuning *params) {
-    const attn_variant *row = variant_find(variant);
+clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
+                                        const clattn_tuning *params) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = set_tuning_in_call(ctx, variant, params);
+    context_leave(ctx);
+    return status;
+}
+
+static clattn_status tuning_save_in_call(clattn_context *ctx, clattn_variant variant,
+                                         const clattn_tuning *params) {
+    const attn_variant *row = variant_find(variant);
     ctx_clear_error(ctx);
     tuning_params p;
     if (!row || !params || read_params(params, &p))
@@ -85,10 +92,22 @@ clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
     return tuning_save(&ctx->device, row->name, &p, &ctx->error);
 }
 
+clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
+                                 const clattn_tuning *params) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = tuning_save_in_call(ctx, variant, params);
+    context_leave(ctx);
+    return status;
+}
+
+/* Where the file is, whether or not the folder exists yet (tuning_file_path also asks that it
+ * exists and is private, which the lookups and tuning_save need). */
 clattn_status clattn_tuning_file(char *path, size_t size) {
-    char buf[4200];
+    char dir[4096], buf[4200];
     if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!tuning_file_path(buf, sizeof buf)) return CLATTN_ERR_UNSUPPORTED;
+    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
+    snprintf(buf, sizeof buf, "%s/tuning.json", dir);
     if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
     snprintf(path, size, "%s", buf);
     return CLATTN_SUCCESS;

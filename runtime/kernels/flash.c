@@ -2,9 +2,10 @@
  * The flash variant (cl/flash.cl): attention shaped like FlashAttention-2 for GPUs. A work-group
  * owns BLOCK_M query rows and walks BLOCK_N-key tiles staged in local memory (double buffered);
  * each work-item holds a TILE_M x TILE_N micro-tile of scores and the matching rows of O, and a
- * row's maxima and sums are reduced over the work-items that share it, through subgroups where
- * the device has them and local memory where it does not. K and V are read in place, at their
- * storage width: no packing pass. The walk (query tiles, dilation classes, passes, tile kinds,
+ * row's maxima are reduced over the work-items that share it, through subgroups where the
+ * device has them and local memory where it does not (its sums each reads from the local P
+ * tile). K and V are read in place, at their storage width: no packing pass, and no q8_0 or KV
+ * cache (the split variant's). The walk (query tiles, dilation classes, passes, tile kinds,
  * lists) is the fused kernels' (plan/tiles.h, cl/fused_common.cl), so the planner's count of the
  * tiles it visits holds for this kernel too; the lists live on the device in the context's
  * cache (tile_cache.h), built once per pattern.
@@ -21,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FLASH_MAX_HEAD_DIM   256
+#define FLASH_MAX_HEAD_DIM   TILES_MAX_HEAD_DIM
 #define FLASH_MAX_MICRO_TILE 16
 #define FLASH_LOCAL_RESERVE  1024 /* bytes of local memory left to the implementation */
 
@@ -139,13 +140,23 @@ static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
 /* ---------------------------------------------------------------- the row */
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    if (pb && problem_is_cache(pb)) {
+        snprintf(why, size, "reads the call's K and V tensors: not a KV cache (the split variant "
+                            "does)");
+        return 0;
+    }
+    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+        snprintf(why, size, "stages float or 16-bit K/V tiles: not q8_0 (the split variant reads "
+                            "it)");
+        return 0;
+    }
     if (!pb || (pb->dim_qk <= FLASH_MAX_HEAD_DIM && pb->dim_v <= FLASH_MAX_HEAD_DIM)) return 1;
     snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", FLASH_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
     return 0;
 }
 
-static int suits(const clattn_device_info *device, char *why, size_t size) {
+static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
     snprintf(why, size, "auto uses the cpu variant on CPU devices");
     return 0;
@@ -184,6 +195,9 @@ static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
                          "flash: a key tile of K or V spans more than 2^31 elements (sequence "
                          "strides %zu, %zu): offsets within a tile are 32-bit",
                          pb->k.stride_seq, pb->v.stride_seq);
+    /* what a run allocates: its two parameter blocks and the tile counter (the lists are the
+     * context's, made here when new) */
+    plan->device_bytes = 2 * sizeof(attn_params) + sizeof(cl_uint);
     return tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
 }
 

@@ -7,25 +7,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUSED_MAX_HEAD_DIM 256
-
-/* Head dims the kernels are compiled for; a call uses the smallest bucket >= its dim. */
-static const unsigned head_dim_buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, 256};
-
-static unsigned bucket_for(size_t dim) {
-    for (size_t i = 0; i < ARRAY_LEN(head_dim_buckets); i++)
-        if (dim <= head_dim_buckets[i]) return head_dim_buckets[i];
-    return 0;
-}
-
 int fused_supports(const attn_problem *pb, char *why, size_t size) {
-    if (!pb || (pb->dim_qk <= FUSED_MAX_HEAD_DIM && pb->dim_v <= FUSED_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", FUSED_MAX_HEAD_DIM,
+    if (pb && problem_is_cache(pb)) {
+        snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
+        return 0;
+    }
+    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+        snprintf(why, size, "packs float K and V: not q8_0 (the split variant reads it)");
+        return 0;
+    }
+    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
     return 0;
 }
 
 /* ---------------------------------------------------------------- planning */
+
+static uint64_t device_bytes(const attn_problem *pb, const fused_state *st);
 
 clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_kind *kind) {
     const attn_problem *pb = plan->problem;
@@ -41,12 +40,14 @@ clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_ki
                          "%s: the tuning entry's tiles (block_m %u, block_n %u) are out of range "
                          "(block_m 1 to %d, block_n a multiple of 16)",
                          plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
-    st->dqk_pad = bucket_for(pb->dim_qk);
-    st->dv_pad = bucket_for(pb->dim_v);
+    st->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
+    st->dv_pad = tiles_head_dim_bucket(pb->dim_v);
     clattn_status status = kind->fit(ctx, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
-    return tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);
+    status = tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);
+    plan->device_bytes = device_bytes(pb, st);
+    return status;
 }
 
 void fused_release(variant_plan *plan) {
@@ -71,6 +72,19 @@ static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) 
         size_mul(n, sizeof(float), &n))
         return SIZE_MAX;
     return n;
+}
+
+/* About what a call allocates: the packed K and V with their flags (the global keys' too) and
+ * the lists; saturating. */
+static uint64_t device_bytes(const attn_problem *pb, const fused_state *st) {
+    const tile_geometry *g = &st->geometry;
+    const tile_lists *l = &st->lists;
+    int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
+    size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
+    uint64_t lists = 4 * ((uint64_t)l->num_lists + l->num_entries + l->num_rows);
+    uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
+    if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
+    return (uint64_t)k + v + flags + lists + (uint64_t)pb->mask.len_k;
 }
 
 /* The packed K, V and V flags of the class-grouped keys and of the global keys. */

@@ -43,7 +43,7 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return fused_supports(pb, why, size);
 }
 
-static int suits(const clattn_device_info *device, char *why, size_t size) {
+static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
     snprintf(why, size, "auto uses the cpu variant on CPU devices");
     return 0;

@@ -57,7 +57,7 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return 1;
 }
 
-static int suits(const clattn_device_info *device, char *why, size_t size) {
+static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     snprintf(why, size, "the reference is run on request only");
     return 0;
 }

@@ -12,9 +12,12 @@
 #include "plan/problem.h"
 #include "plan/tuning.h"
 
-/* The buffers of a call; lse and bias may be NULL. */
+/* The buffers of a call; lse and bias may be NULL. A KV cache also passes its device copies of
+ * the lengths and the block table (NULL: the variant uploads problem->kv's host arrays). */
 typedef struct attn_buffers {
     cl_mem q, k, v, o, lse, bias;
+    cl_mem seq_len, q_len, block_table;
+    uint64_t host_copies; /* bytes of them clattn_attention_host made (its copies of the arrays) */
 } attn_buffers;
 
 struct attn_variant;
@@ -26,7 +29,8 @@ typedef struct variant_plan {
     tuning_params tuning;
     tuning_source tuning_from;
     int write_lse;
-    void *state; /* the variant's, released by its release() */
+    uint64_t device_bytes; /* about what the call will allocate on the device (plan sets it) */
+    void *state;           /* the variant's, released by its release() */
 } variant_plan;
 
 typedef struct attn_variant {
@@ -38,9 +42,10 @@ typedef struct attn_variant {
     /* Whether the variant can serve the problem (NULL: any call) on ctx's device. When it
      * cannot, writes why into `why` and returns 0. Cheap and host-only. */
     int (*supports)(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size);
-    /* Whether `auto` should pick it on this device when it supports the call (a variant may
-     * run everywhere but suit only some devices). When not, writes why. */
-    int (*suits)(const clattn_device_info *device, char *why, size_t size);
+    /* Whether `auto` should pick it for this call (pb; NULL: calls in general) on this device
+     * when it supports the call: a variant may run everywhere but suit only some devices or
+     * shapes. When not, writes why. */
+    int (*suits)(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size);
     /* Plans the call into plan->state. May still find it cannot serve the call
      * (CLATTN_ERR_UNSUPPORTED, with the reason on ctx). */
     clattn_status (*plan)(clattn_context *ctx, variant_plan *plan);
@@ -67,5 +72,6 @@ extern const attn_variant variant_flash;
 extern const attn_variant variant_fused_gpu;
 extern const attn_variant variant_gemm;
 extern const attn_variant variant_reference;
+extern const attn_variant variant_split;
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 static const attn_variant *const table[] = {
+    &variant_split,     /* decoding and KV caches (auto: few query rows a kv head) */
     &variant_fused_cpu, /* CPU devices */
     &variant_flash,     /* other devices */
     &variant_fused_gpu, /* other devices where flash's tiles do not fit */

@@ -63,7 +63,14 @@
     X(row_mode, "fused: 0 query tiles of a class, 1 the rows listed in row_list")                  \
     X(num_listed_rows, "fused")                                                                    \
     X(use_tile_list, "fused: key tiles from tile_ptr/tile_idx instead of the window range")        \
-    X(write_lse, "")
+    X(write_lse, "")                                                                               \
+    X(per_sequence, "lengths from seq_len[] and q_len[] (KV caches), else len_k and len_q")        \
+    X(page_size, "0: K and V are [B, len_k, ...] tensors, else page pools (block_table)")          \
+    X(max_pages, "block table entries a sequence")                                                 \
+    X(group, "Hq / Hkv: query heads that share a kv head")                                         \
+    X(chunks, "split: key chunks a row, merged afterwards (1: no merge)")                          \
+    X(chunk_len, "split: keys a chunk")                                                            \
+    X(row_blocks, "split: blocks of query rows of one (b, kv head)")
 
 #define ATTN_PARAM_FIELD(name, comment) cl_long name;
 typedef struct attn_params {

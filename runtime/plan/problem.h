@@ -10,6 +10,17 @@
 #include "core/core.h"
 #include "plan/mask.h"
 
+/* Where K and V are, for kernels that read them in place: the call's own tensors, or a KV
+ * cache's storage (contiguous or paged) with a length per sequence (SPEC section 6). */
+typedef struct kv_view {
+    clattn_dtype dtype;         /* storage of K and V (the problem's dtype is Q's) */
+    const int32_t *seq_len;     /* host [B]: keys of sequence b; NULL: len_k each */
+    const int32_t *q_len;       /* host [B]: valid query rows of sequence b; NULL: len_q each */
+    size_t page_size;           /* 0: [B, len_k, ...] tensors; else page pools */
+    size_t max_pages;           /* block table entries a sequence */
+    const int32_t *block_table; /* host [B][max_pages] page indices, paged only */
+} kv_view;
+
 typedef struct attn_problem {
     /* SPEC section 1; all >= 1, lengths < 2^31, heads_q a multiple of heads_kv */
     size_t batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v;
@@ -26,7 +37,21 @@ typedef struct attn_problem {
     clattn_variant variant;
     size_t gemm_budget_bytes;
     int count_tiles;
+    kv_view kv; /* for a plain call: dtype, no lengths, not paged */
 } attn_problem;
+
+/* Whether the call reads K/V with lengths per sequence or from pages (a KV cache). */
+static inline int problem_is_cache(const attn_problem *pb) {
+    return pb->kv.seq_len != NULL || pb->kv.page_size != 0;
+}
+
+/* Keys and valid query rows of sequence b. */
+static inline size_t problem_keys(const attn_problem *pb, size_t b) {
+    return pb->kv.seq_len ? (size_t)pb->kv.seq_len[b] : pb->len_k;
+}
+static inline size_t problem_queries(const attn_problem *pb, size_t b) {
+    return pb->kv.q_len ? (size_t)pb->kv.q_len[b] : pb->len_q;
+}
 
 /* Which bias a check counts: the device buffer's (clattn_attention) or the host array's. */
 typedef enum bias_source { BIAS_FROM_BUFFER, BIAS_FROM_HOST, BIAS_FROM_EITHER } bias_source;

@@ -6,6 +6,13 @@
 
 enum { PASS_WINDOW, PASS_GLOBAL_KEYS, PASS_GLOBAL_ROWS }; /* as cl/fused_common.cl */
 
+unsigned tiles_head_dim_bucket(size_t dim) {
+    static const unsigned buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, TILES_MAX_HEAD_DIM};
+    for (size_t i = 0; i < ARRAY_LEN(buckets); i++)
+        if (dim <= buckets[i]) return buckets[i];
+    return 0;
+}
+
 void tiles_plan_geometry(const attn_problem *pb, unsigned block_m, unsigned block_n,
                          tile_geometry *g) {
     const mask_spec *m = &pb->mask;

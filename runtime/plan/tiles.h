@@ -16,6 +16,11 @@
 
 #include "plan/problem.h"
 
+/* Head dims the kernels are compiled for: a call uses the smallest bucket at least its dim
+ * (zero padded), up to TILES_MAX_HEAD_DIM; 0 above that. */
+#define TILES_MAX_HEAD_DIM 256
+unsigned tiles_head_dim_bucket(size_t dim);
+
 /* The most rows a query tile may have (the planners stay below it). */
 #define TILES_MAX_BLOCK_M 1024
 

@@ -59,6 +59,9 @@ static const tuning_entry built_in[] = {
     FLASH_CLASS(CPU, "", 32, 32, 4, 4, 4, 0),
     /* every other device: CLBlast's default of every device class */
     FLASH_CLASS(EVERY, "", 32, 32, 4, 2, 4, 1),
+    /* split: up to block_m query rows a work-item (also the most a kv head may have for auto to
+       pick it), chunks of at least block_n keys, wg_size work-items a compute unit */
+    {"split", EVERY, "", "", {.block_m = 16, .block_n = 256, .wg_size = 4, .vector = 16}},
     /* gemm: the masked softmax's work-group (a power of two up to this) */
     {"gemm", EVERY, "", "", {.wg_size = 256, .vector = 1}},
     {"reference", EVERY, "", "", {0}},
@@ -240,14 +243,15 @@ static struct {
 
 const char *tuning_file_path(char *buf, size_t size) {
     char dir[4096];
-    if (!program_cache_dir(dir, sizeof dir)) return NULL;
+    if (!program_cache_trusted_dir(dir, sizeof dir, 0)) return NULL; /* a folder others write */
     snprintf(buf, size, "%s/tuning.json", dir);
     return buf;
 }
 
+/* The file is read only when it is a regular file of under 16 MiB, not through a link. */
 static void reload_if_changed(const char *path) {
     struct stat st;
-    int exists = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 24);
+    int exists = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 24);
     if (exists && strcmp(path, user_file.path) == 0 && st.st_size == user_file.size &&
         st.st_mtim.tv_sec == user_file.mtime.tv_sec &&
         st.st_mtim.tv_nsec == user_file.mtime.tv_nsec)
@@ -258,10 +262,8 @@ static void reload_if_changed(const char *path) {
     snprintf(user_file.path, sizeof user_file.path, "%s", path);
     user_file.mtime = st.st_mtim;
     user_file.size = st.st_size;
-    FILE *f = fopen(path, "rb");
-    char *text = f ? malloc((size_t)st.st_size + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
-    if (f) fclose(f);
+    size_t got = 0;
+    char *text = read_regular_file(path, (size_t)1 << 24, 0, &got);
     if (text) user_file.entries = parse_entries(text, got, &user_file.count);
     free(text);
 }
@@ -353,9 +355,15 @@ static user_entry *entries_with(const user_entry *added, size_t *count) {
 clattn_status tuning_save(const clattn_device_info *device, const char *variant,
                           const tuning_params *params, error_record *err) {
     char path[4200], dir[4096];
-    if (!tuning_file_path(path, sizeof path) || !program_cache_dir(dir, sizeof dir))
+    if (!program_cache_dir(dir, sizeof dir))
         return error_set(err, CLATTN_ERR_UNSUPPORTED,
                          "the cache folder is off (CLATTN_CACHE_DIR=off): no tuning.json to write");
+    /* made 0700 when missing; refused when others could write to it, like the program cache */
+    if (!program_cache_trusted_dir(dir, sizeof dir, 1) || !tuning_file_path(path, sizeof path))
+        return error_set(err, CLATTN_ERR_IO,
+                         "the cache folder %s cannot be made or is not private "
+                         "(CLATTN_VERBOSE=1 says why): tuning.json not written",
+                         dir);
     user_entry added;
     memset(&added, 0, sizeof added);
     snprintf(added.device, sizeof added.device, "%s", device->name);
@@ -368,7 +376,7 @@ clattn_status tuning_save(const clattn_device_info *device, const char *variant,
     size_t count = 0, size = 0;
     user_entry *all = entries_with(&added, &count);
     char *text = all ? format_entries(all, count, &size) : NULL;
-    int e = !text ? ENOMEM : make_dirs(dir) != 0 ? errno : write_file_atomic(path, text, size);
+    int e = !text ? ENOMEM : write_file_atomic(path, text, size);
     free(all);
     free(text);
     free(user_file.entries); /* read again on the next lookup */

@@ -17,7 +17,7 @@
 /* Everything one reference call reads, shared by its rows. */
 typedef struct reference_call {
     const attn_problem *pb;
-    const void *q, *k, *v; /* pb->dtype storage at pb->q/k/v */
+    const void *q, *k, *v; /* pb->dtype (q) and pb->kv.dtype (k, v) storage at pb->q/k/v */
     const float *bias;     /* NULL or float32 at pb->bias */
     const mask_spec *mask;
     double scale;
@@ -25,8 +25,14 @@ typedef struct reference_call {
     int64_t *keys;  /* [len_k] scratch: the allowed keys themselves */
 } reference_call;
 
-/* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32). */
+/* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32; q8_0 as
+ * its block's scale times its int8). */
 static double load(const void *base, clattn_dtype dtype, size_t index) {
+    if (dtype == CLATTN_Q8_0) {
+        const uint8_t *block = (const uint8_t *)base + index / Q8_BLOCK * Q8_BLOCK_BYTES;
+        float scale = half_to_float((uint16_t)(block[0] | block[1] << 8));
+        return scale * (float)(int8_t)block[2 + index % Q8_BLOCK];
+    }
     if (dtype == CLATTN_F16) return half_to_float(((const uint16_t *)base)[index]);
     if (dtype == CLATTN_BF16) return bf16_to_float(((const uint16_t *)base)[index]);
     return ((const float *)base)[index];
@@ -56,7 +62,7 @@ static double score(const reference_call *c, size_t b, size_t h, size_t kvh, siz
     size_t qi = row_start(&d->q, b, h, i), kj = row_start(&d->k, b, kvh, j);
     double dot = 0.0;
     for (size_t x = 0; x < d->dim_qk; x++)
-        dot += load(c->q, d->dtype, qi + x) * load(c->k, d->dtype, kj + x);
+        dot += load(c->q, d->dtype, qi + x) * load(c->k, d->kv.dtype, kj + x);
     double s = beyond_float32_is_infinite(c->scale * dot);
     if (c->bias) s = add_saturating(s, c->bias[row_start(&d->bias, b, h, i) + j]);
     return s;
@@ -100,20 +106,19 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
         double p = exp(c->scores[t] - m);
         size_t vj = row_start(&d->v, b, kvh, (size_t)c->keys[t]);
         sum += p;
-        for (size_t x = 0; x < d->dim_v; x++) o_row[x] += p * load(c->v, d->dtype, vj + x);
+        for (size_t x = 0; x < d->dim_v; x++) o_row[x] += p * load(c->v, d->kv.dtype, vj + x);
     }
     for (size_t x = 0; x < d->dim_v; x++) o_row[x] /= sum;
     if (lse) *lse = m + log(sum); /* = log(sum of exp(s)), without overflow */
 }
 
-clattn_status reference_attention(const attn_problem *pb, const void *q, const void *k,
-                                  const void *v, const float *bias, double *o, double *lse) {
-    if (!q || !k || !v || !o || (pb->has_bias && !bias)) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status reference_dense(const attn_problem *pb, const void *q, const void *k,
+                                     const void *v, const float *bias, double *o, double *lse) {
     clattn_status status = CLATTN_SUCCESS;
     reference_call c = {pb,   q,   k, v, pb->has_bias ? bias : NULL, &pb->mask, (double)pb->scale,
                         NULL, NULL};
-    c.scores = malloc(pb->len_k * sizeof *c.scores);
-    c.keys = malloc(pb->len_k * sizeof *c.keys);
+    c.scores = malloc((pb->len_k + 1) * sizeof *c.scores); /* + 1: a sequence may be empty */
+    c.keys = malloc((pb->len_k + 1) * sizeof *c.keys);
     if (!c.scores || !c.keys) {
         status = CLATTN_ERR_OUT_OF_MEMORY;
         goto done;
@@ -127,6 +132,84 @@ done:
     free(c.keys);
     free(c.scores);
     return status;
+}
+
+/* ---------------------------------------------------------------- KV caches (SPEC section 6) */
+
+/* Row j of sequence b, kv head kvh, of a cache's K or V storage: the tensor's row, or through
+ * the block table (pages are the tensor's batch entries). */
+static size_t cache_row(const attn_problem *pb, const clattn_tensor *t, size_t b, size_t kvh,
+                        size_t j) {
+    const kv_view *kv = &pb->kv;
+    if (!kv->page_size) return row_start(t, b, kvh, j);
+    size_t page = (size_t)kv->block_table[b * kv->max_pages + j / kv->page_size];
+    return row_start(t, page, kvh, j % kv->page_size);
+}
+
+/* Sequence b's first `keys` rows of K or V, gathered dense [keys][Hkv][dim] in their storage. */
+static void *gather_rows(const attn_problem *pb, const void *storage, const clattn_tensor *t,
+                         size_t dim, size_t b, size_t keys) {
+    size_t row_bytes = dtype_bytes(pb->kv.dtype, dim); /* rows start whole q8_0 blocks */
+    unsigned char *dense = malloc(keys * pb->heads_kv * row_bytes + 1);
+    for (size_t j = 0; dense && j < keys; j++)
+        for (size_t kvh = 0; kvh < pb->heads_kv; kvh++)
+            memcpy(dense + (j * pb->heads_kv + kvh) * row_bytes,
+                   (const unsigned char *)storage +
+                       dtype_bytes(pb->kv.dtype, cache_row(pb, t, b, kvh, j)),
+                   row_bytes);
+    return dense;
+}
+
+/* Sequence b as a call of its own (SPEC section 6: section 1 on its first L_b rows, with its
+ * q_b queries the last positions): batch 1, Nq = q_b, Nk = L_b, K and V dense. */
+static attn_problem sequence_problem(const attn_problem *pb, size_t b) {
+    attn_problem sp = *pb;
+    size_t keys = problem_keys(pb, b), queries = problem_queries(pb, b);
+    sp.batch = 1, sp.len_q = queries, sp.len_k = keys;
+    sp.q.offset += b * pb->q.stride_batch;
+    sp.bias.offset += b * pb->bias.stride_batch;
+    sp.k =
+        (clattn_tensor){0, keys * pb->heads_kv * pb->dim_qk, pb->dim_qk, pb->heads_kv * pb->dim_qk};
+    sp.v = (clattn_tensor){0, keys * pb->heads_kv * pb->dim_v, pb->dim_v, pb->heads_kv * pb->dim_v};
+    sp.mask.len_q = (int64_t)queries, sp.mask.len_k = (int64_t)keys;
+    sp.mask.offset = (int64_t)keys - (int64_t)queries;
+    memset(&sp.kv, 0, sizeof sp.kv);
+    sp.kv.dtype = pb->kv.dtype;
+    return sp;
+}
+
+/* Each sequence on its own; rows past its queries are empty. */
+static clattn_status reference_sequences(const attn_problem *pb, const void *q, const void *k,
+                                         const void *v, const float *bias, double *o, double *lse) {
+    size_t rows = pb->batch * pb->heads_q * pb->len_q;
+    memset(o, 0, rows * pb->dim_v * sizeof *o);
+    for (size_t r = 0; lse && r < rows; r++) lse[r] = -INFINITY;
+    clattn_status status = CLATTN_SUCCESS;
+    for (size_t b = 0; status == CLATTN_SUCCESS && b < pb->batch; b++) {
+        attn_problem sp = sequence_problem(pb, b);
+        if (sp.len_q == 0) continue;
+        void *kb = gather_rows(pb, k, &pb->k, pb->dim_qk, b, sp.len_k);
+        void *vb = gather_rows(pb, v, &pb->v, pb->dim_v, b, sp.len_k);
+        double *ob = malloc(pb->heads_q * sp.len_q * pb->dim_v * sizeof *ob);
+        double *lb = malloc(pb->heads_q * sp.len_q * sizeof *lb);
+        status = kb && vb && ob && lb ? reference_dense(&sp, q, kb, vb, bias, ob, lb)
+                                      : CLATTN_ERR_OUT_OF_MEMORY;
+        for (size_t h = 0; status == CLATTN_SUCCESS && h < pb->heads_q; h++)
+            for (size_t i = 0; i < sp.len_q; i++) {
+                size_t at = (b * pb->heads_q + h) * pb->len_q + i, from = h * sp.len_q + i;
+                memcpy(o + at * pb->dim_v, ob + from * pb->dim_v, pb->dim_v * sizeof *o);
+                if (lse) lse[at] = lb[from];
+            }
+        free(kb), free(vb), free(ob), free(lb);
+    }
+    return status;
+}
+
+clattn_status reference_attention(const attn_problem *pb, const void *q, const void *k,
+                                  const void *v, const float *bias, double *o, double *lse) {
+    if (!q || !k || !v || !o || (pb->has_bias && !bias)) return CLATTN_ERR_INVALID_ARGUMENT;
+    return problem_is_cache(pb) ? reference_sequences(pb, q, k, v, bias, o, lse)
+                                : reference_dense(pb, q, k, v, bias, o, lse);
 }
 
 /* Writes the dense double O [B][Hq][Nq][Dv] into `o` at pb->o in pb->out_dtype (the 16-bit

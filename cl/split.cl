@@ -1,0 +1,342 @@
+/*
+ * Split-KV attention ("flash-decoding"), for calls with few query rows: decoding over a KV
+ * cache, and short query blocks. K and V are read where they are, in their storage type, from
+ * the caller's tensors or a cache's storage (contiguous, or pages through a block table), with a
+ * length per sequence: nothing is packed, so a decode step costs one pass over the cache.
+ *
+ * Work-item (row block rb, chunk c) x (b, kv head): it owns BLOCK_R query rows of one (b, kv
+ * head) - the rows r = i * group + g of its group of query heads, so that a key is read once
+ * for every head that shares it (GQA) - and the keys [c * chunk_len, (c + 1) * chunk_len) of
+ * the sequence. It walks them in tiles of 16 keys with an online softmax whose accumulator stays
+ * normalised (O = sum p V / sum p at every step, so values near FLT_MAX never overflow it).
+ * In a tile, each row's 16 dot products are kept lane by lane and summed across lanes all at
+ * once (sum_lanes16x16), and the V rows are read in passes of V_GROUP x 16 columns whose
+ * accumulators stay in registers. It writes a partial O and its LSE per chunk; merge_chunks
+ * combines the chunks exactly:
+ *     LSE = log sum_c exp(LSE_c),  O = sum_c exp(LSE_c - LSE) O_c.
+ * With one chunk the kernel writes O and LSE itself.
+ *
+ * Per sequence b (SPEC section 6): keys L_b = seq_len[b] (or len_k), valid query rows
+ * q_b = q_len[b] (or len_q), query i at key position p = i + L_b - q_b; rows i >= q_b are empty.
+ * Scores stay in the natural domain (a finite score never becomes -inf); exp(x) is
+ * exp2((x - max) * log2 e).
+ *
+ * Built after common.cl. Q is IN_DTYPE, K and V KV_DTYPE, O OUT_DTYPE. DQK_PAD and DV_PAD are
+ * multiples of 16 at least the head dims.
+ */
+#ifndef BLOCK_R
+#define BLOCK_R 4
+#endif
+#ifndef DQK_PAD
+#define DQK_PAD 64
+#endif
+#ifndef DV_PAD
+#define DV_PAD 64
+#endif
+#define KEY_TILE 16
+/* 16-wide columns of O a pass over a tile's V rows keeps in registers (with BLOCK_R rows) */
+#define V_GROUP (NDV % 4 == 0 ? 4 : NDV % 2 == 0 ? 2 : 1)
+#define NQK      (DQK_PAD / 16) /* 16-wide vectors of a q or k row */
+#define NDV      (DV_PAD / 16)  /* of a v or o row */
+
+/* Horizontal sum and maximum, lane by lane (oclgrind mis-tracks 16-wide .lo/.hi shuffles). */
+ALWAYS_INLINE float hsum16(float16 v) {
+    float a = ((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7));
+    float b = ((v.s8 + v.s9) + (v.sa + v.sb)) + ((v.sc + v.sd) + (v.se + v.sf));
+    return a + b;
+}
+
+ALWAYS_INLINE float hmax16(float16 v) {
+    float a =
+        fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
+    float b =
+        fmax(fmax(fmax(v.s8, v.s9), fmax(v.sa, v.sb)), fmax(fmax(v.sc, v.sd), fmax(v.se, v.sf)));
+    return fmax(a, b);
+}
+
+/* The rows of a work-item and their running state. */
+typedef struct row_block {
+    long b, kvh, keys, queries, offset; /* sequence b: L_b keys, q_b valid queries */
+    long h[BLOCK_R], i[BLOCK_R];        /* query head and row; i = -1: not a valid row */
+    long at[BLOCK_R];                   /* the row index i even when not valid (< 0: none) */
+    long lo[BLOCK_R], hi[BLOCK_R];      /* keys each row may see by causality and window */
+    float16 q[BLOCK_R][NQK];            /* pre-scaled by scale, zero past dim_qk */
+    float16 acc[BLOCK_R][NDV];          /* O so far, normalised */
+    float max[BLOCK_R], sum[BLOCK_R];   /* running maximum and sum of exp(s - max) */
+} row_block;
+
+/* 16 values of a K or V row from d0 on, zero past `dim`. */
+ALWAYS_INLINE float16 load_kv16(__global const KV_T *x, long row, int d0, long dim) {
+    if (d0 + 16 <= dim) return LOAD16_KV(x, row + d0);
+    float lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_KV(x, row + d0 + e) : 0.0f;
+    return vload16(0, lanes);
+}
+
+/* The block's rows, their key ranges and pre-scaled queries; returns 0 when none is valid. */
+ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
+                            __global const int *seq_len, __global const int *q_len, long rb,
+                            long bkv, float scale, row_block *t) {
+    t->b = bkv / P->heads_kv, t->kvh = bkv % P->heads_kv;
+    t->keys = P->per_sequence ? seq_len[t->b] : P->len_k;
+    t->queries = P->per_sequence ? q_len[t->b] : P->len_q;
+    t->offset = t->keys - t->queries;
+    int valid = 0;
+    for (int k = 0; k < BLOCK_R; k++) {
+        const long r = rb * BLOCK_R + k, i = r / P->group;
+        t->h[k] = t->kvh * P->group + r % P->group;
+        t->at[k] = i < P->len_q ? i : -1;
+        t->i[k] = i < t->queries && i < P->len_q ? i : -1;
+        t->lo[k] = 0, t->hi[k] = -1;
+        if (t->i[k] >= 0)
+            mask_class_range(i + t->offset, 0, 1, t->keys, P->left, P->right, (int)P->causal,
+                             !P->has_global, &t->lo[k], &t->hi[k]);
+        const long row = P->q_offset + t->b * P->q_stride_b + t->h[k] * P->q_stride_h +
+                         (t->i[k] < 0 ? 0 : t->i[k]) * P->q_stride_s;
+        float lanes[DQK_PAD];
+        for (int d = 0; d < DQK_PAD; d++)
+            lanes[d] = t->i[k] >= 0 && d < P->dim_qk ? LOAD_IN(Q, row + d) * scale : 0.0f;
+        #pragma unroll
+        for (int v = 0; v < NQK; v++) t->q[k][v] = vload16(v, lanes);
+        #pragma unroll
+        for (int v = 0; v < NDV; v++) t->acc[k][v] = (float16)0.0f;
+        t->max[k] = -INFINITY, t->sum[k] = 0.0f;
+        valid |= t->i[k] >= 0;
+    }
+    return valid;
+}
+
+/* Whether row k sees key j, beyond its [lo, hi] range: dilation, globals, layout. */
+ALWAYS_INLINE int pair_allowed(__constant attn_params *P, __global const uchar *is_global,
+                               __global const uchar *layout, const row_block *t, int k, long j) {
+    const long i = t->i[k], p = i + t->offset;
+    if (i < 0) return 0;
+    if (!P->has_global && !P->has_layout && P->dilation == 1)
+        return j >= t->lo[k] && j <= t->hi[k];
+    const int key_global = is_global_position(P, is_global, j);
+    const int row_global = is_global_position(P, is_global, p);
+    return mask_combine(mask_causal_ok(P->causal, p, j), layout_ok(P, layout, t->h[k], i, j),
+                        window_ok(P, p, j), key_global, row_global);
+}
+
+/* Lane c of the result is the sum of the 16 lanes of x[c]: four rounds of pairwise sums, each
+ * halving the partial sums a key keeps (16 -> 8 -> 4 -> 2 -> 1), instead of 16 horizontal
+ * sums. The rounds go through private arrays with vloadn/vstoren, which compilers turn into
+ * shuffles (and which oclgrind follows; it crashes on 16-wide swizzles built unoptimised). */
+ALWAYS_INLINE float16 sum_lanes16x16(const float16 x[KEY_TILE]) {
+    float b1[8][16], b2[4][16], b3[2][16], out[16];
+    #pragma unroll
+    for (int c = 0; c < 16; c++) { /* key c: 8 partials, in b1[c / 2] from lane 8 * (c % 2) */
+        float lanes[16];
+        vstore16(x[c], 0, lanes);
+        vstore8(vload8(0, lanes) + vload8(1, lanes), c % 2, b1[c / 2]);
+    }
+    #pragma unroll
+    for (int c = 0; c < 16; c++) /* 4 partials, in b2[c / 4] from lane 4 * (c % 4) */
+        vstore4(vload4(2 * (c % 2), b1[c / 2]) + vload4(2 * (c % 2) + 1, b1[c / 2]), c % 4,
+                b2[c / 4]);
+    #pragma unroll
+    for (int c = 0; c < 16; c++) /* 2 partials, in b3[c / 8] from lane 2 * (c % 8) */
+        vstore2(vload2(2 * (c % 4), b2[c / 4]) + vload2(2 * (c % 4) + 1, b2[c / 4]), c % 8,
+                b3[c / 8]);
+    #pragma unroll
+    for (int c = 0; c < 16; c++) out[c] = b3[c / 8][2 * (c % 8)] + b3[c / 8][2 * (c % 8) + 1];
+    return vload16(0, out);
+}
+
+/* Scores of the tile's keys j0 + c (c < n) for every row: scale * q.k (+ bias), -inf where the
+ * pair is masked or c >= n. s is [BLOCK_R][KEY_TILE]. */
+ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K,
+                               __global const int *block_table, __global const float *bias,
+                               __global const uchar *is_global, __global const uchar *layout,
+                               const row_block *t, long j0, int n, float s[BLOCK_R][KEY_TILE]) {
+    float16 dots[BLOCK_R][KEY_TILE]; /* q.k lane by lane; summed across lanes below */
+    for (int c = 0; c < KEY_TILE; c++) {
+        float16 k[NQK];
+        const long row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
+                                P->k_stride_s, t->b, t->kvh, j0 + min(c, n - 1));
+        #pragma unroll
+        for (int v = 0; v < NQK; v++) k[v] = load_kv16(K, row, v * 16, P->dim_qk);
+        #pragma unroll
+        for (int r = 0; r < BLOCK_R; r++) {
+            float16 dot = (float16)0.0f;
+            #pragma unroll
+            for (int v = 0; v < NQK; v++) dot = fma(t->q[r][v], k[v], dot);
+            dots[r][c] = dot;
+        }
+    }
+    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int simple = !P->has_global && !P->has_layout && P->dilation == 1;
+    #pragma unroll
+    for (int r = 0; r < BLOCK_R; r++) {
+        float16 x = sum_lanes16x16(dots[r]);
+        /* the row's key range [lo, hi] relative to j0, clamped to the tile */
+        const int lo = t->i[r] < 0 ? 1 : (int)clamp(t->lo[r] - j0, -1L, (long)KEY_TILE);
+        const int hi = t->i[r] < 0 ? 0 : (int)clamp(t->hi[r] - j0, -1L, (long)KEY_TILE);
+        const int16 out = (key >= (int16)n) | ((int16)(simple ? -1 : 0) &
+                                                ((key < (int16)lo) | (key > (int16)hi)));
+        x = select(x, (float16)(-INFINITY), out);
+        vstore16(x, 0, s[r]);
+        for (int c = 0; c < n; c++) {
+            if (!simple && !pair_allowed(P, is_global, layout, t, r, j0 + c))
+                s[r][c] = -INFINITY;
+            else if (P->has_bias && s[r][c] != -INFINITY)
+                s[r][c] = add_saturating(s[r][c], bias[P->bias_offset + t->b * P->bias_stride_b +
+                                                       t->h[r] * P->bias_stride_h +
+                                                       t->i[r] * P->bias_stride_s + j0 + c]);
+        }
+    }
+}
+
+/* Online softmax over one tile of scores s[row][key], 16-wide: the new maxima, and s turned
+ * into the weights of the normalised update acc = acc * keep + sum_c s[c] V[c]. */
+ALWAYS_INLINE void tile_weights(row_block *t, float s[BLOCK_R][KEY_TILE], float keep[BLOCK_R]) {
+    #pragma unroll
+    for (int r = 0; r < BLOCK_R; r++) {
+        const float16 x = vload16(0, s[r]);
+        const float new_max = fmax(t->max[r], hmax16(x));
+        const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
+        const float alpha = exp2((t->max[r] - base) * M_LOG2E_F);
+        const float16 e = exp2((x - base) * M_LOG2E_F);
+        const float new_sum = t->sum[r] * alpha + hsum16(e);
+        const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
+        keep[r] = t->sum[r] * alpha * inv;
+        vstore16(e * inv, 0, s[r]);
+        t->max[r] = new_max;
+        t->sum[r] = new_sum;
+    }
+}
+
+/* Whether a valid row gives one of the tile's first n keys a zero weight: such a key must add
+ * nothing (not 0 * an infinite or NaN value), so the update goes key by key. */
+ALWAYS_INLINE int has_zero_weight(const row_block *t, float s[BLOCK_R][KEY_TILE], int n) {
+    int zero = 0;
+    #pragma unroll
+    for (int r = 0; r < BLOCK_R; r++)
+        for (int c = 0; c < n; c++) zero |= t->i[r] >= 0 && s[r][c] == 0.0f;
+    return zero;
+}
+
+/* One tile of keys [j0, j0 + n), n <= 16. */
+ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const KV_T *K,
+                               __global const KV_T *V, __global const int *block_table,
+                               __global const float *bias, __global const uchar *is_global,
+                               __global const uchar *layout, row_block *t, long j0, int n) {
+    float s[BLOCK_R][KEY_TILE], keep[BLOCK_R];
+    long row[KEY_TILE];
+    tile_scores(P, K, block_table, bias, is_global, layout, t, j0, n, s);
+    tile_weights(t, s, keep);
+    for (int c = 0; c < n; c++)
+        row[c] = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h, P->v_stride_s,
+                        t->b, t->kvh, j0 + c);
+    const int by_key = has_zero_weight(t, s, n);
+    #pragma unroll
+    for (int g = 0; g < NDV; g += V_GROUP) { /* V_GROUP x 16 columns of O in registers */
+        float16 acc[BLOCK_R][V_GROUP];
+        #pragma unroll
+        for (int r = 0; r < BLOCK_R; r++)
+            #pragma unroll
+            for (int v = 0; v < V_GROUP; v++) acc[r][v] = t->acc[r][g + v] * keep[r];
+        for (int c = 0; c < n; c++) {
+            float16 vv[V_GROUP];
+            #pragma unroll
+            for (int v = 0; v < V_GROUP; v++)
+                vv[v] = load_kv16(V, row[c], (g + v) * 16, P->dim_v);
+            #pragma unroll
+            for (int r = 0; r < BLOCK_R; r++) {
+                if (by_key && s[r][c] == 0.0f) continue;
+                #pragma unroll
+                for (int v = 0; v < V_GROUP; v++)
+                    acc[r][v] = fma((float16)s[r][c], vv[v], acc[r][v]);
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < BLOCK_R; r++)
+            #pragma unroll
+            for (int v = 0; v < V_GROUP; v++) t->acc[r][g + v] = acc[r][v];
+    }
+}
+
+/* The keys any row of the block may see within chunk c: [*first, *end). */
+ALWAYS_INLINE void chunk_keys(__constant attn_params *P, const row_block *t, long c, long *first,
+                              long *end) {
+    long lo = LONG_MAX, hi = -1;
+    #pragma unroll
+    for (int r = 0; r < BLOCK_R; r++)
+        if (t->i[r] >= 0 && t->lo[r] <= t->hi[r]) lo = min(lo, t->lo[r]), hi = max(hi, t->hi[r]);
+    *first = max(lo, c * P->chunk_len);
+    *end = min(hi + 1, min((c + 1) * P->chunk_len, t->keys));
+}
+
+/* Chunk results: O and LSE themselves with one chunk, else the partials of chunk c. An empty
+ * row (no allowed key) has O = 0 and LSE = -inf; a row of NaN scores stays NaN. */
+ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, long c,
+                              __global float *O_part, __global float *LSE_part,
+                              __global OUT_T *O, __global float *LSE) {
+    #pragma unroll
+    for (int r = 0; r < BLOCK_R; r++) {
+        if (t->at[r] < 0 || (t->i[r] < 0 && P->chunks > 1)) continue; /* merge_chunks does */
+        const int empty = t->i[r] < 0 || (t->max[r] == -INFINITY && t->sum[r] == 0.0f);
+        const float lse = empty ? -INFINITY : t->max[r] + log(t->sum[r]);
+        float o[DV_PAD];
+        #pragma unroll
+        for (int v = 0; v < NDV; v++) vstore16(empty ? (float16)0.0f : t->acc[r][v], v, o);
+        const long row = (t->b * P->heads_q + t->h[r]) * P->len_q + t->at[r];
+        if (P->chunks > 1) {
+            for (int d = 0; d < P->dim_v; d++) O_part[(row * P->chunks + c) * P->dim_v + d] = o[d];
+            LSE_part[row * P->chunks + c] = lse;
+            continue;
+        }
+        const long at = P->o_offset + t->b * P->o_stride_b + t->h[r] * P->o_stride_h +
+                        t->at[r] * P->o_stride_s;
+        for (int d = 0; d < P->dim_v; d++) STORE_OUT(o[d], O, at + d);
+        if (P->write_lse) LSE[row] = lse;
+    }
+}
+
+/* Work-item (rb * chunks + c, b * Hkv + kvh). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attention_split(__constant attn_params *P, __global const IN_T *Q, __global const KV_T *K,
+                __global const KV_T *V, __global const int *seq_len, __global const int *q_len,
+                __global const int *block_table, __global const float *bias,
+                __global const uchar *is_global, __global const uchar *layout,
+                __global float *O_part, __global float *LSE_part, __global OUT_T *O,
+                __global float *LSE, float scale) {
+    row_block t;
+    const long rb = get_global_id(0) / P->chunks, c = get_global_id(0) % P->chunks;
+    /* with one chunk, rows past a sequence's queries are written empty here */
+    if (!load_rows(P, Q, seq_len, q_len, rb, get_global_id(1), scale, &t) && P->chunks > 1) return;
+    long first, end;
+    chunk_keys(P, &t, c, &first, &end);
+    for (long j0 = first; j0 < end; j0 += KEY_TILE)
+        attend_tile(P, K, V, block_table, bias, is_global, layout, &t, j0,
+                    (int)min((long)KEY_TILE, end - j0));
+    store_rows(P, &t, c, O_part, LSE_part, O, LSE);
+}
+
+/* The chunks of every row merged: work-item (d, row) with row = (b * Hq + h) * Nq + i. Rows
+ * past a sequence's valid queries (never written by attention_split) get O = 0, LSE = -inf. */
+__kernel void merge_chunks(__constant attn_params *P, __global const int *q_len,
+                           __global const float *O_part, __global const float *LSE_part,
+                           __global OUT_T *O, __global float *LSE) {
+    const long d = get_global_id(0), row = get_global_id(1);
+    const long i = row % P->len_q, bh = row / P->len_q, b = bh / P->heads_q, h = bh % P->heads_q;
+    const long queries = P->per_sequence ? q_len[b] : P->len_q;
+    float m = -INFINITY;
+    for (long c = 0; i < queries && c < P->chunks; c++) {
+        const float l = LSE_part[row * P->chunks + c];
+        m = isnan(l) || l > m ? (isnan(m) ? m : l) : m;
+    }
+    const int empty = m == -INFINITY;
+    float sum = 0.0f, o = 0.0f;
+    for (long c = 0; !empty && c < P->chunks; c++) {
+        const float l = LSE_part[row * P->chunks + c];
+        if (l == -INFINITY) continue; /* a chunk with no allowed key adds nothing */
+        const float w = exp2((l - m) * M_LOG2E_F);
+        sum += w;
+        o += w * O_part[(row * P->chunks + c) * P->dim_v + d];
+    }
+    const long at = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + i * P->o_stride_s;
+    STORE_OUT(empty ? 0.0f : o / sum, O, at + d);
+    if (d == 0 && P->write_lse) LSE[row] = empty ? -INFINITY : m + log(sum);
+}

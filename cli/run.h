@@ -1,0 +1,67 @@
+/* What `clattn run` and its KV cache mode (run_cache.c) share. */
+#ifndef CLATTN_CLI_RUN_H
+#define CLATTN_CLI_RUN_H
+
+#include "args.h"
+#include "npy.h"
+#include "outfile.h"
+
+#include <limits.h>
+
+struct cache_run; /* run_cache.c: the cache inputs and outputs */
+
+/* What the command holds while it runs. */
+typedef struct run_state {
+    npy_array q, k, v, bias, layout;
+    npy_array ref;      /* --compare REF.npy, read and checked before computing */
+    float *bias_f32;    /* the bias widened to float32, when it was stored as float16 */
+    uint8_t *layout_u8; /* the layout as 0/1 bytes */
+    int64_t *globals;
+    clattn_attention_desc desc;
+    clattn_layout layout_kind;
+    void *o;
+    float *lse;
+    struct cache_run *cache; /* --cache-len: K and V are caches (SPEC section 6) */
+} run_state;
+
+/* One file a run writes. */
+typedef struct run_output {
+    const char *option, *path;
+    npy_dtype dtype;
+    size_t ndim;
+    const size_t *shape;
+    const void *data;
+    outfile_target target;   /* where and how it is written (outfile.h) */
+    char tmp[PATH_MAX + 32]; /* a regular file's temporary name: written first, renamed last */
+    int staged;              /* tmp holds the output, not yet renamed */
+} run_output;
+
+/* cmd_run.c: reads the file of an option (one line naming the problem on failure); a 4-D
+ * tensor's sizes in the layout; an array's storage type (<u2: bfloat16 bits); an array rounded
+ * to another storage type in place. Each returns 0, or 1 after printing the problem. */
+int run_load(const cli_args *args, const char *option, npy_array *out);
+int run_tensor_dims(const cli_args *args, const char *option, const npy_array *a,
+                    clattn_layout layout, size_t dims[4]);
+clattn_dtype run_storage_of(npy_dtype dtype);
+int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
+
+/* run_cache.c: the options of the cache mode, their checks, reading, computing and outputs. */
+#define CACHE_RUN_OPTIONS                                                                          \
+    {"cache-len", "L.npy", "<i4 [B]: K and V are caches of these lengths (SPEC section 6)"},       \
+        {"k-new", "KN.npy", "with --cache-len: rows to append, [B,Nnew,Hkv,Dqk]"},                 \
+        {"v-new", "VN.npy", "with --cache-len: rows to append, [B,Nnew,Hkv,Dv]"},                  \
+        {"new-len", "NL.npy", "<i4 [B]: how many of the new rows each sequence appends"},          \
+        {"q-len", "QL.npy", "<i4 [B]: valid query rows of each sequence (default Nq)"},            \
+        {"page-table", "T.npy", "<i4 [B,pages]: K and V are page pools [pages,P,Hkv,D]"},          \
+        {"page-size", "P", "rows a page (with --page-table)"},                                     \
+        {"k-cache-out", "KC.npy", "write the K cache (or pool) after the append"}, {               \
+        "v-cache-out", "VC.npy", "write the V cache (or pool) after the append"                    \
+    }
+
+int cache_check_args(const cli_args *args);
+int cache_load(const cli_args *args, run_state *s);
+int cache_compute(const cli_args *args, run_state *s, char *where, size_t where_size);
+void cache_outputs(const cli_args *args, const run_state *s, run_output *outs, size_t *n);
+void cache_release(run_state *s);
+
+#endif

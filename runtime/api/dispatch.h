@@ -1,0 +1,13 @@
+/* What the API's entry points share: a checked problem, its buffers, and the dispatcher. */
+#ifndef CLATTN_DISPATCH_H
+#define CLATTN_DISPATCH_H
+
+#include "kernels/variant.h"
+
+/* Checks the buffers against the problem's extents, runs the variant the call names or the one
+ * `auto` picks (the variant table), and records the statistics and, when timing, the kernel
+ * time. @return the call's status; the message is on ctx. */
+clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
+                                   const attn_buffers *b, cl_event *event);
+
+#endif

@@ -1,0 +1,532 @@
+/*
+ * The KV cache object (SPEC section 6): it owns, or wraps, the device storage of B sequences'
+ * keys and values - contiguous [B, capacity, Hkv, D], or a pool of pages with a block table -
+ * and their lengths (host copy, and a device copy for the kernels). Appends write new rows after
+ * each sequence's length (cl/kv_cache.cl); attention over the cache is a call like any other,
+ * whose problem reads K and V through the cache's view, served by the variant table.
+ *
+ * Every change is checked in full before anything is written, so a refused call leaves the
+ * cache exactly as it was.
+ */
+#include "api/dispatch.h"
+#include "plan/params.h"
+#include "reference/reference.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct clattn_kv_cache {
+    clattn_context *ctx;
+    clattn_kv_cache_desc desc;
+    int wrapped;                      /* k and v are the caller's */
+    size_t max_pages;                 /* paged: capacity / page_size */
+    clattn_tensor k_tensor, v_tensor; /* addressing of the storage (pages are "batch" entries) */
+    size_t k_bytes, v_bytes;
+    cl_mem k, v;
+    int32_t *lengths; /* host [B] */
+    cl_mem lengths_buf;
+    int32_t *table; /* host [B][max_pages], paged */
+    cl_mem table_buf;
+};
+
+/* ---------------------------------------------------------------- creating */
+
+static clattn_status check_desc(clattn_context *ctx, const clattn_kv_cache_desc *given,
+                                clattn_kv_cache_desc *d) {
+    if (!given || struct_read(d, sizeof *d, given, given->struct_size, sizeof *d))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache: desc is NULL or its struct_size is wrong: start from "
+                         "clattn_kv_cache_desc_init");
+    if (!d->batch || !d->heads_kv || !d->dim_qk || !d->dim_v || !d->capacity ||
+        d->capacity > INT32_MAX)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache: sizes must be >= 1, capacity < 2^31 (B=%zu Hkv=%zu Dqk=%zu "
+                         "Dv=%zu capacity=%zu)",
+                         d->batch, d->heads_kv, d->dim_qk, d->dim_v, d->capacity);
+    if (!kv_dtype_known(d->dtype) ||
+        (d->layout != CLATTN_LAYOUT_BSHD && d->layout != CLATTN_LAYOUT_BHSD))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: unknown dtype or layout");
+    if (d->dtype == CLATTN_Q8_0 && (d->dim_qk % Q8_BLOCK || d->dim_v % Q8_BLOCK))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache: q8_0 rows are whole blocks of %d: Dqk=%zu and Dv=%zu must be "
+                         "multiples of %d",
+                         Q8_BLOCK, d->dim_qk, d->dim_v, Q8_BLOCK);
+    if (d->page_size && (d->capacity % d->page_size || !d->num_pages || d->num_pages > INT32_MAX))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache: a paged capacity (%zu) must be a multiple of page_size (%zu), "
+                         "with 1 to 2^31-1 pages (got %zu)",
+                         d->capacity, d->page_size, d->num_pages);
+    return CLATTN_SUCCESS;
+}
+
+/* The storage's addressing and size: [entries][rows][Hkv][D] (or [entries][Hkv][rows][D]),
+ * entries being sequences (contiguous) or pages. */
+static clattn_status plan_storage(clattn_context *ctx, clattn_kv_cache *c) {
+    const clattn_kv_cache_desc *d = &c->desc;
+    size_t entries = d->page_size ? d->num_pages : d->batch;
+    size_t rows = d->page_size ? d->page_size : d->capacity, elem = dtype_size(d->dtype);
+    c->max_pages = d->page_size ? d->capacity / d->page_size : 0;
+    size_t k_elements = 0, v_elements = 0;
+    if (clattn_tensor_dense(&c->k_tensor, d->layout, d->heads_kv, rows, d->dim_qk, 0) ||
+        clattn_tensor_dense(&c->v_tensor, d->layout, d->heads_kv, rows, d->dim_v, 0) ||
+        size_mul(entries, c->k_tensor.stride_batch, &k_elements) ||
+        size_mul(k_elements, elem, &c->k_bytes) ||
+        size_mul(entries, c->v_tensor.stride_batch, &v_elements) ||
+        size_mul(v_elements, elem, &c->v_bytes))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: the storage size overflows");
+    c->k_bytes = dtype_bytes(d->dtype, k_elements); /* elem bounds q8_0's 34/32 above */
+    c->v_bytes = dtype_bytes(d->dtype, v_elements);
+    return CLATTN_SUCCESS;
+}
+
+/* The host lengths (from `lengths` or zero), the block table (-1: no page) and their device
+ * copies. */
+static clattn_status make_bookkeeping(clattn_context *ctx, clattn_kv_cache *c,
+                                      const int32_t *lengths) {
+    size_t b = c->desc.batch, entries = b * c->max_pages;
+    c->lengths = calloc(b, sizeof *c->lengths);
+    c->table = malloc((entries ? entries : 1) * sizeof *c->table);
+    if (!c->lengths || !c->table) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache");
+    if (lengths) memcpy(c->lengths, lengths, b * sizeof *c->lengths);
+    for (size_t i = 0; i < entries; i++) c->table[i] = -1;
+    cl_mem_flags copy = CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR;
+    clattn_status s = buffer_create(ctx, copy, b * 4, c->lengths, &c->lengths_buf, "lengths");
+    if (!s)
+        s = buffer_create(ctx, copy, (entries ? entries : 1) * 4, c->table, &c->table_buf,
+                          "block table");
+    return s;
+}
+
+clattn_status clattn_kv_cache_desc_init_sized(clattn_kv_cache_desc *desc, size_t struct_size,
+                                              size_t batch, size_t heads_kv, size_t dim_qk,
+                                              size_t dim_v, size_t capacity) {
+    clattn_kv_cache_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = batch, d.heads_kv = heads_kv, d.dim_qk = dim_qk, d.dim_v = dim_v;
+    d.capacity = capacity;
+    return struct_init(desc, struct_size, &d, sizeof d, sizeof d) ? CLATTN_ERR_INVALID_ARGUMENT
+                                                                  : CLATTN_SUCCESS;
+}
+
+/* A cache with its storage planned and its bookkeeping made; storage buffers still to come. */
+static clattn_status cache_start(clattn_context *ctx, const clattn_kv_cache_desc *desc,
+                                 const int32_t *lengths, clattn_kv_cache **out) {
+    clattn_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return CLATTN_ERR_OUT_OF_MEMORY;
+    c->ctx = ctx;
+    clattn_status s = check_desc(ctx, desc, &c->desc);
+    if (!s) s = plan_storage(ctx, c);
+    for (size_t b = 0; !s && lengths && b < c->desc.batch; b++)
+        if (lengths[b] < 0 || (size_t)lengths[b] > c->desc.capacity || c->desc.page_size)
+            s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                          "kv cache: length %d of sequence %zu is not in [0, %zu]%s", lengths[b], b,
+                          c->desc.capacity,
+                          c->desc.page_size ? " (a paged cache starts empty)" : "");
+    if (!s) s = make_bookkeeping(ctx, c, lengths);
+    if (s) clattn_kv_cache_destroy(c);
+    *out = s ? NULL : c;
+    return s;
+}
+
+clattn_status clattn_kv_cache_create(clattn_context *ctx, const clattn_kv_cache_desc *desc,
+                                     clattn_kv_cache **cache) {
+    if (!ctx || !cache) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    clattn_kv_cache *c = NULL;
+    clattn_status s = cache_start(ctx, desc, NULL, &c);
+    if (!s) s = buffer_create(ctx, CL_MEM_READ_WRITE, c->k_bytes, NULL, &c->k, "K cache");
+    if (!s) s = buffer_create(ctx, CL_MEM_READ_WRITE, c->v_bytes, NULL, &c->v, "V cache");
+    const unsigned char zero = 0;
+    cl_int err = CL_SUCCESS;
+    if (!s) err = clEnqueueFillBuffer(ctx->queue, c->k, &zero, 1, 0, c->k_bytes, 0, NULL, NULL);
+    if (!s && !err)
+        err = clEnqueueFillBuffer(ctx->queue, c->v, &zero, 1, 0, c->v_bytes, 0, NULL, NULL);
+    if (!s && err) s = ctx_cl_error(ctx, err, "kv cache: zeroing the storage");
+    if (s) clattn_kv_cache_destroy(c);
+    *cache = s ? NULL : c;
+    return s;
+}
+
+clattn_status clattn_kv_cache_wrap(clattn_context *ctx, const clattn_kv_cache_desc *desc, cl_mem k,
+                                   cl_mem v, const int32_t *lengths, clattn_kv_cache **cache) {
+    if (!ctx || !cache) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    clattn_kv_cache *c = NULL;
+    clattn_status s = cache_start(ctx, desc, lengths, &c);
+    if (!s && (buffer_size(k) < c->k_bytes || buffer_size(v) < c->v_bytes))
+        s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                      "kv cache: the storage needs %zu bytes of K and %zu of V; the buffers hold "
+                      "%zu and %zu",
+                      c->k_bytes, c->v_bytes, buffer_size(k), buffer_size(v));
+    if (!s) {
+        clRetainMemObject(k), clRetainMemObject(v);
+        c->k = k, c->v = v, c->wrapped = 1;
+    } else {
+        clattn_kv_cache_destroy(c);
+        c = NULL;
+    }
+    *cache = c;
+    return s;
+}
+
+void clattn_kv_cache_destroy(clattn_kv_cache *c) {
+    if (!c) return;
+    cl_mem all[] = {c->k, c->v, c->lengths_buf, c->table_buf};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (all[i]) clReleaseMemObject(all[i]);
+    free(c->lengths);
+    free(c->table);
+    free(c);
+}
+
+clattn_status clattn_kv_cache_buffers(const clattn_kv_cache *c, cl_mem *k, cl_mem *v) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (k) *k = c->k;
+    if (v) *v = c->v;
+    return CLATTN_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- lengths and pages */
+
+/* Whether rows [0, rows) of sequence b have pages (always, for contiguous storage); else names
+ * the first row without one. */
+static int rows_have_pages(const clattn_kv_cache *c, const int32_t *table, size_t b, size_t first,
+                           size_t end, size_t *missing) {
+    for (size_t row = first; c->desc.page_size && row < end; row += c->desc.page_size) {
+        size_t page = row / c->desc.page_size;
+        if (table[b * c->max_pages + page] < 0) {
+            *missing = row;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Uploads host lengths (and the table) to their device copies; waits, so the host arrays may
+ * change right after. */
+static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, const int32_t *host, size_t count,
+                            const char *what) {
+    cl_int err =
+        clEnqueueWriteBuffer(c->ctx->queue, buffer, CL_TRUE, 0, count * 4, host, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(c->ctx, err, what);
+}
+
+clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    if (!c->desc.page_size || !table)
+        return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: %s",
+                         table ? "a contiguous cache has no block table"
+                               : "the block table is NULL");
+    for (size_t b = 0; b < c->desc.batch; b++) {
+        for (size_t p = 0; p < c->max_pages; p++) {
+            int32_t page = table[b * c->max_pages + p];
+            if (page < -1 || page >= (int64_t)c->desc.num_pages)
+                return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                                 "kv cache: block table entry [%zu][%zu] = %d is not a page in "
+                                 "[0, %zu) nor -1",
+                                 b, p, page, c->desc.num_pages);
+        }
+        size_t missing = 0;
+        if (!rows_have_pages(c, table, b, 0, (size_t)c->lengths[b], &missing))
+            return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache: sequence %zu holds %d rows but the new table gives row "
+                             "%zu no page",
+                             b, c->lengths[b], missing);
+    }
+    memcpy(c->table, table, c->desc.batch * c->max_pages * sizeof *table);
+    return upload(c, c->table_buf, c->table, c->desc.batch * c->max_pages, "kv cache: table");
+}
+
+clattn_status clattn_kv_cache_lengths(const clattn_kv_cache *c, int32_t *lengths) {
+    if (!c || !lengths) return CLATTN_ERR_INVALID_ARGUMENT;
+    memcpy(lengths, c->lengths, c->desc.batch * sizeof *lengths);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *lengths) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    if (!lengths) return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: lengths NULL");
+    for (size_t b = 0; b < c->desc.batch; b++) {
+        size_t missing = 0;
+        if (lengths[b] < 0 || (size_t)lengths[b] > c->desc.capacity)
+            return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache: length %d of sequence %zu is not in [0, %zu]", lengths[b],
+                             b, c->desc.capacity);
+        if (!rows_have_pages(c, c->table, b, 0, (size_t)lengths[b], &missing))
+            return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache: sequence %zu: row %zu of length %d has no page in the "
+                             "block table",
+                             b, missing, lengths[b]);
+    }
+    memcpy(c->lengths, lengths, c->desc.batch * sizeof *lengths);
+    return upload(c, c->lengths_buf, c->lengths, c->desc.batch, "kv cache: lengths");
+}
+
+/* ---------------------------------------------------------------- appending */
+
+/* The rows to append, checked against the cache: buffers large enough, new_len in [0, len],
+ * and every sequence's new rows within its capacity and its pages. *counts gets new_len. */
+static clattn_status check_append(clattn_kv_cache *c, const clattn_kv_rows *r, int32_t *counts) {
+    clattn_context *ctx = c->ctx;
+    const clattn_kv_cache_desc *d = &c->desc;
+    if (!r || !r->k || !r->v || !dtype_known(r->dtype))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache append: rows, their buffers or dtype missing");
+    clattn_attention_desc span; /* the extents of [B, len, Hkv, D] through the checker */
+    clattn_attention_desc_init(&span, CLATTN_LAYOUT_BSHD, d->batch, d->heads_kv, d->heads_kv,
+                               r->len ? r->len : 1, r->len ? r->len : 1, d->dim_qk, d->dim_v);
+    span.dtype = span.out_dtype = r->dtype;
+    span.k = r->k_tensor, span.v = r->v_tensor;
+    clattn_attention_extents ext;
+    char message[512];
+    if (clattn_attention_desc_check(&span, &ext, message, sizeof message) != CLATTN_SUCCESS)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache append: %s", message);
+    if (buffer_size(r->k) < ext.k || buffer_size(r->v) < ext.v)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache append: %zu new rows need %zu bytes of K and %zu of V; the "
+                         "buffers hold %zu and %zu",
+                         r->len, ext.k, ext.v, buffer_size(r->k), buffer_size(r->v));
+    for (size_t b = 0; b < d->batch; b++) {
+        counts[b] = r->new_len ? r->new_len[b] : (int32_t)r->len;
+        size_t end = (size_t)c->lengths[b] + (size_t)counts[b], missing = 0;
+        if (counts[b] < 0 || (size_t)counts[b] > r->len)
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache append: new_len[%zu] = %d is not in [0, %zu]", b, counts[b],
+                             r->len);
+        if (end > d->capacity)
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache append: sequence %zu holds %d rows; %d more pass its "
+                             "capacity of %zu",
+                             b, c->lengths[b], counts[b], d->capacity);
+        if (!rows_have_pages(c, c->table, b, (size_t)c->lengths[b], end, &missing))
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache append: sequence %zu: row %zu has no page in the block "
+                             "table",
+                             b, missing);
+    }
+    return CLATTN_SUCCESS;
+}
+
+/* Offset and strides of a tensor as four long kernel arguments. */
+static void karg_tensor(kernel_args *a, const clattn_tensor *t) {
+    cl_long v[4] = {(cl_long)t->offset, (cl_long)t->stride_batch, (cl_long)t->stride_head,
+                    (cl_long)t->stride_seq};
+    for (int i = 0; i < 4; i++) kernel_arg(a, sizeof v[i], &v[i]);
+}
+
+static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
+                                   const int32_t *counts) {
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                        "kv_cache.cl"};
+    const clattn_kv_cache_desc *d = &c->desc;
+    clattn_context *ctx = c->ctx;
+    attn_params P;
+    memset(&P, 0, sizeof P);
+    P.batch = (cl_long)d->batch, P.heads_kv = (cl_long)d->heads_kv;
+    P.dim_qk = (cl_long)d->dim_qk, P.dim_v = (cl_long)d->dim_v;
+    P.k_offset = 0, P.k_stride_b = (cl_long)c->k_tensor.stride_batch;
+    P.k_stride_h = (cl_long)c->k_tensor.stride_head, P.k_stride_s = (cl_long)c->k_tensor.stride_seq;
+    P.v_offset = 0, P.v_stride_b = (cl_long)c->v_tensor.stride_batch;
+    P.v_stride_h = (cl_long)c->v_tensor.stride_head, P.v_stride_s = (cl_long)c->v_tensor.stride_seq;
+    P.page_size = (cl_long)d->page_size, P.max_pages = (cl_long)c->max_pages;
+    cl_mem params = NULL, new_len = NULL;
+    cl_kernel kernel = NULL;
+    char defines[64];
+    int q8 = d->dtype == CLATTN_Q8_0; /* KV_DTYPE's kernel quantises whole blocks */
+    snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -D%s=%d", (int)r->dtype,
+             q8 ? "KV_DTYPE" : "OUT_DTYPE", (int)d->dtype);
+    clattn_status s = buffer_set_add(ctx, set, 1, sizeof P, &P, &params, "parameters");
+    if (!s) s = buffer_set_add(ctx, set, d->batch, 4, counts, &new_len, "new lengths");
+    if (!s) s = kernel_get(ctx, files, ARRAY_LEN(files), defines, "append_rows", &kernel);
+    if (s) return s;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, params);
+    KARG(a, c->lengths_buf);
+    KARG(a, new_len);
+    KARG(a, c->table_buf);
+    KARG(a, r->k);
+    karg_tensor(&a, &r->k_tensor);
+    KARG(a, r->v);
+    karg_tensor(&a, &r->v_tensor);
+    KARG(a, c->k);
+    KARG(a, c->v);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "kv cache append: arguments");
+    size_t widest = d->dim_qk > d->dim_v ? d->dim_qk : d->dim_v;
+    size_t global[3] = {q8 ? widest / Q8_BLOCK : widest, r->len, d->batch * d->heads_kv};
+    return kernel_launch(ctx, kernel, 3, global, NULL, NULL, "kv cache append");
+}
+
+clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *rows) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    int32_t *counts = malloc(c->desc.batch * sizeof *counts);
+    if (!counts) return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache append");
+    buffer_set set;
+    memset(&set, 0, sizeof set);
+    clattn_status s = check_append(c, rows, counts);
+    if (!s && rows->len) s = launch_append(c, rows, &set, counts);
+    if (!s) {
+        for (size_t b = 0; b < c->desc.batch; b++) c->lengths[b] += counts[b];
+        s = upload(c, c->lengths_buf, c->lengths, c->desc.batch, "kv cache: lengths");
+    }
+    buffer_set_release(&set);
+    free(counts);
+    return s;
+}
+
+clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new, const void *v_new,
+                                          size_t len, const int32_t *new_len) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    const clattn_kv_cache_desc *d = &c->desc;
+    clattn_dtype dtype = d->dtype == CLATTN_Q8_0 ? CLATTN_F32 : d->dtype; /* quantised here */
+    clattn_kv_rows rows = {NULL, NULL, {0}, {0}, dtype, len, new_len};
+    size_t elem = dtype_size(dtype);
+    clattn_status s = CLATTN_SUCCESS;
+    if (!k_new || !v_new || !len)
+        return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache append: no rows (k_new, v_new NULL or len 0)");
+    if (clattn_tensor_dense(&rows.k_tensor, d->layout, d->heads_kv, len, d->dim_qk, 0) ||
+        clattn_tensor_dense(&rows.v_tensor, d->layout, d->heads_kv, len, d->dim_v, 0))
+        return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache append: sizes overflow");
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    s = buffer_create(c->ctx, in, d->batch * rows.k_tensor.stride_batch * elem, (void *)k_new,
+                      &rows.k, "new K rows");
+    if (!s)
+        s = buffer_create(c->ctx, in, d->batch * rows.v_tensor.stride_batch * elem, (void *)v_new,
+                          &rows.v, "new V rows");
+    if (!s) s = clattn_kv_cache_append(c, &rows);
+    if (rows.k) clReleaseMemObject(rows.k);
+    if (rows.v) clReleaseMemObject(rows.v);
+    return s;
+}
+
+static clattn_status copy_storage(clattn_kv_cache *c, void *k, void *v, int write) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    cl_command_queue q = c->ctx->queue;
+    cl_int err = CL_SUCCESS;
+    if (k)
+        err = write ? clEnqueueWriteBuffer(q, c->k, CL_TRUE, 0, c->k_bytes, k, 0, NULL, NULL)
+                    : clEnqueueReadBuffer(q, c->k, CL_TRUE, 0, c->k_bytes, k, 0, NULL, NULL);
+    if (v && err == CL_SUCCESS)
+        err = write ? clEnqueueWriteBuffer(q, c->v, CL_TRUE, 0, c->v_bytes, v, 0, NULL, NULL)
+                    : clEnqueueReadBuffer(q, c->v, CL_TRUE, 0, c->v_bytes, v, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : ctx_cl_error(c->ctx, err, "kv cache: copying the storage");
+}
+
+clattn_status clattn_kv_cache_write_host(clattn_kv_cache *c, const void *k, const void *v) {
+    return copy_storage(c, (void *)k, (void *)v, 1);
+}
+
+clattn_status clattn_kv_cache_read_host(clattn_kv_cache *c, void *k, void *v) {
+    return copy_storage(c, k, v, 0);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* The call over the cache as a problem: the desc checked with Nk = capacity and dense
+ * [B, capacity, Hkv, D] K and V, then K and V read through the cache's view. */
+static clattn_status cache_problem(clattn_kv_cache *c, const clattn_attention_desc *given,
+                                   const int32_t *q_len, bias_source bias, attn_problem *pb) {
+    clattn_context *ctx = c->ctx;
+    const clattn_kv_cache_desc *cd = &c->desc;
+    clattn_attention_desc d;
+    memset(pb, 0, sizeof *pb);
+    if (!given ||
+        struct_read(&d, sizeof d, given, given->struct_size, CLATTN_ATTENTION_DESC_BASE_SIZE))
+        return problem_build(given, bias, &ctx->error, pb); /* names the problem */
+    d.struct_size = sizeof d;
+    if (d.batch != cd->batch || d.heads_kv != cd->heads_kv || d.dim_qk != cd->dim_qk ||
+        d.dim_v != cd->dim_v)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache attention: the desc has B=%zu Hkv=%zu Dqk=%zu Dv=%zu, the "
+                         "cache B=%zu Hkv=%zu Dqk=%zu Dv=%zu",
+                         d.batch, d.heads_kv, d.dim_qk, d.dim_v, cd->batch, cd->heads_kv,
+                         cd->dim_qk, cd->dim_v);
+    for (size_t b = 0; q_len && b < cd->batch; b++)
+        if (q_len[b] < 0 || (size_t)q_len[b] > d.len_q)
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "kv cache attention: q_len[%zu] = %d is not in [0, Nq=%zu]", b,
+                             q_len[b], d.len_q);
+    d.len_k = cd->capacity;
+    clattn_tensor_dense(&d.k, cd->layout, cd->heads_kv, cd->capacity, cd->dim_qk, 0);
+    clattn_tensor_dense(&d.v, cd->layout, cd->heads_kv, cd->capacity, cd->dim_v, 0);
+    clattn_status s = problem_build(&d, bias, &ctx->error, pb);
+    if (s != CLATTN_SUCCESS) return s;
+    pb->k = c->k_tensor, pb->v = c->v_tensor;
+    pb->extents.k = c->k_bytes, pb->extents.v = c->v_bytes;
+    kv_view view = {cd->dtype, c->lengths, q_len, cd->page_size, c->max_pages, c->table};
+    pb->kv = view;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                        cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
+                                        cl_event *event) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    if (event) *event = NULL;
+    attn_problem pb;
+    clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_BUFFER, &pb);
+    if (s == CLATTN_SUCCESS) {
+        attn_buffers b = {
+            q,    c->k,        c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
+            NULL, c->table_buf, 0};
+        s = attention_on_buffers(c->ctx, &pb, &b, event);
+    }
+    problem_release(&pb);
+    return s;
+}
+
+clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                             const void *q, const int32_t *q_len, void *o,
+                                             float *lse) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_context *ctx = c->ctx;
+    ctx_clear_error(ctx);
+    attn_problem pb;
+    clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_HOST, &pb);
+    cl_mem qb = NULL, ob = NULL, lb = NULL, bias = NULL;
+    const clattn_attention_extents *ext = &pb.extents;
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    if (!s && (!q || !o))
+        s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache attention: q or o is NULL");
+    if (!s) s = buffer_create(ctx, in, ext->q, (void *)q, &qb, "Q");
+    if (!s) s = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &ob, "O");
+    if (!s && lse) s = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &lb, "LSE");
+    if (!s && pb.has_bias)
+        s = buffer_create(ctx, in, ext->bias, (void *)pb.bias_host, &bias, "bias");
+    attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf, 0};
+    if (!s) s = attention_on_buffers(ctx, &pb, &b, NULL);
+    cl_int err = CL_SUCCESS;
+    if (!s) err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
+    if (!s && !err && lse)
+        err = clEnqueueReadBuffer(ctx->queue, lb, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
+    if (!s && err) s = ctx_cl_error(ctx, err, "kv cache attention: reading results");
+    cl_mem all[] = {qb, ob, lb, bias};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (all[i]) clReleaseMemObject(all[i]);
+    problem_release(&pb);
+    return s;
+}
+
+clattn_status clattn_kv_cache_reference(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                        const void *q, const int32_t *q_len, void *o, float *lse) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    attn_problem pb;
+    void *k = malloc(c->k_bytes), *v = malloc(c->v_bytes);
+    clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_HOST, &pb);
+    if (!s && (!k || !v)) s = ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache: host copy");
+    if (!s) s = clattn_kv_cache_read_host(c, k, v);
+    if (!s) s = reference_attention_store(&pb, q, k, v, pb.bias_host, o, lse, &c->ctx->error);
+    free(k);
+    free(v);
+    problem_release(&pb);
+    return s;
+}

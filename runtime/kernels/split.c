@@ -1,0 +1,257 @@
+/*
+ * The split variant (cl/split.cl): K and V read in place - the call's tensors, or a KV cache's
+ * contiguous or paged storage with a length per sequence - in blocks of query rows of one kv
+ * head, with each sequence's keys split into chunks that run side by side and are merged
+ * exactly afterwards. It serves every call over a KV cache, and `auto` takes it for calls with
+ * few query rows a kv head (decoding, speculative decoding), where the fused variants, which
+ * parallelise over query tiles and pack K and V first, leave the device idle.
+ *
+ * Planning: BLOCK_R, the rows a work-item holds, from the tuning entry (block_m) and the rows a
+ * kv head has; the chunk count so that the work-items fill the device (the entry's `split`, or
+ * `wg_size` work-items a compute unit by default) without chunks shorter than block_n keys, which
+ * keeps the merge small.
+ */
+#include "kernels/variant.h"
+#include "plan/params.h"
+#include "plan/tiles.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct split_plan {
+    unsigned block_r;         /* query rows a work-item: a power of two */
+    unsigned dqk_pad, dv_pad; /* head-dim buckets */
+    size_t rows;              /* query rows a (b, kv head): Nq * group */
+    size_t row_blocks;        /* ceil(rows / block_r) */
+    size_t chunks, chunk_len; /* key chunks a row, keys a chunk */
+    size_t max_keys;          /* the longest sequence the call may have */
+} split_plan;
+
+/* ---------------------------------------------------------------- the row */
+
+static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
+             pb->dim_qk, pb->dim_v);
+    return 0;
+}
+
+/* Over a KV cache and q8_0 K/V always (no other variant reads them); else while a kv head has
+ * at most the tuning entry's block_m query rows, where the fused variants' query tiles would
+ * leave most of the device idle. */
+static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
+    tuning_params tuning;
+    tuning_lookup(device, "split", &tuning);
+    if (!pb || problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0 ||
+        pb->len_q * pb->group <= tuning.block_m)
+        return 1;
+    snprintf(why, size,
+             "auto uses it over KV caches, for q8_0 K/V and for at most %u query rows a kv head "
+             "(this call "
+             "has %zu)",
+             tuning.block_m, pb->len_q * pb->group);
+    return 0;
+}
+
+static unsigned pow2_at_least(size_t n, unsigned cap) {
+    unsigned p = 1;
+    while (p < n && p < cap) p *= 2;
+    return p;
+}
+
+static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
+    const attn_problem *pb = vp->problem;
+    const tuning_params *tune = &vp->tuning;
+    split_plan *p = calloc(1, sizeof *p);
+    if (!p) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "split: plan");
+    vp->state = p;
+    if (tune->block_m < 1 || tune->block_m > 16 || tune->block_n < 16)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "split: the tuning entry's block_m %u (rows a work-item, 1 to 16) or "
+                         "block_n %u (least keys a chunk, 16 or more) is out of range",
+                         tune->block_m, tune->block_n);
+    p->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
+    p->dv_pad = tiles_head_dim_bucket(pb->dim_v);
+    p->rows = pb->len_q * pb->group;
+    p->block_r = pow2_at_least(p->rows, tune->block_m);
+    p->row_blocks = (p->rows + p->block_r - 1) / p->block_r;
+    p->max_keys = pb->len_k; /* the call's keys, or the longest sequence of a cache */
+    if (pb->kv.seq_len) {
+        p->max_keys = 1;
+        for (size_t b = 0; b < pb->batch; b++)
+            if ((size_t)pb->kv.seq_len[b] > p->max_keys) p->max_keys = (size_t)pb->kv.seq_len[b];
+    }
+    size_t items = p->row_blocks * pb->batch * pb->heads_kv;
+    size_t want = tune->split
+                      ? tune->split
+                      : ((size_t)ctx->device.compute_units * tune->wg_size + items - 1) / items;
+    size_t most = (p->max_keys + tune->block_n - 1) / tune->block_n; /* chunks of block_n keys */
+    p->chunks = want < 1 ? 1 : want > most ? most : want;
+    if (p->chunks < 1) p->chunks = 1;
+    p->chunk_len = (p->max_keys + p->chunks - 1) / p->chunks;
+    p->chunks = (p->max_keys + p->chunk_len - 1) / p->chunk_len;
+    if (p->chunks > 1) /* the partial outputs and LSEs, for the host-memory probe */
+        vp->device_bytes = (uint64_t)pb->batch * pb->heads_q * pb->len_q * p->chunks *
+                           (pb->dim_v + 1) * sizeof(float);
+    return CLATTN_SUCCESS;
+}
+
+static void release(variant_plan *vp) {
+    free(vp->state);
+}
+
+/* ---------------------------------------------------------------- buffers and launches */
+
+typedef struct split_buffers {
+    buffer_set set;
+    cl_mem params, seq_len, q_len, block_table, is_global, layout, o_part, lse_part;
+} split_buffers;
+
+/* The lengths and the block table: the cache's device copies, or uploads of the host arrays. */
+static clattn_status sequence_buffers(clattn_context *ctx, const attn_problem *pb,
+                                      const attn_buffers *buf, split_buffers *sb) {
+    const kv_view *kv = &pb->kv;
+    buffer_set *set = &sb->set;
+    size_t b = pb->batch, table = kv->page_size ? pb->batch * kv->max_pages : 0;
+    clattn_status s = CLATTN_SUCCESS;
+    sb->seq_len = buf->seq_len, sb->q_len = buf->q_len, sb->block_table = buf->block_table;
+    if (!sb->seq_len)
+        s = buffer_set_add(ctx, set, kv->seq_len ? b : 0, 4, kv->seq_len, &sb->seq_len,
+                           "sequence lengths");
+    if (!s && !sb->q_len && kv->seq_len && !kv->q_len) { /* every sequence has Nq queries */
+        int32_t *all = malloc(b * sizeof *all);
+        for (size_t i = 0; all && i < b; i++) all[i] = (int32_t)pb->len_q;
+        s = all ? buffer_set_add(ctx, set, b, 4, all, &sb->q_len, "query lengths")
+                : ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "split: query lengths");
+        free(all);
+    } else if (!s && !sb->q_len) {
+        s = buffer_set_add(ctx, set, kv->q_len ? b : 0, 4, kv->q_len, &sb->q_len, "query lengths");
+    }
+    if (!s && !sb->block_table)
+        s = buffer_set_add(ctx, set, table, 4, kv->block_table, &sb->block_table, "block table");
+    return s;
+}
+
+static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, const split_plan *p,
+                                  const attn_params *P, const attn_buffers *buf,
+                                  split_buffers *sb) {
+    const mask_spec *m = &pb->mask;
+    buffer_set *set = &sb->set;
+    size_t rows = pb->batch * pb->heads_q * pb->len_q, parts = p->chunks > 1 ? rows * p->chunks : 0;
+    size_t layout_bytes =
+        m->layout
+            ? (size_t)((m->layout_per_head ? (int64_t)pb->heads_q : 1) * m->blocks_q * m->blocks_k)
+            : 0;
+    clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &sb->params, "parameters");
+    if (!s) s = sequence_buffers(ctx, pb, buf, sb);
+    if (!s)
+        s = buffer_set_add(ctx, set, m->num_globals ? (size_t)m->len_k : 0, 1, m->is_global,
+                           &sb->is_global, "global flags");
+    if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &sb->layout, "block layout");
+    if (!s)
+        s = buffer_set_add(ctx, set, parts * pb->dim_v, 4, NULL, &sb->o_part, "partial outputs");
+    if (!s) s = buffer_set_add(ctx, set, parts, 4, NULL, &sb->lse_part, "partial LSE");
+    return s;
+}
+
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const split_plan *p,
+                                 cl_kernel *attention, cl_kernel *merge) {
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "split.cl"};
+    char defines[192];
+    snprintf(defines, sizeof defines,
+             "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKV_DTYPE=%d -DOUT_DTYPE=%d",
+             p->block_r, p->dqk_pad, p->dv_pad, (int)pb->dtype, (int)pb->kv.dtype,
+             (int)pb->out_dtype);
+    clattn_status status =
+        kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_split", attention);
+    if (status == CLATTN_SUCCESS && p->chunks > 1)
+        status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "merge_chunks", merge);
+    return status;
+}
+
+static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, const attn_problem *pb,
+                                      const split_plan *p, const split_buffers *sb,
+                                      const attn_buffers *buf, cl_event *event) {
+    cl_mem placeholder = sb->set.placeholder;
+    cl_mem bias = buf->bias ? buf->bias : placeholder, lse = buf->lse ? buf->lse : placeholder;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, sb->params);
+    KARG(a, buf->q);
+    KARG(a, buf->k);
+    KARG(a, buf->v);
+    KARG(a, sb->seq_len);
+    KARG(a, sb->q_len);
+    KARG(a, sb->block_table);
+    KARG(a, bias);
+    KARG(a, sb->is_global);
+    KARG(a, sb->layout);
+    KARG(a, sb->o_part);
+    KARG(a, sb->lse_part);
+    KARG(a, buf->o);
+    KARG(a, lse);
+    KARG(a, pb->scale);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "split: attention arguments");
+    size_t global[2] = {p->row_blocks * p->chunks, pb->batch * pb->heads_kv}, local[2] = {1, 1};
+    return kernel_launch(ctx, kernel, 2, global, local, event, "split: attention");
+}
+
+static clattn_status launch_merge(clattn_context *ctx, cl_kernel kernel, const attn_problem *pb,
+                                  const split_buffers *sb, const attn_buffers *buf,
+                                  cl_event *event) {
+    cl_mem lse = buf->lse ? buf->lse : sb->set.placeholder;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, sb->params);
+    KARG(a, sb->q_len);
+    KARG(a, sb->o_part);
+    KARG(a, sb->lse_part);
+    KARG(a, buf->o);
+    KARG(a, lse);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "split: merge arguments");
+    size_t global[2] = {pb->dim_v, pb->batch * pb->heads_q * pb->len_q};
+    return kernel_launch(ctx, kernel, 2, global, NULL, event, "split: merging the chunks");
+}
+
+static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats) {
+    const attn_problem *pb = vp->problem;
+    const split_plan *p = vp->state;
+    split_buffers sb;
+    attn_params P;
+    cl_kernel attention = NULL, merge = NULL;
+    cl_mem placeholder = NULL; /* stands in for an absent bias or LSE */
+    memset(&sb, 0, sizeof sb);
+    params_from_problem(pb, vp->write_lse, &P);
+    P.chunks = (cl_long)p->chunks;
+    P.chunk_len = (cl_long)p->chunk_len;
+    P.row_blocks = (cl_long)p->row_blocks;
+    clattn_status status = buffer_set_placeholder(ctx, &sb.set, &placeholder);
+    if (!status) status = make_buffers(ctx, pb, p, &P, buf, &sb);
+    if (!status) status = get_kernels(ctx, pb, p, &attention, &merge);
+    if (!status)
+        status = launch_attention(ctx, attention, pb, p, &sb, buf, p->chunks > 1 ? NULL : event);
+    if (!status && p->chunks > 1) status = launch_merge(ctx, merge, pb, &sb, buf, event);
+    if (!status) {
+        stats->block_m = p->block_r;
+        stats->block_n = (unsigned)p->chunk_len;
+        stats->chunks = (unsigned)p->chunks;
+        stats->device_bytes = sb.set.bytes;
+        snprintf(stats->kernel, sizeof stats->kernel, "split r%u x%zu chunks of %zu d%u/%u %s/%s",
+                 p->block_r, p->chunks, p->chunk_len, p->dqk_pad, p->dv_pad, dtype_name(pb->dtype),
+                 dtype_name(pb->kv.dtype));
+    }
+    buffer_set_release(&sb.set);
+    return status;
+}
+
+const attn_variant variant_split = {
+    CLATTN_VARIANT_SPLIT,
+    "split",
+    CLATTN_PATH_FUSED,
+    "K/V read in place (tensors or KV caches, paged), key chunks side by side, merged",
+    supports,
+    suits,
+    plan,
+    run,
+    release,
+};
