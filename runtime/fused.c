@@ -32,7 +32,7 @@ static const struct {
     clattn_variant variant;
     unsigned block_m, block_n;
 } tile_table[] = {
-    {CLATTN_VARIANT_CPU, 8, 32},
+    {CLATTN_VARIANT_CPU, 32, 32},
     {CLATTN_VARIANT_GPU, 64, 32},
 };
 
