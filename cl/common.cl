@@ -24,11 +24,13 @@
 #endif
 
 #if OUT_F16
-#define OUT_T                        half
-#define STORE_OUT(value, ptr, index) vstore_half((value), (index), (ptr))
+#define OUT_T                          half
+#define STORE_OUT(value, ptr, index)   vstore_half((value), (index), (ptr))
+#define STORE16_OUT(value, ptr, index) vstore_half16((value), 0, (ptr) + (index))
 #else
-#define OUT_T                        float
-#define STORE_OUT(value, ptr, index) ((ptr)[(index)] = (value))
+#define OUT_T                          float
+#define STORE_OUT(value, ptr, index)   ((ptr)[(index)] = (value))
+#define STORE16_OUT(value, ptr, index) vstore16((value), 0, (ptr) + (index))
 #endif
 
 /* For helpers of hot loops: some compilers (PoCL's) do not inline them on their own, and a

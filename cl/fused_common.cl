@@ -49,6 +49,15 @@
 
 #define NO_KEY (-1L)
 
+/* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
+ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim, int present) {
+    if (!present || d0 >= dim) return (float16)0.0f;
+    if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
+    float lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_IN(x, row + d0 + e) : 0.0f;
+    return vload16(0, lanes);
+}
+
 /* Row m of query tile `tile`: its index, or -1 past the end. row_mode 0: rows of one
  * class (tile = class * tiles_per_class + t); row_mode 1: the rows listed in row_list. */
 ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,

@@ -7,7 +7,7 @@
  *
  *   S^T tile [BLOCK_N][BLOCK_M] = K tile [BLOCK_N][DQK_PAD] x Q^T [DQK_PAD][BLOCK_M]
  *       KEY_BLOCK keys x GROUPS vectors of accumulators at a time: per head-dim index, GROUPS
- *       vector loads of Q^T and KEY_BLOCK broadcasts of K^T [DQK_PAD][BLOCK_N] (pack.cl);
+ *       vector loads of Q^T and KEY_BLOCK broadcasts from the K rows (pack.cl's KEY_ROWS);
  *   online softmax down each lane (q is pre-scaled by scale; scores stay in the natural domain,
  *   so that a finite score is never -inf, and exp(x) is exp2((x - max) * log2(e)) with a
  *   polynomial exp2 on whole vectors); P is scaled by 1 / (new row sum) so that the output
@@ -75,8 +75,8 @@ typedef struct query_tile {
     float16 row_sum[GROUPS];       /* running sum of exp(score - row_max) */
 } query_tile;
 
-/* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; kt: K^T tile [DQK_PAD][BLOCK_N]. */
-ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *kt,
+/* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; k: K tile [BLOCK_N][DQK_PAD] (rows). */
+ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows,
                                float16 s_t[BLOCK_N][GROUPS]) {
     for (int j0 = 0; j0 < BLOCK_N; j0 += KEY_BLOCK) {
         float16 s[KEY_BLOCK][GROUPS];
@@ -90,7 +90,7 @@ ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *kt,
             for (int g = 0; g < GROUPS; g++) q[g] = t->q_t[d][g];
 #pragma unroll
             for (int j = 0; j < KEY_BLOCK; j++) {
-                const float16 k = (float16)kt[d * BLOCK_N + j0 + j];
+                const float16 k = (float16)k_rows[(j0 + j) * DQK_PAD + d];
 #pragma unroll
                 for (int g = 0; g < GROUPS; g++) s[j][g] = fma(q[g], k, s[j][g]);
             }
@@ -190,7 +190,7 @@ ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float16 p_t[BLOC
 }
 
 /* One key tile of a pass: scores, masks (and bias), softmax update, accumulation.
- * kt: K^T tile [DQK_PAD][BLOCK_N]; vt: V tile [BLOCK_N][DV_PAD]; k0: first class index (or
+ * kt: K tile [BLOCK_N][DQK_PAD]; vt: V tile [BLOCK_N][DV_PAD]; k0: first class index (or
  * global-list index) of the tile's keys; careful: the V tile holds a NaN or an infinity. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
                                __global const float *bias, __global const int *gpos, query_tile *t,
@@ -213,6 +213,25 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
         tile_accumulate(t, s_t, vt, keep);
 }
 
+/* 16 values down column `col` of a [rows][BLOCK_M] float array from row r0 on, written and
+ * read lane by lane: PoCL would otherwise make scatters and gathers of them, which AMD and
+ * Intel cores execute about an element at a time. */
+ALWAYS_INLINE void store_column16(float *a, int r0, int col, float16 x) {
+    float *c = a + r0 * BLOCK_M + col;
+    c[0 * BLOCK_M] = x.s0, c[1 * BLOCK_M] = x.s1, c[2 * BLOCK_M] = x.s2, c[3 * BLOCK_M] = x.s3;
+    c[4 * BLOCK_M] = x.s4, c[5 * BLOCK_M] = x.s5, c[6 * BLOCK_M] = x.s6, c[7 * BLOCK_M] = x.s7;
+    c[8 * BLOCK_M] = x.s8, c[9 * BLOCK_M] = x.s9, c[10 * BLOCK_M] = x.sa, c[11 * BLOCK_M] = x.sb;
+    c[12 * BLOCK_M] = x.sc, c[13 * BLOCK_M] = x.sd, c[14 * BLOCK_M] = x.se, c[15 * BLOCK_M] = x.sf;
+}
+
+ALWAYS_INLINE float16 load_column16(const float *a, int r0, int col) {
+    const float *c = a + r0 * BLOCK_M + col;
+    return (float16)(c[0 * BLOCK_M], c[1 * BLOCK_M], c[2 * BLOCK_M], c[3 * BLOCK_M], c[4 * BLOCK_M],
+                     c[5 * BLOCK_M], c[6 * BLOCK_M], c[7 * BLOCK_M], c[8 * BLOCK_M], c[9 * BLOCK_M],
+                     c[10 * BLOCK_M], c[11 * BLOCK_M], c[12 * BLOCK_M], c[13 * BLOCK_M],
+                     c[14 * BLOCK_M], c[15 * BLOCK_M]);
+}
+
 /* Loads the tile's query rows into Q^T, pre-scaled; zero past dim_qk and for rows past the end.
  * Clears the output and the softmax state. */
 ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *Q, float q_scale,
@@ -221,9 +240,9 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
         const long i = t->row_i[m];
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
                          (i < 0 ? 0 : i) * P->q_stride_s;
-        for (int d = 0; d < DQK_PAD; d++)
-            ((float *)t->q_t)[d * BLOCK_M + m] =
-                (i >= 0 && d < P->dim_qk) ? LOAD_IN(Q, row + d) * q_scale : 0.0f;
+        for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
+            store_column16((float *)t->q_t, d0, m,
+                           load_row16(Q, row, d0, P->dim_qk, i >= 0) * q_scale);
     }
     for (int g = 0; g < GROUPS; g++) {
         for (int c = 0; c < DV_PAD; c++) t->o_t[c][g] = (float16)0.0f;
@@ -287,8 +306,16 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
         const long row =
             P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
-        for (int d = 0; d < P->dim_v; d++)
-            STORE_OUT(((const float *)t->o_t)[d * BLOCK_M + m], O, row + d);
+        for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
+            const float16 o = load_column16((const float *)t->o_t, d0, m);
+            if (d0 + 16 <= P->dim_v) {
+                STORE16_OUT(o, O, row + d0);
+            } else {
+                float lanes[16];
+                vstore16(o, 0, lanes);
+                for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
+            }
+        }
         const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
         if (P->write_lse)
             LSE[(t->b * P->heads_q + t->h) * P->len_q + i] =

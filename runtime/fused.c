@@ -445,14 +445,15 @@ static clattn_status get_kernels(clattn_context *ctx, const clattn_attention_des
     static const char *const cpu_files[] = {"common.cl", "fused_common.cl", "fused_cpu.cl"};
     static const char *const gpu_files[] = {"common.cl", "fused_common.cl", "fused_gpu.cl"};
     char pack_defines[160], defines[256];
-    snprintf(pack_defines, sizeof pack_defines, "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_F16=%d",
-             p->block_n, p->dqk_pad, p->dv_pad, d->dtype == CLATTN_F16);
+    int cpu = p->variant == CLATTN_VARIANT_CPU; /* K as rows for the CPU variant (pack.cl) */
+    snprintf(pack_defines, sizeof pack_defines,
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_F16=%d -DKEY_ROWS=%d", p->block_n,
+             p->dqk_pad, p->dv_pad, d->dtype == CLATTN_F16, cpu);
     snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_F16=%d", pack_defines, p->block_m,
              d->out_dtype == CLATTN_F16);
     clattn_status status =
         kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
-    int cpu = p->variant == CLATTN_VARIANT_CPU;
     return kernel_get(ctx, cpu ? cpu_files : gpu_files, 3, defines,
                       cpu ? "attention_cpu" : "attention_gpu", attention);
 }
