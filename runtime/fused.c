@@ -26,8 +26,9 @@
 /* Head dims the kernels are compiled for; a call uses the smallest bucket >= its dim. */
 static const unsigned head_dim_buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, 256};
 
-/* Tile shapes per variant. CPU: rows per work-item and keys per tile (16-wide vectors);
- * GPU: rows per work-group (one per work-item) and the largest key tile local memory takes. */
+/* Tile shapes per variant. CPU: rows per work-item (a multiple of 16: the lanes of its
+ * vectors are query rows; fit_cpu_tiles may take fewer) and keys per tile; GPU: rows per
+ * work-group (one per work-item) and the largest key tile local memory takes. */
 static const struct {
     clattn_variant variant;
     unsigned block_m, block_n;
@@ -119,6 +120,24 @@ static int64_t dilation_classes(const clattn_attention_desc *d, unsigned block_n
     return keys_per_class >= (int64_t)block_n ? dilation : 1;
 }
 
+/* Query tiles per class for the plan's rows per tile. */
+static int64_t query_tiles_per_class(const clattn_attention_desc *d, const fused_plan *p) {
+    int64_t rows_per_class = ((int64_t)d->len_q + p->classes - 1) / p->classes;
+    return (rows_per_class + p->block_m - 1) / p->block_m;
+}
+
+/* CPU variant: fewer rows per work-item (down to 16, one vector of rows) while the call has
+ * fewer than CPU_ITEMS_PER_UNIT work-items per compute unit, so that every core stays busy
+ * and finishes at about the same time however few heads and rows there are. */
+#define CPU_ITEMS_PER_UNIT 8
+static void fit_cpu_tiles(clattn_context *ctx, const clattn_attention_desc *d, fused_plan *p) {
+    uint64_t units = ctx->device.compute_units ? ctx->device.compute_units : 1;
+    while (p->block_m > 16 &&
+           (uint64_t)(p->classes * query_tiles_per_class(d, p)) * d->batch * d->heads_q <
+               CPU_ITEMS_PER_UNIT * units)
+        p->block_m -= 16;
+}
+
 static clattn_status plan_tiles(clattn_context *ctx, const clattn_attention_desc *d,
                                 fused_plan *p) {
     memset(p, 0, sizeof *p);
@@ -140,9 +159,9 @@ static clattn_status plan_tiles(clattn_context *ctx, const clattn_attention_desc
     if (status != CLATTN_SUCCESS) return status;
     p->classes = dilation_classes(d, p->block_n);
     int64_t keys_per_class = ((int64_t)d->len_k + p->classes - 1) / p->classes;
-    int64_t rows_per_class = ((int64_t)d->len_q + p->classes - 1) / p->classes;
     p->class_slots = (keys_per_class + p->block_n - 1) / p->block_n * p->block_n;
-    p->tiles_per_class = (rows_per_class + p->block_m - 1) / p->block_m;
+    if (p->variant == CLATTN_VARIANT_CPU) fit_cpu_tiles(ctx, d, p);
+    p->tiles_per_class = query_tiles_per_class(d, p);
     p->globals_matter = d->num_global_tokens > 0 &&
                         (d->window_left >= 0 || d->window_right >= 0 || desc_dilation(d) > 1);
     return CLATTN_SUCCESS;

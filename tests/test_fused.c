@@ -288,3 +288,36 @@ Test(fused, causal_and_windows_skip_tiles) {
     cr_assert(band < 0.2, "a (64,64) window at N=1024 visits %.2f of the tiles", band);
     cr_assert_eq(causal.pairs, 2ull * 1024 * 1025 / 2);
 }
+
+/* The CPU variant's planner splits the rows finer when a call has few of them, so that every
+ * compute unit gets work: 16-row tiles (one vector of rows) for 64 rows of one head; the
+ * table's taller tiles once there are 8 work-items a compute unit at that size. */
+static clattn_stats run_cpu_variant(size_t heads, size_t n) {
+    clattn_context *ctx = first_context();
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, heads, heads, n, n, 64, 64);
+    d.path = CLATTN_PATH_FUSED;
+    d.variant = CLATTN_VARIANT_CPU;
+    size_t count = heads * n * 64;
+    float *x = calloc(count, sizeof(float)), *o = calloc(count, sizeof(float));
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, x, x, x, o, NULL));
+    clattn_stats stats;
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
+    free(x);
+    free(o);
+    return stats;
+}
+
+Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
+    clattn_device_info info;
+    clattn_context_device_info(first_context(), &info);
+    clattn_stats tiny = run_cpu_variant(1, 64), large = run_cpu_variant(8, 2048);
+    cr_expect_eq(tiny.block_m, 16, "64 rows in tiles of %u", tiny.block_m);
+    cr_expect_eq(tiny.tiles_visited, 4ull * 64 / tiny.block_n);
+    cr_expect_eq(large.block_m % 16, 0);
+    uint64_t items = 8ull * ((2048 + large.block_m - 1) / large.block_m);
+    if (large.block_m > 16)
+        cr_expect_geq(items, 8ull * info.compute_units, "%llu work-items for %u units",
+                      (unsigned long long)items, info.compute_units);
+    if (info.compute_units <= 8) cr_expect_gt(large.block_m, 16);
+}
