@@ -73,6 +73,7 @@ typedef struct query_tile {
     float16 o_t[DV_PAD][GROUPS];   /* O^T [DV_PAD][BLOCK_M], normalised by the running sum */
     float16 row_max[GROUPS];       /* running maximum of the scores */
     float16 row_sum[GROUPS];       /* running sum of exp(score - row_max) */
+    float16 row_bound[GROUPS];     /* what O^T is divided by: >= row_sum, < row_sum + BLOCK_N */
 } query_tile;
 
 /* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; k: K tile [BLOCK_N][DQK_PAD] (rows). */
@@ -116,9 +117,12 @@ ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_
 }
 
 /* Online softmax on S^T, lane by lane: rescale the running state to the new maximum and turn
- * the scores into P^T = exp(s - max) / (new running sum), in place. keep[g]: the factor the
- * old (normalised) output keeps. A row that has seen no allowed key keeps max = -inf and sum 0,
- * and its output stays 0. */
+ * the scores into P^T = exp(s - max) / bound, in place, where bound = old sum * alpha + BLOCK_N
+ * is known before the exponentials and is at least the new sum (each of them is at most 1). So
+ * O^T = (sum of p V) / bound stays a combination of V rows with weights summing to at most 1
+ * (V near FLT_MAX cannot overflow it), for one multiply per probability; store_rows turns it
+ * into (sum of p V) / sum. keep[g]: the factor the old output keeps. A row that has seen no
+ * allowed key keeps max = -inf and sum 0, and its output stays 0. */
 ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
                                   float16 keep[GROUPS]) {
     for (int g = 0; g < GROUPS; g++) {
@@ -131,19 +135,21 @@ ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
         /* base 0 where no allowed key was seen yet: avoids -inf - -inf */
         const float16 base = select(new_max, (float16)0.0f, new_max == (float16)(-INFINITY));
         const float16 alpha = exp2_nonpositive((old_max - base) * M_LOG2E_F);
+        const float16 old_sum = t->row_sum[g], bound = fma(old_sum, alpha, (float16)BLOCK_N);
+        const float16 inv = 1.0f / bound;
         float16 sum_even = (float16)0.0f, sum_odd = (float16)0.0f;
         for (int j = 0; j < BLOCK_N; j += 2) {
-            s_t[j][g] = exp2_nonpositive((s_t[j][g] - base) * M_LOG2E_F);
-            s_t[j + 1][g] = exp2_nonpositive((s_t[j + 1][g] - base) * M_LOG2E_F);
-            sum_even += s_t[j][g];
-            sum_odd += s_t[j + 1][g];
+            const float16 p_even = exp2_nonpositive((s_t[j][g] - base) * M_LOG2E_F);
+            const float16 p_odd = exp2_nonpositive((s_t[j + 1][g] - base) * M_LOG2E_F);
+            sum_even += p_even;
+            sum_odd += p_odd;
+            s_t[j][g] = p_even * inv;
+            s_t[j + 1][g] = p_odd * inv;
         }
-        const float16 old_sum = t->row_sum[g], new_sum = fma(old_sum, alpha, sum_even + sum_odd);
-        const float16 inv = select(1.0f / new_sum, (float16)0.0f, new_sum == (float16)0.0f);
-        for (int j = 0; j < BLOCK_N; j++) s_t[j][g] *= inv;
-        keep[g] = alpha * old_sum * inv;
+        keep[g] = alpha * t->row_bound[g] * inv;
         t->row_max[g] = new_max;
-        t->row_sum[g] = new_sum;
+        t->row_sum[g] = fma(old_sum, alpha, sum_even + sum_odd);
+        t->row_bound[g] = bound;
     }
 }
 
@@ -248,6 +254,7 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
         for (int c = 0; c < DV_PAD; c++) t->o_t[c][g] = (float16)0.0f;
         t->row_max[g] = (float16)(-INFINITY);
         t->row_sum[g] = (float16)0.0f;
+        t->row_bound[g] = (float16)0.0f;
     }
 }
 
@@ -296,18 +303,21 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
     }
 }
 
-/* O rows from O^T (already normalised; 0 for empty rows) and LSE = max + log(sum) (-inf for
- * an empty row; a row of NaN scores has max -inf but sum NaN and stays NaN). */
+/* O rows = O^T * bound / sum (0 for empty rows) and LSE = max + log(sum) (-inf for an empty
+ * row; a row of NaN scores has max -inf but sum NaN and stays NaN). */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
                               __global OUT_T *O, __global float *LSE, const query_tile *t) {
     const float *row_max = (const float *)t->row_max, *row_sum = (const float *)t->row_sum;
+    const float *row_bound = (const float *)t->row_bound;
     for (int m = 0; m < BLOCK_M; m++) {
         const long i = t->row_i[m];
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
         const long row =
             P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
+        const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
+        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m]; /* in [1, 1 + BLOCK_N] */
         for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
-            const float16 o = load_column16((const float *)t->o_t, d0, m);
+            const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
             if (d0 + 16 <= P->dim_v) {
                 STORE16_OUT(o, O, row + d0);
             } else {
@@ -316,7 +326,6 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
                 for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
             }
         }
-        const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
         if (P->write_lse)
             LSE[(t->b * P->heads_q + t->h) * P->len_q + i] =
                 empty ? -INFINITY : row_max[m] + log(row_sum[m]);

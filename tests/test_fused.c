@@ -133,6 +133,33 @@ Test(fused, nan_and_inf_inputs_stay_where_they_belong) {
     expect_all_pass(cases, COUNT(cases));
 }
 
+/* V values near FLT_MAX: softmax averages them, so O stays finite and matches the reference
+ * (the CPU variant keeps its accumulator a combination of V rows with weights summing to at
+ * most 1). 70 keys span three key tiles; the scores differ, so the maximum moves. */
+Test(fused, values_near_the_float_maximum_stay_finite) {
+    enum { NQ = 5, NK = 70, D = 8 };
+    float q[NQ * D], k[NK * D], v[NK * D], o[NQ * D], ref[NQ * D];
+    fill_uniform(q, NQ * D, 11);
+    fill_uniform(k, NK * D, 12);
+    for (int j = 0; j < NK * D; j++) v[j] = (j % 3 ? 3.0e38f : -2.9e38f) * (j % 2 ? 1.0f : 0.98f);
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_attention_desc d;
+        cr_assert_eq(clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, NQ, NK, D, D),
+                     CLATTN_SUCCESS);
+        d.path = CLATTN_PATH_REFERENCE;
+        ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, ref, NULL));
+        d.path = CLATTN_PATH_FUSED;
+        d.variant = CLATTN_VARIANT_CPU;
+        ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, o, NULL));
+        for (int x = 0; x < NQ * D; x++)
+            cr_expect(isfinite(o[x]) && fabsf(o[x] - ref[x]) <= TOL_F32_RTOL * fabsf(ref[x]),
+                      "device %zu: O[%d] = %g, the reference %g", dev, x, (double)o[x],
+                      (double)ref[x]);
+    }
+}
+
 /* ---------------------------------------------------------------- checks before launch */
 
 static clattn_context *first_context(void) {
