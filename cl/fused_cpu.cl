@@ -10,9 +10,10 @@
  *       vector loads of Q^T and KEY_BLOCK broadcasts from the K rows (pack.cl's KEY_ROWS);
  *   online softmax down each lane (q is pre-scaled by scale; scores stay in the natural domain,
  *   so that a finite score is never -inf, and exp(x) is exp2((x - max) * log2(e)) with a
- *   polynomial exp2 on whole vectors); P is scaled by 1 / (new row sum) so that the output
- *   accumulator stays normalised (a convex combination of V rows never overflows);
- *   O^T [DV_PAD][BLOCK_M] = O^T * c_old + V tile^T [DV_PAD][BLOCK_N] x P^T [BLOCK_N][BLOCK_M]
+ *   polynomial exp2 on whole vectors); P is scaled by 1 / bound, an upper bound of the new row
+ *   sum, so that the output accumulator stays a combination of V rows with weights summing to
+ *   at most 1 (V near FLT_MAX cannot overflow it);
+ *   O^T [DV_PAD][BLOCK_M] = O^T * keep + V tile^T [DV_PAD][BLOCK_N] x P^T [BLOCK_N][BLOCK_M]
  *       VALUE_BLOCK value columns x GROUPS vectors of accumulators at a time: per key, GROUPS
  *       vector loads of P^T and VALUE_BLOCK broadcasts of the V row [DV_PAD] (pack.cl).
  *
@@ -20,8 +21,14 @@
  * Q^T, O^T and S^T live in private memory (L1): Q^T and O^T are [DQK_PAD or DV_PAD][BLOCK_M],
  * S^T (then P^T) is [BLOCK_N][BLOCK_M].
  *
- * Built after common.cl and fused_common.cl. BLOCK_M is 16, 32 or 48; BLOCK_N is a multiple of
- * KEY_BLOCK; DV_PAD is a multiple of 16.
+ * Built after common.cl and fused_common.cl. BLOCK_M is 16, 32 or 48 (runtime/fused.c picks 32,
+ * or 16 for calls with few rows); BLOCK_N is a multiple of KEY_BLOCK; DV_PAD is a multiple of 16.
+ *
+ * What PoCL 3.1 (LLVM 15) does with this, and why the code reads as it does: vload16/vstore16
+ * become four 16-byte pieces (so private arrays are float16 arrays and packed rows are stored
+ * as float16); fmax and rint on float16 add NaN and range fix-ups (max_of, exp2_nonpositive);
+ * a transposing copy in a loop becomes scatters (store_column16); the OpenCL prefetch() builtin
+ * compiles to nothing.
  */
 #define GROUPS (BLOCK_M / 16) /* lane groups: 16 query rows per vector */
 
