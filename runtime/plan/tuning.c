@@ -24,8 +24,9 @@ typedef struct tuning_entry {
 } tuning_entry;
 
 static const tuning_entry built_in[] = {
-    /* fused cpu: BLOCK_M rows in registers a work-item, BLOCK_N keys a tile, 16-wide vectors */
-    {"cpu", CL_DEVICE_TYPE_ALL, "", "", {8, 32, 1, 16, 0}},
+    /* fused cpu: BLOCK_M rows a work-item (the lanes of its 16-wide vectors; fewer for calls
+       with few rows), BLOCK_N keys a tile */
+    {"cpu", CL_DEVICE_TYPE_ALL, "", "", {32, 32, 1, 16, 0}},
     /* fused gpu: a row a work-item, BLOCK_M rows a work-group, K/V tiles in local memory */
     {"gpu", CL_DEVICE_TYPE_ALL, "", "", {64, 32, 64, 1, 0}},
     /* split: up to block_m query rows a work-item (also the most a kv head may have for auto to
