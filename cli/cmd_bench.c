@@ -25,8 +25,8 @@
 #define MAX_RECORDS  4096
 
 static const cli_option bench_options[] = {
-    {"preset", "quick|paths|sparse|decode",
-     "a ready-made sweep (writes CSV, JSON and, but for decode, a plot to --out)"},
+    {"preset", "quick|paths|sparse|decode|layer",
+     "a ready-made sweep (writes CSV, JSON and, but for decode and layer, a plot to --out)"},
     {"path", "LIST", "fused,gemm,host,reference (default fused)"},
     {"b", "LIST", "batch sizes (default 1)"},
     {"hq", "LIST", "query heads (default 8)"},
@@ -41,6 +41,7 @@ static const cli_option bench_options[] = {
     {"dtype", "f32|f16|bf16", "storage of Q, K, V and O (default f32)"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
     {"steps", "N", "decode: tokens the generation mode appends one at a time (default 64)"},
+    {"kept", "LIST", "layer: query heads kept, the first K (default: all)"},
     {"warmup", "N", "untimed runs first (default 1)"},
     {"repeat", "N", "timed runs (default 5)"},
     {"device", "SPEC|all", "devices (default: CLATTN_DEVICE or the first GPU, else device 0)"},
@@ -51,24 +52,6 @@ static const cli_option bench_options[] = {
 };
 
 /* ---------------------------------------------------------------- patterns */
-
-typedef enum pattern_kind {
-    P_FULL,
-    P_CAUSAL,
-    P_WINDOW,
-    P_DILATED,
-    P_BIGBIRD,
-    P_LONGFORMER,
-    P_BLOCKS
-} pattern_kind;
-
-typedef struct bench_pattern {
-    char text[96];
-    pattern_kind kind;
-    int64_t num[5]; /* the numbers after the name, in order */
-    size_t count;
-    char file[512];
-} bench_pattern;
 
 /* A pattern's numbers and the bounds `clattn run` and `clattn pattern` apply to the same
  * quantities (args.h), so that bench accepts exactly what they accept. */
@@ -173,13 +156,7 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
     return 0;
 }
 
-/* What a pattern allocates for a desc. */
-typedef struct pattern_data {
-    uint8_t *layout;
-    int64_t *globals;
-} pattern_data;
-
-static void pattern_data_free(pattern_data *pd) {
+void bench_pattern_data_free(pattern_data *pd) {
     free(pd->layout);
     free(pd->globals);
     memset(pd, 0, sizeof *pd);
@@ -236,8 +213,7 @@ static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern
     return pd->layout ? 0 : 1;
 }
 
-/* Sets the desc's mask fields for a pattern. */
-static int apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+int bench_apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
     switch (p->kind) {
     case P_FULL:
         return 0;
@@ -285,6 +261,8 @@ typedef struct bench_config {
     int decode;      /* --preset decode: bench_decode.c runs it */
     int dtype_given; /* --dtype: decode measures only that type */
     size_t steps;    /* decode's generation mode */
+    int layer;       /* --preset layer: bench_layer.c runs it */
+    size_t kept[MAX_LIST], num_kept;
 } bench_config;
 
 enum { L_B, L_HQ, L_HKV, L_NQ, L_NK, L_D, L_DV };
@@ -336,6 +314,9 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         return EXIT_USAGE;
     }
     if (args_has(args, "steps") && parse_size(args, "steps", 0, &c->steps) != 0) return EXIT_USAGE;
+    if (args_has(args, "kept") &&
+        parse_size_list(args, "kept", 1, c->kept, MAX_LIST, &c->num_kept) != 0)
+        return EXIT_USAGE;
     if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0)
         return EXIT_USAGE;
     if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
@@ -388,7 +369,16 @@ static int apply_preset(const char *name, bench_config *c) {
         c->repeat = 5, c->decode = 1;
         return 0;
     }
-    cli_error("bench", "--preset: expected quick, paths, sparse or decode, got '%s'", name);
+    if (strcmp(name, "layer") == 0) { /* a 7B-class model's attention: GQA 32/8, D = 128 */
+        c->list[L_NQ][0] = 2048, c->count[L_NQ] = 1;
+        c->list[L_HQ][0] = 32, c->count[L_HQ] = 1;
+        c->list[L_HKV][0] = 8, c->count[L_HKV] = 1;
+        c->list[L_D][0] = 128, c->count[L_D] = 1;
+        c->kept[0] = 32, c->kept[1] = 16, c->num_kept = 2;
+        c->repeat = 3, c->layer = 1;
+        return split_patterns("causal", c->patterns, &c->num_patterns);
+    }
+    cli_error("bench", "--preset: expected quick, paths, sparse, decode or layer, got '%s'", name);
     return EXIT_USAGE;
 }
 
@@ -587,7 +577,7 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
     clattn_attention_desc d = s->desc;
     d.variant = c->variant;
     pattern_data pd = {0};
-    if (apply_pattern(p, &d, &pd) != 0) {
+    if (bench_apply_pattern(p, &d, &pd) != 0) {
         run->failed = 1;
         run->done += c->num_paths;
         return;
@@ -610,7 +600,7 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
             run->failed = 1;
         }
     }
-    pattern_data_free(&pd);
+    bench_pattern_data_free(&pd);
 }
 
 /* The shape at `index` of the cartesian product of the lists (hkv, nk, dv follow hq, nq, d
@@ -681,6 +671,28 @@ static int run_decode(const bench_config *c) {
     return bench_decode(&dc);
 }
 
+/* --preset layer: the sizes and settings handed to bench_layer (first B, Hq, Hkv, D; the
+ * attention's path is the first of --path, fused or gemm). */
+static int run_layer(const bench_config *c) {
+    layer_bench_config lc;
+    memset(&lc, 0, sizeof lc);
+    if (c->paths[0] != BENCH_FUSED && c->paths[0] != BENCH_GEMM) {
+        cli_error("bench", "--preset layer: --path must be fused or gemm (the attention's path)");
+        return EXIT_USAGE;
+    }
+    memcpy(lc.nq, c->list[L_NQ], sizeof lc.nq), lc.num_nq = c->count[L_NQ];
+    memcpy(lc.kept, c->kept, sizeof lc.kept), lc.num_kept = c->num_kept ? c->num_kept : 1;
+    lc.batch = c->list[L_B][0], lc.hq = c->list[L_HQ][0], lc.d = c->list[L_D][0];
+    lc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : lc.hq;
+    lc.wtype = c->dtype, lc.variant = c->variant;
+    lc.path = c->paths[0] == BENCH_GEMM ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED;
+    lc.patterns = c->patterns, lc.num_patterns = c->num_patterns;
+    lc.warmup = c->warmup, lc.repeat = c->repeat;
+    memcpy(lc.devices, c->devices, sizeof lc.devices), lc.num_devices = c->num_devices;
+    lc.csv = c->csv, lc.json = c->json, lc.out = c->out;
+    return bench_layer(&lc);
+}
+
 /* ---------------------------------------------------------------- outputs */
 
 static int write_outputs(const bench_run *run, const char *csv, const char *json) {
@@ -716,7 +728,8 @@ int cmd_bench(int argc, char **argv) {
     cli_args args;
     int parsed = args_parse(&args, bench_options, n, "bench", argc, argv);
     if (parsed == 1) {
-        args_usage("bench", "[--preset quick|paths|sparse] [options]", bench_options, n);
+        args_usage("bench", "[--preset quick|paths|sparse|decode|layer] [options]", bench_options,
+                   n);
         printf("\nLists (comma-separated) make sweeps. ms is the wall time around the call; kernel "
                "ms comes from\nOpenCL profiling events (fused, gemm); see bench/README.md.\n");
         return 0;
@@ -727,6 +740,7 @@ int cmd_bench(int argc, char **argv) {
     int rc = parse_config(&args, &config);
     if (rc) return rc;
     if (config.decode) return run_decode(&config);
+    if (config.layer) return run_layer(&config);
     bench_run run = {&config, records, 0, 0, 0, 0};
     run.total = config.num_devices * num_shapes(&config) * config.num_patterns * config.num_paths;
     for (size_t i = 0; i < config.num_devices; i++) bench_device(&run, config.devices[i]);
