@@ -629,3 +629,89 @@ Test(mha, bad_calls_change_nothing) {
     inputs_free(&in);
     weights_free(&w);
 }
+
+/* ---------------------------------------------------------------- statistics, rollback */
+
+/* The last call's statistics name the attention's variant and kernel and its heads, and, while
+ * the context times, each phase's time and the GEMMs' FLOP counts. */
+Test(mha, stats_describe_the_last_call) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    ASSERT_OK(ctx, clattn_context_set_timing(ctx, 1));
+    layer_case lc = self_gqa;
+    layer_weights w;
+    layer_inputs in;
+    weights_make(&lc, &w);
+    inputs_make(&lc, &in);
+    clattn_mha_desc d;
+    clattn_attention_desc call;
+    layer_desc(&lc, &w, &d);
+    d.head_mask = prunes[0].keep; /* heads 0 and 2 */
+    call_desc(&lc, &call);
+    call.path = CLATTN_PATH_GEMM;
+    clattn_mha *mha = NULL;
+    clattn_mha_stats stats;
+    clattn_mha_stats_init(&stats);
+    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    cr_expect_eq(clattn_mha_last_stats(mha, &stats), CLATTN_ERR_INVALID_ARGUMENT, "no call yet");
+    float *y = malloc(in.y_count * 4);
+    ASSERT_OK(ctx, clattn_mha_forward_host(mha, &call, in.x, NULL, y));
+    cr_assert_eq(clattn_mha_last_stats(mha, &stats), CLATTN_SUCCESS);
+    cr_expect_eq(stats.variant, CLATTN_VARIANT_GEMM);
+    cr_expect(strstr(stats.kernel, "gemm") != NULL, "kernel '%s'", stats.kernel);
+    cr_expect(stats.attention_heads_q == 2 && stats.attention_heads_kv == 2);
+    cr_expect(stats.projection_ms > 0 && stats.attention_ms > 0 && stats.output_ms > 0,
+              "phases %g %g %g ms", stats.projection_ms, stats.attention_ms, stats.output_ms);
+    size_t m = lc.b * lc.n; /* 2 kept heads of Dqk 8 and 2 kv heads of Dqk 8 + Dv 12 */
+    cr_expect_eq(stats.projection_flops, 2 * m * lc.d_model * (2 * 8 + 2 * (8 + 12)));
+    cr_expect_eq(stats.output_flops, 2 * m * 2 * 12 * lc.d_model);
+    clattn_mha_destroy(mha);
+    clattn_context_destroy(ctx);
+    free(y);
+    inputs_free(&in);
+    weights_free(&w);
+}
+
+/* An attention that fails after the append (its kernel's build fails: the test hook) sets the
+ * cache's lengths back and keeps its own message. */
+Test(mha, failed_cache_attention_rolls_the_append_back) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    layer_case lc = self_gqa;
+    layer_weights w;
+    layer_inputs in;
+    weights_make(&lc, &w);
+    inputs_make(&lc, &in);
+    clattn_mha_desc d;
+    clattn_attention_desc call;
+    layer_desc(&lc, &w, &d);
+    call_desc(&lc, &call);
+    clattn_mha *mha = NULL;
+    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv, lc.dqk, lc.dv, 32);
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
+    size_t bytes = in.y_count * 4;
+    cl_mem x = device_copy(ctx, in.x, bytes), y = device_copy(ctx, NULL, bytes);
+    setenv("CLATTN_TEST_FAIL_BUILD", "split.cl", 1); /* the variant that serves caches */
+    clattn_status status = clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL);
+    unsetenv("CLATTN_TEST_FAIL_BUILD");
+    cr_expect_neq(status, CLATTN_SUCCESS);
+    cr_expect(strstr(clattn_context_last_error(ctx), "CLATTN_TEST_FAIL_BUILD") != NULL, "'%s'",
+              clattn_context_last_error(ctx));
+    int32_t lengths[2] = {-1, -1};
+    clattn_kv_cache_lengths(cache, lengths);
+    cr_expect(lengths[0] == 0 && lengths[1] == 0, "lengths %d %d after the failed call", lengths[0],
+              lengths[1]);
+    ASSERT_OK(ctx, clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL));
+    clattn_kv_cache_lengths(cache, lengths);
+    cr_expect(lengths[0] == (int32_t)lc.n && lengths[1] == (int32_t)lc.n, "lengths %d %d",
+              lengths[0], lengths[1]);
+    clattn_kv_cache_destroy(cache);
+    clattn_mha_destroy(mha);
+    clReleaseMemObject(x), clReleaseMemObject(y);
+    clattn_context_destroy(ctx);
+    inputs_free(&in);
+    weights_free(&w);
+}
