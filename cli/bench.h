@@ -90,7 +90,7 @@ int bench_decode(const decode_config *c);
 /* clattn bench --preset layer (bench_layer.c): a multi-head attention layer of d_model = Hq*D,
  * for each Nq, pattern and number of kept query heads, timed end to end and in its phases. */
 typedef struct layer_bench_config {
-    size_t nq[16], num_nq, kept[16], num_kept; /* kept 0: every head */
+    size_t nq[16], num_nq, kept[16], num_kept;
     size_t batch, hq, hkv, d;
     clattn_dtype wtype; /* the weights' storage; X and Y are float32 */
     clattn_path path;   /* the attention's */

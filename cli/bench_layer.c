@@ -278,7 +278,7 @@ static int layer_device(const layer_bench_config *c, size_t device, layer_record
                 memset(r, 0, sizeof *r);
                 r->device = device, r->wtype = c->wtype, r->b = c->batch, r->hq = c->hq;
                 r->hkv = c->hkv, r->d = c->d, r->d_model = c->hq * c->d, r->nq = c->nq[q];
-                r->kept = c->kept[k] ? c->kept[k] : c->hq;
+                r->kept = c->kept[k];
                 snprintf(r->pattern, sizeof r->pattern, "%s", c->patterns[p].text);
                 if (!(s = measure_record(ctx, c, &c->patterns[p], r))) print_record(&out[n++]);
             }

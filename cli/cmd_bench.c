@@ -41,7 +41,7 @@ static const cli_option bench_options[] = {
     {"dtype", "f32|f16|bf16", "storage of Q, K, V and O (default f32)"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
     {"steps", "N", "decode: tokens the generation mode appends one at a time (default 64)"},
-    {"kept", "LIST", "layer: query heads kept, the first K (default: all)"},
+    {"kept", "LIST", "layer: query heads kept, the first K (default: all, then half)"},
     {"warmup", "N", "untimed runs first (default 1)"},
     {"repeat", "N", "timed runs (default 5)"},
     {"device", "SPEC|all", "devices (default: CLATTN_DEVICE or the first GPU, else device 0)"},
@@ -154,94 +154,6 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
         }
     }
     return 0;
-}
-
-void bench_pattern_data_free(pattern_data *pd) {
-    free(pd->layout);
-    free(pd->globals);
-    memset(pd, 0, sizeof *pd);
-}
-
-static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
-    size_t block = (size_t)p->num[0];
-    clattn_pattern_desc pat;
-    clattn_pattern_desc_init(&pat, CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
-                             (d->len_k + block - 1) / block);
-    pat.window = (size_t)p->num[1];
-    pat.global = (size_t)p->num[2];
-    pat.random = (size_t)p->num[3];
-    pat.seed = p->count > 4 ? (uint64_t)p->num[4] : 0;
-    if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
-        clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
-        cli_error("bench",
-                  "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
-                  "RANDOM[,SEED])",
-                  p->text);
-        return 1;
-    }
-    d->block_layout = pd->layout;
-    d->block_q = d->block_k = block;
-    return 0;
-}
-
-/* blocks:FILE,BQ,BK: a 2-D or 3-D layout from a .npy file, as clattn run reads it. */
-static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
-    npy_array a;
-    char err[512];
-    if (npy_read(p->file, &a, err, sizeof err) != CLATTN_SUCCESS) {
-        cli_error("bench", "%s", err);
-        return 1;
-    }
-    size_t bq = (size_t)p->num[0], bk = (size_t)p->num[1];
-    size_t rows = (d->len_q + bq - 1) / bq, cols = (d->len_k + bk - 1) / bk;
-    int ok = (a.ndim == 2 || (a.ndim == 3 && a.shape[0] == d->heads_q)) &&
-             a.shape[a.ndim - 2] == rows && a.shape[a.ndim - 1] == cols &&
-             (a.dtype == NPY_U8 || a.dtype == NPY_BOOL || a.dtype == NPY_I32);
-    if (ok && (pd->layout = malloc(a.count)))
-        for (size_t i = 0; i < a.count; i++)
-            pd->layout[i] =
-                a.dtype == NPY_I32 ? ((int32_t *)a.data)[i] != 0 : ((uint8_t *)a.data)[i] != 0;
-    else
-        cli_error("bench",
-                  "%s: a |u1, |b1 or <i4 layout of shape [%zu, %zu] or [%zu, %zu, %zu] "
-                  "is needed for Nq=%zu, Nk=%zu",
-                  p->file, rows, cols, d->heads_q, rows, cols, d->len_q, d->len_k);
-    d->block_layout = pd->layout;
-    d->block_q = bq, d->block_k = bk;
-    d->block_layout_per_head = a.ndim == 3;
-    npy_free(&a);
-    return pd->layout ? 0 : 1;
-}
-
-int bench_apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
-    switch (p->kind) {
-    case P_FULL:
-        return 0;
-    case P_CAUSAL:
-        d->causal = 1;
-        return 0;
-    case P_DILATED:              /* the numbers passed check_patterns */
-        d->dilation = p->num[2]; /* fall through */
-    case P_WINDOW:
-        d->window_left = p->num[0];
-        d->window_right = p->num[1];
-        return 0;
-    case P_LONGFORMER: { /* window of W each side; the first G positions are global */
-        size_t g = (size_t)p->num[1];
-        if (g > d->len_k) g = d->len_k;
-        d->window_left = d->window_right = p->num[0];
-        if (g && !(pd->globals = malloc(g * sizeof *pd->globals))) return 1;
-        for (size_t i = 0; i < g; i++) pd->globals[i] = (int64_t)i;
-        d->global_tokens = pd->globals;
-        d->num_global_tokens = g;
-        return 0;
-    }
-    case P_BIGBIRD:
-        return bigbird_layout(p, d, pd);
-    case P_BLOCKS:
-        return file_layout(p, d, pd);
-    }
-    return 1;
 }
 
 /* ---------------------------------------------------------------- configuration */
@@ -374,7 +286,6 @@ static int apply_preset(const char *name, bench_config *c) {
         c->list[L_HQ][0] = 32, c->count[L_HQ] = 1;
         c->list[L_HKV][0] = 8, c->count[L_HKV] = 1;
         c->list[L_D][0] = 128, c->count[L_D] = 1;
-        c->kept[0] = 32, c->kept[1] = 16, c->num_kept = 2;
         c->repeat = 3, c->layer = 1;
         return split_patterns("causal", c->patterns, &c->num_patterns);
     }
@@ -681,9 +592,13 @@ static int run_layer(const bench_config *c) {
         return EXIT_USAGE;
     }
     memcpy(lc.nq, c->list[L_NQ], sizeof lc.nq), lc.num_nq = c->count[L_NQ];
-    memcpy(lc.kept, c->kept, sizeof lc.kept), lc.num_kept = c->num_kept ? c->num_kept : 1;
     lc.batch = c->list[L_B][0], lc.hq = c->list[L_HQ][0], lc.d = c->list[L_D][0];
     lc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : lc.hq;
+    memcpy(lc.kept, c->kept, sizeof lc.kept), lc.num_kept = c->num_kept;
+    if (!c->num_kept) { /* every head, then the first half of them */
+        lc.kept[0] = lc.hq, lc.kept[1] = lc.hq / 2;
+        lc.num_kept = lc.hq > 1 ? 2 : 1;
+    }
     lc.wtype = c->dtype, lc.variant = c->variant;
     lc.path = c->paths[0] == BENCH_GEMM ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED;
     lc.patterns = c->patterns, lc.num_patterns = c->num_patterns;
