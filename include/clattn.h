@@ -794,11 +794,11 @@ CLATTN_API clattn_status clattn_mha_get_info(const clattn_mha *mha, clattn_mha_i
  *  original heads (a pruned head's are not read); path and variant choose the attention's
  *  variant. Its layout and tensors are not read: the layer lays Q, K, V and O out itself.
  *  x: dense [B, N, d_model]; x_kv: dense [B, Nk, d_kv], or NULL for self-attention; y: dense
- *  [B, N, d_model], written last (a failing call leaves it as it was), not x's or x_kv's
- *  buffer. The bias is read from call->bias. `event` (may be NULL) completes with the call.
+ *  [B, N, d_model], written only by the output projection, not x's or x_kv's buffer (a
+ *  call refused by its checks, or failing before the output projection, leaves it as it was). The bias is read from call->bias. `event` (may be NULL) completes with the call.
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (heads or dims not the layer's, Nk != N
  *  without X_kv, X_kv missing for a layer with d_kv != d_model, a buffer too small for its
- *  shape, a bad mask: nothing is enqueued); CLATTN_ERR_UNSUPPORTED (a projection larger than
+ *  shape, a bad mask: checked before anything is enqueued); CLATTN_ERR_UNSUPPORTED (a projection larger than
  *  CLBlast's int offsets); CLATTN_ERR_BLAS; or an error of clattn_attention. */
 CLATTN_API clattn_status clattn_mha_forward(clattn_mha *mha, const clattn_attention_desc *call,
                                             cl_mem x, cl_mem x_kv, cl_mem y, cl_event *event);
@@ -814,8 +814,8 @@ CLATTN_API clattn_status clattn_mha_forward_host(clattn_mha *mha, const clattn_a
  *  past them are padding, with O = 0 and so Y = b_o). The cache must be on the layer's context
  *  with B sequences, attention_heads_kv heads and the layer's dims (any storage type). `call`
  *  as for clattn_mha_forward with len_q = N (len_k is not read: masks see each sequence's
- *  rows as clattn_kv_cache_attention does). Everything is checked before the append; an
- *  attention that fails after it sets the cache's lengths back. Appending one token at a time
+ *  rows as clattn_kv_cache_attention does); the layer's d_kv must be d_model. Everything is
+ *  checked before the append; an attention that fails after it sets the cache's lengths back. Appending one token at a time
  *  gives, row for row, what one causal clattn_mha_forward over the whole sequence gives.
  *  @return as clattn_mha_forward and clattn_kv_cache_append. */
 CLATTN_API clattn_status clattn_mha_forward_cache(clattn_mha *mha, clattn_kv_cache *cache,

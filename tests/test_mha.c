@@ -715,3 +715,42 @@ Test(mha, failed_cache_attention_rolls_the_append_back) {
     inputs_free(&in);
     weights_free(&w);
 }
+
+/* A layer whose K/V weights read another width (d_kv != d_model) is cross-attention only: without
+ * X_kv, and over a KV cache (whose new rows come from X), its calls are refused. */
+Test(mha, a_cross_attention_layer_needs_x_kv) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    layer_case lc = {32, 24, 4, 2, 8, 8, CLATTN_F32, 0, 2, 5, 7, CLATTN_F32, CLATTN_F32, 0, 3};
+    layer_weights w;
+    layer_inputs in;
+    weights_make(&lc, &w);
+    inputs_make(&lc, &in);
+    clattn_mha_desc d;
+    clattn_attention_desc call;
+    layer_desc(&lc, &w, &d);
+    call_desc(&lc, &call);
+    call.len_k = lc.n; /* a self-attention call */
+    clattn_mha *mha = NULL;
+    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    float *y = malloc(in.y_count * 4);
+    cr_expect_eq(clattn_mha_forward_host(mha, &call, in.x, NULL, y), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "give X_kv") != NULL, "'%s'",
+              clattn_context_last_error(ctx));
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv, lc.dqk, lc.dv, 16);
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
+    cl_mem x = device_copy(ctx, in.x, in.y_count * 4), yb = device_copy(ctx, NULL, in.y_count * 4);
+    cr_expect_eq(clattn_mha_forward_cache(mha, cache, &call, x, NULL, yb, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "projects K and V from X") != NULL, "'%s'",
+              clattn_context_last_error(ctx));
+    clattn_kv_cache_destroy(cache);
+    clattn_mha_destroy(mha);
+    clReleaseMemObject(x), clReleaseMemObject(yb);
+    free(y);
+    inputs_free(&in);
+    weights_free(&w);
+}

@@ -188,11 +188,12 @@ static clattn_status read_call(const mha_shape *s, const clattn_attention_desc *
     return CLATTN_SUCCESS;
 }
 
-/* Self-attention reads K and V from X: Nk must be N, and d_kv the model's width. */
+/* Self-attention (and a KV cache's new rows) reads K and V from X: then d_kv must be the
+ * model's width, and without a cache Nk must be N. */
 static clattn_status check_self(const mha_shape *s, const clattn_attention_desc *d, int cross,
                                 size_t capacity, error_record *err) {
-    if (cross || capacity) return CLATTN_SUCCESS;
-    if (d->len_k != d->len_q)
+    if (cross) return CLATTN_SUCCESS;
+    if (!capacity && d->len_k != d->len_q)
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "mha: self-attention (no X_kv) needs len_k = len_q; the desc has Nq=%zu "
                          "Nk=%zu",
@@ -200,8 +201,9 @@ static clattn_status check_self(const mha_shape *s, const clattn_attention_desc 
     if (s->d_kv != s->d_model)
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "mha: the layer's K/V weights read d_kv=%zu columns, X has d_model=%zu: "
-                         "give X_kv",
-                         s->d_kv, s->d_model);
+                         "%s",
+                         s->d_kv, s->d_model,
+                         capacity ? "a KV cache call projects K and V from X" : "give X_kv");
     return CLATTN_SUCCESS;
 }
 
