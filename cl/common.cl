@@ -6,11 +6,12 @@
  * Storage: IN_DTYPE (Q, K, V) and OUT_DTYPE (O) are clattn_dtype values: float32, float16
  * (read and written with vload_half and vstore_half, which need no cl_khr_fp16) or bfloat16
  * (the upper half of a float32's bits, widened by a shift, narrowed rounding to nearest even).
- * All arithmetic is float32.
+ * KV_DTYPE, when K and V are stored apart from Q, may also be q8_0. All arithmetic is float32.
  */
 #define DTYPE_F32  0
 #define DTYPE_F16  1
 #define DTYPE_BF16 2
+#define DTYPE_Q8_0 3 /* K and V only: blocks of a float16 scale and 32 int8 (34 bytes) */
 #ifndef IN_DTYPE
 #define IN_DTYPE DTYPE_F32
 #endif
@@ -73,6 +74,39 @@ inline ushort float_to_bf16(float x) {
 #define KV_T                  ushort
 #define LOAD_KV(ptr, index)   bf16_to_float((ptr)[(index)])
 #define LOAD16_KV(ptr, index) bf16x16_to_float16(vload16(0, (ptr) + (index)))
+#elif KV_DTYPE == DTYPE_Q8_0
+/* Value `index` (an element index; rows start whole blocks) is in block index / 32 at byte
+ * 34 * (index / 32): its float16 scale, then 32 int8. Dequantised in registers. */
+#define KV_T                  uchar
+#define LOAD_KV(ptr, index)   q8_load((ptr), (index))
+#define LOAD16_KV(ptr, index) q8_load16((ptr), (index))
+
+/* The block's float16 scale, widened with integer operations (exactly; vload_half may be a
+ * library call). */
+inline float q8_scale(__global const uchar *x, long block) {
+    const uint h = *(__global const ushort *)(x + block * 34), exp = h & 0x7c00u;
+    uint o = ((h & 0x7fffu) << 13) + (112u << 23);
+    float f;
+    if (exp == 0x7c00u) /* infinity or NaN */
+        f = as_float(o + (112u << 23));
+    else if (exp == 0u) /* zero or subnormal: renormalise */
+        f = as_float(o + (1u << 23)) - as_float(113u << 23);
+    else
+        f = as_float(o);
+    return as_float(as_uint(f) | ((h & 0x8000u) << 16));
+}
+
+inline float q8_load(__global const uchar *x, long index) {
+    const long block = index >> 5;
+    return q8_scale(x, block) * (float)((__global const char *)x)[block * 34 + 2 + (index & 31)];
+}
+
+/* 16 values from `index` on, a multiple of 16: half a block. */
+inline float16 q8_load16(__global const uchar *x, long index) {
+    const long block = index >> 5;
+    const char16 q = vload16(0, (__global const char *)x + block * 34 + 2 + (index & 31));
+    return q8_scale(x, block) * convert_float16(q);
+}
 #else
 #define KV_T                  float
 #define LOAD_KV(ptr, index)   ((ptr)[(index)])
@@ -121,6 +155,21 @@ inline float add_saturating(float a, float b) {
 inline float mul_saturating(float a, float b) {
     const float x = a * b;
     return isinf(x) && isfinite(a) && isfinite(b) ? copysign(FLT_MAX, x) : x;
+}
+
+/* Scores are float32 (README, Semantics): scale * q.k is an infinity only when that product
+ * itself is beyond float32. A kernel's float32 sum of products (and a q pre-scaled by scale)
+ * can overflow on the way even so; such a score is summed again with each operand scaled by
+ * 2^-RESCORE_SHIFT (no product or partial sum of FLT_MAX-sized values then overflows), and
+ * rescored() puts scale and 2^(2*RESCORE_SHIFT) back at once: scale's mantissa first, then
+ * its exponent with ldexp, which is exact up to the final overflow or underflow. */
+#define RESCORE_SHIFT 70
+#define RESCORE_DOWN  0x1.0p-70f
+
+inline float rescored(float scaled_dot, float scale) {
+    int e = 0;
+    const float m = frexp(scale, &e);
+    return ldexp(m * scaled_dot, e + 2 * RESCORE_SHIFT);
 }
 
 /* Integer division with its remainder. */

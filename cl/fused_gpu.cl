@@ -15,8 +15,11 @@ typedef struct row_state {
     long i;           /* query row, or -1 past the end */
     long lo, hi;      /* class-local key range in the current pass */
     float q[DQK_PAD]; /* pre-scaled by scale */
-    float o[DV_PAD];  /* unnormalised O row */
+    float o[DV_PAD];  /* O row so far, normalised: the weighted mean of the V rows seen */
     float max, sum;   /* running maximum and sum of exp(score - max) */
+    __global const IN_T *q_src; /* the row of Q unscaled (q_src + q_row), for rescore */
+    long q_row;
+    float scale;
     __global uint *tile_count; /* COUNT_TILES: the key tiles visited, counted by work-item 0 */
 } row_state;
 
@@ -25,7 +28,22 @@ ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, 
     for (int at = get_local_id(0); at < count; at += BLOCK_M) dst[at] = src[at];
 }
 
-/* The row against one key tile in local memory: scores, masks, softmax update, P V.
+/* Score c of the tile again, without overflow on the way (common.cl, rescored): a score that
+ * came out non-finite from the pre-scaled q. NaN or an infinity in the inputs stays so. */
+ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st,
+                            __local const float *kt, int c) {
+    float dot = 0.0f;
+    for (int d = 0; d < P->dim_qk; d++) {
+        const float q = LOAD_IN(st->q_src, st->q_row + d) * RESCORE_DOWN;
+        dot = fma(q, kt[d * BLOCK_N + c] * RESCORE_DOWN, dot);
+    }
+    return rescored(dot, st->scale);
+}
+
+/* The row against one key tile in local memory: scores, masks, softmax update, P V. O stays
+ * normalised, the old row weighted by kept/sum and each new row by p/sum: a weighted mean of V's
+ * rows never exceeds their largest magnitude, where the unnormalised sum of p*V overflowed for
+ * V near FLT_MAX.
  * careful: the V tile holds a NaN or an infinity, so zero probabilities add nothing (instead of
  * 0 * NaN). */
 ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *layout,
@@ -39,6 +57,9 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
         const float qd = st->q[d];
         for (int c = 0; c < BLOCK_N; c++) s[c] = fma(qd, kt[d * BLOCK_N + c], s[c]);
     }
+    if (st->i >= 0)
+        for (int c = 0; c < BLOCK_N; c++)
+            if (!isfinite(s[c])) s[c] = rescore(P, st, kt, c);
     if (kind == TILE_BOUNDED)
         for (int c = 0; c < BLOCK_N; c++)
             if (k0 + c < st->lo || k0 + c > st->hi) s[c] = -INFINITY;
@@ -52,13 +73,16 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     const float new_max = fmax(st->max, tile_max);
     const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
     const float alpha = exp2((st->max - base) * M_LOG2E_F);
+    float tile_sum = 0.0f;
+    for (int c = 0; c < BLOCK_N; c++) tile_sum += (s[c] = exp2((s[c] - base) * M_LOG2E_F));
+    const float kept = st->sum * alpha, sum = kept + tile_sum;
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum; /* a NaN sum stays NaN */
     st->max = new_max;
-    st->sum *= alpha;
-    for (int e = 0; e < DV_PAD; e++) st->o[e] *= alpha;
+    st->sum = sum;
+    for (int e = 0; e < DV_PAD; e++) st->o[e] *= kept * inv;
     for (int c = 0; c < BLOCK_N; c++) {
-        const float p = exp2((s[c] - base) * M_LOG2E_F);
-        st->sum += p;
-        if (careful && p == 0.0f) continue;
+        if (careful && s[c] == 0.0f) continue;
+        const float p = s[c] * inv;
         for (int e = 0; e < DV_PAD; e++) st->o[e] = fma(p, vt[c * DV_PAD + e], st->o[e]);
     }
 }
@@ -113,16 +137,15 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
     }
 }
 
-/* O = o / sum and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
+/* O = o (normalised already) and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is_global,
                              __global OUT_T *O, __global float *LSE, long b, long h,
                              const row_state *st) {
     if (st->i < 0 || row_left_to_global_pass(P, is_global, st->i)) return;
     /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
     const int empty = st->max == -INFINITY && st->sum == 0.0f;
-    const float inv = empty ? 0.0f : 1.0f / st->sum;
     const long row = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + st->i * P->o_stride_s;
-    for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e] * inv, O, row + e);
+    for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e], O, row + e);
     if (P->write_lse)
         LSE[(b * P->heads_q + h) * P->len_q + st->i] =
             empty ? -INFINITY : st->max + log(st->sum);
@@ -145,6 +168,9 @@ attention_gpu(ATTENTION_KERNEL_ARGS) {
         P->q_offset + b * P->q_stride_b + h * P->q_stride_h + (st.i < 0 ? 0 : st.i) * P->q_stride_s;
     for (int d = 0; d < DQK_PAD; d++)
         st.q[d] = (st.i >= 0 && d < P->dim_qk) ? LOAD_IN(Q, q_row + d) * q_scale : 0.0f;
+    st.q_src = Q;
+    st.q_row = q_row;
+    st.scale = q_scale;
     for (int e = 0; e < DV_PAD; e++) st.o[e] = 0.0f;
     st.max = -INFINITY;
     st.sum = 0.0f;

@@ -5,7 +5,53 @@
  * is the parameter block's k_* and v_* fields with page_size and max_pages; the new rows are
  * IN_DTYPE tensors [B, len, Hkv, D] at the offsets and strides given; the cache is OUT_DTYPE.
  * Work-item (d, t, b * Hkv + kvh) over (max(Dqk, Dv), len, B * Hkv). Built after common.cl.
+ *
+ * A q8_0 cache (KV_DTYPE q8_0, OUT_DTYPE unused) is written a block at a time, each block
+ * quantised as clattn_convert does it: work-item (block, t, b * Hkv + kvh) over
+ * (max(Dqk, Dv) / 32, len, B * Hkv).
  */
+#if KV_DTYPE == DTYPE_Q8_0
+/* Values x[from .. from+31] as one q8_0 block at `block`: d = max|x| / 127 (finite values;
+ * rounded to float16), q = round(x / d) within +-127; NaN stores 0. */
+ALWAYS_INLINE void quantize_block(__global const IN_T *x, long from, __global uchar *block) {
+    float v[32], max = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        v[i] = LOAD_IN(x, from + i);
+        if (isfinite(v[i])) max = fmax(max, fabs(v[i]));
+    }
+    vstore_half_rte(max / 127.0f, 0, (__global half *)block);
+    const float scale = vload_half(0, (__global const half *)block);
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    __global char *q = (__global char *)(block + 2);
+    for (int i = 0; i < 32; i++) {
+        const float t = v[i] * inv;
+        q[i] = isnan(t) ? 0 : (char)clamp(round(t), -127.0f, 127.0f);
+    }
+}
+
+__kernel void append_rows(__constant attn_params *P, __global const int *lengths,
+                          __global const int *new_len, __global const int *block_table,
+                          __global const IN_T *K_new, long kn_offset, long kn_sb, long kn_sh,
+                          long kn_ss, __global const IN_T *V_new, long vn_offset, long vn_sb,
+                          long vn_sh, long vn_ss, __global uchar *K, __global uchar *V) {
+    const long d = get_global_id(0) * 32, t = get_global_id(1), bkv = get_global_id(2);
+    const long b = bkv / P->heads_kv, kvh = bkv % P->heads_kv;
+    if (t >= new_len[b]) return;
+    const long j = lengths[b] + t;
+    if (d < P->dim_qk) {
+        const long at = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
+                               P->k_stride_s, b, kvh, j) + d;
+        quantize_block(K_new, kn_offset + b * kn_sb + kvh * kn_sh + t * kn_ss + d,
+                       K + at / 32 * 34);
+    }
+    if (d < P->dim_v) {
+        const long at = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h,
+                               P->v_stride_s, b, kvh, j) + d;
+        quantize_block(V_new, vn_offset + b * vn_sb + kvh * vn_sh + t * vn_ss + d,
+                       V + at / 32 * 34);
+    }
+}
+#else
 __kernel void append_rows(__constant attn_params *P, __global const int *lengths,
                           __global const int *new_len, __global const int *block_table,
                           __global const IN_T *K_new, long kn_offset, long kn_sb, long kn_sh,
@@ -26,3 +72,4 @@ __kernel void append_rows(__constant attn_params *P, __global const int *lengths
                                P->v_stride_s, b, kvh, j) + d);
     }
 }
+#endif

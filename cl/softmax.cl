@@ -90,12 +90,29 @@ softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride, __gl
  * that P V sums only allowed values; a row with no allowed key (or only -inf scores) gets
  * P = 0 and LSE = -inf; a NaN among the allowed scores makes the row's P and LSE NaN.
  * lse: [B][Hq][Nq] float, natural log, written when P->write_lse.
+ * Q, K: the caller's tensors (IN_T storage) and `scale`: an allowed score the GEMM left
+ * non-finite (its float32 sum overflowed on the way) is summed again without overflow
+ * (rescore), so that it is an infinity only when scale * q.k is (README, Semantics).
  * One work-group per row: global (WG_SIZE * R, G), local (WG_SIZE, 1).
  */
+
+/* scale * dot(Q[b,h,i,:], K[b,kvh,j,:]) without overflow on the way (common.cl, rescored). */
+inline float rescore(__constant attn_params *P, __global const IN_T *Q, __global const IN_T *K,
+                     long b, long h, long i, long j, float scale) {
+    const long kvh = h / (P->heads_q / P->heads_kv);
+    const long q = P->q_offset + b * P->q_stride_b + h * P->q_stride_h + i * P->q_stride_s;
+    const long k = P->k_offset + b * P->k_stride_b + kvh * P->k_stride_h + j * P->k_stride_s;
+    float dot = 0.0f;
+    for (long d = 0; d < P->dim_qk; d++)
+        dot = fma(LOAD_IN(Q, q + d) * RESCORE_DOWN, LOAD_IN(K, k + d) * RESCORE_DOWN, dot);
+    return rescored(dot, scale);
+}
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 softmax_masked(__constant attn_params *P, __global float *scores, long group0, long row0, long key0,
                long keys, __global const float *bias, __global const uchar *is_global,
-               __global const uchar *layout, __global float *lse) {
+               __global const uchar *layout, __global float *lse, __global const IN_T *Q,
+               __global const IN_T *K, float scale) {
     __local float scratch[WG_SIZE];
     const long rows = get_num_groups(0), r = get_group_id(0), g = get_global_id(1);
     const int lid = get_local_id(0);
@@ -110,8 +127,10 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     float local_max = -INFINITY;
     for (long j = lid; j < cols; j += WG_SIZE) {
         float x = -INFINITY;
-        if (mask_allowed(P, is_global, layout, h, i, key0 + j))
-            x = P->has_bias ? add_saturating(s[j], bias[bias_row + j]) : s[j];
+        if (mask_allowed(P, is_global, layout, h, i, key0 + j)) {
+            x = isfinite(s[j]) ? s[j] : rescore(P, Q, K, b, h, i, key0 + j, scale);
+            if (P->has_bias) x = add_saturating(x, bias[bias_row + j]);
+        }
         s[j] = x;
         local_max = max_keep_nan(local_max, x);
     }

@@ -8,8 +8,11 @@
  * head) - the rows r = i * group + g of its group of query heads, so that a key is read once
  * for every head that shares it (GQA) - and the keys [c * chunk_len, (c + 1) * chunk_len) of
  * the sequence. It walks them in tiles of 16 keys with an online softmax whose accumulator stays
- * normalised (O = sum p V / sum p at every step, so values near FLT_MAX never overflow it),
- * and writes a partial O and its LSE per chunk; merge_chunks combines the chunks exactly:
+ * normalised (O = sum p V / sum p at every step, so values near FLT_MAX never overflow it).
+ * In a tile, each row's 16 dot products are kept lane by lane and summed across lanes all at
+ * once (sum_lanes16x16), and the V rows are read in passes of V_GROUP x 16 columns whose
+ * accumulators stay in registers. It writes a partial O and its LSE per chunk; merge_chunks
+ * combines the chunks exactly:
  *     LSE = log sum_c exp(LSE_c),  O = sum_c exp(LSE_c - LSE) O_c.
  * With one chunk the kernel writes O and LSE itself.
  *
@@ -31,6 +34,8 @@
 #define DV_PAD 64
 #endif
 #define KEY_TILE 16
+/* 16-wide columns of O a pass over a tile's V rows keeps in registers (with BLOCK_R rows) */
+#define V_GROUP (NDV % 4 == 0 ? 4 : NDV % 2 == 0 ? 2 : 1)
 #define NQK      (DQK_PAD / 16) /* 16-wide vectors of a q or k row */
 #define NDV      (DV_PAD / 16)  /* of a v or o row */
 
@@ -114,31 +119,72 @@ ALWAYS_INLINE int pair_allowed(__constant attn_params *P, __global const uchar *
                         window_ok(P, p, j), key_global, row_global);
 }
 
-/* Scores of key j (column c of the tile) for every row: scale * q.k (+ bias), -inf where the
- * pair is masked. s is [BLOCK_R][KEY_TILE]. */
-ALWAYS_INLINE void key_scores(__constant attn_params *P, __global const KV_T *K,
-                              __global const int *block_table, __global const float *bias,
-                              __global const uchar *is_global, __global const uchar *layout,
-                              const row_block *t, long j, int c, float s[BLOCK_R][KEY_TILE]) {
-    const long row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
-                            P->k_stride_s, t->b, t->kvh, j);
-    float16 k[NQK];
+/* Lane c of the result is the sum of the 16 lanes of x[c]: four rounds of pairwise sums, each
+ * halving the partial sums a key keeps (16 -> 8 -> 4 -> 2 -> 1), instead of 16 horizontal
+ * sums. The rounds go through private arrays with vloadn/vstoren, which compilers turn into
+ * shuffles (and which oclgrind follows; it crashes on 16-wide swizzles built unoptimised). */
+ALWAYS_INLINE float16 sum_lanes16x16(const float16 x[KEY_TILE]) {
+    float b1[8][16], b2[4][16], b3[2][16], out[16];
     #pragma unroll
-    for (int v = 0; v < NQK; v++) k[v] = load_kv16(K, row, v * 16, P->dim_qk);
+    for (int c = 0; c < 16; c++) { /* key c: 8 partials, in b1[c / 2] from lane 8 * (c % 2) */
+        float lanes[16];
+        vstore16(x[c], 0, lanes);
+        vstore8(vload8(0, lanes) + vload8(1, lanes), c % 2, b1[c / 2]);
+    }
+    #pragma unroll
+    for (int c = 0; c < 16; c++) /* 4 partials, in b2[c / 4] from lane 4 * (c % 4) */
+        vstore4(vload4(2 * (c % 2), b1[c / 2]) + vload4(2 * (c % 2) + 1, b1[c / 2]), c % 4,
+                b2[c / 4]);
+    #pragma unroll
+    for (int c = 0; c < 16; c++) /* 2 partials, in b3[c / 8] from lane 2 * (c % 8) */
+        vstore2(vload2(2 * (c % 4), b2[c / 4]) + vload2(2 * (c % 4) + 1, b2[c / 4]), c % 8,
+                b3[c / 8]);
+    #pragma unroll
+    for (int c = 0; c < 16; c++) out[c] = b3[c / 8][2 * (c % 8)] + b3[c / 8][2 * (c % 8) + 1];
+    return vload16(0, out);
+}
+
+/* Scores of the tile's keys j0 + c (c < n) for every row: scale * q.k (+ bias), -inf where the
+ * pair is masked or c >= n. s is [BLOCK_R][KEY_TILE]. */
+ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K,
+                               __global const int *block_table, __global const float *bias,
+                               __global const uchar *is_global, __global const uchar *layout,
+                               const row_block *t, long j0, int n, float s[BLOCK_R][KEY_TILE]) {
+    float16 dots[BLOCK_R][KEY_TILE]; /* q.k lane by lane; summed across lanes below */
+    for (int c = 0; c < KEY_TILE; c++) {
+        float16 k[NQK];
+        const long row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
+                                P->k_stride_s, t->b, t->kvh, j0 + min(c, n - 1));
+        #pragma unroll
+        for (int v = 0; v < NQK; v++) k[v] = load_kv16(K, row, v * 16, P->dim_qk);
+        #pragma unroll
+        for (int r = 0; r < BLOCK_R; r++) {
+            float16 dot = (float16)0.0f;
+            #pragma unroll
+            for (int v = 0; v < NQK; v++) dot = fma(t->q[r][v], k[v], dot);
+            dots[r][c] = dot;
+        }
+    }
+    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int simple = !P->has_global && !P->has_layout && P->dilation == 1;
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++) {
-        if (!pair_allowed(P, is_global, layout, t, r, j)) {
-            s[r][c] = -INFINITY;
-            continue;
+        float16 x = sum_lanes16x16(dots[r]);
+        /* the row's key range [lo, hi] relative to j0, clamped to the tile */
+        const int lo = t->i[r] < 0 ? 1 : (int)clamp(t->lo[r] - j0, -1L, (long)KEY_TILE);
+        const int hi = t->i[r] < 0 ? 0 : (int)clamp(t->hi[r] - j0, -1L, (long)KEY_TILE);
+        const int16 out = (key >= (int16)n) | ((int16)(simple ? -1 : 0) &
+                                                ((key < (int16)lo) | (key > (int16)hi)));
+        x = select(x, (float16)(-INFINITY), out);
+        vstore16(x, 0, s[r]);
+        for (int c = 0; c < n; c++) {
+            if (!simple && !pair_allowed(P, is_global, layout, t, r, j0 + c))
+                s[r][c] = -INFINITY;
+            else if (P->has_bias && s[r][c] != -INFINITY)
+                s[r][c] = add_saturating(s[r][c], bias[P->bias_offset + t->b * P->bias_stride_b +
+                                                       t->h[r] * P->bias_stride_h +
+                                                       t->i[r] * P->bias_stride_s + j0 + c]);
         }
-        float16 dot = (float16)0.0f;
-        #pragma unroll
-        for (int v = 0; v < NQK; v++) dot = fma(t->q[r][v], k[v], dot);
-        s[r][c] = hsum16(dot);
-        if (P->has_bias)
-            s[r][c] = add_saturating(s[r][c], bias[P->bias_offset + t->b * P->bias_stride_b +
-                                                  t->h[r] * P->bias_stride_h +
-                                                  t->i[r] * P->bias_stride_s + j]);
     }
 }
 
@@ -161,37 +207,53 @@ ALWAYS_INLINE void tile_weights(row_block *t, float s[BLOCK_R][KEY_TILE], float 
     }
 }
 
-/* One tile of keys [j0, j0 + 16) clipped to j_end. */
+/* Whether a valid row gives one of the tile's first n keys a zero weight: such a key must add
+ * nothing (not 0 * an infinite or NaN value), so the update goes key by key. */
+ALWAYS_INLINE int has_zero_weight(const row_block *t, float s[BLOCK_R][KEY_TILE], int n) {
+    int zero = 0;
+    #pragma unroll
+    for (int r = 0; r < BLOCK_R; r++)
+        for (int c = 0; c < n; c++) zero |= t->i[r] >= 0 && s[r][c] == 0.0f;
+    return zero;
+}
+
+/* One tile of keys [j0, j0 + n), n <= 16. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const KV_T *K,
                                __global const KV_T *V, __global const int *block_table,
                                __global const float *bias, __global const uchar *is_global,
-                               __global const uchar *layout, row_block *t, long j0, long j_end) {
+                               __global const uchar *layout, row_block *t, long j0, int n) {
     float s[BLOCK_R][KEY_TILE], keep[BLOCK_R];
-    for (int c = 0; c < KEY_TILE; c++) {
-        if (j0 + c < j_end)
-            key_scores(P, K, block_table, bias, is_global, layout, t, j0 + c, c, s);
-        else
-            #pragma unroll
-            for (int r = 0; r < BLOCK_R; r++) s[r][c] = -INFINITY;
-    }
+    long row[KEY_TILE];
+    tile_scores(P, K, block_table, bias, is_global, layout, t, j0, n, s);
     tile_weights(t, s, keep);
+    for (int c = 0; c < n; c++)
+        row[c] = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h, P->v_stride_s,
+                        t->b, t->kvh, j0 + c);
+    const int by_key = has_zero_weight(t, s, n);
     #pragma unroll
-    for (int r = 0; r < BLOCK_R; r++)
+    for (int g = 0; g < NDV; g += V_GROUP) { /* V_GROUP x 16 columns of O in registers */
+        float16 acc[BLOCK_R][V_GROUP];
         #pragma unroll
-        for (int v = 0; v < NDV; v++) t->acc[r][v] *= keep[r];
-    for (int c = 0; c < KEY_TILE && j0 + c < j_end; c++) {
-        const long row = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h,
-                                P->v_stride_s, t->b, t->kvh, j0 + c);
-        float16 vv[NDV];
-        #pragma unroll
-        for (int v = 0; v < NDV; v++) vv[v] = load_kv16(V, row, v * 16, P->dim_v);
-        #pragma unroll
-        for (int r = 0; r < BLOCK_R; r++) {
-            const float p = s[r][c];
-            if (p == 0.0f) continue; /* a key the row does not see adds nothing, not 0 * NaN */
+        for (int r = 0; r < BLOCK_R; r++)
             #pragma unroll
-            for (int v = 0; v < NDV; v++) t->acc[r][v] = fma((float16)p, vv[v], t->acc[r][v]);
+            for (int v = 0; v < V_GROUP; v++) acc[r][v] = t->acc[r][g + v] * keep[r];
+        for (int c = 0; c < n; c++) {
+            float16 vv[V_GROUP];
+            #pragma unroll
+            for (int v = 0; v < V_GROUP; v++)
+                vv[v] = load_kv16(V, row[c], (g + v) * 16, P->dim_v);
+            #pragma unroll
+            for (int r = 0; r < BLOCK_R; r++) {
+                if (by_key && s[r][c] == 0.0f) continue;
+                #pragma unroll
+                for (int v = 0; v < V_GROUP; v++)
+                    acc[r][v] = fma((float16)s[r][c], vv[v], acc[r][v]);
+            }
         }
+        #pragma unroll
+        for (int r = 0; r < BLOCK_R; r++)
+            #pragma unroll
+            for (int v = 0; v < V_GROUP; v++) t->acc[r][g + v] = acc[r][v];
     }
 }
 
@@ -247,7 +309,8 @@ attention_split(__constant attn_params *P, __global const IN_T *Q, __global cons
     long first, end;
     chunk_keys(P, &t, c, &first, &end);
     for (long j0 = first; j0 < end; j0 += KEY_TILE)
-        attend_tile(P, K, V, block_table, bias, is_global, layout, &t, j0, end);
+        attend_tile(P, K, V, block_table, bias, is_global, layout, &t, j0,
+                    (int)min((long)KEY_TILE, end - j0));
     store_rows(P, &t, c, O_part, LSE_part, O, LSE);
 }
 

@@ -127,20 +127,41 @@ static int to_int64(const char *s, const char *end, int64_t *out) {
     return 0;
 }
 
-int check_number(const char *command, const char *label, int64_t value, int64_t min, int odd) {
-    if (value >= min && (!odd || value % 2 != 0)) return 0;
-    cli_error(command, "%s: expected an%s integer >= %lld, got '%lld'", label, odd ? " odd" : "",
-              (long long)min, (long long)value);
+/* ">= MIN" or "from MIN to MAX" (max INT64_MAX: no upper bound) */
+static void describe_range(char *buf, size_t size, int64_t min, int64_t max) {
+    if (max == INT64_MAX)
+        snprintf(buf, size, ">= %lld", (long long)min);
+    else
+        snprintf(buf, size, "from %lld to %lld", (long long)min, (long long)max);
+}
+
+int check_number_range(const char *command, const char *label, int64_t value, int64_t min,
+                       int64_t max, int odd) {
+    if (value >= min && value <= max && (!odd || value % 2 != 0)) return 0;
+    char range[64];
+    describe_range(range, sizeof range, min, max);
+    cli_error(command, "%s: expected an%s integer %s, got '%lld'", label, odd ? " odd" : "", range,
+              (long long)value);
     return -1;
 }
 
-int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *out) {
+int check_number(const char *command, const char *label, int64_t value, int64_t min, int odd) {
+    return check_number_range(command, label, value, min, INT64_MAX, odd);
+}
+
+int parse_int64_range(const cli_args *args, const char *name, int64_t min, int64_t max,
+                      int64_t *out) {
     const char *s = args_get(args, name);
-    char why[64], label[64];
-    snprintf(why, sizeof why, "expected an integer >= %lld", (long long)min);
+    char range[64], why[96], label[64];
+    describe_range(range, sizeof range, min, max);
+    snprintf(why, sizeof why, "expected an integer %s", range);
     snprintf(label, sizeof label, "--%s", name);
     if (!s || to_int64(s, s + strlen(s), out) != 0) return bad_value(args, name, why);
-    return check_number(args->command, label, *out, min, 0);
+    return check_number_range(args->command, label, *out, min, max, 0);
+}
+
+int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *out) {
+    return parse_int64_range(args, name, min, INT64_MAX, out);
 }
 
 int parse_size(const cli_args *args, const char *name, size_t min, size_t *out) {
@@ -155,20 +176,30 @@ int parse_float(const cli_args *args, const char *name, float *out) {
     char *end = NULL;
     errno = 0;
     double v = s ? strtod(s, &end) : 0.0;
+    int underflow = errno == ERANGE && v == 0.0 && s && *s && !*end; /* strtod's tiny values */
+    if (underflow || (s && !*end && v != 0.0 && isfinite(v) && (float)v == 0.0f))
+        return bad_value(args, name,
+                         "rounds to 0 in float32 (the smallest positive float32 is 1.4e-45)");
     if (!s || !*s || *end || errno == ERANGE || !isfinite(v) || !isfinite((float)v))
-        return bad_value(args, name, "expected a finite number");
+        return bad_value(args, name, "expected a finite number (float32: up to 3.4e38)");
     *out = (float)v;
     return 0;
 }
 
-int parse_pair(const cli_args *args, const char *name, int64_t min, int64_t *a, int64_t *b) {
+int parse_pair_range(const cli_args *args, const char *name, int64_t min, int64_t max, int64_t *a,
+                     int64_t *b) {
     const char *s = args_get(args, name), *comma = s ? strchr(s, ',') : NULL;
-    char why[80];
-    snprintf(why, sizeof why, "expected A,B with integers >= %lld", (long long)min);
+    char range[64], why[96];
+    describe_range(range, sizeof range, min, max);
+    snprintf(why, sizeof why, "expected A,B with integers %s", range);
     if (!comma || to_int64(s, comma, a) != 0 || to_int64(comma + 1, s + strlen(s), b) != 0 ||
-        *a < min || *b < min)
+        *a < min || *b < min || *a > max || *b > max)
         return bad_value(args, name, why);
     return 0;
+}
+
+int parse_pair(const cli_args *args, const char *name, int64_t min, int64_t *a, int64_t *b) {
+    return parse_pair_range(args, name, min, INT64_MAX, a, b);
 }
 
 int parse_index_list(const cli_args *args, const char *name, int64_t **list, size_t *count) {

@@ -39,20 +39,30 @@ void args_usage(const char *command, const char *synopsis, const cli_option *opt
 /* Lower bounds the subcommands share, so that run, pattern and bench accept the same numbers. */
 #define MIN_WINDOW_SIDE (-1) /* a window side in keys; -1 is unbounded */
 #define MIN_DILATION    1
-#define MIN_BLOCK_SIZE  1 /* a block of queries or keys */
-#define MIN_BAND_BLOCKS 1 /* a band width in blocks, which must also be odd */
+#define MIN_BLOCK_SIZE  1         /* a block of queries or keys */
+#define MAX_BLOCK_SIZE  INT32_MAX /* the library's bound on a block layout's block sizes */
+#define MIN_BAND_BLOCKS 1         /* a band width in blocks, which must also be odd */
 
 /* Checks one number of an option's value: >= min, and odd when `odd`. Prints
  * "clattn CMD: LABEL: expected an [odd] integer >= MIN, got 'VALUE'". @return 0 or -1. */
 int check_number(const char *command, const char *label, int64_t value, int64_t min, int odd);
+/* The same with an upper bound too ("from MIN to MAX"); max INT64_MAX is none. */
+int check_number_range(const char *command, const char *label, int64_t value, int64_t min,
+                       int64_t max, int odd);
 
 /* Value parsers: on a bad value they print "clattn CMD: --NAME: <why>, got 'VALUE'" and
  * return -1 (the caller exits with EXIT_USAGE); 0 on success. */
 int parse_size(const cli_args *args, const char *name, size_t min, size_t *out);
 int parse_int64(const cli_args *args, const char *name, int64_t min, int64_t *out);
+/* An integer from min to max ("expected an integer from MIN to MAX"). */
+int parse_int64_range(const cli_args *args, const char *name, int64_t min, int64_t max,
+                      int64_t *out);
 int parse_float(const cli_args *args, const char *name, float *out);
 /* "A,B" with each >= min */
 int parse_pair(const cli_args *args, const char *name, int64_t min, int64_t *a, int64_t *b);
+/* "A,B" with each from min to max */
+int parse_pair_range(const cli_args *args, const char *name, int64_t min, int64_t max, int64_t *a,
+                     int64_t *b);
 /* "I,J,..." non-negative integers; *list is malloc'ed (free it) */
 int parse_index_list(const cli_args *args, const char *name, int64_t **list, size_t *count);
 /* One of `choices` (NULL-terminated); *index receives its position. */

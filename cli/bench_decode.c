@@ -1,10 +1,10 @@
 /*
  * clattn bench --preset decode: decoding over a KV cache (SPEC section 6). For each storage
- * type, cache length Nk and query block Nq (1, and 4 for speculative decoding), one call of
- * Nq queries over a full cache; it reports the time and the K/V bytes read per second next to
- * the device's memory bandwidth, measured in the same run by a device-to-device copy (bytes read
- * plus written, per second). A generation mode appends one token a step to a growing cache and
- * attends with it, and reports tokens per second.
+ * type of the cache (a q8_0 cache is read with float32 Q and O), cache length Nk and query block Nq
+ * (1, and 4 for speculative decoding), one call of Nq queries over a full cache; it reports the
+ * time and the K/V bytes read per second next to the device's memory bandwidth, measured in the
+ * same run by a device-to-device copy (bytes read plus written, per second). A generation mode
+ * appends one token a step to a growing cache and attends with it, and reports tokens per second.
  */
 #include "args.h"
 #include "bench.h"
@@ -21,8 +21,8 @@
 
 typedef struct decode_record {
     size_t device;
-    const char *mode; /* "attend" or "generate" */
-    clattn_dtype dtype;
+    const char *mode;   /* "attend" or "generate" */
+    clattn_dtype dtype; /* the cache's */
     size_t b, hq, hkv, d, nq, nk;
     double ms_min, ms_median; /* attend: one call; generate: one step (append + attend) */
     double kv_bytes;          /* K and V bytes a call reads */
@@ -35,7 +35,17 @@ static double kv_gbs(const decode_record *r) {
 }
 
 static const char *dtype_text(clattn_dtype t) {
-    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : "f32";
+    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : t == CLATTN_Q8_0 ? "q8_0" : "f32";
+}
+
+/* Q's and O's storage with a cache of `cache` storage. */
+static clattn_dtype query_dtype(clattn_dtype cache) {
+    return cache == CLATTN_Q8_0 ? CLATTN_F32 : cache;
+}
+
+/* Bytes of n values (q8_0: n a multiple of 32, 34 bytes a block). */
+static size_t values_bytes(clattn_dtype t, size_t n) {
+    return t == CLATTN_Q8_0 ? n / 32 * 34 : n * (t == CLATTN_F32 ? 4 : 2);
 }
 
 static int compare_double(const void *a, const void *b) {
@@ -74,16 +84,21 @@ static double copy_bandwidth(clattn_context *ctx) {
     return 2.0 * (double)COPY_BYTES / median / 1e9;
 }
 
-/* Seeded uniform values in [-1, 1] as `dtype`; NULL when out of memory. */
+/* Seeded uniform values in [-1, 1] as `dtype`; NULL when out of memory or for q8_0 values that
+ * are not whole blocks. */
 static void *random_values(size_t n, clattn_dtype dtype, uint64_t seed) {
-    size_t elem = dtype == CLATTN_F32 ? 4 : 2;
-    unsigned char *out = malloc(n * elem + 1);
-    for (size_t i = 0; out && i < n; i++) {
+    float *x = malloc(n * sizeof *x + 1);
+    void *out = malloc(values_bytes(dtype, n) + 1);
+    for (size_t i = 0; x && i < n; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        float x = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-        clattn_convert(CLATTN_F32, &x, dtype, out + i * elem, 1);
+        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
     }
-    return out;
+    if (x && out && clattn_convert(CLATTN_F32, x, dtype, out, n) == CLATTN_SUCCESS) {
+        free(x);
+        return out;
+    }
+    free(x), free(out);
+    return NULL;
 }
 
 /* A device buffer of seeded values. */
@@ -92,7 +107,7 @@ static cl_mem device_values(clattn_context *ctx, size_t n, clattn_dtype dtype, u
     cl_int err = CL_SUCCESS;
     cl_mem m = host ? clCreateBuffer(clattn_context_cl_context(ctx),
                                      CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
-                                     n * (dtype == CLATTN_F32 ? 4 : 2), host, &err)
+                                     values_bytes(dtype, n), host, &err)
                     : NULL;
     free(host);
     return err == CL_SUCCESS ? m : NULL;
@@ -105,12 +120,12 @@ static clattn_status full_cache(clattn_context *ctx, const decode_config *c, cla
     clattn_kv_cache_desc_init(&cd, c->batch, c->hkv, c->d, c->d, nk);
     cd.dtype = dtype;
     size_t n = c->batch * nk * c->hkv * c->d;
+    clattn_status s = clattn_kv_cache_create(ctx, &cd, cache); /* names bad sizes first */
+    if (s) return s;
     void *k = random_values(n, dtype, 2), *v = random_values(n, dtype, 3);
     int32_t *lengths = malloc(c->batch * sizeof *lengths);
     for (size_t b = 0; lengths && b < c->batch; b++) lengths[b] = (int32_t)len;
-    clattn_status s =
-        k && v && lengths ? clattn_kv_cache_create(ctx, &cd, cache) : CLATTN_ERR_OUT_OF_MEMORY;
-    if (!s) s = clattn_kv_cache_write_host(*cache, k, v);
+    s = k && v && lengths ? clattn_kv_cache_write_host(*cache, k, v) : CLATTN_ERR_OUT_OF_MEMORY;
     if (!s) s = clattn_kv_cache_set_lengths(*cache, lengths);
     free(k), free(v), free(lengths);
     return s;
@@ -120,7 +135,7 @@ static clattn_status full_cache(clattn_context *ctx, const decode_config *c, cla
 static void decode_desc(const decode_config *c, clattn_dtype dtype, size_t nq, size_t nk,
                         clattn_attention_desc *d) {
     clattn_attention_desc_init(d, CLATTN_LAYOUT_BSHD, c->batch, c->hq, c->hkv, nq, nk, c->d, c->d);
-    d->dtype = d->out_dtype = dtype;
+    d->dtype = d->out_dtype = query_dtype(dtype);
     d->causal = 1;
 }
 
@@ -129,8 +144,8 @@ static clattn_status measure_attend(clattn_context *ctx, const decode_config *c,
     clattn_kv_cache *cache = NULL;
     clattn_attention_desc d;
     decode_desc(c, r->dtype, r->nq, r->nk, &d);
-    cl_mem q = device_values(ctx, c->batch * r->nq * c->hq * c->d, r->dtype, 1);
-    cl_mem o = device_values(ctx, c->batch * r->nq * c->hq * c->d, r->dtype, 4);
+    cl_mem q = device_values(ctx, c->batch * r->nq * c->hq * c->d, d.dtype, 1);
+    cl_mem o = device_values(ctx, c->batch * r->nq * c->hq * c->d, d.dtype, 4);
     clattn_status s =
         q && o ? full_cache(ctx, c, r->dtype, r->nk, r->nk, &cache) : CLATTN_ERR_OUT_OF_MEMORY;
     double t[256];
@@ -160,14 +175,14 @@ static clattn_status measure_generate(clattn_context *ctx, const decode_config *
     clattn_kv_cache *cache = NULL;
     clattn_attention_desc d;
     decode_desc(c, r->dtype, 1, r->nk, &d);
-    clattn_kv_rows rows = {NULL, NULL, {0}, {0}, r->dtype, 1, NULL};
+    clattn_kv_rows rows = {NULL, NULL, {0}, {0}, d.dtype, 1, NULL}; /* quantised for q8_0 */
     size_t rows_n = c->batch * steps * c->hkv * c->d;
-    rows.k = device_values(ctx, rows_n, r->dtype, 5);
-    rows.v = device_values(ctx, rows_n, r->dtype, 6);
+    rows.k = device_values(ctx, rows_n, d.dtype, 5);
+    rows.v = device_values(ctx, rows_n, d.dtype, 6);
     clattn_tensor_dense(&rows.k_tensor, CLATTN_LAYOUT_BSHD, c->hkv, steps, c->d, 0);
     clattn_tensor_dense(&rows.v_tensor, CLATTN_LAYOUT_BSHD, c->hkv, steps, c->d, 0);
-    cl_mem q = device_values(ctx, c->batch * c->hq * c->d, r->dtype, 1);
-    cl_mem o = device_values(ctx, c->batch * c->hq * c->d, r->dtype, 4);
+    cl_mem q = device_values(ctx, c->batch * c->hq * c->d, d.dtype, 1);
+    cl_mem o = device_values(ctx, c->batch * c->hq * c->d, d.dtype, 4);
     clattn_status s = rows.k && rows.v && q && o
                           ? full_cache(ctx, c, r->dtype, r->nk, r->nk - steps, &cache)
                           : CLATTN_ERR_OUT_OF_MEMORY;
@@ -271,8 +286,7 @@ static void fill_record(decode_record *r, const decode_config *c, size_t device,
     memset(r, 0, sizeof *r);
     r->device = device, r->mode = mode, r->dtype = dtype;
     r->b = c->batch, r->hq = c->hq, r->hkv = c->hkv, r->d = c->d, r->nq = nq, r->nk = nk;
-    r->kv_bytes = (double)c->batch * (double)nk * (double)c->hkv * 2.0 * (double)c->d *
-                  (dtype == CLATTN_F32 ? 4.0 : 2.0);
+    r->kv_bytes = 2.0 * (double)values_bytes(dtype, c->batch * nk * c->hkv * c->d);
     r->copy_gbs = copy_gbs;
 }
 

@@ -38,7 +38,8 @@ static const cli_option bench_options[] = {
     {"pattern", "LIST",
      "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
      "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
-    {"dtype", "f32|f16|bf16", "storage of Q, K, V and O (default f32)"},
+    {"dtype", "f32|f16|bf16|q8_0",
+     "storage of Q, K, V and O (default f32; decode: all four, q8_0 being K/V only)"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
     {"steps", "N", "decode: tokens the generation mode appends one at a time (default 64)"},
     {"kept", "LIST", "layer: query heads kept, the first K (default: all, then half)"},
@@ -59,6 +60,7 @@ typedef struct number_rule {
     const char *name;
     int64_t min;
     int odd;
+    int64_t max; /* 0: no upper bound */
 } number_rule;
 
 static const struct pattern_syntax {
@@ -70,27 +72,31 @@ static const struct pattern_syntax {
     /* in pattern_kind order */
     {"full", P_FULL, 0, 0, {{0}}},
     {"causal", P_CAUSAL, 0, 0, {{0}}},
-    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}}},
+    {"window", P_WINDOW, 2, 2, {{"L", MIN_WINDOW_SIDE, 0, 0}, {"R", MIN_WINDOW_SIDE, 0, 0}}},
     {"dilated",
      P_DILATED,
      3,
      3,
-     {{"L", MIN_WINDOW_SIDE, 0}, {"R", MIN_WINDOW_SIDE, 0}, {"D", MIN_DILATION, 0}}},
+     {{"L", MIN_WINDOW_SIDE, 0, 0}, {"R", MIN_WINDOW_SIDE, 0, 0}, {"D", MIN_DILATION, 0, 0}}},
     {"bigbird", /* as clattn pattern bigbird --block --window --global --random --seed */
      P_BIGBIRD,
      4,
      5,
-     {{"BLOCK", MIN_BLOCK_SIZE, 0},
-      {"W", MIN_BAND_BLOCKS, 1},
-      {"G", 0, 0},
-      {"R", 0, 0},
-      {"SEED", 0, 0}}},
+     {{"BLOCK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE},
+      {"W", MIN_BAND_BLOCKS, 1, 0},
+      {"G", 0, 0, 0},
+      {"R", 0, 0, 0},
+      {"SEED", 0, 0, 0}}},
     {"longformer", /* W keys each side: a bounded window side */
      P_LONGFORMER,
      2,
      2,
-     {{"W", MIN_WINDOW_SIDE + 1, 0}, {"G", 0, 0}}},
-    {"blocks", P_BLOCKS, 2, 2, {{"BQ", MIN_BLOCK_SIZE, 0}, {"BK", MIN_BLOCK_SIZE, 0}}},
+     {{"W", MIN_WINDOW_SIDE + 1, 0, 0}, {"G", 0, 0, 0}}},
+    {"blocks",
+     P_BLOCKS,
+     2,
+     2,
+     {{"BQ", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}, {"BK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}}},
 };
 #define NUM_SYNTAXES (sizeof syntaxes / sizeof syntaxes[0])
 
@@ -150,7 +156,9 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
             const number_rule *rule = &syntaxes[p->kind].rules[n];
             char label[160];
             snprintf(label, sizeof label, "--pattern %s: %s", p->text, rule->name);
-            if (check_number("bench", label, p->num[n], rule->min, rule->odd) != 0) return -1;
+            int64_t max = rule->max ? rule->max : INT64_MAX;
+            if (check_number_range("bench", label, p->num[n], rule->min, max, rule->odd) != 0)
+                return -1;
         }
     }
     return 0;
@@ -193,8 +201,7 @@ static int parse_paths(const cli_args *args, bench_config *c) {
             return EXIT_USAGE;
         }
         if (p == BENCH_HOST && !host_attention_available()) {
-            cli_error("bench", "--path host: this build has no OpenBLAS (install libopenblas-dev "
-                               "and rebuild)");
+            cli_error("bench", "--path host: %s", host_attention_unavailable());
             return EXIT_USAGE;
         }
         c->paths[c->num_paths++] = p;
@@ -212,12 +219,16 @@ static int parse_lists(const cli_args *args, bench_config *c) {
 }
 
 static int parse_settings(const cli_args *args, bench_config *c) {
-    static const char *const dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
+    static const char *const dtypes[] = {"f32", "f16", "bf16", "q8_0", NULL}; /* clattn_dtype */
     int choice = 0;
     if (args_has(args, "dtype")) {
         if (parse_choice(args, "dtype", dtypes, &choice) != 0) return EXIT_USAGE;
         c->dtype = (clattn_dtype)choice;
         c->dtype_given = 1;
+    }
+    if (c->dtype == CLATTN_Q8_0 && !c->decode) {
+        cli_error("bench", "--dtype q8_0 stores K and V only: it is measured by --preset decode");
+        return EXIT_USAGE;
     }
     if (args_has(args, "variant") &&
         clattn_variant_from_name(args_get(args, "variant"), &c->variant) != CLATTN_SUCCESS) {
@@ -573,8 +584,8 @@ static int run_decode(const bench_config *c) {
     memcpy(dc.nk, c->count[L_NK] ? c->list[L_NK] : c->list[L_NQ], sizeof dc.nk);
     dc.batch = c->list[L_B][0], dc.hq = c->list[L_HQ][0], dc.d = c->list[L_D][0];
     dc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : dc.hq;
-    static const clattn_dtype all[] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16};
-    dc.num_dtypes = c->dtype_given ? 1 : 3;
+    static const clattn_dtype all[] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16, CLATTN_Q8_0};
+    dc.num_dtypes = c->dtype_given ? 1 : ARRAY_LEN(all);
     memcpy(dc.dtypes, c->dtype_given ? &c->dtype : all, dc.num_dtypes * sizeof *all);
     dc.warmup = c->warmup, dc.repeat = c->repeat, dc.steps = c->steps;
     memcpy(dc.devices, c->devices, sizeof dc.devices), dc.num_devices = c->num_devices;

@@ -1,5 +1,6 @@
-/* clattn devices: every platform and device, with what planning looks at; and the device
- * selection helpers the other subcommands share. */
+/* clattn devices: every platform and device, with what planning looks at and, for a device
+ * whose driver the library's driver search found, where it came from and how to register it;
+ * and the device selection helpers the other subcommands share. */
 #include "args.h"
 #include "commands.h"
 
@@ -46,6 +47,42 @@ static void print_device(const clattn_device_info *d, int is_default) {
            d->driver_version, d->opencl_c_version);
 }
 
+/* The found driver a platform comes from, or NULL when the ICD loader registers its own. */
+static int found_driver_of(cl_platform_id platform, clattn_driver_info *out) {
+    size_t count = 0;
+    clattn_driver_count(&count);
+    for (size_t i = 0; i < count; i++) {
+        clattn_driver_info_init(out);
+        if (clattn_driver_get_info(i, out) != CLATTN_SUCCESS) continue;
+        for (unsigned p = 0; p < out->num_platforms && p < 8; p++)
+            if (out->platforms[p] == platform) return 1;
+    }
+    return 0;
+}
+
+/* One line under a device whose driver the search found: where it is, how to register it. */
+static void print_found_by_search(const clattn_device_info *d) {
+    clattn_driver_info driver;
+    if (!found_driver_of(d->platform, &driver)) return;
+    printf("    found by search: %s (%s), which no .icd file registers; register it with: "
+           "echo %s > /etc/OpenCL/vendors/%s\n",
+           driver.library, driver.vendor, driver.library, driver.icd_file);
+}
+
+/* Drivers the search found that gave the loader no platform (a library without its GPU or
+ * kernel module, say): said once, after the table. */
+static void print_drivers_without_devices(void) {
+    size_t count = 0;
+    clattn_driver_count(&count);
+    for (size_t i = 0; i < count; i++) {
+        clattn_driver_info driver;
+        clattn_driver_info_init(&driver);
+        if (clattn_driver_get_info(i, &driver) == CLATTN_SUCCESS && driver.num_platforms == 0)
+            printf("found by search: %s (%s), but the ICD loader got no platform from it\n",
+                   driver.library, driver.vendor);
+    }
+}
+
 /* Every row of the variant table on one device: whether it runs there, whether `auto` tries
  * it, where its tuning comes from, and why not when it does not. */
 static int print_variants(size_t device) {
@@ -69,6 +106,36 @@ static int print_variants(size_t device) {
     return 0;
 }
 
+/* No device: none installed (what to install, what the driver search did, which found drivers
+ * gave no platform), or the platform query failed (named, with the likely cause). @return 1. */
+static int report_no_devices(const char *command, clattn_status status) {
+    char silent[1024] = "";
+    size_t count = 0, used = 0;
+    clattn_driver_count(&count);
+    for (size_t i = 0; i < count && used < sizeof silent; i++) {
+        clattn_driver_info driver;
+        clattn_driver_info_init(&driver);
+        if (clattn_driver_get_info(i, &driver) == CLATTN_SUCCESS && driver.num_platforms == 0)
+            used += (size_t)snprintf(silent + used, sizeof silent - used,
+                                     "; %s gave the loader no platform", driver.library);
+    }
+    if (status == CLATTN_SUCCESS || status == CLATTN_ERR_NO_DEVICE)
+        cli_error(command,
+                  "no OpenCL device found: install an OpenCL driver (on Debian, apt-get install "
+                  "pocl-opencl-icd for the CPU); driver search: %s%s",
+                  clattn_driver_search_summary(), silent);
+    else if (status == CLATTN_CL_PLATFORM_NOT_FOUND_KHR)
+        cli_error(command,
+                  "the OpenCL platform query failed: %s (%d): drivers are registered but none "
+                  "could be loaded (out of memory or a memory limit such as ulimit -v, or a "
+                  "broken driver; OCL_ICD_DEBUG=7 shows why)",
+                  clattn_status_name(status), (int)status);
+    else
+        cli_error(command, "the OpenCL platform query failed: %s (%d)", clattn_status_name(status),
+                  (int)status);
+    return 1;
+}
+
 int cmd_devices(int argc, char **argv) {
     static const cli_option options[] = {
         {"variants", NULL, "also list the kernel variants each device runs, and why not"},
@@ -79,18 +146,17 @@ int cmd_devices(int argc, char **argv) {
         args_usage("devices", "[--variants]", options, 2);
         printf("\nLists every OpenCL platform and device. Select one elsewhere with --device "
                "INDEX, P:D,\na name substring, or gpu|cpu|accelerator|all "
-               "(or the CLATTN_DEVICE variable).\n");
+               "(or the CLATTN_DEVICE variable).\n"
+               "A device whose driver no .icd file registers, found by clattn's driver search,\n"
+               "says where its library is and how to register it (CLATTN_NO_DRIVER_SEARCH=1 "
+               "turns the search off).\n");
         return 0;
     }
     if (parsed) return parsed;
     size_t count = 0, chosen = 0, matched = 0;
     int failed = 0;
     clattn_status status = clattn_device_count(&count);
-    if (status != CLATTN_SUCCESS || count == 0) {
-        cli_error("devices", "no OpenCL device found: install an OpenCL driver (on Debian, "
-                             "apt-get install pocl-opencl-icd for the CPU)");
-        return 1;
-    }
+    if (status != CLATTN_SUCCESS || count == 0) return report_no_devices("devices", status);
     clattn_device_select(NULL, &chosen, 1, &matched);
     printf("%-3s %-5s %-4s %-44s %4s %10s %9s %10s %5s %9s %-4s %s\n", "#", "P:D", "type", "name",
            "CUs", "global", "local", "max alloc", "WG", "vec f/h", "fp16", "subgroups");
@@ -99,8 +165,10 @@ int cmd_devices(int argc, char **argv) {
         clattn_device_info_init(&info);
         if (clattn_device_get_info(i, &info) != CLATTN_SUCCESS) continue;
         print_device(&info, matched && chosen == i);
+        print_found_by_search(&info);
         if (args_has(&args, "variants") && print_variants(i) != 0) failed = 1;
     }
+    print_drivers_without_devices();
     return failed;
 }
 
@@ -108,11 +176,7 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
                        size_t *count) {
     size_t total = 0;
     clattn_status status = clattn_device_count(&total);
-    if (status != CLATTN_SUCCESS || total == 0) {
-        cli_error(command, "no OpenCL device found: install an OpenCL driver (on Debian, "
-                           "apt-get install pocl-opencl-icd for the CPU)");
-        return 1;
-    }
+    if (status != CLATTN_SUCCESS || total == 0) return report_no_devices(command, status);
     const char *shown = spec && *spec ? spec : getenv("CLATTN_DEVICE");
     status = clattn_device_select(spec, indices, capacity, count);
     if (status != CLATTN_SUCCESS) { /* every text is a spec: this one names no device here */

@@ -376,13 +376,12 @@ static int layer_with_args(const cli_args *args, layer_state *s) {
                                                    : compute_device(args, s, where, sizeof where);
     double elapsed = seconds_now() - t0;
     size_t shape[3] = {s->b, s->n, s->d_model};
-    run_output out = {"out",
-                      args_get(args, "out"),
-                      (npy_dtype)npy_dtype_of(s->run.desc.out_dtype),
-                      3,
-                      shape,
-                      s->y,
-                      ""};
+    run_output out = {.option = "out",
+                      .path = args_get(args, "out"),
+                      .dtype = (npy_dtype)npy_dtype_of(s->run.desc.out_dtype),
+                      .ndim = 3,
+                      .shape = shape,
+                      .data = s->y};
     if (!rc) rc = run_write_all("layer", &out, 1);
     if (rc) return rc;
     printf("wrote %s: B=%zu N=%zu Nk=%zu d_model=%zu d_kv=%zu Hq=%zu Hkv=%zu Dqk=%zu Dv=%zu, %s, "

@@ -22,7 +22,7 @@ static const cli_option pattern_options[] = {
     {"global", "G", "bigbird: global block rows and columns (default 2)"},
     {"random", "R", "bigbird: random blocks per block row (default 3)"},
     {"seed", "S", "bigbird: seed of the random blocks (default 0)"},
-    {"stride", "S", "fixed, strided: stride in blocks (default 4)"},
+    {"stride", "S", "fixed, strided: stride in blocks, 1 to 2^60 (default 4)"},
     {"summary", "C", "fixed: summary blocks at the end of each stride (default 1)"},
     {"global-blocks", "I,J,...", "longformer: global block indices (key blocks)"},
     {"causal", NULL, "keep only blocks at or below the end-aligned diagonal"},
@@ -157,11 +157,18 @@ static int check_presence(const cli_args *args, const pattern_job *job) {
     return 0;
 }
 
-/* Reads an optional size option, keeping `fallback` when it is absent. */
-static int optional_size(const cli_args *args, const char *name, size_t min, size_t fallback,
-                         size_t *out) {
+/* clattn_pattern_layout's bound on a stride (and on block counts): 2^60. */
+#define MAX_PATTERN_STRIDE ((int64_t)1 << 60)
+
+/* Reads an optional size option from min to max, keeping `fallback` when it is absent. */
+static int optional_size(const cli_args *args, const char *name, int64_t min, int64_t max,
+                         size_t fallback, size_t *out) {
+    int64_t value = 0;
     *out = fallback;
-    return args_has(args, name) ? parse_size(args, name, min, out) : 0;
+    if (!args_has(args, name)) return 0;
+    if (parse_int64_range(args, name, min, max, &value) != 0) return -1;
+    *out = (size_t)value;
+    return 0;
 }
 
 /* ceil(n / block) without overflow */
@@ -173,8 +180,8 @@ static size_t blocks_of(size_t n, size_t block) {
 static int parse_shape(const cli_args *args, pattern_job *job) {
     int64_t bq = 0, bk = 0;
     if (parse_size(args, "nq", 1, &job->nq) || parse_size(args, "nk", 1, &job->nk) ||
-        parse_pair(args, "block", MIN_BLOCK_SIZE, &bq, &bk) ||
-        optional_size(args, "heads", 1, 1, &job->heads))
+        parse_pair_range(args, "block", MIN_BLOCK_SIZE, MAX_BLOCK_SIZE, &bq, &bk) ||
+        optional_size(args, "heads", 1, INT64_MAX, 1, &job->heads))
         return EXIT_USAGE;
     job->bq = (size_t)bq;
     job->bk = (size_t)bk;
@@ -216,11 +223,11 @@ static int parse_global_blocks(const cli_args *args, pattern_job *job) {
 static int parse_params(const cli_args *args, pattern_job *job) {
     clattn_pattern_desc *d = &job->desc;
     int64_t seed = 0;
-    if (optional_size(args, "window", MIN_BAND_BLOCKS, 3, &d->window) ||
-        optional_size(args, "global", 0, 2, &d->global) ||
-        optional_size(args, "random", 0, 3, &d->random) ||
-        optional_size(args, "stride", 1, 4, &d->stride) ||
-        optional_size(args, "summary", 1, 1, &d->summary) ||
+    if (optional_size(args, "window", MIN_BAND_BLOCKS, INT64_MAX, 3, &d->window) ||
+        optional_size(args, "global", 0, INT64_MAX, 2, &d->global) ||
+        optional_size(args, "random", 0, INT64_MAX, 3, &d->random) ||
+        optional_size(args, "stride", 1, MAX_PATTERN_STRIDE, 4, &d->stride) ||
+        optional_size(args, "summary", 1, INT64_MAX, 1, &d->summary) ||
         (args_has(args, "seed") && parse_int64(args, "seed", 0, &seed)))
         return EXIT_USAGE;
     d->seed = (uint64_t)seed;

@@ -10,13 +10,13 @@
 #include "commands.h"
 #include "conformance.h"
 #include "npy.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +38,8 @@ static const cli_option run_options[] = {
     {"storage", "f32|f16|bf16",
      "round Q, K, V to this storage first (default: their own; <u2 files are bfloat16 bits)"},
     {"out-dtype", "f32|f16|bf16", "storage of O (default: the storage of Q, K, V)"},
+    {"kv-storage", "q8_0",
+     "quantise K and V (and a cache) to q8_0 blocks after --storage; head dims multiples of 32"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
@@ -106,6 +108,32 @@ int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
     return 0;
 }
 
+/* --kv-storage q8_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
+static int setup_kv_storage(const cli_args *args, run_state *s) {
+    static const char *const kv_dtypes[] = {"q8_0", NULL};
+    int choice = 0;
+    if (!args_has(args, "kv-storage")) return 0;
+    if (parse_choice(args, "kv-storage", kv_dtypes, &choice) != 0) return EXIT_USAGE;
+    if (s->desc.dim_qk % 32 || s->desc.dim_v % 32) {
+        cli_error("run", "--kv-storage q8_0: head dims must be multiples of 32 (Dqk=%zu Dv=%zu)",
+                  s->desc.dim_qk, s->desc.dim_v);
+        return EXIT_USAGE;
+    }
+    npy_array *kv[2] = {&s->k, &s->v};
+    for (int i = 0; i < 2; i++) {
+        void *blocks = malloc(kv[i]->count / 32 * 34 + 1);
+        if (!blocks) {
+            cli_error("run", "out of host memory quantising K and V");
+            return 1;
+        }
+        clattn_convert(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, blocks, kv[i]->count);
+        free(kv[i]->data);
+        kv[i]->data = blocks; /* kv[i]->dtype still names the values' type before */
+    }
+    s->desc.kv_q8_0 = 1;
+    return 0;
+}
+
 /* --storage: Q, K and V rounded to it (default: their own type). <u2 arrays are bfloat16 bit
  * patterns, read only with --storage bf16 (NumPy has no bfloat16). O defaults to the storage. */
 static int setup_storage(const cli_args *args, run_state *s) {
@@ -128,7 +156,7 @@ static int setup_storage(const cli_args *args, run_state *s) {
         return 1;
     }
     s->desc.dtype = s->desc.out_dtype = storage;
-    return 0;
+    return setup_kv_storage(args, s);
 }
 
 /* Q [B,Nq,Hq,Dqk], K [B,Nk,Hkv,Dqk], V [B,Nk,Hkv,Dv] must agree. */
@@ -180,7 +208,8 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
         return EXIT_USAGE;
     }
     if (!args_has(args, "block-layout")) return 0;
-    if (parse_pair(args, "block-size", MIN_BLOCK_SIZE, &bq, &bk) != 0) return EXIT_USAGE;
+    if (parse_pair_range(args, "block-size", MIN_BLOCK_SIZE, MAX_BLOCK_SIZE, &bq, &bk) != 0)
+        return EXIT_USAGE;
     if (run_load(args, "block-layout", &s->layout)) return 1;
     const char *file = args_get(args, "block-layout");
     const npy_array *L = &s->layout;
@@ -273,7 +302,7 @@ static int setup_options(const cli_args *args, run_state *s) {
     }
     if (args_has(args, "scale")) {
         if (parse_float(args, "scale", &d->scale) != 0) return EXIT_USAGE;
-        if (d->scale == 0.0f) {
+        if (d->scale == 0.0f) { /* 0 in the desc means the default, 1/sqrt(Dqk) */
             cli_error(args->command, "--scale: must be non-zero, got '%s'",
                       args_get(args, "scale"));
             return EXIT_USAGE;
@@ -372,39 +401,57 @@ void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) 
     if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-/* Reports a failed write of `out` under its own name (npy_write names the temporary one). */
+/* Reports a failed write of `out` under its own name (npy_write names the file it wrote). */
 static void report_write(const char *command, const run_output *out, const char *err) {
-    size_t len = strlen(out->tmp);
+    const char *written = out->target.in_place ? out->target.path : out->tmp;
+    size_t len = strlen(written);
     cli_error(command, "--%s %s%s", out->option, out->path,
-              strncmp(err, out->tmp, len) == 0 ? err + len : err);
+              strncmp(err, written, len) == 0 ? err + len : err);
+}
+
+/* Where each output goes; a folder, block device or socket is refused before anything is
+ * written. @return 0 or 1. */
+static int resolve_outputs(const char *command, run_output *outs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int e = outfile_resolve(outs[i].path, &outs[i].target);
+        if (e == 0) continue;
+        cli_error(command, "--%s %s: %s", outs[i].option, outs[i].path,
+                  e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+        return 1;
+    }
+    return 0;
 }
 
 int run_write_all(const char *command, run_output *outs, size_t n) {
     char err[PATH_MAX + 512];
-    struct stat st;
-    size_t written = 0, renamed = 0;
-    for (size_t i = 0; i < n; i++)
-        if (stat(outs[i].path, &st) == 0 && S_ISDIR(st.st_mode)) {
-            cli_error(command, "--%s %s: is a folder, not a file", outs[i].option, outs[i].path);
-            return 1;
-        }
-    for (; written < n; written++) {
-        run_output *o = &outs[written];
-        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->path, (long)getpid());
-        if (npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) !=
-            CLATTN_SUCCESS) {
-            report_write(command, o, err);
-            break;
-        }
+    int ok = resolve_outputs(command, outs, n) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        run_output *o = &outs[i];
+        if (o->target.in_place) continue;
+        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->target.path, (long)getpid());
+        o->staged = npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
+                    CLATTN_SUCCESS;
+        if (!(ok = o->staged)) report_write(command, o, err);
     }
-    for (; written == n && renamed < n; renamed++)
-        if (rename(outs[renamed].tmp, outs[renamed].path) != 0) {
-            cli_error(command, "--%s %s: cannot write: %s", outs[renamed].option,
-                      outs[renamed].path, strerror(errno));
-            break;
-        }
-    for (size_t i = renamed; i < written; i++) remove(outs[i].tmp);
-    return renamed == n ? 0 : 1;
+    for (size_t i = 0; ok && i < n; i++) {
+        run_output *o = &outs[i];
+        if (!o->target.in_place) continue;
+        ok = npy_write(o->target.path, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
+             CLATTN_SUCCESS;
+        if (!ok) report_write(command, o, err);
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        if (!outs[i].staged) continue;
+        ok = rename(outs[i].tmp, outs[i].target.path) == 0;
+        if (ok)
+            outs[i].staged = 0;
+        else
+            cli_error(command, "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
+                      strerror(errno));
+    }
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].staged) remove(outs[i].tmp);
+    return ok ? 0 : 1;
 }
 
 static int write_outputs(const cli_args *args, const run_state *s) {
@@ -412,8 +459,20 @@ static int write_outputs(const cli_args *args, const run_state *s) {
     size_t o_shape[4], lse_shape[3] = {d->batch, d->heads_q, d->len_q};
     output_shape(s, o_shape);
     npy_dtype o_dtype = (npy_dtype)npy_dtype_of(d->out_dtype);
-    run_output outs[4] = {{"out", args_get(args, "out"), o_dtype, 4, o_shape, s->o, ""},
-                          {"lse", args_get(args, "lse"), NPY_F32, 3, lse_shape, s->lse, ""}};
+    run_output outs[4];
+    memset(outs, 0, sizeof outs);
+    outs[0] = (run_output){.option = "out",
+                           .path = args_get(args, "out"),
+                           .dtype = o_dtype,
+                           .ndim = 4,
+                           .shape = o_shape,
+                           .data = s->o};
+    outs[1] = (run_output){.option = "lse",
+                           .path = args_get(args, "lse"),
+                           .dtype = NPY_F32,
+                           .ndim = 3,
+                           .shape = lse_shape,
+                           .data = s->lse};
     size_t n = args_has(args, "lse") ? 2 : 1;
     cache_outputs(args, s, outs, &n);
     return run_write_all("run", outs, n);
@@ -462,7 +521,9 @@ static int compare_with(const cli_args *args, const run_state *s) {
     double *want64 = malloc(count * sizeof *want64), atol, rtol, ref_atol, ref_rtol;
     case_result result = {0};
     for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
-    tolerance_for(d->dtype, d->out_dtype, &atol, &rtol); /* the loosest of all the types */
+    /* the loosest of all the types; q8_0 K/V has float16's tolerance */
+    tolerance_for(d->kv_q8_0 && d->dtype == CLATTN_F32 ? CLATTN_F16 : d->dtype, d->out_dtype, &atol,
+                  &rtol);
     tolerance_for(run_storage_of(s->ref.dtype), CLATTN_F32, &ref_atol, &ref_rtol);
     atol = atol > ref_atol ? atol : ref_atol, rtol = rtol > ref_rtol ? rtol : ref_rtol;
     int ok = got && want && want64;

@@ -8,31 +8,61 @@
  *
  * float32 only, dense tensors in the desc's layout (the strides say where each row is).
  * Scores of one chunk take at most HOST_SCORE_BUDGET bytes.
+ *
+ * OpenBLAS is loaded (dlopen) when the baseline is first asked for, not linked: when loaded, it
+ * sizes its buffers and starts its threads, and under a memory limit (ulimit -v) it spun on
+ * a failed thread start and hung every command of the program, even --version. Without it the
+ * baseline is unavailable, with the loader's reason.
  */
+
 #include "host_attention.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#ifdef CLATTN_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
-
 #define HOST_SCORE_BUDGET ((size_t)256 << 20)
 #define MAX_THREADS       64
 
-int host_attention_available(void) {
-#ifdef CLATTN_HAVE_OPENBLAS
-    return 1;
-#else
-    return 0;
+/* cblas_sgemm and the CBLAS values of its enums (cblas.h, stable since the reference CBLAS). */
+typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc);
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static sgemm_fn sgemm;
+static char blas_problem[512] = "this build has no host baseline (CLATTN_BUILD_BENCH=OFF)";
+
+static void load_blas(void) {
+#ifdef CLATTN_HOST_BASELINE
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !sgemm; i++) {
+        void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        const char *why = lib ? NULL : dlerror();
+        if (lib && !(sgemm = (sgemm_fn)dlsym(lib, "cblas_sgemm"))) {
+            why = "it has no cblas_sgemm";
+            dlclose(lib);
+        }
+        if (why && i == 0)
+            snprintf(blas_problem, sizeof blas_problem,
+                     "OpenBLAS cannot be loaded (%s: %s); install libopenblas0", names[i], why);
+    }
 #endif
 }
 
-#ifdef CLATTN_HAVE_OPENBLAS
+int host_attention_available(void) {
+    pthread_once(&blas_once, load_blas);
+    return sgemm != NULL;
+}
+
+const char *host_attention_unavailable(void) {
+    return host_attention_available() ? "" : blas_problem;
+}
 
 /* One softmax job: rows [row_begin, row_end) of a chunk's scores. */
 typedef struct softmax_job {
@@ -108,17 +138,18 @@ static void host_chunk(const clattn_attention_desc *d, const uint8_t *allowed, c
         o + d->o.offset + b * d->o.stride_batch + h * d->o.stride_head + row0 * d->o.stride_seq;
     int nk = (int)d->len_k, dqk = (int)d->dim_qk, dv = (int)d->dim_v;
     float scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->dim_qk));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, nk, dqk, scale, qb,
-                (int)d->q.stride_seq, kb, (int)d->k.stride_seq, 0.0f, scores, nk);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, nk, dqk, scale, qb,
+          (int)d->q.stride_seq, kb, (int)d->k.stride_seq, 0.0f, scores, nk);
     softmax_job job = {allowed, d, scores, lse, b, h, row0, 0, 0};
     softmax_chunk(&job, rows);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, dv, nk, 1.0f, scores, nk, vb,
-                (int)d->v.stride_seq, 0.0f, ob, (int)d->o.stride_seq);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)rows, dv, nk, 1.0f, scores, nk, vb,
+          (int)d->v.stride_seq, 0.0f, ob, (int)d->o.stride_seq);
 }
 
 clattn_status host_attention(const clattn_attention_desc *d, const float *q, const float *k,
                              const float *v, float *o, float *lse, size_t *scratch_bytes) {
-    if (d->dtype != CLATTN_F32 || d->out_dtype != CLATTN_F32 || d->bias_host)
+    if (!host_attention_available() || d->dtype != CLATTN_F32 || d->out_dtype != CLATTN_F32 ||
+        d->bias_host)
         return CLATTN_ERR_UNSUPPORTED;
     clattn_status status = clattn_attention_desc_check(d, NULL, NULL, 0);
     if (status != CLATTN_SUCCESS) return status;
@@ -142,12 +173,3 @@ clattn_status host_attention(const clattn_attention_desc *d, const float *q, con
     free(scores);
     return status;
 }
-
-#else
-
-clattn_status host_attention(const clattn_attention_desc *d, const float *q, const float *k,
-                             const float *v, float *o, float *lse, size_t *scratch_bytes) {
-    return CLATTN_ERR_UNSUPPORTED;
-}
-
-#endif

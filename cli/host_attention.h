@@ -4,8 +4,10 @@
 
 #include "clattn.h"
 
-/* 1 when the program was built with OpenBLAS. */
+/* 1 when OpenBLAS could be loaded (the first call tries, once per process). */
 int host_attention_available(void);
+/* Why the baseline is unavailable (the loader's message), or "". */
+const char *host_attention_unavailable(void);
 
 /* Attention on host memory for float32 calls without bias (every other mask works).
  * *scratch_bytes receives the size of the score buffer it used.

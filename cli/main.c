@@ -2,6 +2,7 @@
 #include "args.h"
 #include "commands.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,7 +28,8 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nenvironment: CLATTN_DEVICE (device spec), CLATTN_VERBOSE=1, CLATTN_CACHE_DIR "
-                 "(or off), CLATTN_KERNEL=cpu|gpu\n");
+                 "(or off), CLATTN_KERNEL=cpu|gpu,\n             CLATTN_NO_DRIVER_SEARCH=1 (use "
+                 "only the drivers the ICD loader registers)\n");
 }
 
 static const subcommand *find_subcommand(const char *name) {
@@ -37,6 +39,9 @@ static const subcommand *find_subcommand(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* A FIFO or pipe whose reader leaves makes a write fail (EPIPE, reported as such) instead of
+     * killing the program half-way through its outputs. */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

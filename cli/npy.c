@@ -1,19 +1,18 @@
 /* NumPy .npy reading and writing (see npy.h); every byte of an input file is untrusted. */
-#define _POSIX_C_SOURCE 200809L /* fileno, fstat, getpid */
+#define _POSIX_C_SOURCE 200809L /* fileno, fstat */
 
 #include "npy.h"
 
 #include "common.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define NPY_MAGIC         "\x93NUMPY"
 #define NPY_MAGIC_LEN     6
@@ -424,60 +423,9 @@ clattn_status npy_read(const char *path, npy_array *out, char *err, size_t err_s
 
 /* ---------------------------------------------------------------- writing */
 
-typedef struct write_part {
-    const void *data;
-    size_t size;
-} write_part;
-
-static int errno_or_eio(void) {
-    return errno ? errno : EIO;
-}
-
-/* Creates `path` holding the parts one after another; on failure removes it.
- * @return 0 or errno. */
-static int write_parts(const char *path, const write_part *parts, size_t num_parts) {
-    errno = 0;
-    FILE *f = fopen(path, "wbx"); /* a new file only: never one another writer has open */
-    if (!f) return errno_or_eio();
-    int e = 0;
-    for (size_t i = 0; i < num_parts && e == 0; i++) {
-        errno = 0;
-        if (parts[i].size && fwrite(parts[i].data, 1, parts[i].size, f) != parts[i].size)
-            e = errno_or_eio();
-    }
-    errno = 0;
-    if (fflush(f) != 0 && e == 0) e = errno_or_eio();
-    errno = 0;
-    if (fclose(f) != 0 && e == 0) e = errno_or_eio();
-    if (e != 0) remove(path);
-    return e;
-}
-
-/* write_output_atomic for data in several parts (npy_write's header and array, not copied):
- * write `path.tmp.<pid>.<n>`, n counting this process's writes so that threads writing the same
- * path never share a temporary file, then rename it over `path`. @return 0 or errno. */
-static int write_parts_atomic(const char *path, const write_part *parts, size_t num_parts) {
-    if (!path) return EINVAL;
-    for (size_t i = 0; i < num_parts; i++)
-        if (parts[i].size && !parts[i].data) return EINVAL;
-    size_t len = strlen(path) + 32;
-    char *tmp = malloc(len);
-    if (!tmp) return ENOMEM;
-    static atomic_uint writes;
-    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&writes, 1));
-    int e = write_parts(tmp, parts, num_parts);
-    errno = 0;
-    if (e == 0 && rename(tmp, path) != 0) {
-        e = errno_or_eio();
-        remove(tmp);
-    }
-    free(tmp);
-    return e;
-}
-
 int write_output_atomic(const char *path, const void *data, size_t size) {
-    write_part part = {data, size};
-    return write_parts_atomic(path, &part, 1);
+    outfile_part part = {data, size};
+    return outfile_write(path, &part, 1);
 }
 
 /* Checks npy_write's arguments and computes the data size. */
@@ -548,8 +496,9 @@ clattn_status npy_write(const char *path, npy_dtype dtype, size_t ndim, const si
     size_t preamble_len = format_preamble(dtype, ndim, shape, preamble, sizeof preamble);
     if (preamble_len == 0)
         return report(err, err_size, path, CLATTN_ERR_INVALID_ARGUMENT, "header too long");
-    write_part parts[2] = {{preamble, preamble_len}, {data, bytes}};
-    int e = write_parts_atomic(path, parts, 2);
-    if (e != 0) return report(err, err_size, path, CLATTN_ERR_IO, "cannot write: %s", strerror(e));
+    outfile_part parts[2] = {{preamble, preamble_len}, {data, bytes}};
+    int e = outfile_write(path, parts, 2);
+    if (e != 0)
+        return report(err, err_size, path, CLATTN_ERR_IO, "cannot write: %s", outfile_strerror(e));
     return CLATTN_SUCCESS;
 }

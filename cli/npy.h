@@ -31,7 +31,8 @@ typedef struct npy_array {
  * the shape says, a shape whose element count overflows); CLATTN_ERR_OUT_OF_MEMORY. */
 clattn_status npy_read(const char *path, npy_array *out, char *err, size_t err_size);
 
-/* Writes an array (version 1.0 header, or 2.0 when the header needs it), atomically.
+/* Writes an array (version 1.0 header, or 2.0 when the header needs it) as outfile.h says:
+ * atomically into a regular file, in place into a character device or a read FIFO.
  * @return CLATTN_SUCCESS, CLATTN_ERR_IO or CLATTN_ERR_INVALID_ARGUMENT. */
 clattn_status npy_write(const char *path, npy_dtype dtype, size_t ndim, const size_t *shape,
                         const void *data, char *err, size_t err_size);
@@ -42,8 +43,9 @@ void npy_free(npy_array *a);
 const char *npy_dtype_name(npy_dtype dtype);
 size_t npy_dtype_size(npy_dtype dtype);
 
-/* Writes `size` bytes to `path` through `path.tmp.<pid>` + rename; shared by npy_write and the
- * CLI's other outputs. @return 0 on success, else errno (the temporary file is removed). */
+/* Writes `size` bytes to `path` as outfile.h says (a regular file through `path.tmp.<pid>.<n>`
+ * and a rename); the CLI's other outputs. @return 0, else an errno value or OUTFILE_* code
+ * (outfile_strerror); a temporary file is removed. */
 int write_output_atomic(const char *path, const void *data, size_t size);
 
 #endif

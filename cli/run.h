@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "npy.h"
+#include "outfile.h"
 
 #include <limits.h>
 
@@ -30,7 +31,9 @@ typedef struct run_output {
     size_t ndim;
     const size_t *shape;
     const void *data;
-    char tmp[PATH_MAX + 32]; /* path.run-<pid>: written first, renamed last */
+    outfile_target target;   /* where and how it is written (outfile.h) */
+    char tmp[PATH_MAX + 32]; /* a regular file's temporary name: written first, renamed last */
+    int staged;              /* tmp holds the output, not yet renamed */
 } run_output;
 
 /* cmd_run.c: reads the file of an option (one line naming the problem on failure); a 4-D
@@ -45,10 +48,11 @@ int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
  * --block-size --bias --scale --out-dtype --path --variant) into s->desc, whose sizes are set;
  * `clattn layer` takes them as `clattn run` does. @return 0, 1 or EXIT_USAGE. */
 int run_setup_mask(const cli_args *args, run_state *s);
-/* Writes every output to a temporary name beside it, then renames them all: a failure before
- * the renames removes the temporaries and leaves existing files untouched. Only a rename
- * failing after another succeeded (not seen on one file system) leaves the earlier ones.
- * Messages start "clattn COMMAND:". @return 0 or 1. */
+/* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
+ * place (outfile.h), then renames the temporaries: a failure before the renames removes them
+ * and leaves existing files untouched; a folder, block device or socket is refused before
+ * anything is written. Only a rename failing after another succeeded (not seen on one file
+ * system) leaves the earlier ones. Messages start "clattn COMMAND:". @return 0 or 1. */
 int run_write_all(const char *command, run_output *outs, size_t n);
 /* "[2, 37, 2, 32]" into buf. */
 void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size);

@@ -41,6 +41,10 @@ int cache_check_args(const cli_args *args) {
         cli_error("run", "--new-len needs --k-new and --v-new");
         return 1;
     }
+    if (args_has(args, "k-cache-out") && args_has(args, "kv-storage")) {
+        cli_error("run", "--k-cache-out: a q8_0 cache (--kv-storage) has no .npy form");
+        return 1;
+    }
     return 0;
 }
 
@@ -59,7 +63,8 @@ static int load_lengths(const cli_args *args, const char *option, size_t ndim, s
 }
 
 /* --k-new and --v-new: [B, Nnew, Hkv, D] in the layout, one dtype, rounded to the storage as K
- * was (<u2 bfloat16 bits with --storage bf16 only). */
+ * was (<u2 bfloat16 bits with --storage bf16 only); float32 for a q8_0 cache, which quantises
+ * them itself. */
 static int load_new_rows(const cli_args *args, run_state *s) {
     cache_run *c = s->cache;
     const clattn_attention_desc *d = &s->desc;
@@ -81,8 +86,9 @@ static int load_new_rows(const cli_args *args, run_state *s) {
         return 1;
     }
     c->new_rows = kn[1];
-    if (run_convert_array(&c->k_new, file_dtype, d->dtype) ||
-        run_convert_array(&c->v_new, file_dtype, d->dtype)) {
+    clattn_dtype rows = d->kv_q8_0 ? CLATTN_F32 : d->dtype;
+    if (run_convert_array(&c->k_new, file_dtype, rows) ||
+        run_convert_array(&c->v_new, file_dtype, rows)) {
         cli_error("run", "out of host memory for the new rows");
         return 1;
     }
@@ -130,7 +136,7 @@ static clattn_status fill_cache(clattn_context *ctx, const run_state *s, clattn_
     const clattn_attention_desc *d = &s->desc;
     clattn_kv_cache_desc cd;
     clattn_kv_cache_desc_init(&cd, d->batch, d->heads_kv, d->dim_qk, d->dim_v, c->capacity);
-    cd.dtype = d->dtype, cd.layout = s->layout_kind;
+    cd.dtype = d->kv_q8_0 ? CLATTN_Q8_0 : d->dtype, cd.layout = s->layout_kind;
     cd.page_size = c->page_size, cd.num_pages = c->num_pages;
     clattn_status status = clattn_kv_cache_create(ctx, &cd, out);
     if (!status) status = clattn_kv_cache_write_host(*out, s->k.data, s->v.data);
@@ -178,10 +184,14 @@ void cache_outputs(const cli_args *args, const run_state *s, run_output *outs, s
     const cache_run *c = s->cache;
     if (!c || !args_has(args, "k-cache-out")) return;
     npy_dtype dtype = (npy_dtype)npy_dtype_of(s->desc.dtype);
-    run_output k = {
-        "k-cache-out", args_get(args, "k-cache-out"), dtype, 4, s->k.shape, c->k_out, ""};
-    run_output v = {
-        "v-cache-out", args_get(args, "v-cache-out"), dtype, 4, s->v.shape, c->v_out, ""};
+    run_output k = {.option = "k-cache-out",
+                    .path = args_get(args, "k-cache-out"),
+                    .dtype = dtype,
+                    .ndim = 4,
+                    .shape = s->k.shape,
+                    .data = c->k_out};
+    run_output v = k;
+    v.option = "v-cache-out", v.path = args_get(args, "v-cache-out"), v.data = c->v_out;
     outs[(*n)++] = k;
     outs[(*n)++] = v;
 }

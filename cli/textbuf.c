@@ -3,6 +3,7 @@
 
 #include "args.h"
 #include "npy.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -88,7 +89,7 @@ int textbuf_write(const textbuf *t, const char *path, const char *command) {
     }
     int err = write_output_atomic(path, t->data ? t->data : "", t->len);
     if (err) {
-        cli_error(command, "%s: cannot write: %s", path, strerror(err));
+        cli_error(command, "%s: cannot write: %s", path, outfile_strerror(err));
         return 1;
     }
     return 0;

@@ -195,8 +195,12 @@ CLATTN_API clattn_status clattn_device_info_init_sized(clattn_device_info *info,
                                                        size_t struct_size);
 #define clattn_device_info_init(info) clattn_device_info_init_sized((info), sizeof *(info))
 
-/** Counts every device of every platform the ICD loader knows.
- *  @return CLATTN_SUCCESS, also when the count is 0. */
+/** Counts every device of every platform the ICD loader knows. Devices are discovered once per
+ *  process (the first call of any device function), and the answer is kept.
+ *  @return CLATTN_SUCCESS, also when the count is 0 (no driver is registered); or the platform
+ *  query's failure: CLATTN_CL_PLATFORM_NOT_FOUND_KHR when drivers are registered but none could
+ *  be loaded (a memory limit, a broken installation), or another OpenCL error (then *count is
+ *  0 and a later call tries again). */
 CLATTN_API clattn_status clattn_device_count(size_t *count);
 
 /** Fills *info for device `index` of the flat list (0 <= index < count).
@@ -214,6 +218,65 @@ CLATTN_API clattn_status clattn_device_get_info(size_t index, clattn_device_info
  *  count, or NULL indices with capacity > 0. */
 CLATTN_API clattn_status clattn_device_select(const char *spec, size_t *indices, size_t capacity,
                                               size_t *count);
+
+/* ---------------------------------------------------------------- driver search */
+
+/*
+ * GPU machines and containers often hold a driver's OpenCL library but no .icd file that
+ * registers it with the ICD loader, so OpenCL sees no platform. Before the loader's first use,
+ * clattn's device discovery (every clattn_device_* call, and clattn_context_create) looks for
+ * NVIDIA's libnvidia-opencl.so.1, AMD's libamdocl64.so, Intel's libigdrcl.so and PoCL's
+ * libpocl.so.2 in the dynamic linker's paths ($LD_LIBRARY_PATH, ld.so.cache, /lib, /usr/lib)
+ * and in the folders the drivers' packages use (/usr/lib/x86_64-linux-gnu, /usr/lib64,
+ * /usr/local/nvidia/lib64, /opt/rocm/lib, .../intel-opencl, ...). A library no .icd file of
+ * the loader's vendors folder ($OCL_ICD_VENDORS when it is a folder, else $OPENCL_VENDOR_PATH,
+ * else /etc/OpenCL/vendors) and no entry of $OCL_ICD_FILENAMES names, that loads (dlopen with
+ * RTLD_NOW) and exports clGetExtensionFunctionAddress, is handed to the loader: clattn writes
+ * a private vendors folder holding the registered .icd files and one for each such library,
+ * points $OCL_ICD_VENDORS at it while the loader initialises (understood by ocl-icd and by
+ * Khronos' loader), then restores the variable and removes the folder. clattn never calls
+ * into a found library itself. At most one library per vendor is taken, the first found.
+ *
+ * CLATTN_NO_DRIVER_SEARCH=1 turns the search off; an $OCL_ICD_VENDORS that names one .icd
+ * file or one library (not a folder) is a choice of that one ICD and is left as it is. The
+ * search runs once per process, inside the first device call; it has no effect when the
+ * program has used OpenCL before (the loader is initialised by then). It sets and restores
+ * an environment variable, so a program whose other threads read the environment meanwhile
+ * should make its first device call before starting them.
+ */
+
+/** A driver the search found and handed to the ICD loader. */
+typedef struct clattn_driver_info {
+    size_t struct_size;          /* sizeof(clattn_driver_info): clattn_driver_info_init */
+    char vendor[32];             /* "NVIDIA", "AMD", "Intel" or "PoCL" */
+    char library[1024];          /* absolute path of the library handed to the loader */
+    char icd_file[64];           /* the name to register it under: "nvidia.icd" */
+    unsigned num_platforms;      /* the loader's platforms that come from it (0: none) */
+    cl_platform_id platforms[8]; /* those platforms: compare with clattn_device_info.platform */
+} clattn_driver_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size, before
+ *  clattn_driver_get_info fills it. clattn_driver_info_init(info) passes sizeof *info.
+ *  @return CLATTN_SUCCESS, or INVALID_ARGUMENT (NULL, a size below the first layout). */
+CLATTN_API clattn_status clattn_driver_info_init_sized(clattn_driver_info *info,
+                                                       size_t struct_size);
+#define clattn_driver_info_init(info) clattn_driver_info_init_sized((info), sizeof *(info))
+
+/** Counts the drivers the search found and handed to the ICD loader (running the search if
+ *  no device call has yet). To register one permanently, write its `library` as the only line
+ *  of /etc/OpenCL/vendors/`icd_file`.
+ *  @return CLATTN_SUCCESS, also when the count is 0; INVALID_ARGUMENT for a NULL count. */
+CLATTN_API clattn_status clattn_driver_count(size_t *count);
+
+/** Fills *info for found driver `index` (0 <= index < count).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for an index out of range, NULL, or a
+ *  struct_size below the first layout. */
+CLATTN_API clattn_status clattn_driver_get_info(size_t index, clattn_driver_info *info);
+
+/** @return one line saying what the search did: off, skipped and why, found nothing (and
+ *  where it looked), or how many drivers it handed to the loader, or why it could not
+ *  (static storage, never NULL). */
+CLATTN_API const char *clattn_driver_search_summary(void);
 
 /* ---------------------------------------------------------------- context */
 
@@ -257,9 +320,13 @@ CLATTN_API const char *clattn_context_last_error(const clattn_context *ctx);
 /* ---------------------------------------------------------------- tensors */
 
 typedef enum clattn_dtype {
-    CLATTN_F32 = 0, /* float32 */
-    CLATTN_F16 = 1, /* float16 storage; all arithmetic accumulates in float32 */
-    CLATTN_BF16 = 2 /* bfloat16 storage (uint16 bit patterns); arithmetic in float32 */
+    CLATTN_F32 = 0,  /* float32 */
+    CLATTN_F16 = 1,  /* float16 storage; all arithmetic accumulates in float32 */
+    CLATTN_BF16 = 2, /* bfloat16 storage (uint16 bit patterns); arithmetic in float32 */
+    CLATTN_Q8_0 = 3  /* K and V only (a KV cache's dtype, desc->kv_q8_0): blocks of 32 values,
+                        each a float16 scale d then 32 int8 q, value = d * q (34 bytes, ggml's
+                        q8_0). Rows hold whole blocks: head dims, offsets and strides (in values)
+                        are multiples of 32. */
 } clattn_dtype;
 
 typedef enum clattn_layout {
@@ -371,6 +438,9 @@ typedef struct clattn_attention_desc {
     /* ---- added in 0.2 (a caller whose struct_size stops above gets the defaults) */
     int count_tiles; /* nonzero: the fused kernels count the key tiles they visit, themselves
                         (clattn_stats.tiles_counted); a slower build, for tests and studies */
+    int kv_q8_0;     /* nonzero: K and V are stored as CLATTN_Q8_0 blocks (Q keeps dtype; K/V
+                        offsets and strides stay in values). Only the split variant reads
+                        them; the fused and gemm paths refuse. */
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */
@@ -415,7 +485,10 @@ CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc
 
 /** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
  *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
- *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes). */
+ *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32): each block is quantised with the
+ *  scale d = max|x| / 127 (rounded to float16) and q = round(x / d).
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes, a
+ *  q8_0 count that is not a multiple of 32). */
 CLATTN_API clattn_status clattn_convert(clattn_dtype from, const void *src, clattn_dtype to,
                                         void *dst, size_t count);
 
@@ -426,10 +499,12 @@ CLATTN_API clattn_status clattn_tensor_dense(clattn_tensor *t, clattn_layout lay
 
 /** Enqueues attention on the context's queue. `lse` may be NULL. `event_out` may be NULL;
  *  otherwise it receives an event that completes with the call (the caller releases it).
- *  Buffers must not alias O or LSE with an input.
+ *  The bytes O and LSE span must not overlap those of any other tensor (compared in the memory
+ *  that owns them: a sub-buffer counts as its parent at its origin, and buffers created with
+ *  CL_MEM_USE_HOST_PTR by their host ranges); tensors may otherwise share one buffer.
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, heads, strides, a tensor that
- *  does not fit its buffer, overflow); CLATTN_ERR_UNSUPPORTED (no path serves the call);
- *  CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
+ *  does not fit its buffer, an output overlapping another tensor, overflow); CLATTN_ERR_UNSUPPORTED
+ * (no path serves the call); CLATTN_ERR_BUILD; CLATTN_ERR_BLAS; or an OpenCL error. */
 CLATTN_API clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                           cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
                                           cl_event *event_out);
@@ -533,7 +608,7 @@ typedef struct clattn_kv_cache_desc {
     size_t struct_size; /* sizeof(clattn_kv_cache_desc): clattn_kv_cache_desc_init */
     size_t batch, heads_kv, dim_qk, dim_v;
     size_t capacity;      /* rows a sequence may hold (paged: max_pages * page_size) */
-    clattn_dtype dtype;   /* storage of K and V */
+    clattn_dtype dtype;   /* storage of K and V: f32, f16, bf16 or q8_0 (D multiples of 32) */
     clattn_layout layout; /* BSHD: [.., rows, Hkv, D]; BHSD: [.., Hkv, rows, D] */
     size_t page_size;     /* 0: contiguous storage; else rows a page */
     size_t num_pages;     /* paged: pages in the pool */
@@ -588,8 +663,8 @@ CLATTN_API clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *cache,
                                                      const int32_t *lengths);
 
 /** New rows to append: K_new [B, len, Hkv, Dqk] and V_new [B, len, Hkv, Dv] at their tensors'
- *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype` (converted to
- *  the cache's). new_len (host [B], may be NULL for `len` each) says how many of the len rows
+ *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype`, a float type
+ *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host [B], may be NULL for `len` each) says how many of the len rows
  *  sequence b appends. */
 typedef struct clattn_kv_rows {
     cl_mem k, v;
@@ -605,7 +680,7 @@ typedef struct clattn_kv_rows {
 CLATTN_API clattn_status clattn_kv_cache_append(clattn_kv_cache *cache, const clattn_kv_rows *rows);
 
 /** The same from host arrays: k_new [B, len, Hkv, Dqk], v_new [B, len, Hkv, Dv], dense in the
- *  cache's layout and dtype. Waits for the copy. */
+ *  cache's layout and dtype (float32 for a q8_0 cache). Waits for the copy. */
 CLATTN_API clattn_status clattn_kv_cache_append_host(clattn_kv_cache *cache, const void *k_new,
                                                      const void *v_new, size_t len,
                                                      const int32_t *new_len);
@@ -663,7 +738,7 @@ typedef struct clattn_pattern_desc {
     size_t global;               /* BIGBIRD: the first `global` block rows and columns are dense */
     size_t random;               /* BIGBIRD: random blocks per block row (seeded) */
     uint64_t seed;               /* BIGBIRD */
-    size_t stride;               /* FIXED, STRIDED: stride in blocks */
+    size_t stride;               /* FIXED, STRIDED: stride in blocks, 1 to 2^60 */
     size_t summary;              /* FIXED: summary blocks at the end of each stride */
     const size_t *global_blocks; /* LONGFORMER: block indices whose rows and columns are dense */
     size_t num_global_blocks;

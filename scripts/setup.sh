@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything clattn needs from Debian's packages: the OpenCL ICD loader and headers,
 # PoCL (an OpenCL device on the CPU, present on every machine), CLBlast, Criterion, clinfo,
-# oclgrind, OpenBLAS (the host baseline of the benchmarks) and gnuplot (benchmark plots).
+# oclgrind, OpenBLAS (the benchmarks' host baseline, loaded at run time), gnuplot (plots),
+# patchelf (scripts/bundle.sh) and python3-venv (the Python package's tests build and install
+# its wheel in a virtual environment).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -9,7 +11,8 @@ packages=(
   build-essential cmake pkg-config
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libcriterion-dev oclgrind
-  libopenblas-dev gnuplot-nox
+  libopenblas0 gnuplot-nox patchelf
+  python3 python3-venv
 )
 
 sudo_cmd=()

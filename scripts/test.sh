@@ -2,10 +2,16 @@
 # Builds clattn and runs the whole test suite, the way CI does:
 #  1. the CTest suite (Criterion tests, CLI tests, the install test) on PoCL's pthread device;
 #  2. the same suite on PoCL's single-threaded "basic" device;
-#  3. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
+#  3. the Python package: its wheel built and installed into a fresh virtual environment, and
+#     its pytest suite (scripts/test-python.sh);
+#  4. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
 #     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
 #     so the log is searched);
-#  4. clattn's kernels under oclgrind (scripts/oclgrind-check.sh).
+#  5. the threads test built with -fsanitize=thread, as a plain program (Criterion's runner does
+#     not start under ThreadSanitizer), on both PoCL devices; any report fails the run;
+#  6. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
+#  7. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
+#     PoCL comes from the driver search (tests/bundle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -20,6 +26,9 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 section "tests on PoCL's basic device"
 POCL_DEVICES=basic ctest --test-dir build -j "$jobs" --output-on-failure \
   -E '^(downstream|device_two_pocl)$'
+
+section "the Python package (wheel, fresh virtual environment, pytest)"
+./scripts/test-python.sh build-python
 
 section "tests under AddressSanitizer and UndefinedBehaviorSanitizer"
 ./scripts/build.sh build-sanitize -DCLATTN_SANITIZE=ON
@@ -36,7 +45,26 @@ if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
 fi
 echo "no sanitizer reports"
 
+section "the threads test under ThreadSanitizer"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLATTN_TSAN=ON > /dev/null
+cmake --build build-tsan -j "$jobs" --target threads_tsan
+log=build-tsan/tsan.log
+for device in pthread basic; do
+  if ! POCL_DEVICES=$device CLATTN_CACHE_DIR="$PWD/build-tsan/test-kernel-cache" \
+    build-tsan/tests/threads_tsan > "$log" 2>&1 || grep -q "ThreadSanitizer" "$log"; then
+    tail -n 60 "$log"
+    echo "the threads test failed under ThreadSanitizer on PoCL's $device device (log: $log)"
+    exit 1
+  fi
+  cat "$log"
+done
+
 section "kernels under oclgrind"
 ./scripts/oclgrind-check.sh build/clattn
+
+section "the bundle, as a machine with an unregistered driver runs it"
+./scripts/bundle.sh build-bundle
+version="$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' build-bundle/CMakeCache.txt)"
+bash tests/bundle.sh "dist/clattn-$version-linux-$(uname -m).tar.gz"
 
 section "all tests passed"

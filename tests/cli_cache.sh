@@ -52,6 +52,25 @@ npy_reshape "$cache/v.npy" "$work/vpool.npy" "(94, 1, 2, 32)"
   --page-size 1 --out "$work/o-paged.npy" > "$work/out" 2>&1 || fail "paged: $(cat "$work/out")"
 cmp -s "$work/o-paged.npy" "$work/o-auto.npy" || fail "paged and contiguous results differ"
 
+# ---- q8_0 K/V (--kv-storage): the cache quantised, the new rows quantised on the device;
+# contiguous and paged against the reference of the same quantised cache, and a plain call
+"${runner[@]}" "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" --kv-storage q8_0 \
+  --out "$work/q8-ref.npy" --path reference > /dev/null || fail "q8_0 reference over the cache"
+"${runner[@]}" "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" --kv-storage q8_0 \
+  --out "$work/q8.npy" --compare "$work/q8-ref.npy" > "$work/out" 2>&1 ||
+  fail "q8_0 cache: $(cat "$work/out")"
+"${runner[@]}" "$clattn" "${common[@]}" --k "$work/kpool.npy" --v "$work/vpool.npy" --kv-storage q8_0 \
+  --page-table "$work/table.npy" --page-size 1 --out "$work/q8-paged.npy" > "$work/out" 2>&1 ||
+  fail "q8_0 paged: $(cat "$work/out")"
+cmp -s "$work/q8-paged.npy" "$work/q8.npy" || fail "q8_0 paged and contiguous results differ"
+cmp -s "$work/q8.npy" "$work/o-auto.npy" && fail "q8_0 gave the float cache's result exactly"
+plain=(run --q "$rows/q.npy" --k "$rows/k.npy" --v "$rows/v.npy" --causal --kv-storage q8_0)
+"$clattn" "${plain[@]}" --out "$work/q8-plain-ref.npy" --path reference > /dev/null ||
+  fail "q8_0 plain reference"
+"${runner[@]}" "$clattn" "${plain[@]}" --out "$work/q8-plain.npy" --compare "$work/q8-plain-ref.npy" \
+  > "$work/out" 2>&1 || fail "q8_0 plain call: $(cat "$work/out")"
+grep -q "split" "$work/out" || fail "the split variant did not serve q8_0: $(cat "$work/out")"
+
 # ---- refusals
 out="$work/never.npy"
 expect 2 "--k-new needs --cache-len" -- "$clattn" run --q "$cache/q.npy" --k "$cache/k.npy" \
@@ -63,6 +82,10 @@ expect 1 "expected <i4" -- "$clattn" run --q "$cache/q.npy" --k "$cache/k.npy" -
 npy_i4 "$work/full.npy" "(2,)" 47 47
 expect 1 "sequence 0" -- "$clattn" run --q "$cache/q.npy" --k "$cache/k.npy" --v "$cache/v.npy" \
   --out "$out" --cache-len "$work/full.npy" --k-new "$rows/k.npy" --v-new "$rows/v.npy"
+expect 2 "no .npy form" -- "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cache/v.npy" \
+  --out "$out" --kv-storage q8_0 --k-cache-out "$work/kc2.npy" --v-cache-out "$work/vc2.npy"
+expect 2 "expected one of" -- "$clattn" "${plain[@]}" --out "$out" --kv-storage q4
+expect 1 "not q8_0" -- "$clattn" "${plain[@]}" --out "$out" --path gemm
 [ -e "$out" ] && fail "a refused run wrote its output"
 
 [ "$failures" -eq 0 ] && echo "cli_cache: all passed"

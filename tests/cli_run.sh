@@ -89,9 +89,11 @@ for cmd in devices run check bench pattern; do
   "$clattn" help "$cmd" | grep -q "usage: clattn $cmd" || fail "help $cmd"
 done
 "$clattn" devices | grep -q "Portable Computing Language" || fail "devices does not list PoCL"
+# no driver at all: no registered one, and the driver search (which would find PoCL) off
 mkdir -p "$work/no-icds"
-expect 1 "pocl-opencl-icd" -- env OCL_ICD_VENDORS="$work/no-icds" "$clattn" devices
-expect 1 "pocl-opencl-icd" -- env OCL_ICD_VENDORS="$work/no-icds" "$clattn" "${good[@]}" --out "$out"
+no_driver=(env OCL_ICD_VENDORS="$work/no-icds" CLATTN_NO_DRIVER_SEARCH=1)
+expect 1 "pocl-opencl-icd" -- "${no_driver[@]}" "$clattn" devices
+expect 1 "pocl-opencl-icd" -- "${no_driver[@]}" "$clattn" "${good[@]}" --out "$out"
 
 # ---- the program cache: a second process finds it warm
 export CLATTN_CACHE_DIR="$work/cache"

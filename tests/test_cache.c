@@ -1,9 +1,12 @@
 /*
  * The program cache: a second context loads from disk, damaged or foreign entries are
  * rebuilt (never trusted), "off" disables it, the folder follows the environment, builds that
- * fail keep their log, and CLATTN_KERNEL_DIR replaces the embedded sources.
+ * fail keep their log, and CLATTN_KERNEL_DIR replaces the embedded sources. Only regular files
+ * are read (a FIFO or link named like an entry is skipped), and only in a private folder (made
+ * 0700; one others can write to, or another user's, is refused with a message).
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 
 #include "core/core.h"
 
@@ -11,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char cache_dir[128];
@@ -250,4 +254,102 @@ Test(cache, missing_kernel_dir_file_is_an_io_error) {
     cr_assert(strstr(clattn_context_last_error(ctx), "common.cl") != NULL);
     clReleaseMemObject(buf);
     clattn_context_destroy(ctx);
+}
+
+/* ---------------------------------------------------------------- the folder's safety */
+
+/* A FIFO under an entry's name: once, every later run hung in fopen. Now it is skipped, the
+ * program built, and the entry written over it. */
+Test(cache, a_fifo_named_like_an_entry_is_skipped_not_waited_on, .timeout = 300) {
+    use_fresh_cache();
+    expect_counts(1, 0);
+    char path[512];
+    entry_path(path, sizeof path);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    expect_counts(1, 0);
+    expect_counts(0, 1);
+    remove_dir(cache_dir);
+}
+
+/* A symbolic link under an entry's name is not followed, even to a valid entry. */
+Test(cache, a_link_named_like_an_entry_is_not_followed) {
+    use_fresh_cache();
+    expect_counts(1, 0);
+    char path[512], moved[600];
+    entry_path(path, sizeof path);
+    snprintf(moved, sizeof moved, "%s/elsewhere", cache_dir);
+    cr_assert_eq(rename(path, moved), 0);
+    cr_assert_eq(symlink(moved, path), 0);
+    expect_counts(1, 0);
+    remove_dir(cache_dir);
+}
+
+/* Runs expect_counts(1, 0) twice with stderr captured: nothing is cached, and the refusal is
+ * said once, naming the folder and `why`. */
+static void expect_folder_refused(const char *why) {
+    fflush(stderr);
+    cr_redirect_stderr();
+    expect_counts(1, 0);
+    expect_counts(1, 0);
+    fflush(stderr);
+    char text[2048] = "";
+    FILE *f = cr_get_redirected_stderr();
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    cr_expect(strstr(text, cache_dir) && strstr(text, why), "stderr: '%s'", text);
+    const char *first = strstr(text, "not using");
+    cr_expect(first && !strstr(first + 1, "not using"), "said more than once: '%s'", text);
+}
+
+/* A folder others can write to could hold their code: not read, not written, and said. */
+Test(cache, a_folder_others_can_write_is_not_used) {
+    use_fresh_cache();
+    cr_assert_eq(chmod(cache_dir, 0777), 0);
+    expect_folder_refused("writable by others");
+    DIR *dir = opendir(cache_dir);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(dir));) entries += e->d_name[0] != '.';
+    closedir(dir);
+    cr_expect_eq(entries, 0, "an entry was written into the folder");
+    cr_assert_eq(chmod(cache_dir, 0700), 0);
+    expect_counts(1, 0);
+    expect_counts(0, 1);
+    remove_dir(cache_dir);
+}
+
+Test(cache, a_folder_under_one_others_can_write_is_not_used) {
+    use_fresh_cache();
+    char inner[256];
+    snprintf(inner, sizeof inner, "%s/inner", cache_dir);
+    cr_assert_eq(mkdir(inner, 0700), 0);
+    cr_assert_eq(chmod(cache_dir, 0777), 0); /* not sticky: others may replace `inner` */
+    setenv("CLATTN_CACHE_DIR", inner, 1);
+    expect_folder_refused("the folder above it");
+    remove_dir(cache_dir);
+}
+
+Test(cache, a_folder_of_another_user_is_not_used) {
+    if (geteuid() != 0) cr_skip_test("needs root, to give the folder to another user");
+    use_fresh_cache();
+    cr_assert_eq(chown(cache_dir, 65534, 65534), 0);
+    expect_folder_refused("owned by uid 65534");
+    remove_dir(cache_dir);
+}
+
+/* The folders the cache creates are 0700. */
+Test(cache, the_folders_it_makes_are_private) {
+    use_fresh_cache();
+    char outer[256], inner[300];
+    snprintf(outer, sizeof outer, "%s/a", cache_dir);
+    snprintf(inner, sizeof inner, "%s/b", outer);
+    setenv("CLATTN_CACHE_DIR", inner, 1);
+    expect_counts(1, 0);
+    struct stat st;
+    cr_assert_eq(stat(outer, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0700, "%s: mode %03o", outer, st.st_mode & 0777);
+    cr_assert_eq(stat(inner, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0700, "%s: mode %03o", inner, st.st_mode & 0777);
+    expect_counts(0, 1);
+    remove_dir(cache_dir);
 }

@@ -1,7 +1,8 @@
 /*
  * The tuning database: planners take their tile sizes from it, and a tuning.json in the cache
  * folder overrides the built-in entry for one device and driver (only the fields it gives). A
- * malformed file is ignored, never trusted.
+ * malformed file is ignored, never trusted; so is one behind a link or in a folder others
+ * can write to.
  */
 #include <criterion/criterion.h>
 
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char folder[64];
@@ -96,5 +98,31 @@ Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
     case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU, &r);
     cr_expect_eq(r.status, CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(r.message, "block_n 24") != NULL, "%s", r.message);
+    clattn_context_destroy(ctx);
+}
+
+/* tuning.json is read only as a regular file (not through a link) in a private folder. */
+Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    char text[512], path[128], real[128];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_m\": 4}]}",
+             info.name);
+    write_tuning(text);
+    snprintf(path, sizeof path, "%s/tuning.json", folder);
+    snprintf(real, sizeof real, "%s/real.json", folder);
+    cr_assert_eq(rename(path, real), 0);
+    cr_assert_eq(symlink(real, path), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8, "read through a link");
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(rename(real, path), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 4, "the regular file");
+    cr_assert_eq(chmod(folder, 0777), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8, "read in a folder others write");
+    cr_assert_eq(chmod(folder, 0700), 0);
     clattn_context_destroy(ctx);
 }

@@ -13,17 +13,59 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-/* Every buffer present and large enough for the extent its tensor spans; O and LSE not
- * sharing a buffer with another tensor. */
+/* The bytes a tensor occupies: [begin, end) of the memory object that owns them (a
+ * sub-buffer's parent, at the sub-buffer's origin) and, for memory the caller lent with
+ * CL_MEM_USE_HOST_PTR, of the host address space. */
+typedef struct byte_range {
+    cl_mem root;
+    size_t begin, end;
+    uintptr_t host_begin, host_end; /* 0, 0 without a host pointer */
+} byte_range;
+
+static byte_range tensor_bytes(cl_mem buffer, size_t first_byte, size_t extent) {
+    byte_range r = {buffer, first_byte, extent, 0, 0};
+    cl_mem parent = NULL;
+    size_t origin = 0;
+    cl_mem_flags flags = 0;
+    void *host = NULL;
+    if (clGetMemObjectInfo(buffer, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) ==
+            CL_SUCCESS &&
+        parent &&
+        clGetMemObjectInfo(buffer, CL_MEM_OFFSET, sizeof origin, &origin, NULL) == CL_SUCCESS) {
+        r.root = parent;
+        r.begin += origin, r.end += origin;
+    }
+    if (clGetMemObjectInfo(buffer, CL_MEM_FLAGS, sizeof flags, &flags, NULL) == CL_SUCCESS &&
+        (flags & CL_MEM_USE_HOST_PTR) &&
+        clGetMemObjectInfo(buffer, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS && host)
+        r.host_begin = (uintptr_t)host + first_byte, r.host_end = (uintptr_t)host + extent;
+    return r;
+}
+
+static int ranges_overlap(const byte_range *a, const byte_range *b) {
+    int device = a->root == b->root && a->begin < b->end && b->begin < a->end;
+    int host =
+        a->host_end && b->host_end && a->host_begin < b->host_end && b->host_begin < a->host_end;
+    return device || host;
+}
+
+/* Every buffer present and large enough for the extent its tensor spans; the outputs' bytes
+ * (O, LSE) shared with no other tensor's, through sub-buffers and offsets too. */
 static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b) {
     const clattn_attention_extents *ext = &pb->extents;
+    size_t in = dtype_size(pb->dtype), out = dtype_size(pb->out_dtype);
     const struct {
         const char *name;
         cl_mem buffer;
-        size_t need;
-    } list[] = {{"Q", b->q, ext->q}, {"K", b->k, ext->k},       {"V", b->v, ext->v},
-                {"O", b->o, ext->o}, {"LSE", b->lse, ext->lse}, {"bias", b->bias, ext->bias}};
+        size_t need, first; /* bytes to the extent's end, and to its first element */
+    } list[] = {{"Q", b->q, ext->q, pb->q.offset * in},
+                {"K", b->k, ext->k, pb->k.offset * in},
+                {"V", b->v, ext->v, pb->v.offset * in},
+                {"O", b->o, ext->o, pb->o.offset * out},
+                {"LSE", b->lse, ext->lse, 0},
+                {"bias", b->bias, ext->bias, pb->bias.offset * sizeof(float)}};
+    byte_range range[ARRAY_LEN(list)];
     for (size_t i = 0; i < ARRAY_LEN(list); i++) {
         int optional = i >= 4;
         if (!list[i].buffer) {
@@ -40,14 +82,18 @@ static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
                              "Dv=%zu with its offset and strides; the buffer holds %zu",
                              list[i].name, list[i].need, pb->batch, pb->heads_q, pb->heads_kv,
                              pb->len_q, pb->len_k, pb->dim_qk, pb->dim_v, have);
+        range[i] = tensor_bytes(list[i].buffer, list[i].first, list[i].need);
     }
-    /* The outputs (O at 3, LSE at 4) must not share a buffer with anything else. */
-    for (size_t out = 3; out <= 4; out++)
-        for (size_t i = 0; list[out].buffer && i < ARRAY_LEN(list); i++)
-            if (i != out && list[i].buffer == list[out].buffer)
+    /* The outputs (O at 3, LSE at 4) must not share a byte with anything else. */
+    for (size_t o = 3; o <= 4; o++)
+        for (size_t i = 0; list[o].buffer && i < ARRAY_LEN(list); i++)
+            if (i != o && list[i].buffer && ranges_overlap(&range[o], &range[i]))
                 return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                                 "%s must not share a buffer with %s", list[out].name,
-                                 list[i].name);
+                                 "%s overlaps %s: bytes [%zu, %zu) and [%zu, %zu) of the same "
+                                 "memory (a sub-buffer counts as its parent); an output must "
+                                 "not share memory with another tensor",
+                                 list[o].name, list[i].name, range[o].begin, range[o].end,
+                                 range[i].begin, range[i].end);
     return CLATTN_SUCCESS;
 }
 
@@ -90,6 +136,25 @@ static void stats_begin(const attn_problem *pb, const attn_variant *row, clattn_
     s->density = (double)s->pairs / ((double)pb->batch * pb->heads_q * pb->len_q * pb->len_k);
 }
 
+/* On a CPU device the device's memory is the process's own, and a driver that cannot get it
+ * when it first touches a buffer aborts (PoCL 3.1: an assertion on mem_ptr). So before a call
+ * runs there, the memory it is about to take is asked of the host first, and given back: a
+ * process near its limit (ulimit -v) gets CLATTN_ERR_OUT_OF_MEMORY with the numbers instead. */
+static clattn_status probe_host_memory(clattn_context *ctx, const variant_plan *plan,
+                                       const attn_buffers *b) {
+    uint64_t bytes = plan->device_bytes + b->host_copies;
+    if (!(ctx->device.type & CL_DEVICE_TYPE_CPU) || bytes == 0) return CLATTN_SUCCESS;
+    void *probe = bytes <= SIZE_MAX ? malloc((size_t)bytes) : NULL;
+    free(probe);
+    if (probe) return CLATTN_SUCCESS;
+    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                     "%s: the call needs about %llu MiB of device memory (%llu MiB of it copies "
+                     "of the host arrays), which on this CPU device is the process's own, and "
+                     "the process cannot get it (a memory limit such as ulimit -v?)",
+                     plan->variant->name, (unsigned long long)(bytes >> 20),
+                     (unsigned long long)(b->host_copies >> 20));
+}
+
 /* Plans and runs one row. */
 static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const attn_problem *pb,
                              const attn_buffers *b, cl_event *event) {
@@ -101,7 +166,8 @@ static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const
     if (status != CLATTN_SUCCESS) return status;
     clattn_stats stats;
     stats_begin(pb, row, &stats);
-    status = row->run(ctx, &plan, b, event, &stats);
+    status = probe_host_memory(ctx, &plan, b);
+    if (status == CLATTN_SUCCESS) status = row->run(ctx, &plan, b, event, &stats);
     variant_plan_release(&plan);
     if (status == CLATTN_SUCCESS) {
         ctx->stats = stats;
@@ -159,18 +225,29 @@ clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
     return status;
 }
 
-clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
-                               cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event) {
+static clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc *d,
+                                       cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
+                                       cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (event) *event = NULL;
     attn_problem pb;
     clattn_status status = problem_build(d, BIAS_FROM_BUFFER, &ctx->error, &pb);
     if (status == CLATTN_SUCCESS) {
-        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL, NULL, NULL, NULL};
+        attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL, NULL, NULL, NULL, 0};
         status = attention_on_buffers(ctx, &pb, &b, event);
     }
     problem_release(&pb);
+    return status;
+}
+
+clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
+                               cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (event) *event = NULL;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = attention_in_call(ctx, d, q, k, v, o, lse, event);
+    context_leave(ctx);
     return status;
 }
 
@@ -196,12 +273,14 @@ static clattn_status upload(clattn_context *ctx, const attn_problem *pb, const v
         status = buffer_create(ctx, in, ext->bias, (void *)pb->bias_host, &b->bias, "bias");
     if (!status && with_lse)
         status = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &b->lse, "LSE");
+    b->host_copies = (uint64_t)ext->q + ext->k + ext->v + ext->o + (pb->has_bias ? ext->bias : 0) +
+                     (with_lse ? ext->lse : 0);
     return status;
 }
 
-clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_desc *d,
-                                    const void *q, const void *k, const void *v, void *o,
-                                    float *lse) {
+static clattn_status attention_host_in_call(clattn_context *ctx, const clattn_attention_desc *d,
+                                            const void *q, const void *k, const void *v, void *o,
+                                            float *lse) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     attn_problem pb;
@@ -223,14 +302,26 @@ clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_
     return status;
 }
 
+clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_desc *d,
+                                    const void *q, const void *k, const void *v, void *o,
+                                    float *lse) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = attention_host_in_call(ctx, d, q, k, v, o, lse);
+    context_leave(ctx);
+    return status;
+}
+
 /* ---------------------------------------------------------------- what a variant serves */
 
-clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
-                                       const clattn_attention_desc *desc, char *reason,
-                                       size_t reason_size) {
+static clattn_status variant_supported_in_call(clattn_context *ctx, clattn_variant variant,
+                                               const clattn_attention_desc *desc, char *reason,
+                                               size_t reason_size) {
     char why[512] = "";
     const attn_variant *row = variant_find(variant);
-    if (!ctx || !row) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
     attn_problem pb;
     memset(&pb, 0, sizeof pb);
     clattn_status status =
@@ -249,6 +340,16 @@ clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant varia
     return status;
 }
 
+clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
+                                       const clattn_attention_desc *desc, char *reason,
+                                       size_t reason_size) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = variant_supported_in_call(ctx, variant, desc, reason, reason_size);
+    context_leave(ctx);
+    return status;
+}
+
 clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
     clattn_variant_info local;
     memset(&local, 0, sizeof local);
@@ -257,11 +358,16 @@ clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t s
                : CLATTN_SUCCESS;
 }
 
-clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
-                                      clattn_variant_info *info) {
+static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_variant variant,
+                                              clattn_variant_info *info) {
     const attn_variant *row = variant_find(variant);
-    if (!ctx || !row || !info || info->struct_size < sizeof *info)
-        return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
+    if (!info || info->struct_size < sizeof *info)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "info is NULL or its struct_size is below sizeof(clattn_variant_info): "
+                         "start from clattn_variant_info_init");
     clattn_variant_info d;
     memset(&d, 0, sizeof d);
     d.struct_size = sizeof d;
@@ -276,4 +382,13 @@ clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant varian
              tuning_source_name(tuning_lookup(&ctx->device, row->name, &unused)));
     struct_write(info, &d, sizeof d, sizeof d);
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
+                                      clattn_variant_info *info) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = variant_describe_in_call(ctx, variant, info);
+    context_leave(ctx);
+    return status;
 }

@@ -44,9 +44,14 @@ static clattn_status check_desc(clattn_context *ctx, const clattn_kv_cache_desc 
                          "kv cache: sizes must be >= 1, capacity < 2^31 (B=%zu Hkv=%zu Dqk=%zu "
                          "Dv=%zu capacity=%zu)",
                          d->batch, d->heads_kv, d->dim_qk, d->dim_v, d->capacity);
-    if (!dtype_known(d->dtype) ||
+    if (!kv_dtype_known(d->dtype) ||
         (d->layout != CLATTN_LAYOUT_BSHD && d->layout != CLATTN_LAYOUT_BHSD))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: unknown dtype or layout");
+    if (d->dtype == CLATTN_Q8_0 && (d->dim_qk % Q8_BLOCK || d->dim_v % Q8_BLOCK))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache: q8_0 rows are whole blocks of %d: Dqk=%zu and Dv=%zu must be "
+                         "multiples of %d",
+                         Q8_BLOCK, d->dim_qk, d->dim_v, Q8_BLOCK);
     if (d->page_size && (d->capacity % d->page_size || !d->num_pages || d->num_pages > INT32_MAX))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "kv cache: a paged capacity (%zu) must be a multiple of page_size (%zu), "
@@ -70,6 +75,8 @@ static clattn_status plan_storage(clattn_context *ctx, clattn_kv_cache *c) {
         size_mul(entries, c->v_tensor.stride_batch, &v_elements) ||
         size_mul(v_elements, elem, &c->v_bytes))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: the storage size overflows");
+    c->k_bytes = dtype_bytes(d->dtype, k_elements); /* elem bounds q8_0's 34/32 above */
+    c->v_bytes = dtype_bytes(d->dtype, v_elements);
     return CLATTN_SUCCESS;
 }
 
@@ -336,7 +343,9 @@ static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, 
     cl_mem params = NULL, new_len = NULL;
     cl_kernel kernel = NULL;
     char defines[64];
-    snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)r->dtype, (int)d->dtype);
+    int q8 = d->dtype == CLATTN_Q8_0; /* KV_DTYPE's kernel quantises whole blocks */
+    snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -D%s=%d", (int)r->dtype,
+             q8 ? "KV_DTYPE" : "OUT_DTYPE", (int)d->dtype);
     clattn_status s = buffer_set_add(ctx, set, 1, sizeof P, &P, &params, "parameters");
     if (!s) s = buffer_set_add(ctx, set, d->batch, 4, counts, &new_len, "new lengths");
     if (!s) s = kernel_get(ctx, files, ARRAY_LEN(files), defines, "append_rows", &kernel);
@@ -354,7 +363,7 @@ static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, 
     KARG(a, c->v);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "kv cache append: arguments");
     size_t widest = d->dim_qk > d->dim_v ? d->dim_qk : d->dim_v;
-    size_t global[3] = {widest, r->len, d->batch * d->heads_kv};
+    size_t global[3] = {q8 ? widest / Q8_BLOCK : widest, r->len, d->batch * d->heads_kv};
     return kernel_launch(ctx, kernel, 3, global, NULL, NULL, "kv cache append");
 }
 
@@ -381,8 +390,9 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
     const clattn_kv_cache_desc *d = &c->desc;
-    clattn_kv_rows rows = {NULL, NULL, {0}, {0}, d->dtype, len, new_len};
-    size_t elem = dtype_size(d->dtype);
+    clattn_dtype dtype = d->dtype == CLATTN_Q8_0 ? CLATTN_F32 : d->dtype; /* quantised here */
+    clattn_kv_rows rows = {NULL, NULL, {0}, {0}, dtype, len, new_len};
+    size_t elem = dtype_size(dtype);
     clattn_status s = CLATTN_SUCCESS;
     if (!k_new || !v_new || !len)
         return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
@@ -474,7 +484,7 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
     if (s == CLATTN_SUCCESS) {
         attn_buffers b = {
             q,    c->k,        c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
-            NULL, c->table_buf};
+            NULL, c->table_buf, 0};
         s = attention_on_buffers(c->ctx, &pb, &b, event);
     }
     problem_release(&pb);
@@ -499,7 +509,7 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
     if (!s && lse) s = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &lb, "LSE");
     if (!s && pb.has_bias)
         s = buffer_create(ctx, in, ext->bias, (void *)pb.bias_host, &bias, "bias");
-    attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf};
+    attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf, 0};
     if (!s) s = attention_on_buffers(ctx, &pb, &b, NULL);
     cl_int err = CL_SUCCESS;
     if (!s) err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);

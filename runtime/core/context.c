@@ -5,6 +5,7 @@
  */
 #include "core.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,22 @@ int context_on_destroy(clattn_context *ctx, context_cleanup cleanup) {
 
 /* ---------------------------------------------------------------- kernels and timing */
 
+static pthread_mutex_t launches = PTHREAD_MUTEX_INITIALIZER;
+
+void launch_lock(const clattn_context *ctx) {
+    if (ctx->serialize_launches) pthread_mutex_lock(&launches);
+}
+
+void launch_unlock(const clattn_context *ctx) {
+    if (ctx->serialize_launches) pthread_mutex_unlock(&launches);
+}
+
+/* Whether the device runs kernels in the enqueuing thread (PoCL's "basic" device). */
+static int runs_kernels_in_caller(const clattn_device_info *device) {
+    return strncmp(device->name, "basic", 5) == 0 &&
+           strstr(device->platform_name, "Portable Computing Language") != NULL;
+}
+
 void kernel_arg(kernel_args *args, size_t size, const void *value) {
     if (args->err != CL_SUCCESS) return;
     args->err = clSetKernelArg(args->kernel, args->next, size, value);
@@ -31,8 +48,10 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                             const size_t *global, const size_t *local, cl_event *event,
                             const char *what) {
     cl_event done = NULL;
+    launch_lock(ctx);
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL,
                                         event || ctx->timing ? &done : NULL);
+    launch_unlock(ctx);
     if (event) *event = NULL;
     if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
     timing_track(ctx, done);
@@ -77,6 +96,30 @@ double timing_finish(clattn_context *ctx) {
     return total;
 }
 
+/* ---------------------------------------------------------------- one thread at a time */
+
+#if !defined(NDEBUG) || defined(CLATTN_TEST_HOOKS)
+#define CHECK_CONTEXT_THREADS 1
+#else
+#define CHECK_CONTEXT_THREADS 0
+#endif
+
+int context_enter(clattn_context *ctx) {
+    if (!CHECK_CONTEXT_THREADS || !atomic_exchange(&ctx->in_call, 1)) return 0;
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+        fprintf(stderr,
+                "clattn: two threads called into one context (%p) at once; a context "
+                "serves one thread at a time (README, Reliability): the second call "
+                "fails with CLATTN_ERR_INVALID_ARGUMENT\n",
+                (void *)ctx);
+    return 1;
+}
+
+void context_leave(clattn_context *ctx) {
+    if (CHECK_CONTEXT_THREADS) atomic_store(&ctx->in_call, 0);
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 static clattn_status context_alloc(clattn_context **out) {
@@ -93,6 +136,7 @@ clattn_status clattn_context_create(clattn_context **out, size_t device_index) {
     clattn_device_info_init(&ctx->device);
     status = clattn_device_get_info(device_index, &ctx->device);
     if (status != CLATTN_SUCCESS) goto fail;
+    ctx->serialize_launches = runs_kernels_in_caller(&ctx->device);
 
     cl_int err = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
@@ -154,6 +198,7 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context cl_ctx, cl_de
     ctx->cl_ctx = cl_ctx;
     ctx->queue = queue;
     ctx->wrapped = 1;
+    ctx->serialize_launches = runs_kernels_in_caller(&ctx->device);
     ctx->profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
     *out = ctx;
     return CLATTN_SUCCESS;
@@ -197,13 +242,21 @@ const char *clattn_context_last_error(const clattn_context *ctx) {
     return ctx ? ctx->error.text : "";
 }
 
-clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled) {
+static clattn_status context_set_timing_in_call(clattn_context *ctx, int enabled) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     if (enabled && !ctx->profiling)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "timing needs a queue created with CL_QUEUE_PROFILING_ENABLE");
     ctx->timing = enabled != 0;
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = context_set_timing_in_call(ctx, enabled);
+    context_leave(ctx);
+    return status;
 }
 
 clattn_status clattn_stats_init_sized(clattn_stats *stats, size_t struct_size) {
@@ -215,7 +268,7 @@ clattn_status clattn_stats_init_sized(clattn_stats *stats, size_t struct_size) {
                : CLATTN_SUCCESS;
 }
 
-clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats) {
+static clattn_status context_last_stats_in_call(clattn_context *ctx, clattn_stats *stats) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (!stats) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "stats is NULL");
@@ -227,4 +280,12 @@ clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats
                          "stats->struct_size is %zu: set it with clattn_stats_init",
                          stats->struct_size);
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = context_last_stats_in_call(ctx, stats);
+    context_leave(ctx);
+    return status;
 }

@@ -11,6 +11,7 @@
 #include "clattn.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,17 +62,36 @@ int struct_init(void *caller, size_t given_size, const void *local, size_t local
 
 /* ---- storage types */
 
+/* float32, float16, bfloat16: what Q, O and softmax inputs may be */
 static inline int dtype_known(clattn_dtype t) {
     return t == CLATTN_F32 || t == CLATTN_F16 || t == CLATTN_BF16;
 }
 
+/* ... and CLATTN_Q8_0, which K and V may also be */
+static inline int kv_dtype_known(clattn_dtype t) {
+    return dtype_known(t) || t == CLATTN_Q8_0;
+}
+
+/* Bytes a value of a float type takes (not for CLATTN_Q8_0: see dtype_bytes). */
 static inline size_t dtype_size(clattn_dtype t) {
     return t == CLATTN_F32 ? 4 : 2;
 }
 
-/* "f32", "f16", "bf16" */
+/* Q8_0 blocks: 32 values, a float16 scale then 32 int8 (ggml's block_q8_0). */
+#define Q8_BLOCK       32
+#define Q8_BLOCK_BYTES 34
+
+/* Bytes `values` values take (for CLATTN_Q8_0, a multiple of Q8_BLOCK). */
+static inline size_t dtype_bytes(clattn_dtype t, size_t values) {
+    return t == CLATTN_Q8_0 ? values / Q8_BLOCK * Q8_BLOCK_BYTES : values * dtype_size(t);
+}
+
+/* "f32", "f16", "bf16", "q8_0" */
 static inline const char *dtype_name(clattn_dtype t) {
-    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : "f32";
+    return t == CLATTN_F16    ? "f16"
+           : t == CLATTN_BF16 ? "bf16"
+           : t == CLATTN_Q8_0 ? "q8_0"
+                              : "f32";
 }
 
 /* ---- checked size arithmetic: return 1 on overflow */
@@ -119,7 +139,17 @@ struct clattn_context {
     size_t workspace_bytes[WORKSPACE_SLOTS];
     context_cleanup cleanups[MAX_CONTEXT_CLEANUPS];
     unsigned num_cleanups;
+    int serialize_launches; /* the device runs kernels in the enqueuing thread: launch_lock */
+    atomic_int in_call;     /* a thread is inside a public call on it (context_enter) */
 };
+
+/* A context serves one thread at a time. Public calls on a context run between context_enter
+ * and context_leave; in builds with tests or without NDEBUG, context_enter finds a second
+ * thread inside a call on the same context, says so once on stderr and returns 1 (the call then
+ * returns CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context). Elsewhere it is
+ * free and returns 0. */
+int context_enter(clattn_context *ctx);
+void context_leave(clattn_context *ctx);
 
 /* Records the message on ctx (ctx may be NULL) and returns `status`. */
 clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *fmt, ...)
@@ -127,6 +157,14 @@ clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *f
 /* For OpenCL failures: "<what>: CL_<NAME> (<code>)". Returns the OpenCL code as status. */
 clattn_status ctx_cl_error(clattn_context *ctx, cl_int err, const char *what);
 void ctx_clear_error(clattn_context *ctx);
+
+/* PoCL 3.1's "basic" device runs each kernel in the thread that enqueues it, and its cache of
+ * loaded kernels is not safe for two such threads at once (an assertion in
+ * pocl_release_dlhandle_cache aborts the process, on contexts of their own). On such a device
+ * every launch, clattn's and CLBlast's, holds one process-wide lock; elsewhere these do
+ * nothing. */
+void launch_lock(const clattn_context *ctx);
+void launch_unlock(const clattn_context *ctx);
 
 /* Registers `cleanup` to run when ctx is destroyed, once per function. @return 1 when it is
  * registered now, 0 when it already was, -1 when the list is full (a bug: raise the limit). */
@@ -151,10 +189,25 @@ clattn_status kernel_get(clattn_context *ctx, const char *const *files, size_t n
 void program_cache_release(clattn_context *ctx);
 /* The cache folder in use, or NULL when disabled ($CLATTN_CACHE_DIR=off). Writes into buf. */
 const char *program_cache_dir(char *buf, size_t size);
+/* The cache folder when it may be read (and, with `create`, written): enabled, made 0700 when
+ * `create`, and private (folder_is_private). NULL otherwise; a folder refused is also said once
+ * per process on stderr, with why. */
+const char *program_cache_trusted_dir(char *buf, size_t size, int create);
 
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
  * that a reader never sees half a file (file.c). @return 0, or errno. */
 int write_file_atomic(const char *path, const void *data, size_t size);
+/* Reads a whole regular file (NUL-terminated; *size bytes) of at most max_size bytes. The open
+ * never blocks (a FIFO named like the file is refused, not waited on) and, unless
+ * follow_links, never goes through a symbolic link. @return the data, or NULL with errno. */
+char *read_regular_file(const char *path, size_t max_size, int follow_links, size_t *size);
+/* Whether a folder may hold what this process loads and runs (compiled kernels, tuning), as ssh
+ * judges its files: a folder owned by the process's user and writable by no one else, below
+ * folders owned by root or the user that others cannot write to (unless sticky, like /tmp).
+ * @return 1, or 0 with the reason in `why`. */
+int folder_is_private(const char *path, char *why, size_t size);
+/* mkdir -p; the folders it creates are 0700. @return 0 or -1 (errno). */
+int make_private_dirs(const char *path);
 
 /* Sets kernel arguments in order and keeps the first error. */
 typedef struct kernel_args {

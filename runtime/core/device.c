@@ -2,10 +2,18 @@
  * Device discovery and selection. Every platform the ICD loader reports and every device of
  * each is flattened into one list (platform order, then device order); a device's index in
  * that list is what clattn_context_create takes. Selection follows SPEC section 5.
+ *
+ * Discovery runs once per process, under a lock, and is kept: the platforms and devices do not
+ * change while a process runs (POCL_DEVICES and the ICD files are read once by the drivers
+ * anyway), and PoCL 3.1 crashes when two threads query its devices for the first time at once.
  */
 #include "core.h"
+#include "drivers.h"
 
 #include <ctype.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,13 +31,37 @@ typedef struct device_list {
     unsigned device_index[256];
 } device_list;
 
-/* Fills *list with every device of every platform. No platform is not an error. */
+/* Whether the ICD loader has drivers to load: libraries in $OCL_ICD_FILENAMES, or .icd files in
+ * $OCL_ICD_VENDORS (a folder, or one file) or else /etc/OpenCL/vendors. */
+static int drivers_registered(void) {
+    const char *files = getenv("OCL_ICD_FILENAMES"), *vendors = getenv("OCL_ICD_VENDORS");
+    struct stat st;
+    if (files && *files) return 1;
+    const char *dir = vendors && *vendors ? vendors : "/etc/OpenCL/vendors";
+    if (stat(dir, &st) != 0) return 0;
+    if (!S_ISDIR(st.st_mode)) return S_ISREG(st.st_mode);
+    DIR *d = opendir(dir);
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        found = len > 4 && strcmp(e->d_name + len - 4, ".icd") == 0;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* Fills *list with every device of every platform. No platform registered is not an error (an
+ * empty list); drivers registered of which none loads is CL_PLATFORM_NOT_FOUND_KHR, since the
+ * loader cannot tell them apart (a driver that fails to load under a memory limit, or a broken
+ * installation); other failures of the queries pass through. */
 static clattn_status list_devices(device_list *list) {
     cl_platform_id platforms[32];
     cl_uint num_platforms = 0;
     list->count = 0;
+    drivers_prepare(); /* unregistered drivers, before the ICD loader's first use */
     cl_int err = clGetPlatformIDs(ARRAY_LEN(platforms), platforms, &num_platforms);
-    if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || num_platforms == 0) return CLATTN_SUCCESS;
+    if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && num_platforms == 0))
+        return drivers_registered() ? CLATTN_CL_PLATFORM_NOT_FOUND_KHR : CLATTN_SUCCESS;
     if (err != CL_SUCCESS) return (clattn_status)err;
     if (num_platforms > ARRAY_LEN(platforms)) num_platforms = ARRAY_LEN(platforms);
     for (cl_uint p = 0; p < num_platforms; p++) {
@@ -37,7 +69,8 @@ static clattn_status list_devices(device_list *list) {
         cl_uint num_devices = 0;
         err = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, ARRAY_LEN(devices), devices,
                              &num_devices);
-        if (err != CL_SUCCESS) continue; /* CL_DEVICE_NOT_FOUND: an empty platform */
+        if (err == CL_DEVICE_NOT_FOUND) continue; /* an empty platform */
+        if (err != CL_SUCCESS) return (clattn_status)err;
         if (num_devices > ARRAY_LEN(devices)) num_devices = ARRAY_LEN(devices);
         for (cl_uint d = 0; d < num_devices && list->count < ARRAY_LEN(list->device); d++) {
             list->platform[list->count] = platforms[p];
@@ -151,11 +184,54 @@ clattn_status device_describe(cl_platform_id platform, cl_device_id device,
     return CLATTN_SUCCESS;
 }
 
+/* ---------------------------------------------------------------- the process's discovery */
+
+static pthread_mutex_t discovery_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int done;                 /* discovery succeeded; a failure is tried again next time */
+    device_list list;         /* every device */
+    clattn_device_info *info; /* [list.count] their descriptions */
+} discovered;
+
+/* Lists and describes every device, once. */
+static clattn_status discover(void) {
+    device_list *list = &discovered.list;
+    clattn_status status = list_devices(list);
+    clattn_device_info *info = NULL;
+    if (status == CLATTN_SUCCESS && list->count > 0) {
+        info = calloc(list->count, sizeof *info);
+        if (!info) status = CLATTN_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; status == CLATTN_SUCCESS && i < list->count; i++) {
+        status = device_describe(list->platform[i], list->device[i], &info[i]);
+        info[i].index = i;
+        info[i].platform_index = list->platform_index[i];
+        info[i].device_index = list->device_index[i];
+    }
+    if (status != CLATTN_SUCCESS) {
+        free(info);
+        list->count = 0;
+        return status;
+    }
+    discovered.info = info;
+    discovered.done = 1;
+    return CLATTN_SUCCESS;
+}
+
+/* The process's devices: *list points at the kept discovery. */
+static clattn_status devices(const device_list **list) {
+    pthread_mutex_lock(&discovery_lock);
+    clattn_status status = discovered.done ? CLATTN_SUCCESS : discover();
+    pthread_mutex_unlock(&discovery_lock);
+    *list = &discovered.list;
+    return status;
+}
+
 clattn_status clattn_device_count(size_t *count) {
     if (!count) return CLATTN_ERR_INVALID_ARGUMENT;
-    device_list list;
-    clattn_status status = list_devices(&list);
-    *count = list.count;
+    const device_list *list = NULL;
+    clattn_status status = devices(&list);
+    *count = status == CLATTN_SUCCESS ? list->count : 0;
     return status;
 }
 
@@ -170,17 +246,12 @@ clattn_status clattn_device_info_init_sized(clattn_device_info *info, size_t str
 clattn_status clattn_device_get_info(size_t index, clattn_device_info *info) {
     if (!info || info->struct_size < sizeof *info) /* no field has been added since 0.2 */
         return CLATTN_ERR_INVALID_ARGUMENT;
-    device_list list;
-    clattn_status status = list_devices(&list);
+    const device_list *list = NULL;
+    clattn_status status = devices(&list);
     if (status != CLATTN_SUCCESS) return status;
-    if (index >= list.count) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_device_info local;
-    status = device_describe(list.platform[index], list.device[index], &local);
-    local.index = index;
-    local.platform_index = list.platform_index[index];
-    local.device_index = list.device_index[index];
-    struct_write(info, &local, sizeof local, sizeof local);
-    return status;
+    if (index >= list->count) return CLATTN_ERR_INVALID_ARGUMENT;
+    struct_write(info, &discovered.info[index], sizeof *info, sizeof *info);
+    return CLATTN_SUCCESS;
 }
 
 size_t device_pow2_group_size(const clattn_device_info *device, size_t cap) {
@@ -275,17 +346,11 @@ static int spec_matches(const device_spec *spec, const device_list *list, size_t
         return spec->index == i;
     case SPEC_PAIR:
         return spec->platform == list->platform_index[i] && spec->device == list->device_index[i];
-    case SPEC_TYPE: {
-        cl_device_type type = 0;
-        query_value(list->device[i], CL_DEVICE_TYPE, &type, sizeof type);
-        return (type & spec->type) != 0;
-    }
-    case SPEC_NAME: {
-        char name[256], platform[256];
-        query_string(list->device[i], CL_DEVICE_NAME, name, sizeof name);
-        query_platform_string(list->platform[i], CL_PLATFORM_NAME, platform, sizeof platform);
-        return contains_nocase(name, spec->name) || contains_nocase(platform, spec->name);
-    }
+    case SPEC_TYPE:
+        return (discovered.info[i].type & spec->type) != 0;
+    case SPEC_NAME:
+        return contains_nocase(discovered.info[i].name, spec->name) ||
+               contains_nocase(discovered.info[i].platform_name, spec->name);
     case SPEC_DEFAULT:
         break;
     }
@@ -294,11 +359,8 @@ static int spec_matches(const device_spec *spec, const device_list *list, size_t
 
 /* Default: the first GPU, else the first device of any type. */
 static size_t default_device(const device_list *list) {
-    for (size_t i = 0; i < list->count; i++) {
-        cl_device_type type = 0;
-        query_value(list->device[i], CL_DEVICE_TYPE, &type, sizeof type);
-        if (type & CL_DEVICE_TYPE_GPU) return i;
-    }
+    for (size_t i = 0; i < list->count; i++)
+        if (discovered.info[i].type & CL_DEVICE_TYPE_GPU) return i;
     return 0;
 }
 
@@ -309,17 +371,17 @@ clattn_status clattn_device_select(const char *spec_text, size_t *indices, size_
     if (!spec_text || !*spec_text) spec_text = getenv("CLATTN_DEVICE");
     device_spec spec;
     parse_spec(spec_text, &spec);
-    device_list list;
-    clattn_status status = list_devices(&list);
+    const device_list *list = NULL;
+    clattn_status status = devices(&list);
     if (status != CLATTN_SUCCESS) return status;
-    if (list.count == 0) return CLATTN_ERR_NO_DEVICE;
+    if (list->count == 0) return CLATTN_ERR_NO_DEVICE;
     if (spec.kind == SPEC_DEFAULT) {
-        if (capacity > 0) indices[0] = default_device(&list);
+        if (capacity > 0) indices[0] = default_device(list);
         *count = 1;
         return CLATTN_SUCCESS;
     }
-    for (size_t i = 0; i < list.count; i++) {
-        if (!spec_matches(&spec, &list, i)) continue;
+    for (size_t i = 0; i < list->count; i++) {
+        if (!spec_matches(&spec, list, i)) continue;
         if (*count < capacity) indices[*count] = i;
         (*count)++;
     }

@@ -1,5 +1,6 @@
-/* Whole files written atomically: the program cache's entries (program.c). */
-#define _POSIX_C_SOURCE 200809L /* getpid */
+/* Whole files, for the cache folder (program.c, plan/tuning.c): written atomically, read only
+ * when regular, and the folder itself trusted only when no one else can write to it. */
+#define _XOPEN_SOURCE 700 /* realpath, beside the build's _POSIX_C_SOURCE */
 
 #include "core.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Writes all of `data` to a new file (never one that exists, nor through a link), 0600.
@@ -47,4 +49,94 @@ int write_file_atomic(const char *path, const void *data, size_t size) {
     }
     free(tmp);
     return e;
+}
+
+/* Reads at most max_size bytes of an open file descriptor that is a regular file. */
+static char *read_open_file(int fd, size_t max_size, size_t *size) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return NULL;
+    if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size > max_size) {
+        errno = S_ISREG(st.st_mode) ? EFBIG : EINVAL;
+        return NULL;
+    }
+    size_t len = (size_t)st.st_size, got = 0;
+    char *data = malloc(len + 1);
+    if (!data) return NULL;
+    while (got < len) {
+        ssize_t n = read(fd, data + got, len - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* shrank while read: what is there, the checks decide */
+        got += (size_t)n;
+    }
+    data[got] = '\0';
+    *size = got;
+    return data;
+}
+
+char *read_regular_file(const char *path, size_t max_size, int follow_links, size_t *size) {
+    int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (follow_links ? 0 : O_NOFOLLOW);
+    int fd = open(path, flags); /* O_NONBLOCK: a FIFO under this name never blocks the open */
+    if (fd < 0) return NULL;
+    char *data = read_open_file(fd, max_size, size);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return data;
+}
+
+/* Who may change what is in a folder: its owner, and anyone with write permission (group or
+ * others) unless the sticky bit restricts them to their own files. */
+static int others_may_write(const struct stat *st) {
+    return (st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX);
+}
+
+/* The folders above `real` (an absolute path without links): each owned by root or us, and
+ * not open to others' writes (a sticky /tmp is fine). */
+static int parents_private(char *real, uid_t uid, char *why, size_t size) {
+    struct stat st;
+    for (char *slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
+        *slash = '\0';
+        const char *dir = *real ? real : "/";
+        if (stat(dir, &st) != 0) continue;
+        if ((st.st_uid != 0 && st.st_uid != uid) || others_may_write(&st)) {
+            snprintf(why, size, "the folder above it, %s, is %s", dir,
+                     others_may_write(&st) ? "writable by others" : "owned by another user");
+            return 0;
+        }
+        if (!*real) break;
+    }
+    return 1;
+}
+
+int folder_is_private(const char *path, char *why, size_t size) {
+    struct stat st;
+    char *real = realpath(path, NULL);
+    uid_t uid = geteuid();
+    int ok = real && stat(real, &st) == 0;
+    if (!ok)
+        snprintf(why, size, "cannot examine it: %s", strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        snprintf(why, size, "not a folder"), ok = 0;
+    else if (st.st_uid != uid)
+        snprintf(why, size, "owned by uid %u, not by this process's uid %u", (unsigned)st.st_uid,
+                 (unsigned)uid),
+            ok = 0;
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(why, size, "writable by others (mode %03o): chmod go-w", st.st_mode & 0777),
+            ok = 0;
+    if (ok) ok = parents_private(real, uid, why, size);
+    free(real);
+    return ok;
+}
+
+int make_private_dirs(const char *path) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return -1;
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }

@@ -18,6 +18,7 @@
 #include "embedded.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,25 +50,9 @@ static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
 }
 #define FNV_SEED 14695981039346656037ull
 
-/* Reads a whole file; returns NULL when it cannot. *size receives its length. */
-static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *data = NULL;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0) data = malloc((size_t)len + 1);
-    if (data && fread(data, 1, (size_t)len, f) != (size_t)len) {
-        free(data);
-        data = NULL;
-    }
-    fclose(f);
-    if (data) {
-        data[len] = '\0';
-        *size = (size_t)len;
-    }
-    return data;
-}
+/* Bounds on what is read whole: a kernel source, a cache entry (a device binary). */
+#define MAX_SOURCE_BYTES ((size_t)64 << 20)
+#define MAX_ENTRY_BYTES  ((size_t)1 << 30)
 
 /* The embedded sources that are not files of cl/: the generated parameter block and the mask
  * rules the host shares (runtime/plan/). $CLATTN_KERNEL_DIR never replaces them. */
@@ -83,7 +68,7 @@ static clattn_status kernel_source(clattn_context *ctx, const char *file, char *
         char path[4096];
         size_t size = 0;
         snprintf(path, sizeof path, "%s/%s", dir, file);
-        *text = read_file(path, &size);
+        *text = read_regular_file(path, MAX_SOURCE_BYTES, 1, &size);
         if (!*text)
             return ctx_error(ctx, CLATTN_ERR_IO, "CLATTN_KERNEL_DIR: cannot read %s: %s", path,
                              strerror(errno));
@@ -158,17 +143,24 @@ const char *program_cache_dir(char *buf, size_t size) {
     return buf;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
+const char *program_cache_trusted_dir(char *buf, size_t size, int create) {
+    static atomic_int warned;
+    char why[512];
+    if (!program_cache_dir(buf, size)) return NULL;
+    if (create && make_private_dirs(buf) != 0) {
+        log_msg("cache folder %s cannot be created (%s); not caching", buf, strerror(errno));
+        return NULL;
     }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
+    struct stat st;
+    if (!create && stat(buf, &st) != 0 && errno == ENOENT) return NULL; /* nothing cached yet */
+    if (folder_is_private(buf, why, sizeof why)) return buf;
+    log_msg("not using the cache folder %s: %s", buf, why);
+    if (!atomic_exchange(&warned, 1)) /* said once: a cache that never warms up, with the cause */
+        fprintf(stderr,
+                "clattn: not using the cache folder %s: %s; compiled kernels and tuning.json "
+                "there could be another user's (CLATTN_CACHE_DIR names another folder, or off)\n",
+                buf, why);
+    return NULL;
 }
 
 static void put_u32(unsigned char *p, uint32_t v) {
@@ -215,11 +207,19 @@ static clattn_status cache_entry_init(clattn_context *ctx, const char *source, c
     return CLATTN_SUCCESS;
 }
 
-/* Returns the binary stored for the entry, or NULL (missing, damaged or foreign). */
+/* Returns the binary stored for the entry, or NULL (missing, damaged, foreign, not a regular
+ * file, or in a folder others could have written). The key stored in the entry must be this
+ * program's key, byte for byte: an entry renamed or copied from another program is a miss. */
 static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) {
     size_t size = 0;
-    unsigned char *data = (unsigned char *)read_file(entry->path, &size);
-    if (!data) return NULL;
+    char dir[4096];
+    if (!program_cache_trusted_dir(dir, sizeof dir, 0)) return NULL;
+    unsigned char *data =
+        (unsigned char *)read_regular_file(entry->path, MAX_ENTRY_BYTES, 0, &size);
+    if (!data) {
+        if (errno != ENOENT) log_msg("cache entry %s ignored (%s)", entry->path, strerror(errno));
+        return NULL;
+    }
     const char *why = NULL;
     uint64_t key_len = 0, bin_len = 0;
     if (size < CACHE_HEADER_BYTES || memcmp(data, CACHE_MAGIC, 8) != 0)
@@ -251,10 +251,7 @@ static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) 
 /* Writes header, key and binary as one file, atomically (file.c). */
 static void cache_write(const cache_entry *entry, const unsigned char *binary, size_t size) {
     char dir[4096];
-    if (!program_cache_dir(dir, sizeof dir) || make_dirs(dir) != 0) {
-        log_msg("cache folder %s cannot be created; not caching", dir);
-        return;
-    }
+    if (!program_cache_trusted_dir(dir, sizeof dir, 1)) return;
     size_t total = CACHE_HEADER_BYTES + entry->key_len + size;
     unsigned char *file = malloc(total);
     if (!file) return;

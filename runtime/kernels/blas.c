@@ -4,6 +4,23 @@
 #include <pthread.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- CLBlast, one call at a time */
+
+/* CLBlast 1.5 is not safe to call from two threads at once, even on contexts of their own: its
+ * process-wide caches and database code use memory another thread's call has freed (a
+ * heap-use-after-free; fixed upstream in 1.6.1). Every CLBlast call holds this lock. */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void blas_enter(const clattn_context *ctx) {
+    pthread_mutex_lock(&blas_lock);
+    launch_lock(ctx);
+}
+
+void blas_leave(const clattn_context *ctx) {
+    launch_unlock(ctx);
+    pthread_mutex_unlock(&blas_lock);
+}
+
 /* ---------------------------------------------------------------- CLBlast's program cache */
 
 /* CLBlast keeps every program it builds in one process-wide cache, which holds a reference to
@@ -11,21 +28,20 @@
  * counted, and the cache is cleared when the last of them is destroyed: a destroyed context's
  * cl_context is then really released, at the price of CLBlast rebuilding (from the driver's
  * own binary cache, where it has one) in the next context. */
-static pthread_mutex_t blas_users_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned blas_users;
+static unsigned blas_users; /* under blas_lock */
 
 /* Runs when a context that called CLBlast is destroyed (context_on_destroy). */
 static void blas_user_release(clattn_context *ctx) {
-    pthread_mutex_lock(&blas_users_lock);
+    pthread_mutex_lock(&blas_lock);
     if (--blas_users == 0) CLBlastClearCache();
-    pthread_mutex_unlock(&blas_users_lock);
+    pthread_mutex_unlock(&blas_lock);
 }
 
 void blas_user_add(clattn_context *ctx) {
     if (context_on_destroy(ctx, blas_user_release) != 1) return; /* counted already */
-    pthread_mutex_lock(&blas_users_lock);
+    pthread_mutex_lock(&blas_lock);
     blas_users++;
-    pthread_mutex_unlock(&blas_users_lock);
+    pthread_mutex_unlock(&blas_lock);
 }
 
 /* ---------------------------------------------------------------- CLBlast status */

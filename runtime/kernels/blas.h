@@ -1,8 +1,8 @@
 /*
  * CLBlast as the runtime uses it: its statuses turned into clattn's, its events kept for
- * timing, and its process-wide program cache emptied when the last context that called it is
- * destroyed. The gemm variant and the multi-head attention layer (runtime/mha/) call CLBlast
- * through these.
+ * timing, one call at a time in the process, and its process-wide program cache emptied when
+ * the last context that called it is destroyed. The gemm variant and the multi-head attention
+ * layer (runtime/mha/) call CLBlast through these.
  */
 #ifndef CLATTN_BLAS_H
 #define CLATTN_BLAS_H
@@ -10,6 +10,12 @@
 #include "core/core.h"
 
 #include <clblast_c.h>
+
+/* CLBlast 1.5 is not safe to call from two threads at once, and on a device that runs
+ * kernels in the enqueuing thread its launches need the launch lock too (launch_lock): every
+ * CLBlast call runs between blas_enter and blas_leave. */
+void blas_enter(const clattn_context *ctx);
+void blas_leave(const clattn_context *ctx);
 
 /* Counts ctx among CLBlast's users (once per context): when the last of them is destroyed,
  * CLBlast's cache, which holds a reference to every cl_context it served, is cleared. Call it

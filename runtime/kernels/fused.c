@@ -12,6 +12,10 @@ int fused_supports(const attn_problem *pb, char *why, size_t size) {
         snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
         return 0;
     }
+    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+        snprintf(why, size, "packs float K and V: not q8_0 (the split variant reads it)");
+        return 0;
+    }
     if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
     snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
@@ -19,6 +23,8 @@ int fused_supports(const attn_problem *pb, char *why, size_t size) {
 }
 
 /* ---------------------------------------------------------------- planning */
+
+static uint64_t device_bytes(const attn_problem *pb, const fused_state *st);
 
 clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_kind *kind) {
     const attn_problem *pb = plan->problem;
@@ -39,7 +45,9 @@ clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_ki
     clattn_status status = kind->fit(ctx, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
-    return tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);
+    status = tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);
+    plan->device_bytes = device_bytes(pb, st);
+    return status;
 }
 
 void fused_release(variant_plan *plan) {
@@ -64,6 +72,19 @@ static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) 
         size_mul(n, sizeof(float), &n))
         return SIZE_MAX;
     return n;
+}
+
+/* About what a call allocates: the packed K and V with their flags (the global keys' too) and
+ * the lists; saturating. */
+static uint64_t device_bytes(const attn_problem *pb, const fused_state *st) {
+    const tile_geometry *g = &st->geometry;
+    const tile_lists *l = &st->lists;
+    int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
+    size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
+    uint64_t lists = 4 * ((uint64_t)l->num_lists + l->num_entries + l->num_rows);
+    uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
+    if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
+    return (uint64_t)k + v + flags + lists + (uint64_t)pb->mask.len_k;
 }
 
 /* The packed K, V and V flags of the class-grouped keys and of the global keys. */

@@ -17,8 +17,9 @@
  * Memory: the score buffer is [groups][rows][Nk] floats and fits a budget: desc->
  * gemm_budget_bytes, else $CLATTN_GEMM_BUDGET_MB, else a quarter of the device's global
  * memory; never more than the device's largest allocation. A chunk is whole (b, h) groups when
- * one group's Nq score rows fit, else rows of one group. CLBlast's own temporaries (its
- * "indirect" kernel pads and copies its operands) come on top and are not counted.
+ * one group's Nq score rows fit, else rows of one group; and no larger than leaves room for
+ * CLBlast's own padded temporaries (see "CLBlast's temporaries" below), whose failed
+ * allocation would abort the process.
  *
  * Work: a chunk's GEMMs cover only the keys its rows can reach by causality and the window
  * (all keys with global tokens); the softmax applies the exact mask inside that range. Each
@@ -108,8 +109,91 @@ static size_t ceil_div(size_t a, size_t b) {
     return a / b + (a % b != 0);
 }
 
-/* Chunks of the budget: whole groups when a group's Nq score rows fit, else rows of one group;
- * evened out so that the last chunk is not a sliver. */
+/* ---------------------------------------------------------------- CLBlast's temporaries
+ *
+ * CLBlast 1.5's batched GEMM reads an operand in place only when its sizes are multiples of
+ * the kernel's tiles and its rows lie the kernel's way; otherwise its "indirect" kernel copies
+ * the operand, for every batch entry, into a padded temporary (A, B and C of one GEMM at once,
+ * each dimension rounded up to its tile: at most 128 in CLBlast's database). Should allocating
+ * one fail, CLBlast throws from a destructor and the process aborts (std::terminate), so no
+ * status could ever come back. A chunk is therefore planned so that every temporary CLBlast
+ * could make, counted with each dimension rounded up to a multiple of CLBLAST_PAD, fits the
+ * device's largest allocation and 2^31-1 elements (CLBlast's int offsets), and so that the
+ * chunk's scores and one GEMM's temporaries together fit half the global memory. Whether
+ * CLBlast copies depends on its database (a small product runs a direct kernel that copies
+ * nothing); the plan assumes it does.
+ */
+#define CLBLAST_PAD 256
+
+static size_t padded(size_t n) {
+    return ceil_div(n, CLBLAST_PAD) * CLBLAST_PAD;
+}
+
+/* a * b * c and a + b, SIZE_MAX when they overflow. */
+static size_t product3(size_t a, size_t b, size_t c) {
+    size_t n = 0;
+    return size_mul(a, b, &n) || size_mul(n, c, &n) ? SIZE_MAX : n;
+}
+static size_t sum2(size_t a, size_t b) {
+    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+static size_t max2(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+/* CLBlast's copies for a chunk of `groups` (b, h) groups of `rows` query rows, in floats: the
+ * largest one, and those of one GEMM together. S = Q K^T copies Q [rows][Dqk], K [Nk][Dqk] and
+ * S [rows][Nk]; O = P V copies P [rows][Nk], V [Nk][Dv] and O [rows][Dv]; all per group. */
+static void temporaries(const attn_problem *pb, size_t groups, size_t rows, size_t *largest,
+                        size_t *one_gemm) {
+    size_t r = padded(rows), n = padded(pb->len_k);
+    size_t dq = padded(pb->dim_qk), dv = padded(pb->dim_v);
+    size_t s = product3(groups, r, n), q = product3(groups, r, dq), k = product3(groups, n, dq);
+    size_t v = product3(groups, n, dv), o = product3(groups, r, dv);
+    *largest = max2(max2(s, max2(q, k)), max2(v, o));
+    *one_gemm = max2(sum2(sum2(q, k), s), sum2(sum2(s, v), o));
+}
+
+/* Whether such a chunk leaves CLBlast room for its copies, beside the chunk's scores. */
+static int temporaries_fit(const attn_problem *pb, const clattn_device_info *dev, size_t groups,
+                           size_t rows) {
+    size_t largest = 0, one_gemm = 0;
+    temporaries(pb, groups, rows, &largest, &one_gemm);
+    size_t scores = product3(groups, rows, pb->len_k);
+    cl_ulong alloc = dev->max_alloc_bytes / sizeof(float), half = dev->global_mem_bytes / 8;
+    return largest <= CLBLAST_MAX_ELEMENTS && largest <= alloc && sum2(one_gemm, scores) <= half;
+}
+
+/* The largest count in [1, hi] of groups (whole ones, by_rows 0) or of rows of one group
+ * (by_rows 1) whose chunk leaves CLBlast room (the test is monotonic), or 0. */
+static size_t largest_fitting(const attn_problem *pb, const clattn_device_info *dev, size_t hi,
+                              int by_rows) {
+    size_t lo = 0; /* fits (0 stands for none) */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        if (by_rows ? temporaries_fit(pb, dev, 1, mid) : temporaries_fit(pb, dev, mid, pb->len_q))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static clattn_status no_room_for_copies(clattn_context *ctx, const attn_problem *pb) {
+    const clattn_device_info *dev = &ctx->device;
+    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                     "gemm: even one query row a chunk leaves CLBlast no room for its padded "
+                     "copies of K [%zu][%zu] and V [%zu][%zu] (the device's largest allocation "
+                     "is %llu bytes, its global memory %llu): the keys are too long for the gemm "
+                     "path on this device",
+                     pb->len_k, pb->dim_qk, pb->len_k, pb->dim_v,
+                     (unsigned long long)dev->max_alloc_bytes,
+                     (unsigned long long)dev->global_mem_bytes);
+}
+
+/* Chunks of the budget: whole groups when a group's Nq score rows fit, else rows of one group,
+ * as many as leave CLBlast room for its copies; evened out so that the last chunk is not a
+ * sliver. */
 static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, gemm_plan *p) {
     size_t row_bytes = pb->len_k * sizeof(float); /* one row of scores */
     size_t fit = p->budget / row_bytes;           /* score rows a chunk may hold */
@@ -122,13 +206,16 @@ static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, ge
                          "CLATTN_GEMM_BUDGET_MB",
                          p->budget, p->budget_from, pb->len_k, row_bytes);
     p->groups = pb->batch * pb->heads_q;
-    if (fit >= pb->len_q) {
-        size_t per_chunk = fit / pb->len_q < p->groups ? fit / pb->len_q : p->groups;
+    size_t per_chunk = fit >= pb->len_q ? fit / pb->len_q : 0;
+    per_chunk = largest_fitting(pb, &ctx->device, per_chunk < p->groups ? per_chunk : p->groups, 0);
+    if (per_chunk > 0) {
         p->chunks = ceil_div(p->groups, per_chunk);
         p->group_chunk = ceil_div(p->groups, p->chunks);
         p->row_chunk = pb->len_q;
     } else {
-        size_t per_group = ceil_div(pb->len_q, fit);
+        size_t rows = largest_fitting(pb, &ctx->device, fit < pb->len_q ? fit : pb->len_q, 1);
+        if (rows == 0) return no_room_for_copies(ctx, pb);
+        size_t per_group = ceil_div(pb->len_q, rows);
         p->row_chunk = ceil_div(pb->len_q, per_group);
         p->group_chunk = 1;
         p->chunks = p->groups * per_group;
@@ -204,6 +291,21 @@ static int test_fail_gemm(void) {
 #endif
 }
 
+/* About what a call allocates, saturating: the scores, float32 scratch for float16 storage,
+ * the flags of V's rows, and CLBlast's copies for one GEMM. */
+static uint64_t device_bytes(const attn_problem *pb, const gemm_plan *p) {
+    size_t rows = p->group_chunk * p->row_chunk, kv = pb->batch * pb->heads_kv;
+    size_t largest = 0, one_gemm = 0;
+    temporaries(pb, p->group_chunk, p->row_chunk, &largest, &one_gemm);
+    size_t floats = sum2(one_gemm, product3(rows, pb->len_k, 1));
+    if (p->in_16bit)
+        floats = sum2(floats, sum2(product3(kv, pb->len_k, pb->dim_qk + pb->dim_v),
+                                   product3(rows, pb->dim_qk, 1)));
+    if (p->out_16bit) floats = sum2(floats, product3(rows, pb->dim_v, 1));
+    uint64_t bytes = floats > UINT64_MAX / 4 ? UINT64_MAX : (uint64_t)floats * 4;
+    return bytes > UINT64_MAX - kv * pb->len_k ? UINT64_MAX : bytes + kv * pb->len_k;
+}
+
 static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     const attn_problem *pb = vp->problem;
     gemm_plan *p = calloc(1, sizeof *p);
@@ -216,6 +318,7 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     clattn_status status = check_int_offsets(ctx, pb, p);
     if (status == CLATTN_SUCCESS) status = choose_budget(ctx, pb, p);
     if (status == CLATTN_SUCCESS) status = plan_chunks(ctx, pb, p);
+    if (status == CLATTN_SUCCESS) vp->device_bytes = device_bytes(pb, p);
     return status;
 }
 
@@ -379,12 +482,14 @@ static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, c
         args->beta[g] = 0.0f;
     }
     cl_event event = NULL;
+    blas_enter(ctx);
     CLBlastStatusCode code = CLBlastSgemmBatched(
         CLBlastLayoutRowMajor, CLBlastTransposeNo,
         st->transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo, c->rows, st->n, st->k,
         args->alpha, st->a->buffer, args->a, st->a->ld, st->b->buffer, args->b, st->b->ld,
         args->beta, st->c->buffer, args->c, st->invalid ? 0 : st->c->ld, c->groups, &ctx->queue,
         ctx->timing ? &event : NULL);
+    blas_leave(ctx);
     return blas_done(ctx, code, event, st->what);
 }
 
@@ -410,8 +515,10 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
                                                 "softmax.cl"};
     char defines[96];
     memset(k, 0, sizeof *k);
-    /* the same defines as clattn_softmax's float32 program, so both share one build */
-    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_DTYPE=0 -DOUT_DTYPE=0", p->wg);
+    /* float32 scores out: clattn_softmax's defines for Q's storage, so both share one build;
+     * the softmax reads the caller's Q and K (IN_DTYPE) to rescore */
+    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_DTYPE=%d -DOUT_DTYPE=0", p->wg,
+             (int)pb->dtype);
     clattn_status status = kernel_get(ctx, softmax_files, ARRAY_LEN(softmax_files), defines,
                                       "softmax_masked", &k->softmax);
     if (status == CLATTN_SUCCESS && p->in_16bit)
@@ -452,7 +559,7 @@ static clattn_status launch_convert(clattn_context *ctx, cl_kernel kernel, cl_me
 
 static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const gemm_plan *p,
                                     const gemm_buffers *gb, const attn_buffers *buf,
-                                    const gemm_chunk *c) {
+                                    const gemm_chunk *c, float scale) {
     cl_long group0 = (cl_long)c->group0, row0 = (cl_long)c->row0;
     cl_long key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
     cl_mem placeholder = gb->set.placeholder; /* made by make_buffers */
@@ -468,6 +575,9 @@ static clattn_status launch_softmax(clattn_context *ctx, cl_kernel kernel, const
     KARG(a, gb->is_global);
     KARG(a, gb->layout);
     KARG(a, lse);
+    KARG(a, buf->q);
+    KARG(a, buf->k);
+    KARG(a, scale);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: softmax arguments");
     size_t global[2] = {p->wg * c->rows, c->groups}, local[2] = {p->wg, 1};
     return kernel_launch(ctx, kernel, 2, global, local, NULL, "gemm: masked softmax");
@@ -699,7 +809,8 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
                         .alpha = 1.0f,
                         .what = "gemm: CLBlastSgemmBatched (output O = P*V)"};
     if (!status) status = batched_gemm(ctx, pb, c, &call->args, &scores);
-    if (!status) status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c);
+    if (!status)
+        status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c, pb->scale);
     if (!status) status = batched_gemm(ctx, pb, c, &call->args, &output);
     if (!status && call->bad.count) status = add_bad_keys(ctx, call, c);
     if (!status && p->out_16bit) {
@@ -789,6 +900,10 @@ static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (pb && problem_is_cache(pb)) {
         snprintf(why, size, "reads dense K and V tensors: not a KV cache (the split variant does)");
+        return 0;
+    }
+    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+        snprintf(why, size, "CLBlast multiplies float K and V: not q8_0 (the split variant does)");
         return 0;
     }
     return 1; /* any other call; limits of CLBlast's int offsets are found when planning */

@@ -61,8 +61,8 @@ static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_des
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *given, cl_mem in,
-                             cl_mem out, cl_mem lse, cl_event *event) {
+static clattn_status softmax_in_call(clattn_context *ctx, const clattn_softmax_desc *given,
+                                     cl_mem in, cl_mem out, cl_mem lse, cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (event) *event = NULL;
@@ -105,4 +105,14 @@ clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *giv
     if (args.err != CL_SUCCESS) return ctx_cl_error(ctx, args.err, "softmax: kernel arguments");
     size_t global = d->rows * wg;
     return kernel_launch(ctx, kernel, 1, &global, &wg, event, "softmax: launch");
+}
+
+clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *given, cl_mem in,
+                             cl_mem out, cl_mem lse, cl_event *event) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (event) *event = NULL;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = softmax_in_call(ctx, given, in, out, lse, event);
+    context_leave(ctx);
+    return status;
 }

@@ -37,14 +37,18 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return 0;
 }
 
-/* Over a KV cache always; else while a kv head has at most the tuning entry's block_m query
- * rows, where the fused variants' query tiles would leave most of the device idle. */
+/* Over a KV cache and q8_0 K/V always (no other variant reads them); else while a kv head has
+ * at most the tuning entry's block_m query rows, where the fused variants' query tiles would
+ * leave most of the device idle. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
     tuning_lookup(device, "split", &tuning);
-    if (!pb || problem_is_cache(pb) || pb->len_q * pb->group <= tuning.block_m) return 1;
+    if (!pb || problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0 ||
+        pb->len_q * pb->group <= tuning.block_m)
+        return 1;
     snprintf(why, size,
-             "auto uses it over KV caches and for at most %u query rows a kv head (this call "
+             "auto uses it over KV caches, for q8_0 K/V and for at most %u query rows a kv head "
+             "(this call "
              "has %zu)",
              tuning.block_m, pb->len_q * pb->group);
     return 0;
@@ -87,6 +91,9 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     if (p->chunks < 1) p->chunks = 1;
     p->chunk_len = (p->max_keys + p->chunks - 1) / p->chunks;
     p->chunks = (p->max_keys + p->chunk_len - 1) / p->chunk_len;
+    if (p->chunks > 1) /* the partial outputs and LSEs, for the host-memory probe */
+        vp->device_bytes = (uint64_t)pb->batch * pb->heads_q * pb->len_q * p->chunks *
+                           (pb->dim_v + 1) * sizeof(float);
     return CLATTN_SUCCESS;
 }
 

@@ -17,6 +17,7 @@
 typedef struct attn_buffers {
     cl_mem q, k, v, o, lse, bias;
     cl_mem seq_len, q_len, block_table;
+    uint64_t host_copies; /* bytes of them clattn_attention_host made (its copies of the arrays) */
 } attn_buffers;
 
 struct attn_variant;
@@ -28,7 +29,8 @@ typedef struct variant_plan {
     tuning_params tuning;
     tuning_source tuning_from;
     int write_lse;
-    void *state; /* the variant's, released by its release() */
+    uint64_t device_bytes; /* about what the call will allocate on the device (plan sets it) */
+    void *state;           /* the variant's, released by its release() */
 } variant_plan;
 
 typedef struct attn_variant {

@@ -185,10 +185,12 @@ typedef struct mha_gemm {
 } mha_gemm;
 
 static clattn_status gemm(clattn_context *ctx, const mha_gemm *g) {
+    blas_enter(ctx);
     CLBlastStatusCode code =
         CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, g->rows, g->n,
                      g->k, 1.0f, g->a, 0, g->k, g->b, g->b_offset, g->k,
                      g->accumulate ? 1.0f : 0.0f, g->c, 0, g->n, &ctx->queue, NULL);
+    blas_leave(ctx);
     return blas_done(ctx, code, NULL, g->what);
 }
 

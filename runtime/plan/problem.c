@@ -52,16 +52,17 @@ clattn_status clattn_attention_desc_init_sized(clattn_attention_desc *desc, size
     return bad ? CLATTN_ERR_INVALID_ARGUMENT : CLATTN_SUCCESS;
 }
 
-/* Elements from a tensor's offset to its last element + 1; 1 on overflow. */
+/* Bytes from a tensor's start (offset 0) to its last element + 1; 1 on overflow. */
 static int tensor_span(const clattn_tensor *t, size_t batch, size_t heads, size_t len, size_t dim,
-                       size_t elem_size, size_t *bytes) {
+                       clattn_dtype dtype, size_t *bytes) {
     size_t a, b, c, total;
     if (size_mul(batch - 1, t->stride_batch, &a) || size_mul(heads - 1, t->stride_head, &b) ||
         size_mul(len - 1, t->stride_seq, &c) || size_add(a, b, &total) ||
         size_add(total, c, &total) || size_add(total, dim, &total) ||
-        size_add(total, t->offset, &total))
+        size_add(total, t->offset, &total) || size_mul(total, dtype_size(dtype), bytes))
         return 1;
-    return size_mul(total, elem_size, bytes);
+    *bytes = dtype_bytes(dtype, total); /* q8_0: total is whole blocks (check_q8_0) */
+    return 0;
 }
 
 /* O must not have two elements in one place: each stride (of a dimension longer than 1), taken
@@ -105,8 +106,11 @@ static clattn_status check_sizes(error_record *err, const clattn_attention_desc 
     if (!dtype_known(d->dtype) || !dtype_known(d->out_dtype))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "dtype %d / out_dtype %d: each must be CLATTN_F32, CLATTN_F16 or "
-                         "CLATTN_BF16",
-                         (int)d->dtype, (int)d->out_dtype);
+                         "CLATTN_BF16%s",
+                         (int)d->dtype, (int)d->out_dtype,
+                         d->dtype == CLATTN_Q8_0 || d->out_dtype == CLATTN_Q8_0
+                             ? " (q8_0 is for K and V only: set desc->kv_q8_0)"
+                             : "");
     if (!isfinite(d->scale))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "scale must be finite (got %g)",
                          (double)d->scale);
@@ -138,18 +142,36 @@ static clattn_status check_mask(error_record *err, const clattn_attention_desc *
     return CLATTN_SUCCESS;
 }
 
+/* q8_0 K/V: every row starts a block, so a row is whole 32-value blocks. */
+static clattn_status check_q8_0(error_record *err, const clattn_attention_desc *d) {
+    const clattn_tensor *t[2] = {&d->k, &d->v};
+    const size_t dim[2] = {d->dim_qk, d->dim_v};
+    for (int i = 0; i < 2; i++) {
+        size_t stride_batch = d->batch > 1 ? t[i]->stride_batch : 0;
+        size_t stride_head = d->heads_kv > 1 ? t[i]->stride_head : 0;
+        size_t stride_seq = d->len_k > 1 ? t[i]->stride_seq : 0;
+        if ((dim[i] | t[i]->offset | stride_batch | stride_head | stride_seq) % Q8_BLOCK)
+            return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                             "q8_0 %s: head dim %zu, offset %zu and strides (%zu, %zu, %zu) must "
+                             "be multiples of %d values (whole blocks)",
+                             i ? "V" : "K", dim[i], t[i]->offset, t[i]->stride_batch,
+                             t[i]->stride_head, t[i]->stride_seq, Q8_BLOCK);
+    }
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status check_extents(error_record *err, const clattn_attention_desc *d, int has_bias,
                                    clattn_attention_extents *ext) {
-    size_t in = dtype_size(d->dtype), out = dtype_size(d->out_dtype);
+    clattn_dtype kv = d->kv_q8_0 ? CLATTN_Q8_0 : d->dtype;
     memset(ext, 0, sizeof *ext);
-    if (tensor_span(&d->q, d->batch, d->heads_q, d->len_q, d->dim_qk, in, &ext->q) ||
-        tensor_span(&d->k, d->batch, d->heads_kv, d->len_k, d->dim_qk, in, &ext->k) ||
-        tensor_span(&d->v, d->batch, d->heads_kv, d->len_k, d->dim_v, in, &ext->v) ||
-        tensor_span(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v, out, &ext->o) ||
+    if (tensor_span(&d->q, d->batch, d->heads_q, d->len_q, d->dim_qk, d->dtype, &ext->q) ||
+        tensor_span(&d->k, d->batch, d->heads_kv, d->len_k, d->dim_qk, kv, &ext->k) ||
+        tensor_span(&d->v, d->batch, d->heads_kv, d->len_k, d->dim_v, kv, &ext->v) ||
+        tensor_span(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v, d->out_dtype, &ext->o) ||
         size_mul(d->batch, d->heads_q, &ext->lse) || size_mul(ext->lse, d->len_q, &ext->lse) ||
         size_mul(ext->lse, sizeof(float), &ext->lse) ||
         (has_bias && tensor_span(&d->bias_strides, d->batch, d->heads_q, d->len_q, d->len_k,
-                                 sizeof(float), &ext->bias)))
+                                 CLATTN_F32, &ext->bias)))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "tensor sizes overflow (B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu "
                          "Dv=%zu)",
@@ -196,6 +218,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     int has_bias = status == CLATTN_SUCCESS && has_bias_from(&d, bias);
     if (status == CLATTN_SUCCESS) status = check_sizes(err, &d);
     if (status == CLATTN_SUCCESS) status = check_mask(err, &d);
+    if (status == CLATTN_SUCCESS && d.kv_q8_0) status = check_q8_0(err, &d);
     if (status == CLATTN_SUCCESS) status = check_extents(err, &d, has_bias, &pb->extents);
     if (status != CLATTN_SUCCESS) return status;
     pb->batch = d.batch, pb->heads_q = d.heads_q, pb->heads_kv = d.heads_kv;
@@ -210,7 +233,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     pb->path = d.path, pb->variant = d.variant;
     pb->gemm_budget_bytes = d.gemm_budget_bytes;
     pb->count_tiles = d.count_tiles != 0;
-    pb->kv.dtype = d.dtype;
+    pb->kv.dtype = d.kv_q8_0 ? CLATTN_Q8_0 : d.dtype;
     status = mask_from_desc(&d, &pb->mask);
     if (status != CLATTN_SUCCESS)
         return error_set(err, status, "the mask's global token list (%zu tokens)",

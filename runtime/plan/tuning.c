@@ -203,14 +203,15 @@ static struct {
 
 const char *tuning_file_path(char *buf, size_t size) {
     char dir[4096];
-    if (!program_cache_dir(dir, sizeof dir)) return NULL;
+    if (!program_cache_trusted_dir(dir, sizeof dir, 0)) return NULL; /* a folder others write */
     snprintf(buf, size, "%s/tuning.json", dir);
     return buf;
 }
 
+/* The file is read only when it is a regular file of under 16 MiB, not through a link. */
 static void reload_if_changed(const char *path) {
     struct stat st;
-    int exists = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 24);
+    int exists = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 24);
     if (exists && strcmp(path, user_file.path) == 0 && st.st_size == user_file.size &&
         st.st_mtim.tv_sec == user_file.mtime.tv_sec &&
         st.st_mtim.tv_nsec == user_file.mtime.tv_nsec)
@@ -221,10 +222,8 @@ static void reload_if_changed(const char *path) {
     snprintf(user_file.path, sizeof user_file.path, "%s", path);
     user_file.mtime = st.st_mtim;
     user_file.size = st.st_size;
-    FILE *f = fopen(path, "rb");
-    char *text = f ? malloc((size_t)st.st_size + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
-    if (f) fclose(f);
+    size_t got = 0;
+    char *text = read_regular_file(path, (size_t)1 << 24, 0, &got);
     if (text) user_file.entries = parse_entries(text, got, &user_file.count);
     free(text);
 }

@@ -38,7 +38,8 @@ tuning_source tuning_lookup(const clattn_device_info *device, const char *varian
 /* "default", "built-in" or "tuning.json". */
 const char *tuning_source_name(tuning_source source);
 
-/* The path of the user's tuning file, or NULL when the cache folder is off. */
+/* The path of the user's tuning file, or NULL when the cache folder is off or not private
+ * (program_cache_trusted_dir). */
 const char *tuning_file_path(char *buf, size_t size);
 
 #endif

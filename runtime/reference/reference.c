@@ -17,7 +17,7 @@
 /* Everything one reference call reads, shared by its rows. */
 typedef struct reference_call {
     const attn_problem *pb;
-    const void *q, *k, *v; /* pb->dtype storage at pb->q/k/v */
+    const void *q, *k, *v; /* pb->dtype (q) and pb->kv.dtype (k, v) storage at pb->q/k/v */
     const float *bias;     /* NULL or float32 at pb->bias */
     const mask_spec *mask;
     double scale;
@@ -25,8 +25,14 @@ typedef struct reference_call {
     int64_t *keys;  /* [len_k] scratch: the allowed keys themselves */
 } reference_call;
 
-/* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32). */
+/* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32; q8_0 as
+ * its block's scale times its int8). */
 static double load(const void *base, clattn_dtype dtype, size_t index) {
+    if (dtype == CLATTN_Q8_0) {
+        const uint8_t *block = (const uint8_t *)base + index / Q8_BLOCK * Q8_BLOCK_BYTES;
+        float scale = half_to_float((uint16_t)(block[0] | block[1] << 8));
+        return scale * (float)(int8_t)block[2 + index % Q8_BLOCK];
+    }
     if (dtype == CLATTN_F16) return half_to_float(((const uint16_t *)base)[index]);
     if (dtype == CLATTN_BF16) return bf16_to_float(((const uint16_t *)base)[index]);
     return ((const float *)base)[index];
@@ -143,12 +149,14 @@ static size_t cache_row(const attn_problem *pb, const clattn_tensor *t, size_t b
 /* Sequence b's first `keys` rows of K or V, gathered dense [keys][Hkv][dim] in their storage. */
 static void *gather_rows(const attn_problem *pb, const void *storage, const clattn_tensor *t,
                          size_t dim, size_t b, size_t keys) {
-    size_t elem = dtype_size(pb->kv.dtype), row_bytes = dim * elem;
+    size_t row_bytes = dtype_bytes(pb->kv.dtype, dim); /* rows start whole q8_0 blocks */
     unsigned char *dense = malloc(keys * pb->heads_kv * row_bytes + 1);
     for (size_t j = 0; dense && j < keys; j++)
         for (size_t kvh = 0; kvh < pb->heads_kv; kvh++)
             memcpy(dense + (j * pb->heads_kv + kvh) * row_bytes,
-                   (const unsigned char *)storage + cache_row(pb, t, b, kvh, j) * elem, row_bytes);
+                   (const unsigned char *)storage +
+                       dtype_bytes(pb->kv.dtype, cache_row(pb, t, b, kvh, j)),
+                   row_bytes);
     return dense;
 }
 

@@ -1,0 +1,261 @@
+"""The C API of include/clattn.h in ctypes: its structs, enums and function prototypes.
+
+Only what the header declares is used. Every struct that starts with `struct_size` is
+initialised through its `*_init_sized` function with ctypes.sizeof of the struct below, as the
+header's `*_init` macros do in C; tests/test_abi.py checks these layouts against the header.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char,
+    c_char_p,
+    c_double,
+    c_float,
+    c_int,
+    c_int64,
+    c_size_t,
+    c_uint,
+    c_uint8,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+
+from ._library import load
+
+lib, library_path = load()
+
+# ---------------------------------------------------------------- enums (values of clattn.h)
+
+SUCCESS = 0
+ERR_INVALID_ARGUMENT = -7001
+ERR_NO_DEVICE = -7003
+
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
+PATH_AUTO, PATH_FUSED, PATH_GEMM, PATH_REFERENCE = 0, 1, 2, 3
+VARIANT_AUTO = 0
+PATTERN_SLIDING, PATTERN_BIGBIRD, PATTERN_FIXED, PATTERN_STRIDED, PATTERN_LONGFORMER = range(5)
+
+CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 1 << 1, 1 << 2, 1 << 3
+
+# ---------------------------------------------------------------- structs
+
+
+class DeviceInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("index", c_size_t),
+        ("platform_index", c_uint),
+        ("device_index", c_uint),
+        ("platform", c_void_p),
+        ("device", c_void_p),
+        ("name", c_char * 256),
+        ("vendor", c_char * 256),
+        ("platform_name", c_char * 256),
+        ("platform_version", c_char * 256),
+        ("driver_version", c_char * 256),
+        ("opencl_c_version", c_char * 128),
+        ("type", c_uint64),
+        ("compute_units", c_uint32),
+        ("global_mem_bytes", c_uint64),
+        ("local_mem_bytes", c_uint64),
+        ("max_alloc_bytes", c_uint64),
+        ("max_work_group_size", c_size_t),
+        ("preferred_vector_width_float", c_uint32),
+        ("preferred_vector_width_half", c_uint32),
+        ("has_fp16", c_int),
+        ("has_fp64", c_int),
+        ("has_subgroups", c_int),
+        ("num_subgroup_sizes", c_uint),
+        ("subgroup_sizes", c_size_t * 8),
+    ]
+
+
+class Tensor(Structure):
+    """Element offset and strides (batch, head, seq) of one tensor; the dim stride is 1."""
+
+    _fields_ = [
+        ("offset", c_size_t),
+        ("stride_batch", c_size_t),
+        ("stride_head", c_size_t),
+        ("stride_seq", c_size_t),
+    ]
+
+
+class AttentionDesc(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_size_t),
+        ("heads_q", c_size_t),
+        ("heads_kv", c_size_t),
+        ("len_q", c_size_t),
+        ("len_k", c_size_t),
+        ("dim_qk", c_size_t),
+        ("dim_v", c_size_t),
+        ("dtype", c_int),
+        ("out_dtype", c_int),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("o", Tensor),
+        ("scale", c_float),
+        ("causal", c_int),
+        ("window_left", c_int64),
+        ("window_right", c_int64),
+        ("dilation", c_int64),
+        ("global_tokens", POINTER(c_int64)),
+        ("num_global_tokens", c_size_t),
+        ("block_layout", POINTER(c_uint8)),
+        ("block_q", c_size_t),
+        ("block_k", c_size_t),
+        ("block_layout_per_head", c_int),
+        ("bias", c_void_p),
+        ("bias_host", POINTER(c_float)),
+        ("bias_strides", Tensor),
+        ("path", c_int),
+        ("variant", c_int),
+        ("gemm_budget_bytes", c_size_t),
+        ("count_tiles", c_int),
+    ]
+
+
+class AttentionExtents(Structure):
+    _fields_ = [(name, c_size_t) for name in ("q", "k", "v", "o", "lse", "bias")]
+
+
+class Stats(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("path", c_int),
+        ("variant", c_int),
+        ("pairs", c_uint64),
+        ("density", c_double),
+        ("tiles_visited", c_uint64),
+        ("tiles_total", c_uint64),
+        ("device_bytes", c_uint64),
+        ("block_m", c_uint),
+        ("block_n", c_uint),
+        ("chunks", c_uint),
+        ("kernel_ms", c_double),
+        ("kernel", c_char * 96),
+        ("tiles_counted", c_uint64),
+    ]
+
+
+class VariantInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("variant", c_int),
+        ("path", c_int),
+        ("name", c_char_p),
+        ("summary", c_char_p),
+        ("supported", c_int),
+        ("used_by_auto", c_int),
+        ("reason", c_char * 256),
+        ("tuning", c_char * 32),
+    ]
+
+
+class PatternDesc(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_int),
+        ("blocks_q", c_size_t),
+        ("blocks_k", c_size_t),
+        ("window", c_size_t),
+        ("global_", c_size_t),  # `global` in C
+        ("random", c_size_t),
+        ("seed", c_uint64),
+        ("stride", c_size_t),
+        ("summary", c_size_t),
+        ("global_blocks", POINTER(c_size_t)),
+        ("num_global_blocks", c_size_t),
+        ("causal", c_int),
+    ]
+
+
+# ---------------------------------------------------------------- functions
+
+Context_p = c_void_p  # clattn_context *
+
+
+def _declare(name: str, restype, *argtypes) -> None:
+    function = getattr(lib, name)
+    function.restype = restype
+    function.argtypes = list(argtypes)
+
+
+_declare("clattn_version", c_char_p)
+_declare("clattn_status_name", c_char_p, c_int)
+_declare("clattn_status_string", c_char_p, c_int)
+_declare("clattn_device_info_init_sized", c_int, POINTER(DeviceInfo), c_size_t)
+_declare("clattn_device_count", c_int, POINTER(c_size_t))
+_declare("clattn_device_get_info", c_int, c_size_t, POINTER(DeviceInfo))
+_declare("clattn_device_select", c_int, c_char_p, POINTER(c_size_t), c_size_t, POINTER(c_size_t))
+_declare("clattn_context_create", c_int, POINTER(Context_p), c_size_t)
+_declare("clattn_context_destroy", None, Context_p)
+_declare("clattn_context_device_info", c_int, Context_p, POINTER(DeviceInfo))
+_declare("clattn_context_build_log", c_char_p, Context_p)
+_declare("clattn_context_last_error", c_char_p, Context_p)
+_declare("clattn_context_set_timing", c_int, Context_p, c_int)
+_declare("clattn_context_last_stats", c_int, Context_p, POINTER(Stats))
+_declare("clattn_stats_init_sized", c_int, POINTER(Stats), c_size_t)
+_declare("clattn_variant_name", c_char_p, c_int)
+_declare("clattn_variant_from_name", c_int, c_char_p, POINTER(c_int))
+_declare("clattn_variant_info_init_sized", c_int, POINTER(VariantInfo), c_size_t)
+_declare("clattn_variant_describe", c_int, Context_p, c_int, POINTER(VariantInfo))
+_declare(
+    "clattn_attention_desc_init_sized",
+    c_int,
+    POINTER(AttentionDesc),
+    c_size_t,
+    c_int,
+    *([c_size_t] * 7),
+)
+_declare(
+    "clattn_attention_desc_check",
+    c_int,
+    POINTER(AttentionDesc),
+    POINTER(AttentionExtents),
+    c_char_p,
+    c_size_t,
+)
+_declare(
+    "clattn_attention_host",
+    c_int,
+    Context_p,
+    POINTER(AttentionDesc),
+    c_void_p,
+    c_void_p,
+    c_void_p,
+    c_void_p,
+    POINTER(c_float),
+)
+_declare("clattn_convert", c_int, c_int, c_void_p, c_int, c_void_p, c_size_t)
+_declare("clattn_pattern_desc_init_sized", c_int, POINTER(PatternDesc), c_size_t, c_int, c_size_t, c_size_t)
+_declare("clattn_pattern_layout", c_int, POINTER(PatternDesc), POINTER(c_uint8))
+
+
+def text(raw: bytes) -> str:
+    """A C string from the library as Python text."""
+    return raw.decode("utf-8", errors="replace")
+
+
+def status_name(status: int) -> str:
+    return text(lib.clattn_status_name(status))
+
+
+def status_string(status: int) -> str:
+    return text(lib.clattn_status_string(status))
+
+
+def new_struct(struct_type, init_function: str, *args):
+    """A struct initialised by its *_init_sized function, as the header's *_init macro does."""
+    value = struct_type()
+    status = getattr(lib, init_function)(ctypes.byref(value), ctypes.sizeof(value), *args)
+    return value, status

@@ -1,0 +1,334 @@
+"""clattn.attention: the C library's attention call on host arrays (NumPy or CPU torch).
+
+Semantics are the library's (SPEC.md): queries are aligned to the END of the keys
+(p = i + Nk - Nq: bottom-right causal, as FlashAttention-2 >= 2.1), a row with no allowed key
+gives O = 0 and LSE = -inf, only -inf in a bias masks (a finite bias, however large, is added).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _capi
+from ._tensors import (
+    DTYPE_NAMES,
+    HostTensor,
+    as_numpy,
+    convert,
+    empty,
+    host_tensor,
+    is_torch_tensor,
+    parse_storage,
+    torch_module,
+)
+from .context import Context, default_context
+from .errors import Error, check
+
+_LAYOUTS = {"bhsd": _capi.LAYOUT_BHSD, "bshd": _capi.LAYOUT_BSHD}
+_PATHS = {
+    "auto": _capi.PATH_AUTO,
+    "fused": _capi.PATH_FUSED,
+    "gemm": _capi.PATH_GEMM,
+    "reference": _capi.PATH_REFERENCE,
+}
+
+
+@dataclass(frozen=True)
+class _Dims:
+    """One of Q, K, V, O as (batch, heads, seq, dim) and its strides in elements."""
+
+    batch: int
+    heads: int
+    seq: int
+    dim: int
+    stride_batch: int
+    stride_head: int
+    stride_seq: int
+
+    @staticmethod
+    def of(tensor: HostTensor, layout: str) -> "_Dims":
+        b, x, y, d = tensor.shape
+        sb, sx, sy, _ = tensor.strides
+        if layout == "bhsd":  # [B, H, N, D]
+            return _Dims(b, x, y, d, sb, sx, sy)
+        return _Dims(b, y, x, d, sb, sy, sx)  # bshd: [B, N, H, D]
+
+    def as_c(self) -> _capi.Tensor:
+        return _capi.Tensor(0, self.stride_batch, self.stride_head, self.stride_seq)
+
+
+def _input(x: Any, name: str, storage: Optional[int]) -> HostTensor:
+    """Q, K or V as the library will read it: 4-D, strides it can describe."""
+    tensor = host_tensor(x, name, bits_are_bf16=storage == _capi.DTYPE_BF16)
+    if tensor.ndim != 4:
+        raise ValueError(
+            f"{name} must be 4-D ([B, H, N, D] for layout 'bhsd', [B, N, H, D] for 'bshd'), got shape {tensor.shape}"
+        )
+    if not tensor.describable():
+        raise ValueError(
+            f"{name}: strides {tensor.strides} (in elements) cannot be read in place: the last "
+            "dimension needs stride 1 and the others >= 0; pass a contiguous copy "
+            "(np.ascontiguousarray(x) or x.contiguous())"
+        )
+    return tensor
+
+
+def _check_shapes(q: _Dims, k: _Dims, v: _Dims, shapes: str) -> None:
+    if not (q.batch == k.batch == v.batch):
+        raise ValueError(f"batch sizes differ: {shapes}")
+    if q.dim != k.dim:
+        raise ValueError(f"q and k head dims differ ({q.dim} vs {k.dim}): {shapes}")
+    if k.heads != v.heads or k.seq != v.seq:
+        raise ValueError(f"k and v need the same heads and length: {shapes}")
+    if min(q.batch, q.heads, q.seq, q.dim, k.heads, k.seq, v.dim) < 1:
+        raise ValueError(f"every size must be >= 1: {shapes}")
+
+
+def _window(window: Optional[Tuple[Optional[int], Optional[int]]]) -> Tuple[int, int]:
+    if window is None:
+        return -1, -1
+    if isinstance(window, (int, np.integer)) or len(window) != 2:
+        raise TypeError(f"window={window!r}: give (left, right), None or -1 meaning unbounded on that side")
+    return tuple(-1 if side is None else int(side) for side in window)  # type: ignore[return-value]
+
+
+def _block_sizes(block_size: Union[int, Sequence[int], None]) -> Tuple[int, int]:
+    if block_size is None:
+        raise ValueError("block_layout needs block_size: BQ or (BQ, BK), in rows and keys")
+    if isinstance(block_size, (int, np.integer)):
+        return int(block_size), int(block_size)
+    if len(block_size) != 2:
+        raise ValueError(f"block_size={block_size!r}: give BQ or (BQ, BK)")
+    return int(block_size[0]), int(block_size[1])
+
+
+class _Call:
+    """The desc of one call and the host arrays its pointers point into (kept alive here)."""
+
+    def __init__(self, q: _Dims, k: _Dims, v: _Dims, layout: str, dtype: int) -> None:
+        self.keep: list = []
+        self.desc, status = _capi.new_struct(
+            _capi.AttentionDesc,
+            "clattn_attention_desc_init_sized",
+            _LAYOUTS[layout],
+            q.batch,
+            q.heads,
+            k.heads,
+            q.seq,
+            k.seq,
+            q.dim,
+            v.dim,
+        )
+        check(
+            status,
+            f"attention sizes B={q.batch} Hq={q.heads} Hkv={k.heads} Nq={q.seq} Nk={k.seq} Dqk={q.dim} Dv={v.dim}",
+        )
+        self.desc.dtype = dtype
+        self.desc.out_dtype = dtype
+        self.desc.q, self.desc.k, self.desc.v = q.as_c(), k.as_c(), v.as_c()
+
+    def set_mask(self, causal: bool, window: Tuple[int, int], dilation: int, global_tokens: Any) -> None:
+        d = self.desc
+        d.causal = int(bool(causal))
+        d.window_left, d.window_right = window
+        d.dilation = int(dilation)
+        if global_tokens is not None and len(global_tokens) > 0:
+            tokens = np.ascontiguousarray(np.asarray(global_tokens, dtype=np.int64).reshape(-1))
+            self.keep.append(tokens)
+            d.global_tokens = tokens.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+            d.num_global_tokens = tokens.size
+
+    def set_block_layout(self, block_layout: Any, block_size: Any) -> None:
+        d = self.desc
+        bq, bk = _block_sizes(block_size)
+        if bq < 1 or bk < 1:
+            raise ValueError(f"block_size ({bq}, {bk}): each must be >= 1")
+        layout = as_numpy(
+            block_layout.cpu() if is_torch_tensor(block_layout) else block_layout, "block_layout"
+        )
+        grid = (math.ceil(d.len_q / bq), math.ceil(d.len_k / bk))
+        if layout.ndim == 2:
+            layout = layout[None]
+        if layout.ndim != 3 or layout.shape[1:] != grid or layout.shape[0] not in (1, d.heads_q):
+            raise ValueError(
+                f"block_layout has shape {block_layout.shape}; with Nq={d.len_q}, Nk={d.len_k} and "
+                f"block_size ({bq}, {bk}) it must be {grid} (shared by all heads) or "
+                f"({d.heads_q}, {grid[0]}, {grid[1]}) (one per query head)"
+            )
+        cells = np.ascontiguousarray(layout != 0, dtype=np.uint8)
+        self.keep.append(cells)
+        d.block_layout = cells.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        d.block_q, d.block_k = bq, bk
+        d.block_layout_per_head = int(cells.shape[0] > 1)
+
+    def set_bias(self, bias: Any) -> None:
+        d = self.desc
+        full = (d.batch, d.heads_q, d.len_q, d.len_k)
+        values = _bias_as_float32(bias)
+        try:
+            values = np.broadcast_to(values, full)
+        except ValueError:
+            raise ValueError(
+                f"bias of shape {tuple(values.shape)} does not broadcast to [B, Hq, Nq, Nk] = {list(full)}"
+            ) from None
+        if d.len_k > 1 and values.strides[-1] != 4 or any(s < 0 for s in values.strides):
+            values = np.ascontiguousarray(values)  # the library reads keys with stride 1
+        strides = [0 if n == 1 else s // 4 for n, s in zip(values.shape, values.strides)]
+        self.keep.append(values)
+        d.bias_host = ctypes.cast(values.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
+        d.bias_strides = _capi.Tensor(0, strides[0], strides[1], strides[2])
+
+    def set_execution(self, scale: Optional[float], path: str, variant: Optional[str]) -> None:
+        d = self.desc
+        if scale is not None:
+            if scale == 0 or not math.isfinite(scale):
+                raise ValueError(f"scale={scale}: must be finite and non-zero (None selects 1/sqrt(Dqk))")
+            d.scale = float(scale)
+        if path not in _PATHS:
+            raise ValueError(f"path={path!r}: one of {', '.join(_PATHS)}")
+        d.path = _PATHS[path]
+        if variant is not None:
+            number = ctypes.c_int(0)
+            if _capi.lib.clattn_variant_from_name(variant.encode(), ctypes.byref(number)) != _capi.SUCCESS:
+                raise Error(
+                    _capi.ERR_INVALID_ARGUMENT,
+                    f"variant={variant!r} is no row of the variant table (Context.variants() lists them)",
+                )
+            d.variant = number.value
+
+    def validate(self) -> None:
+        """The library's own check of the whole desc, with its message."""
+        message = ctypes.create_string_buffer(512)
+        status = _capi.lib.clattn_attention_desc_check(ctypes.byref(self.desc), None, message, len(message))
+        check(status, _capi.text(message.value))
+
+    def run(
+        self,
+        context: Context,
+        q: HostTensor,
+        k: HostTensor,
+        v: HostTensor,
+        o: HostTensor,
+        lse: Optional[np.ndarray],
+    ) -> None:
+        lse_pointer = (
+            None
+            if lse is None
+            else ctypes.cast(lse.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
+        )
+        with context.locked() as handle:
+            status = _capi.lib.clattn_attention_host(
+                handle, ctypes.byref(self.desc), q.pointer, k.pointer, v.pointer, o.pointer, lse_pointer
+            )
+            check(status, context_handle=handle)
+
+
+def _inputs(q: Any, k: Any, v: Any, storage: Optional[int]) -> Tuple[HostTensor, HostTensor, HostTensor, int]:
+    """Q, K, V as the library reads them, in the storage type of the call."""
+    tensors = [_input(x, name, storage) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) != 1:
+        names = ", ".join(f"{n}: {DTYPE_NAMES[t.dtype]}" for n, t in zip("qkv", tensors))
+        raise TypeError(f"q, k and v must share one dtype ({names}); convert them, or set storage=")
+    dtype = storage if storage is not None else dtypes.pop()
+    tensors = [t if t.dtype == dtype else convert(t, dtype, n) for t, n in zip(tensors, "qkv")]
+    return tensors[0], tensors[1], tensors[2], dtype
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    layout: str = "bhsd",
+    causal: bool = False,
+    window: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    dilation: int = 1,
+    global_tokens: Optional[Sequence[int]] = None,
+    block_layout: Any = None,
+    block_size: Union[int, Tuple[int, int], None] = None,
+    bias: Any = None,
+    scale: Optional[float] = None,
+    storage: Any = None,
+    path: str = "auto",
+    variant: Optional[str] = None,
+    return_lse: bool = False,
+    context: Optional[Context] = None,
+) -> Any:
+    """softmax(scale * Q Kᵀ + bias, over the allowed keys) V, on an OpenCL device.
+
+    Shapes (layout "bhsd", PyTorch's order; "bshd" swaps H and N, FlashAttention's order):
+        q: [B, Hq, Nq, Dqk]    k: [B, Hkv, Nk, Dqk]    v: [B, Hkv, Nk, Dv]
+        returns o: [B, Hq, Nq, Dv] in the same layout, and with return_lse also
+        lse: float32 [B, Hq, Nq] (natural log of the softmax denominator; -inf for empty rows).
+    Hq must be a multiple of Hkv (GQA/MQA: query head h reads KV head h // (Hq // Hkv)).
+
+    q, k, v: NumPy arrays or CPU torch tensors of float32, float16 or bfloat16 (torch, or NumPy
+        uint16 bit patterns with storage="bf16"), one dtype for all three. They are read in
+        place when their last dimension has stride 1 and the other strides are >= 0; other
+        strides raise ValueError. Outputs are of the inputs' kind (tensors for tensors).
+    Masks (a query row i sits at key position p = i + Nk - Nq, aligned to the end):
+        causal: keys j <= p.    window (left, right): p - left <= j <= p + right, None or -1 for
+        unbounded.    dilation: with a window, also (p - j) % dilation == 0.
+        global_tokens: key positions every query sees; a query at such a position sees all.
+        block_layout: 0/1 [ceil(Nq/BQ), ceil(Nk/BK)] or one per query head [Hq, ...], with
+        block_size BQ or (BQ, BK) (clattn.patterns makes the standard ones).
+        bias: float, broadcast to [B, Hq, Nq, Nk] and added to the scores; only -inf masks.
+    scale: default 1/sqrt(Dqk).    storage: "f32", "f16" or "bf16": round the inputs to it
+        (default: their own type); O is stored in it.    path: "auto", "fused", "gemm" or
+        "reference"; variant: a row of the variant table ("cpu", "gpu", "gemm", "reference").
+    context: the Context to run on (default: clattn.default_context()).
+    Raises clattn.Error for what the library refuses (its message names the problem),
+    TypeError/ValueError for arrays it cannot be given.
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout={layout!r}: 'bhsd' ([B, H, N, D]) or 'bshd' ([B, N, H, D])")
+    storage_dtype = parse_storage(storage)
+    qt, kt, vt, dtype = _inputs(q, k, v, storage_dtype)
+    qd, kd, vd = (_Dims.of(t, layout) for t in (qt, kt, vt))
+    _check_shapes(qd, kd, vd, f"q {qt.shape}, k {kt.shape}, v {vt.shape} ({layout})")
+
+    call = _Call(qd, kd, vd, layout, dtype)
+    call.set_mask(causal, _window(window), dilation, global_tokens)
+    if block_layout is not None:
+        call.set_block_layout(block_layout, block_size)
+    if bias is not None:
+        call.set_bias(bias)
+    call.set_execution(scale, path, variant)
+    out_shape = (
+        (qd.batch, qd.heads, qd.seq, vd.dim) if layout == "bhsd" else (qd.batch, qd.seq, qd.heads, vd.dim)
+    )
+    o = empty(out_shape, dtype, like=qt)
+    call.desc.o = _Dims.of(o, layout).as_c()
+    call.validate()
+
+    lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
+    call.run(context or default_context(), qt, kt, vt, o, lse)
+    if not return_lse:
+        return o.owner
+    if qt.kind == "torch":
+        return o.owner, torch_module().from_numpy(lse)
+    return o.owner, lse
+
+
+def _bias_as_float32(bias: Any) -> np.ndarray:
+    """The bias as float32 values NumPy can broadcast (a float32 array is not copied)."""
+    if is_torch_tensor(bias):
+        if bias.dtype.is_floating_point:
+            bias = bias.detach().cpu().float().numpy()
+        else:
+            raise TypeError(
+                f"bias: dtype {bias.dtype} is not a float type; a boolean mask is np.where(mask, 0, -inf)"
+            )
+    values = as_numpy(bias, "bias")
+    if values.dtype.kind != "f":
+        raise TypeError(
+            f"bias: dtype {values.dtype} is not a float type (it is added to the scores as float32; "
+            "a boolean mask is np.where(mask, 0, -inf), or use scaled_dot_product_attention's attn_mask)"
+        )
+    return values if values.dtype == np.float32 else values.astype(np.float32)

@@ -1,0 +1,224 @@
+"""clattn.Context: one OpenCL device with its queue and program cache, and the default context
+that calls without `context=` use."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Union
+
+from . import _capi
+from .devices import Device, DeviceSpec, default_index, device_record, select
+from .errors import Error, check
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What the last attention call on a context did (clattn_stats)."""
+
+    path: str  # "fused", "gemm" or "reference"
+    variant: str  # the row of the variant table that ran: "cpu", "gpu", "gemm", "reference"
+    pairs: int  # allowed (b, h, i, j) pairs of the mask (the bias not counted)
+    density: float  # pairs / (B * Hq * Nq * Nk)
+    tiles_visited: int  # key tiles the fused kernel walked, summed over query tiles
+    tiles_total: int  # key tiles a dense walk would take
+    device_bytes: int  # device memory the call allocated (peak)
+    block_m: int
+    block_n: int
+    chunks: int  # gemm path: query chunks
+    kernel_ms: float  # summed kernel time, when timing is on (Context.set_timing), else 0
+    kernel: str  # the kernel and its specialisation
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the variant table as it stands on a context's device."""
+
+    name: str
+    path: str
+    summary: str
+    supported: bool  # it can run on this device
+    used_by_auto: bool  # path="auto" tries it on this device
+    reason: str  # why not supported, or why auto passes it over; or ""
+    tuning: str  # where its parameters come from
+
+
+_PATH_NAMES = {0: "auto", 1: "fused", 2: "gemm", 3: "reference"}
+
+
+class Context:
+    """An OpenCL device opened for attention: a context, an in-order queue and a program cache
+    (compiled kernels are kept for the context's life, and on disk).
+
+    `device` takes the CLI's device specs: an index (0 or "0"), "P:D", a type ("gpu", "cpu",
+    "accelerator"; the first such device), or a case-insensitive substring of the device or
+    platform name. None: $CLATTN_DEVICE when set, else the first GPU, else the first device.
+
+    A context serialises its own calls (one at a time, from any thread). Close it with close()
+    or a `with` block; it is also closed when garbage-collected.
+    """
+
+    def __init__(self, device: DeviceSpec = None) -> None:
+        self._handle: Optional[int] = None
+        self._lock = threading.RLock()
+        index = select(device)[0]
+        handle = _capi.Context_p()
+        status = _capi.lib.clattn_context_create(ctypes.byref(handle), index)
+        if status != _capi.SUCCESS:
+            raise Error(status, f"cannot open device {index}: {_capi.status_string(status)}")
+        self._handle = handle.value
+        self.device: Device = self._device_info()
+
+    # ------------------------------------------------------------ life
+
+    def close(self) -> None:
+        """Releases the context and everything it owns (idempotent)."""
+        with self._lock:
+            if self._handle:
+                _capi.lib.clattn_context_destroy(self._handle)
+                self._handle = None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            try:
+                _capi.lib.clattn_context_destroy(handle)
+            except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
+                pass
+
+    def __repr__(self) -> str:
+        state = "" if self._handle else ", closed"
+        return f"clattn.Context({self.device.index}: {self.device.name!r}{state})"
+
+    @property
+    def handle(self) -> int:
+        """The clattn_context pointer, for calls into the C API. Raises Error when closed."""
+        if not self._handle:
+            raise Error(_capi.ERR_INVALID_ARGUMENT, "the context is closed")
+        return self._handle
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[int]:
+        """Holds the context for one call (a context serves one thread at a time)."""
+        with self._lock:
+            yield self.handle
+
+    # ------------------------------------------------------------ what it knows
+
+    def _device_info(self) -> Device:
+        info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
+        check(status)
+        check(_capi.lib.clattn_context_device_info(self.handle, ctypes.byref(info)))
+        return device_record(info, default_index())
+
+    @property
+    def last_error(self) -> str:
+        """The library's description of the last failing call on this context, or ""."""
+        return _capi.text(_capi.lib.clattn_context_last_error(self.handle))
+
+    @property
+    def build_log(self) -> str:
+        """The build log of the last kernel build that failed, or ""."""
+        return _capi.text(_capi.lib.clattn_context_build_log(self.handle))
+
+    def set_timing(self, enabled: bool) -> None:
+        """Turns kernel timing on or off (Stats.kernel_ms); while on, each call waits for its
+        kernels."""
+        with self.locked() as handle:
+            check(_capi.lib.clattn_context_set_timing(handle, int(enabled)), context_handle=handle)
+
+    def last_stats(self) -> Stats:
+        """@return what the last successful attention call on this context did."""
+        stats, status = _capi.new_struct(_capi.Stats, "clattn_stats_init_sized")
+        check(status)
+        with self.locked() as handle:
+            check(_capi.lib.clattn_context_last_stats(handle, ctypes.byref(stats)), context_handle=handle)
+        return Stats(
+            path=_PATH_NAMES.get(stats.path, str(stats.path)),
+            variant=_capi.text(_capi.lib.clattn_variant_name(stats.variant)),
+            pairs=stats.pairs,
+            density=stats.density,
+            tiles_visited=stats.tiles_visited,
+            tiles_total=stats.tiles_total,
+            device_bytes=stats.device_bytes,
+            block_m=stats.block_m,
+            block_n=stats.block_n,
+            chunks=stats.chunks,
+            kernel_ms=stats.kernel_ms,
+            kernel=_capi.text(stats.kernel),
+        )
+
+    def variants(self) -> List[Variant]:
+        """@return every row of the variant table as it stands on this device."""
+        rows = []
+        with self.locked() as handle:
+            for number in range(1, 64):
+                info, status = _capi.new_struct(_capi.VariantInfo, "clattn_variant_info_init_sized")
+                check(status)
+                if _capi.lib.clattn_variant_describe(handle, number, ctypes.byref(info)) != _capi.SUCCESS:
+                    break
+                rows.append(
+                    Variant(
+                        name=_capi.text(info.name),
+                        path=_PATH_NAMES.get(info.path, str(info.path)),
+                        summary=_capi.text(info.summary),
+                        supported=bool(info.supported),
+                        used_by_auto=bool(info.used_by_auto),
+                        reason=_capi.text(info.reason),
+                        tuning=_capi.text(info.tuning),
+                    )
+                )
+        return rows
+
+
+# ---------------------------------------------------------------- the default context
+
+_default_lock = threading.Lock()
+_default_context: Optional[Context] = None
+_current: contextvars.ContextVar[Optional[Context]] = contextvars.ContextVar(
+    "clattn_current_context", default=None
+)
+
+
+def default_context() -> Context:
+    """@return the context that calls without `context=` use: the one a `with clattn.using(...)`
+    block set, else a process-wide context on the default device ($CLATTN_DEVICE, else the first
+    GPU, else the first device), opened on first use."""
+    current = _current.get()
+    if current is not None:
+        return current
+    global _default_context
+    with _default_lock:
+        if _default_context is None:
+            _default_context = Context()
+        return _default_context
+
+
+@contextlib.contextmanager
+def using(context: Union[Context, DeviceSpec]) -> Iterator[Context]:
+    """Makes `context` (a Context, or a device spec to open one for the block) the default for
+    calls without `context=` inside the block, in this thread or task:
+
+        with clattn.using("1"):
+            out = clattn.scaled_dot_product_attention(q, k, v)
+    """
+    if isinstance(context, Context):
+        chosen, owned = context, False
+    else:
+        chosen, owned = Context(context), True
+    token = _current.set(chosen)
+    try:
+        yield chosen
+    finally:
+        _current.reset(token)
+        if owned:
+            chosen.close()

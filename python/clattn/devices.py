@@ -1,0 +1,149 @@
+"""The OpenCL devices clattn sees, and device specs (the same forms as the CLI's --device)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Tuple, Union
+
+from . import _capi
+from .errors import Error, check
+
+DeviceSpec = Union[int, str, None]
+"""An index (0), "P:D" (platform P, device D), a type ("gpu", "cpu", "accelerator", "all"), or a
+case-insensitive substring of the device or platform name. None: $CLATTN_DEVICE when set, else
+the first GPU, else the first device."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One OpenCL device: what `clattn devices` prints about it."""
+
+    index: int  # position in clattn's flat list of every device of every platform
+    platform_index: int  # P of the "P:D" spec
+    device_index: int  # D of the "P:D" spec
+    type: str  # "gpu", "cpu", "accelerator" or "other"
+    name: str
+    vendor: str
+    platform_name: str
+    platform_version: str
+    driver_version: str
+    opencl_c_version: str
+    compute_units: int
+    global_mem_bytes: int
+    local_mem_bytes: int
+    max_alloc_bytes: int
+    max_work_group_size: int
+    preferred_vector_width_float: int
+    preferred_vector_width_half: int
+    has_fp16: bool  # cl_khr_fp16 (half arithmetic; half storage works everywhere)
+    has_fp64: bool
+    has_subgroups: bool
+    subgroup_sizes: Tuple[int, ...]
+    is_default: bool  # the device a Context() without a spec opens
+
+    @property
+    def spec(self) -> str:
+        """The "P:D" spec naming exactly this device."""
+        return f"{self.platform_index}:{self.device_index}"
+
+
+def _type_name(cl_type: int) -> str:
+    if cl_type & _capi.CL_DEVICE_TYPE_GPU:
+        return "gpu"
+    if cl_type & _capi.CL_DEVICE_TYPE_CPU:
+        return "cpu"
+    if cl_type & _capi.CL_DEVICE_TYPE_ACCELERATOR:
+        return "accelerator"
+    return "other"
+
+
+def device_record(info: _capi.DeviceInfo, default: Optional[int]) -> Device:
+    """A Device from the C struct."""
+    return Device(
+        index=info.index,
+        platform_index=info.platform_index,
+        device_index=info.device_index,
+        type=_type_name(info.type),
+        name=_capi.text(info.name),
+        vendor=_capi.text(info.vendor),
+        platform_name=_capi.text(info.platform_name),
+        platform_version=_capi.text(info.platform_version),
+        driver_version=_capi.text(info.driver_version),
+        opencl_c_version=_capi.text(info.opencl_c_version),
+        compute_units=info.compute_units,
+        global_mem_bytes=info.global_mem_bytes,
+        local_mem_bytes=info.local_mem_bytes,
+        max_alloc_bytes=info.max_alloc_bytes,
+        max_work_group_size=info.max_work_group_size,
+        preferred_vector_width_float=info.preferred_vector_width_float,
+        preferred_vector_width_half=info.preferred_vector_width_half,
+        has_fp16=bool(info.has_fp16),
+        has_fp64=bool(info.has_fp64),
+        has_subgroups=bool(info.has_subgroups),
+        subgroup_sizes=tuple(info.subgroup_sizes[: info.num_subgroup_sizes]),
+        is_default=info.index == default,
+    )
+
+
+def device_count() -> int:
+    """@return how many OpenCL devices the ICD loader knows (0 without a driver)."""
+    count = ctypes.c_size_t(0)
+    check(_capi.lib.clattn_device_count(ctypes.byref(count)))
+    return count.value
+
+
+def default_index() -> Optional[int]:
+    index, matched = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    status = _capi.lib.clattn_device_select(None, ctypes.byref(index), 1, ctypes.byref(matched))
+    return index.value if status == _capi.SUCCESS and matched.value else None
+
+
+def device_info(index: int) -> Device:
+    """@return the Device at `index` of the flat list. Raises Error for an index out of range."""
+    info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
+    check(status)
+    check(
+        _capi.lib.clattn_device_get_info(index, ctypes.byref(info)),
+        f"device index {index} is out of range ({device_count()} devices)",
+    )
+    return device_record(info, default_index())
+
+
+def devices() -> List[Device]:
+    """@return every device of every OpenCL platform, in clattn's order (an empty list when no
+    OpenCL driver is installed)."""
+    default = default_index()
+    found = []
+    for index in range(device_count()):
+        info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
+        check(status)
+        if _capi.lib.clattn_device_get_info(index, ctypes.byref(info)) == _capi.SUCCESS:
+            found.append(device_record(info, default))
+    return found
+
+
+def select(spec: DeviceSpec = None) -> List[int]:
+    """Resolves a device spec to the indices of every device it names, in list order.
+    Raises Error (CLATTN_ERR_NO_DEVICE) when it names none, or no OpenCL device exists."""
+    if isinstance(spec, bool) or not isinstance(spec, (int, str, type(None))):
+        raise TypeError(f"a device spec is an int, a str or None, not {type(spec).__name__}")
+    if isinstance(spec, int) and spec < 0:
+        raise Error(_capi.ERR_NO_DEVICE, f"device index {spec} is negative")
+    total = device_count()
+    if total == 0:
+        raise Error(
+            _capi.ERR_NO_DEVICE,
+            "no OpenCL device found: install an OpenCL driver (on Debian, apt-get install "
+            "pocl-opencl-icd for the CPU)",
+        )
+    text = None if spec is None else str(spec).encode()
+    indices = (ctypes.c_size_t * total)()
+    count = ctypes.c_size_t(0)
+    status = _capi.lib.clattn_device_select(text, indices, total, ctypes.byref(count))
+    if status != _capi.SUCCESS:
+        from_environment = os.environ.get("CLATTN_DEVICE")
+        shown = f"'{spec}'" if spec is not None else f"$CLATTN_DEVICE '{from_environment}'"
+        raise Error(status, f"no device matches {shown} ({total} devices; see clattn.devices())")
+    return list(indices[: min(count.value, total)])

@@ -1,0 +1,67 @@
+"""clattn.devices() and device specs: the records hold what `clattn devices` prints, and
+Context takes every spec form the CLI takes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPOSITORY
+
+import clattn
+
+
+def test_device_records() -> None:
+    found = clattn.devices()
+    assert found, "the tests need an OpenCL device (PoCL on CI)"
+    assert [d.index for d in found] == list(range(len(found)))
+    assert sum(d.is_default for d in found) == 1
+    for d in found:
+        assert d.type in ("cpu", "gpu", "accelerator", "other")
+        assert d.name and d.platform_name and d.opencl_c_version.startswith("OpenCL C")
+        assert d.compute_units >= 1 and d.global_mem_bytes > 0 and d.max_work_group_size >= 1
+        assert d.spec == f"{d.platform_index}:{d.device_index}"
+
+
+def test_same_devices_as_the_cli() -> None:
+    """Each device's name, as `clattn devices` lists it (the program of the build tree)."""
+    program = Path(os.environ.get("CLATTN_CLI", REPOSITORY / "build" / "clattn"))
+    if not program.is_file():
+        pytest.skip(f"no clattn program at {program} (set CLATTN_CLI to a build's program)")
+    listing = subprocess.run([str(program), "devices"], capture_output=True, text=True, check=True).stdout
+    for d in clattn.devices():
+        row = next(line for line in listing.splitlines() if line.split()[:2] == [str(d.index), d.spec])
+        assert d.name[:44] in row and d.type in row.split()[2]
+        assert (d.is_default) == row.rstrip().endswith("(default)")
+
+
+def test_every_spec_form() -> None:
+    first = clattn.devices()[0]
+    for spec in (first.index, str(first.index), first.spec, first.name.upper(), first.type):
+        with clattn.Context(spec) as ctx:
+            assert ctx.device.index == first.index, spec
+    default = next(d for d in clattn.devices() if d.is_default)
+    with clattn.Context() as ctx:
+        assert ctx.device == default
+
+
+def test_environment_chooses_the_default(monkeypatch) -> None:
+    last = clattn.devices()[-1]
+    monkeypatch.setenv("CLATTN_DEVICE", last.spec)
+    with clattn.Context() as ctx:
+        assert ctx.device.index == last.index
+    monkeypatch.setenv("CLATTN_DEVICE", "nothing-is-called-this")
+    with pytest.raises(clattn.Error, match="CLATTN_DEVICE"):
+        clattn.Context()
+
+
+def test_variants_and_stats(context) -> None:
+    names = [v.name for v in context.variants()]
+    assert names[:4] == ["cpu", "gpu", "gemm", "reference"]
+    assert any(v.used_by_auto for v in context.variants())
+    fresh = clattn.Context(context.device.index)
+    with pytest.raises(clattn.Error, match="no attention call"):
+        fresh.last_stats()
+    fresh.close()

@@ -1,0 +1,167 @@
+"""Bad input raises, with a message that names the problem, and never crashes: TypeError and
+ValueError for arrays the binding cannot pass, clattn.Error for what the library refuses."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+from conftest import uniform
+
+import clattn
+
+
+@pytest.fixture
+def qkv(rng):
+    return uniform(rng, 2, 4, 9, 16), uniform(rng, 2, 2, 11, 16), uniform(rng, 2, 2, 11, 8)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint16, np.complex64])
+def test_wrong_dtype_is_a_type_error(context, qkv, dtype) -> None:
+    q, k, v = qkv
+    with pytest.raises(TypeError, match="not a storage type"):
+        clattn.attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), context=context)
+
+
+def test_mixed_dtypes(context, qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(TypeError, match="share one dtype"):
+        clattn.attention(q, k.astype(np.float16), v, context=context)
+
+
+def test_not_an_array(context, qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(TypeError):
+        clattn.attention("q", k, v, context=context)
+
+
+@pytest.mark.parametrize(
+    "make_view",
+    [lambda x: x[..., ::2], lambda x: x[:, :, ::-1], lambda x: np.swapaxes(x, -1, -2)],
+    ids=["strided_last_dim", "negative_stride", "transposed_last_dim"],
+)
+def test_strides_the_library_cannot_read(context, rng, make_view) -> None:
+    q = make_view(uniform(rng, 2, 4, 16, 16))
+    with pytest.raises(ValueError, match="cannot be read in place"):
+        clattn.attention(q, q, q, context=context)
+
+
+@pytest.mark.parametrize(
+    "shapes,text",
+    [
+        (((2, 4, 9, 16), (2, 2, 11, 16), (2, 2, 10, 8)), "same heads and length"),
+        (((2, 4, 9, 16), (2, 2, 11, 12), (2, 2, 11, 8)), "head dims differ"),
+        (((2, 4, 9, 16), (3, 2, 11, 16), (3, 2, 11, 8)), "batch sizes differ"),
+        (((4, 9, 16), (2, 11, 16), (2, 11, 8)), "must be 4-D"),
+        (((2, 4, 0, 16), (2, 2, 11, 16), (2, 2, 11, 8)), ">= 1"),
+    ],
+    ids=["kv_length", "dim_qk", "batch", "rank", "empty"],
+)
+def test_mismatched_shapes(context, rng, shapes, text: str) -> None:
+    q, k, v = (uniform(rng, *shape) for shape in shapes)
+    with pytest.raises(ValueError, match=text):
+        clattn.attention(q, k, v, context=context)
+
+
+@pytest.mark.parametrize(
+    "kwargs,text",
+    [
+        ({"window": (-2, 0)}, "window"),
+        ({"dilation": 0}, "dilation"),
+        ({"global_tokens": [3, 11]}, "global token 11"),
+        ({"variant": "warp-speed"}, "no row of the variant table"),
+    ],
+    ids=["window", "dilation", "global_token", "variant"],
+)
+def test_library_refusals_are_clattn_errors(context, qkv, kwargs: Dict[str, Any], text: str) -> None:
+    with pytest.raises(clattn.Error, match=text) as caught:
+        clattn.attention(*qkv, context=context, **kwargs)
+    assert caught.value.name == "CLATTN_ERR_INVALID_ARGUMENT" and caught.value.status == -7001
+
+
+def test_heads_not_a_multiple(context, rng) -> None:
+    q, k, v = uniform(rng, 1, 3, 4, 8), uniform(rng, 1, 2, 4, 8), uniform(rng, 1, 2, 4, 8)
+    with pytest.raises(clattn.Error, match="multiple") as caught:
+        clattn.attention(q, k, v, context=context)
+    assert str(caught.value).startswith("CLATTN_ERR_INVALID_ARGUMENT: ")
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,text",
+    [
+        ({"block_layout": np.ones((2, 2), np.uint8), "block_size": 4}, ValueError, "block_layout has shape"),
+        ({"block_layout": np.ones((3, 3), np.uint8)}, ValueError, "block_size"),
+        ({"bias": np.zeros((9, 10), np.float32)}, ValueError, "does not broadcast"),
+        ({"bias": np.zeros((9, 11), bool)}, TypeError, "not a float type"),
+        ({"layout": "sbhd"}, ValueError, "layout"),
+        ({"path": "fastest"}, ValueError, "path"),
+        ({"storage": "int8"}, ValueError, "storage"),
+        ({"scale": 0.0}, ValueError, "scale"),
+        ({"window": 4}, TypeError, "window"),
+    ],
+    ids=[
+        "layout_shape",
+        "layout_without_size",
+        "bias_shape",
+        "bias_dtype",
+        "layout_name",
+        "path",
+        "storage",
+        "scale",
+        "window_int",
+    ],
+)
+def test_argument_errors(context, qkv, kwargs: Dict[str, Any], error: type, text: str) -> None:
+    with pytest.raises(error, match=text):
+        clattn.attention(*qkv, context=context, **kwargs)
+
+
+@pytest.mark.parametrize("spec", ["no-such-device-anywhere", 999, "7:7"])
+def test_a_device_that_does_not_exist(spec) -> None:
+    with pytest.raises(clattn.Error, match="no device matches") as caught:
+        clattn.Context(spec)
+    assert caught.value.name == "CLATTN_ERR_NO_DEVICE"
+
+
+def test_a_device_spec_of_the_wrong_type() -> None:
+    with pytest.raises(TypeError):
+        clattn.Context(1.5)  # type: ignore[arg-type]
+
+
+def test_a_closed_context(qkv) -> None:
+    ctx = clattn.Context()
+    ctx.close()
+    ctx.close()  # idempotent
+    with pytest.raises(clattn.Error, match="closed"):
+        clattn.attention(*qkv, context=ctx)
+
+
+@pytest.mark.parametrize(
+    "make,text",
+    [
+        (lambda: clattn.patterns.sliding(64, 64, 16, window=2), "odd"),
+        (lambda: clattn.patterns.fixed(64, 64, 16, stride=2, summary=3), "summary"),
+        (lambda: clattn.patterns.strided(64, 64, 16, stride=0), "stride"),
+        (lambda: clattn.patterns.longformer(64, 64, 16, window=3, global_blocks=[4]), "outside"),
+        (lambda: clattn.patterns.bigbird(0, 64, 16), ">= 1"),
+    ],
+    ids=["even_window", "summary", "stride", "global_block", "empty"],
+)
+def test_pattern_errors(make, text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        make()
+
+
+torch = pytest.importorskip("torch", reason="torch is an optional dependency; its error cases need it")
+
+
+def test_torch_dtype_and_device(context, rng) -> None:
+    q = torch.from_numpy(uniform(rng, 1, 2, 4, 8))
+    with pytest.raises(TypeError, match="torch.float64"):
+        clattn.attention(q.double(), q.double(), q.double(), context=context)
+    with pytest.raises(TypeError, match="torch.int32"):
+        clattn.attention(q.int(), q.int(), q.int(), context=context)
+    meta = q.to("meta")
+    with pytest.raises(ValueError, match="is on meta"):
+        clattn.attention(meta, meta, meta, context=context)

@@ -1,0 +1,55 @@
+/*
+ * Threads, as the README's rules allow them: any number of threads, each with contexts of its
+ * own. Before device discovery ran once per process under a lock, two threads creating their
+ * first contexts at once crashed inside PoCL 3.1 (a start-up race of its clGetDeviceInfo);
+ * before CLBlast's calls were serialised, two threads on the gemm path used memory CLBlast 1.5
+ * had freed (its database code; fixed upstream in 1.6.1). Built a second time with
+ * -fsanitize=thread by scripts/test.sh. Sharing one context between threads at once is not
+ * allowed, and builds with tests (or without NDEBUG) detect it.
+ */
+#include <criterion/criterion.h>
+
+#include "core/core.h"
+#include "util.h"
+
+#include "threads_work.h"
+
+#include <stdio.h>
+#include <string.h>
+
+Test(threads, contexts_of_their_own_on_both_paths) {
+    char first[512];
+    size_t failed = threads_mixed_paths(first, sizeof first);
+    cr_expect_eq(failed, 0, "%zu of %d calls failed; first: %s", failed, THREADS * CALLS, first);
+}
+
+/* Device queries from many threads at once, before anything else in the process. */
+Test(threads, device_queries_at_once) {
+    size_t count = 0, wrong = threads_device_queries(&count);
+    cr_expect_eq(wrong, 0, "%zu threads did not describe all %zu devices", wrong, count);
+}
+
+/* One context used by two threads at once: the second call is refused, touching nothing. The
+ * first thread is simulated (white-box): the context is marked as inside a call, as
+ * context_enter leaves it while a call runs. */
+Test(threads, a_context_shared_at_once_is_refused) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 8, 8);
+    cr_assert_eq(clattn_attention(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    char before[1024];
+    snprintf(before, sizeof before, "%s", clattn_context_last_error(ctx));
+    atomic_store(&ctx->in_call, 1); /* another thread is inside a call */
+    float host[32] = {0};
+    cr_expect_eq(clattn_attention_host(ctx, &d, host, host, host, host, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_context_set_timing(ctx, 1), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_str_eq(clattn_context_last_error(ctx), before, "the refused call wrote the error");
+    cr_expect_eq(ctx->timing, 0, "the refused call changed the context");
+    atomic_store(&ctx->in_call, 0); /* that call returned */
+    cr_expect_eq(clattn_attention_host(ctx, &d, host, host, host, host, NULL), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx));
+    clattn_context_destroy(ctx);
+}
