@@ -867,14 +867,17 @@ CLATTN_API clattn_status clattn_mha_get_info(const clattn_mha *mha, clattn_mha_i
  *  the shapes; dtype is the storage of X and X_kv, out_dtype Y's (f32, f16 or bf16); scale and
  *  every mask of SPEC section 2 apply, a per-head block layout or bias indexed by the layer's
  *  original heads (a pruned head's are not read); path and variant choose the attention's
- *  variant. Its layout and tensors are not read: the layer lays Q, K, V and O out itself.
+ *  variant. Its layout and tensors are not read: the layer lays Q, K, V and O out itself, and
+ *  its K and V are float32, so kv_q8_0 must be 0 (a q8_0 KV cache stores them in 8 bits).
  *  x: dense [B, N, d_model]; x_kv: dense [B, Nk, d_kv], or NULL for self-attention; y: dense
- *  [B, N, d_model], written only by the output projection, not x's or x_kv's buffer (a
- *  call refused by its checks, or failing before the output projection, leaves it as it was). The bias is read from call->bias. `event` (may be NULL) completes with the call.
+ *  [B, N, d_model], written only by the output projection, not x's or x_kv's buffer (a call
+ *  refused by its checks, or failing before the output projection, leaves it as it was). The
+ *  bias is read from call->bias. `event` (may be NULL) completes with the call.
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (heads or dims not the layer's, Nk != N
  *  without X_kv, X_kv missing for a layer with d_kv != d_model, a buffer too small for its
- *  shape, a bad mask: checked before anything is enqueued); CLATTN_ERR_UNSUPPORTED (a projection larger than
- *  CLBlast's int offsets); CLATTN_ERR_BLAS; or an error of clattn_attention. */
+ *  shape, a bad mask, kv_q8_0 set: checked before anything is enqueued);
+ *  CLATTN_ERR_UNSUPPORTED (a projection larger than CLBlast's int offsets); CLATTN_ERR_BLAS; or
+ *  an error of clattn_attention. */
 CLATTN_API clattn_status clattn_mha_forward(clattn_mha *mha, const clattn_attention_desc *call,
                                             cl_mem x, cl_mem x_kv, cl_mem y, cl_event *event);
 
@@ -887,11 +890,14 @@ CLATTN_API clattn_status clattn_mha_forward_host(clattn_mha *mha, const clattn_a
  *  cache (sequence b appends new_len[b] of them; new_len host [B], NULL: N each), and their
  *  queries attend over the cache (the valid query rows of sequence b are its new_len[b]; rows
  *  past them are padding, with O = 0 and so Y = b_o). The cache must be on the layer's context
- *  with B sequences, attention_heads_kv heads and the layer's dims (any storage type). `call`
- *  as for clattn_mha_forward with len_q = N (len_k is not read: masks see each sequence's
- *  rows as clattn_kv_cache_attention does); the layer's d_kv must be d_model. Everything is
- *  checked before the append; an attention that fails after it sets the cache's lengths back. Appending one token at a time
- *  gives, row for row, what one causal clattn_mha_forward over the whole sequence gives.
+ *  with B sequences, attention_heads_kv heads and the layer's dims, of any storage type: the
+ *  float32 K/V rows are converted by the append, and for a q8_0 cache (Dqk and Dv multiples of
+ *  32) quantised on the device, so that Y carries K and V's 8-bit rounding.
+ *  `call` as for clattn_mha_forward with len_q = N (len_k is not read: masks see each
+ *  sequence's rows as clattn_kv_cache_attention does); the layer's d_kv must be d_model.
+ *  Everything is checked before the append; an attention that fails after it sets the cache's
+ *  lengths back. Appending one token at a time gives, row for row, what one causal
+ *  clattn_mha_forward over the whole sequence gives.
  *  @return as clattn_mha_forward and clattn_kv_cache_append. */
 CLATTN_API clattn_status clattn_mha_forward_cache(clattn_mha *mha, clattn_kv_cache *cache,
                                                   const clattn_attention_desc *call, cl_mem x,

@@ -4,7 +4,8 @@
  * biases, 16-bit X and Y, weights in buffers, masks, every attention path; head pruning (GQA
  * kept, kv heads duplicated, kv heads dropped), and the identity that defines it: a pruned layer
  * equals the unpruned one with the pruned heads' columns of W_o zeroed; a KV cache over several
- * decode steps equal to one causal call; and refused calls that change nothing.
+ * decode steps equal to one causal call, and a q8_0 cache holding the layer's K/V rows
+ * quantised; and refused calls that change nothing.
  *
  * Inputs: X uniform in [-1, 1]; weights and biases uniform in [-1/sqrt(in), 1/sqrt(in)], as
  * nn.Linear initialises them. Tolerance (README, "The attention layer"): SPEC section 4's for Y's
@@ -450,15 +451,73 @@ Test(mha, per_head_masks_with_pruning_on_every_path) {
 
 /* ---------------------------------------------------------------- KV cache */
 
-/* A prefill of 5 tokens, then one token a step to T: each step's Y equals that row of one causal
- * call over the whole sequence; for a pruned layer whose K/V rows are duplicated, and each cache
- * storage type (16-bit caches hold K and V rounded, so their tolerance is that type's). */
+enum { PREFILL = 5 };
+
+/* A prefill of PREFILL tokens, then one token a step to lc->n, through
+ * clattn_mha_forward_cache on `cache`: each step's Y against the same rows of `full` (one causal
+ * call over the whole sequence), within atol * max|full| + rtol * |full| (max over the step's
+ * rows); then the cache holds lc->n rows a sequence. */
+static void decode_against(clattn_context *ctx, clattn_mha *mha, clattn_kv_cache *cache,
+                           const layer_case *lc, const layer_inputs *in, const float *full,
+                           double atol, double rtol, const char *what) {
+    size_t row = lc->d_model * 4, seq = lc->n * row; /* bytes of a token, of a sequence */
+    cl_mem x = device_copy(ctx, NULL, lc->b * PREFILL * row);
+    cl_mem y = device_copy(ctx, NULL, lc->b * PREFILL * row);
+    float *step = malloc(lc->b * PREFILL * row);
+    double *ref = malloc(lc->b * PREFILL * lc->d_model * sizeof *ref);
+    for (size_t t0 = 0; t0 < lc->n;) {
+        size_t len = t0 == 0 ? PREFILL : 1; /* tokens [t0, t0 + len) of each sequence */
+        size_t count = lc->b * len * lc->d_model;
+        double top = 0;
+        for (size_t b = 0; b < lc->b; b++) {
+            cr_assert_eq(clEnqueueWriteBuffer(clattn_context_queue(ctx), x, CL_TRUE, b * len * row,
+                                              len * row, (char *)in->x + b * seq + t0 * row, 0,
+                                              NULL, NULL),
+                         CL_SUCCESS);
+            for (size_t k = 0; k < len * lc->d_model; k++)
+                ref[b * len * lc->d_model + k] = full[(b * lc->n + t0) * lc->d_model + k];
+        }
+        for (size_t k = 0; k < count; k++) top = fmax(top, fabs(ref[k]));
+        clattn_attention_desc call;
+        clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, lc->b, lc->hq, lc->hkv, len, len,
+                                   lc->dqk, lc->dv);
+        call.causal = 1;
+        ASSERT_OK(ctx, clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL));
+        read_back(ctx, y, step, count * 4);
+        char label[96];
+        snprintf(label, sizeof label, "%s, tokens %zu..%zu", what, t0, t0 + len - 1);
+        cr_expect_eq(compare_outputs(label, step, ref, count, atol * top, rtol), 0, "%s", label);
+        t0 += len;
+    }
+    int32_t lengths[8];
+    cr_assert(lc->b <= COUNT(lengths));
+    clattn_kv_cache_lengths(cache, lengths);
+    for (size_t b = 0; b < lc->b; b++)
+        cr_expect_eq(lengths[b], (int32_t)lc->n, "%s: sequence %zu has %d rows", what, b,
+                     lengths[b]);
+    clReleaseMemObject(x), clReleaseMemObject(y);
+    free(step), free(ref);
+}
+
+/* A cache for lc's layer (`kv` heads: clattn_mha_info.attention_heads_kv) in `dtype`. */
+static clattn_kv_cache *layer_cache(clattn_context *ctx, const layer_case *lc, size_t kv,
+                                    clattn_dtype dtype) {
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, lc->b, kv, lc->dqk, lc->dv, 16);
+    cd.dtype = dtype;
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
+    return cache;
+}
+
+/* Each step's Y equals that row of one causal call over the whole sequence; for a pruned layer
+ * whose K/V rows are duplicated, and each float cache storage type (16-bit caches hold K and V
+ * rounded, so their tolerance is that type's). */
 Test(mha, kv_cache_decoding_equals_one_causal_call) {
     clattn_context **ctxs;
     size_t n = test_contexts(&ctxs);
-    enum { T = 12, PREFILL = 5 };
     layer_case lc = self_gqa;
-    lc.biases = 1, lc.n = T;
+    lc.biases = 1, lc.n = 12;
     const clattn_dtype types[] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16};
     layer_weights w;
     layer_inputs in;
@@ -468,7 +527,7 @@ Test(mha, kv_cache_decoding_equals_one_causal_call) {
         for (size_t t = 0; t < COUNT(types); t++) {
             clattn_context *ctx = ctxs[i];
             const uint8_t *keep = t == 0 ? NULL : prunes[3].keep;
-            float *full = layer_output(ctx, &lc, &w, &in, keep); /* causal over T tokens */
+            float *full = layer_output(ctx, &lc, &w, &in, keep); /* causal over all tokens */
             clattn_mha_desc d;
             layer_desc(&lc, &w, &d);
             d.head_mask = keep;
@@ -477,53 +536,79 @@ Test(mha, kv_cache_decoding_equals_one_causal_call) {
             clattn_mha_info_init(&info);
             ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
             clattn_mha_get_info(mha, &info);
-            clattn_kv_cache_desc cd;
-            clattn_kv_cache_desc_init(&cd, lc.b, info.attention_heads_kv, lc.dqk, lc.dv, 16);
-            cd.dtype = types[t];
-            clattn_kv_cache *cache = NULL;
-            ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
-            size_t row = lc.d_model * 4, seq = T * row; /* bytes of a token, of a sequence */
-            cl_mem x = device_copy(ctx, NULL, lc.b * PREFILL * row);
-            cl_mem y = device_copy(ctx, NULL, lc.b * PREFILL * row);
-            float *step = malloc(lc.b * PREFILL * row), *want = malloc(lc.b * PREFILL * row);
-            for (size_t t0 = 0; t0 < T;) {
-                size_t len = t0 == 0 ? PREFILL : 1; /* tokens [t0, t0 + len) of each sequence */
-                for (size_t b = 0; b < lc.b; b++) {
-                    cr_assert_eq(clEnqueueWriteBuffer(
-                                     clattn_context_queue(ctx), x, CL_TRUE, b * len * row,
-                                     len * row, (char *)in.x + b * seq + t0 * row, 0, NULL, NULL),
-                                 CL_SUCCESS);
-                    memcpy((char *)want + b * len * row, (char *)full + b * seq + t0 * row,
-                           len * row);
-                }
-                clattn_attention_desc call;
-                clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, lc.b, lc.hq, lc.hkv, len, len,
-                                           lc.dqk, lc.dv);
-                call.causal = 1;
-                ASSERT_OK(ctx, clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL));
-                read_back(ctx, y, step, lc.b * len * row);
-                double atol, rtol, top = 0;
-                tolerance_for(types[t], CLATTN_F32, &atol, &rtol);
-                double *ref = malloc(lc.b * len * lc.d_model * sizeof *ref);
-                for (size_t k = 0; k < lc.b * len * lc.d_model; k++)
-                    ref[k] = want[k], top = fmax(top, fabs(ref[k]));
-                char label[96];
-                snprintf(label, sizeof label, "cache dtype %d, tokens %zu..%zu", (int)types[t], t0,
-                         t0 + len - 1);
-                cr_expect_eq(
-                    compare_outputs(label, step, ref, lc.b * len * lc.d_model, atol * top, rtol), 0,
-                    "%s", label);
-                free(ref);
-                t0 += len;
-            }
-            int32_t lengths[2];
-            clattn_kv_cache_lengths(cache, lengths);
-            cr_expect(lengths[0] == T && lengths[1] == T, "lengths %d %d", lengths[0], lengths[1]);
+            clattn_kv_cache *cache = layer_cache(ctx, &lc, info.attention_heads_kv, types[t]);
+            double atol, rtol;
+            tolerance_for(types[t], CLATTN_F32, &atol, &rtol);
+            char what[32];
+            snprintf(what, sizeof what, "cache dtype %d", (int)types[t]);
+            decode_against(ctx, mha, cache, &lc, &in, full, atol, rtol, what);
             clattn_kv_cache_destroy(cache);
             clattn_mha_destroy(mha);
-            clReleaseMemObject(x), clReleaseMemObject(y);
-            free(step), free(want), free(full);
+            free(full);
         }
+    inputs_free(&in);
+    weights_free(&w);
+}
+
+/* Every value of the float32 storage `ref` within half a step of the q8_0 storage `q8` (the
+ * same rows, blocks of 32 values: a float16 scale d = max|x| / 127, then 32 int8). */
+static void expect_q8_storage(const float *ref, const uint8_t *q8, size_t n, const char *what) {
+    float *back = malloc(n * sizeof *back);
+    cr_assert_eq(clattn_convert(CLATTN_Q8_0, q8, CLATTN_F32, back, n), CLATTN_SUCCESS);
+    size_t bad = 0;
+    for (size_t blk = 0; blk < n / 32; blk++) {
+        uint16_t bits = (uint16_t)(q8[blk * 34] | q8[blk * 34 + 1] << 8);
+        float d, max = 0.0f;
+        clattn_convert(CLATTN_F16, &bits, CLATTN_F32, &d, 1);
+        for (size_t i = 0; i < 32; i++) max = fmaxf(max, fabsf(ref[blk * 32 + i]));
+        bad += fabsf(d - max / 127.0f) > max / 127.0f / 1024.0f;
+        for (size_t i = 0; i < 32; i++)
+            bad += fabsf(back[blk * 32 + i] - ref[blk * 32 + i]) > d * 0.5f * 1.0001f;
+    }
+    cr_expect_eq(bad, 0, "%s: %zu scales or values off the float32 cache's rows", what, bad);
+    free(back);
+}
+
+/* A q8_0 cache (issue 16: 8-bit K/V is a storage type of the cache): the layer appends its
+ * float32 K/V rows, which the cache quantises on the device. The cache then holds, within half
+ * a step, the rows a float32 cache fed the same tokens holds, and each step's Y stays within
+ * 2e-2 * max|Y| + 4e-3 * |Y| of one causal float32 call: K and V's rounding (half a step, up to
+ * 0.4% of a block's largest value) costs about 0.5% of max|Y| here. */
+#define TOL_MHA_Q8_ATOL 2e-2
+#define TOL_MHA_Q8_RTOL 4e-3
+Test(mha, kv_cache_q8_0_quantises_the_layers_rows) {
+    clattn_context **ctxs;
+    size_t n = test_contexts(&ctxs);
+    const layer_case lc = {64, 0,  4, 2,          32,         32, CLATTN_F32, 1,
+                           2,  12, 0, CLATTN_F32, CLATTN_F32, 1,  5};
+    layer_weights w;
+    layer_inputs in;
+    weights_make(&lc, &w);
+    inputs_make(&lc, &in);
+    clattn_mha_desc d;
+    layer_desc(&lc, &w, &d);
+    size_t values = lc.b * 16 * lc.hkv * lc.dqk; /* K's and V's (Dqk = Dv), capacity 16 */
+    float *kf = malloc(values * 4), *vf = malloc(values * 4);
+    uint8_t *kq = malloc(values / 32 * 34), *vq = malloc(values / 32 * 34);
+    for (size_t i = 0; i < n; i++) {
+        clattn_context *ctx = ctxs[i];
+        float *full = layer_output(ctx, &lc, &w, &in, NULL);
+        clattn_mha *mha = NULL;
+        ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+        clattn_kv_cache *f32 = layer_cache(ctx, &lc, lc.hkv, CLATTN_F32);
+        clattn_kv_cache *q8 = layer_cache(ctx, &lc, lc.hkv, CLATTN_Q8_0);
+        decode_against(ctx, mha, f32, &lc, &in, full, TOL_F32_ATOL, TOL_F32_RTOL, "f32 cache");
+        decode_against(ctx, mha, q8, &lc, &in, full, TOL_MHA_Q8_ATOL, TOL_MHA_Q8_RTOL,
+                       "q8_0 cache");
+        ASSERT_OK(ctx, clattn_kv_cache_read_host(f32, kf, vf));
+        ASSERT_OK(ctx, clattn_kv_cache_read_host(q8, kq, vq));
+        expect_q8_storage(kf, kq, values, "K");
+        expect_q8_storage(vf, vq, values, "V");
+        clattn_kv_cache_destroy(f32), clattn_kv_cache_destroy(q8);
+        clattn_mha_destroy(mha);
+        free(full);
+    }
+    free(kf), free(vf), free(kq), free(vq);
     inputs_free(&in);
     weights_free(&w);
 }
@@ -583,9 +668,9 @@ Test(mha, bad_calls_change_nothing) {
     clattn_attention_desc good, call;
     call_desc(&lc, &good);
     ASSERT_OK(ctx, clattn_mha_forward_host(mha, &good, in.x, NULL, before));
-    for (int bad = 0; bad < 5; bad++) {
-        const char *want[] = {"the layer Hq=4", "len_k = len_q", "X needs", "must not share",
-                              "window"};
+    for (int bad = 0; bad < 6; bad++) {
+        const char *want[] = {"the layer Hq=4", "len_k = len_q", "X needs",
+                              "must not share", "window",        "q8_0 KV cache"};
         call = good;
         cl_mem xb = x, yb = y;
         if (bad == 0) call.heads_q = 2, call.heads_kv = 1;
@@ -593,6 +678,7 @@ Test(mha, bad_calls_change_nothing) {
         if (bad == 2) xb = short_x;
         if (bad == 3) yb = x;
         if (bad == 4) call.window_left = -2;
+        if (bad == 5) call.kv_q8_0 = 1; /* the layer's K and V are float32 */
         cr_expect_eq(clattn_mha_forward(mha, &call, xb, NULL, yb, NULL),
                      CLATTN_ERR_INVALID_ARGUMENT, "case %d", bad);
         cr_expect(strstr(clattn_context_last_error(ctx), want[bad]), "case %d: '%s' lacks '%s'",

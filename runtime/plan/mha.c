@@ -170,7 +170,8 @@ static int dense_bytes(size_t b, size_t n, size_t width, clattn_dtype dtype, siz
            size_mul(*bytes, dtype_size(dtype), bytes);
 }
 
-/* The caller's desc read (struct_size) with the heads and dims checked against the layer. */
+/* The caller's desc read (struct_size) with the heads and dims checked against the layer, and
+ * kv_q8_0 unset: it describes a caller's K and V, which the layer does not take. */
 static clattn_status read_call(const mha_shape *s, const clattn_attention_desc *given,
                                clattn_attention_desc *d, error_record *err) {
     if (!given ||
@@ -185,6 +186,11 @@ static clattn_status read_call(const mha_shape *s, const clattn_attention_desc *
                          "Hq=%zu Hkv=%zu Dqk=%zu Dv=%zu",
                          d->heads_q, d->heads_kv, d->dim_qk, d->dim_v, s->heads_q, s->heads_kv,
                          s->dim_qk, s->dim_v);
+    if (d->kv_q8_0)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: the call's desc sets kv_q8_0, but the layer's K and V are its own "
+                         "float32 projections: for 8-bit K/V give a q8_0 KV cache "
+                         "(clattn_mha_forward_cache)");
     return CLATTN_SUCCESS;
 }
 
