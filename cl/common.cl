@@ -113,15 +113,25 @@ inline float16 q8_load16(__global const uchar *x, long index) {
 #define LOAD16_KV(ptr, index) vload16(0, (ptr) + (index))
 #endif
 
+/* 16 values narrowed to bfloat16 and stored from `index` on. */
+inline void store_bf16x16(float16 x, __global ushort *ptr, long index) {
+    ushort lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = float_to_bf16(((float *)&x)[e]);
+    vstore16(vload16(0, lanes), 0, ptr + index);
+}
+
 #if OUT_DTYPE == DTYPE_F16
-#define OUT_T                        half
-#define STORE_OUT(value, ptr, index) vstore_half((value), (index), (ptr))
+#define OUT_T                          half
+#define STORE_OUT(value, ptr, index)   vstore_half((value), (index), (ptr))
+#define STORE16_OUT(value, ptr, index) vstore_half16((value), 0, (ptr) + (index))
 #elif OUT_DTYPE == DTYPE_BF16
-#define OUT_T                        ushort
-#define STORE_OUT(value, ptr, index) ((ptr)[(index)] = float_to_bf16(value))
+#define OUT_T                          ushort
+#define STORE_OUT(value, ptr, index)   ((ptr)[(index)] = float_to_bf16(value))
+#define STORE16_OUT(value, ptr, index) store_bf16x16((value), (ptr), (index))
 #else
-#define OUT_T                        float
-#define STORE_OUT(value, ptr, index) ((ptr)[(index)] = (value))
+#define OUT_T                          float
+#define STORE_OUT(value, ptr, index)   ((ptr)[(index)] = (value))
+#define STORE16_OUT(value, ptr, index) vstore16((value), 0, (ptr) + (index))
 #endif
 
 /* For helpers of hot loops: some compilers (PoCL's) do not inline them on their own, and a

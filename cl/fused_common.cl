@@ -64,6 +64,15 @@
 
 #define NO_KEY (-1L)
 
+/* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
+ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim, int present) {
+    if (!present || d0 >= dim) return (float16)0.0f;
+    if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
+    float lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_IN(x, row + d0 + e) : 0.0f;
+    return vload16(0, lanes);
+}
+
 /* Row m of query tile `tile`: its index, or -1 past the end. row_mode 0: rows of one
  * class (tile = class * tiles_per_class + t); row_mode 1: the rows listed in row_list. */
 ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,
@@ -181,23 +190,25 @@ ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const 
     }
 }
 
-/* Scores s[rows][BLOCK_N] (natural domain): -inf where the pass does not own the pair or the
- * slot is padding; plus the bias where one is given (saturating: a finite bias never masks). */
+/* Scores of `rows` rows and BLOCK_N keys (natural domain), score (m, c) at
+ * s[m * row_stride + c * key_stride]: -inf where the pass does not own the pair or the slot is
+ * padding; plus the bias where one is given (saturating: a finite bias never masks). */
 ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
                                  __global const float *bias, int pass, int kind, long b, long h,
-                                 const long *row_i, int rows, const long *kpos, float *s) {
+                                 const long *row_i, int rows, int row_stride, int key_stride,
+                                 const long *kpos, float *s) {
     for (int m = 0; m < rows; m++) {
         long i = row_i[m] < 0 ? 0 : row_i[m];
         __global const float *bias_row = bias + P->bias_offset + b * P->bias_stride_b +
                                          h * P->bias_stride_h + i * P->bias_stride_s;
         for (int c = 0; c < BLOCK_N; c++) {
-            float x = s[m * BLOCK_N + c];
+            float x = s[m * row_stride + c * key_stride];
             if (kind == TILE_GENERAL &&
                 (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
                 x = -INFINITY;
             else if (P->has_bias && kpos[c] != NO_KEY && x != -INFINITY) /* not onto a mask */
                 x = add_saturating(x, bias_row[kpos[c]]);
-            s[m * BLOCK_N + c] = x;
+            s[m * row_stride + c * key_stride] = x;
         }
     }
 }

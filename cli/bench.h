@@ -40,6 +40,37 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
  * gnuplot; returns 0, or 1 with a message when gnuplot is missing or fails. */
 int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title);
 
+/* ---- patterns (cmd_bench.c): --pattern's items and what they set in an attention desc */
+
+typedef enum pattern_kind {
+    P_FULL,
+    P_CAUSAL,
+    P_WINDOW,
+    P_DILATED,
+    P_BIGBIRD,
+    P_LONGFORMER,
+    P_BLOCKS
+} pattern_kind;
+
+typedef struct bench_pattern {
+    char text[96];
+    pattern_kind kind;
+    int64_t num[5]; /* the numbers after the name, in order */
+    size_t count;
+    char file[512];
+} bench_pattern;
+
+/* What a pattern allocates for a desc. */
+typedef struct pattern_data {
+    uint8_t *layout;
+    int64_t *globals;
+} pattern_data;
+
+/* Sets the desc's mask fields for a pattern (sizes already set); what it allocates goes into
+ * *pd, freed by bench_pattern_data_free. @return 0, or 1 after naming the problem. */
+int bench_apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd);
+void bench_pattern_data_free(pattern_data *pd);
+
 /* clattn bench --preset decode (bench_decode.c): attention of Nq queries over full KV caches of
  * Nk rows, for each storage type, against the device's copy bandwidth, and a generation mode. */
 typedef struct decode_config {
@@ -55,5 +86,23 @@ typedef struct decode_config {
 
 /* @return 0, or 1 after naming what failed. */
 int bench_decode(const decode_config *c);
+
+/* clattn bench --preset layer (bench_layer.c): a multi-head attention layer of d_model = Hq*D,
+ * for each Nq, pattern and number of kept query heads, timed end to end and in its phases. */
+typedef struct layer_bench_config {
+    size_t nq[16], num_nq, kept[16], num_kept;
+    size_t batch, hq, hkv, d;
+    clattn_dtype wtype; /* the weights' storage; X and Y are float32 */
+    clattn_path path;   /* the attention's */
+    clattn_variant variant;
+    const bench_pattern *patterns;
+    size_t num_patterns;
+    size_t warmup, repeat;
+    size_t devices[16], num_devices;
+    const char *csv, *json, *out;
+} layer_bench_config;
+
+/* @return 0, or 1 (2: a usage error) after naming what failed. */
+int bench_layer(const layer_bench_config *c);
 
 #endif

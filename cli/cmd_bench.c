@@ -25,8 +25,8 @@
 #define MAX_RECORDS  4096
 
 static const cli_option bench_options[] = {
-    {"preset", "quick|paths|sparse|decode",
-     "a ready-made sweep (writes CSV, JSON and, but for decode, a plot to --out)"},
+    {"preset", "quick|paths|sparse|decode|layer",
+     "a ready-made sweep (writes CSV, JSON and, but for decode and layer, a plot to --out)"},
     {"path", "LIST", "fused,gemm,host,reference (default fused)"},
     {"b", "LIST", "batch sizes (default 1)"},
     {"hq", "LIST", "query heads (default 8)"},
@@ -42,6 +42,7 @@ static const cli_option bench_options[] = {
      "storage of Q, K, V and O (default f32; decode: all four, q8_0 being K/V only)"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
     {"steps", "N", "decode: tokens the generation mode appends one at a time (default 64)"},
+    {"kept", "LIST", "layer: query heads kept, the first K (default: all, then half)"},
     {"warmup", "N", "untimed runs first (default 1)"},
     {"repeat", "N", "timed runs (default 5)"},
     {"device", "SPEC|all", "devices (default: CLATTN_DEVICE or the first GPU, else device 0)"},
@@ -52,24 +53,6 @@ static const cli_option bench_options[] = {
 };
 
 /* ---------------------------------------------------------------- patterns */
-
-typedef enum pattern_kind {
-    P_FULL,
-    P_CAUSAL,
-    P_WINDOW,
-    P_DILATED,
-    P_BIGBIRD,
-    P_LONGFORMER,
-    P_BLOCKS
-} pattern_kind;
-
-typedef struct bench_pattern {
-    char text[96];
-    pattern_kind kind;
-    int64_t num[5]; /* the numbers after the name, in order */
-    size_t count;
-    char file[512];
-} bench_pattern;
 
 /* A pattern's numbers and the bounds `clattn run` and `clattn pattern` apply to the same
  * quantities (args.h), so that bench accepts exactly what they accept. */
@@ -181,101 +164,6 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
     return 0;
 }
 
-/* What a pattern allocates for a desc. */
-typedef struct pattern_data {
-    uint8_t *layout;
-    int64_t *globals;
-} pattern_data;
-
-static void pattern_data_free(pattern_data *pd) {
-    free(pd->layout);
-    free(pd->globals);
-    memset(pd, 0, sizeof *pd);
-}
-
-static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
-    size_t block = (size_t)p->num[0];
-    clattn_pattern_desc pat;
-    clattn_pattern_desc_init(&pat, CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
-                             (d->len_k + block - 1) / block);
-    pat.window = (size_t)p->num[1];
-    pat.global = (size_t)p->num[2];
-    pat.random = (size_t)p->num[3];
-    pat.seed = p->count > 4 ? (uint64_t)p->num[4] : 0;
-    if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
-        clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
-        cli_error("bench",
-                  "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
-                  "RANDOM[,SEED])",
-                  p->text);
-        return 1;
-    }
-    d->block_layout = pd->layout;
-    d->block_q = d->block_k = block;
-    return 0;
-}
-
-/* blocks:FILE,BQ,BK: a 2-D or 3-D layout from a .npy file, as clattn run reads it. */
-static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
-    npy_array a;
-    char err[512];
-    if (npy_read(p->file, &a, err, sizeof err) != CLATTN_SUCCESS) {
-        cli_error("bench", "%s", err);
-        return 1;
-    }
-    size_t bq = (size_t)p->num[0], bk = (size_t)p->num[1];
-    size_t rows = (d->len_q + bq - 1) / bq, cols = (d->len_k + bk - 1) / bk;
-    int ok = (a.ndim == 2 || (a.ndim == 3 && a.shape[0] == d->heads_q)) &&
-             a.shape[a.ndim - 2] == rows && a.shape[a.ndim - 1] == cols &&
-             (a.dtype == NPY_U8 || a.dtype == NPY_BOOL || a.dtype == NPY_I32);
-    if (ok && (pd->layout = malloc(a.count)))
-        for (size_t i = 0; i < a.count; i++)
-            pd->layout[i] =
-                a.dtype == NPY_I32 ? ((int32_t *)a.data)[i] != 0 : ((uint8_t *)a.data)[i] != 0;
-    else
-        cli_error("bench",
-                  "%s: a |u1, |b1 or <i4 layout of shape [%zu, %zu] or [%zu, %zu, %zu] "
-                  "is needed for Nq=%zu, Nk=%zu",
-                  p->file, rows, cols, d->heads_q, rows, cols, d->len_q, d->len_k);
-    d->block_layout = pd->layout;
-    d->block_q = bq, d->block_k = bk;
-    d->block_layout_per_head = a.ndim == 3;
-    npy_free(&a);
-    return pd->layout ? 0 : 1;
-}
-
-/* Sets the desc's mask fields for a pattern. */
-static int apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
-    switch (p->kind) {
-    case P_FULL:
-        return 0;
-    case P_CAUSAL:
-        d->causal = 1;
-        return 0;
-    case P_DILATED:              /* the numbers passed check_patterns */
-        d->dilation = p->num[2]; /* fall through */
-    case P_WINDOW:
-        d->window_left = p->num[0];
-        d->window_right = p->num[1];
-        return 0;
-    case P_LONGFORMER: { /* window of W each side; the first G positions are global */
-        size_t g = (size_t)p->num[1];
-        if (g > d->len_k) g = d->len_k;
-        d->window_left = d->window_right = p->num[0];
-        if (g && !(pd->globals = malloc(g * sizeof *pd->globals))) return 1;
-        for (size_t i = 0; i < g; i++) pd->globals[i] = (int64_t)i;
-        d->global_tokens = pd->globals;
-        d->num_global_tokens = g;
-        return 0;
-    }
-    case P_BIGBIRD:
-        return bigbird_layout(p, d, pd);
-    case P_BLOCKS:
-        return file_layout(p, d, pd);
-    }
-    return 1;
-}
-
 /* ---------------------------------------------------------------- configuration */
 
 typedef struct bench_config {
@@ -293,6 +181,8 @@ typedef struct bench_config {
     int decode;      /* --preset decode: bench_decode.c runs it */
     int dtype_given; /* --dtype: decode measures only that type */
     size_t steps;    /* decode's generation mode */
+    int layer;       /* --preset layer: bench_layer.c runs it */
+    size_t kept[MAX_LIST], num_kept;
 } bench_config;
 
 enum { L_B, L_HQ, L_HKV, L_NQ, L_NK, L_D, L_DV };
@@ -347,6 +237,9 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         return EXIT_USAGE;
     }
     if (args_has(args, "steps") && parse_size(args, "steps", 0, &c->steps) != 0) return EXIT_USAGE;
+    if (args_has(args, "kept") &&
+        parse_size_list(args, "kept", 1, c->kept, MAX_LIST, &c->num_kept) != 0)
+        return EXIT_USAGE;
     if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0)
         return EXIT_USAGE;
     if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
@@ -399,7 +292,15 @@ static int apply_preset(const char *name, bench_config *c) {
         c->repeat = 5, c->decode = 1;
         return 0;
     }
-    cli_error("bench", "--preset: expected quick, paths, sparse or decode, got '%s'", name);
+    if (strcmp(name, "layer") == 0) { /* a 7B-class model's attention: GQA 32/8, D = 128 */
+        c->list[L_NQ][0] = 2048, c->count[L_NQ] = 1;
+        c->list[L_HQ][0] = 32, c->count[L_HQ] = 1;
+        c->list[L_HKV][0] = 8, c->count[L_HKV] = 1;
+        c->list[L_D][0] = 128, c->count[L_D] = 1;
+        c->repeat = 3, c->layer = 1;
+        return split_patterns("causal", c->patterns, &c->num_patterns);
+    }
+    cli_error("bench", "--preset: expected quick, paths, sparse, decode or layer, got '%s'", name);
     return EXIT_USAGE;
 }
 
@@ -598,7 +499,7 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
     clattn_attention_desc d = s->desc;
     d.variant = c->variant;
     pattern_data pd = {0};
-    if (apply_pattern(p, &d, &pd) != 0) {
+    if (bench_apply_pattern(p, &d, &pd) != 0) {
         run->failed = 1;
         run->done += c->num_paths;
         return;
@@ -621,7 +522,7 @@ static void bench_pattern_paths(bench_run *run, clattn_context *ctx, size_t devi
             run->failed = 1;
         }
     }
-    pattern_data_free(&pd);
+    bench_pattern_data_free(&pd);
 }
 
 /* The shape at `index` of the cartesian product of the lists (hkv, nk, dv follow hq, nq, d
@@ -692,6 +593,32 @@ static int run_decode(const bench_config *c) {
     return bench_decode(&dc);
 }
 
+/* --preset layer: the sizes and settings handed to bench_layer (first B, Hq, Hkv, D; the
+ * attention's path is the first of --path, fused or gemm). */
+static int run_layer(const bench_config *c) {
+    layer_bench_config lc;
+    memset(&lc, 0, sizeof lc);
+    if (c->paths[0] != BENCH_FUSED && c->paths[0] != BENCH_GEMM) {
+        cli_error("bench", "--preset layer: --path must be fused or gemm (the attention's path)");
+        return EXIT_USAGE;
+    }
+    memcpy(lc.nq, c->list[L_NQ], sizeof lc.nq), lc.num_nq = c->count[L_NQ];
+    lc.batch = c->list[L_B][0], lc.hq = c->list[L_HQ][0], lc.d = c->list[L_D][0];
+    lc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : lc.hq;
+    memcpy(lc.kept, c->kept, sizeof lc.kept), lc.num_kept = c->num_kept;
+    if (!c->num_kept) { /* every head, then the first half of them */
+        lc.kept[0] = lc.hq, lc.kept[1] = lc.hq / 2;
+        lc.num_kept = lc.hq > 1 ? 2 : 1;
+    }
+    lc.wtype = c->dtype, lc.variant = c->variant;
+    lc.path = c->paths[0] == BENCH_GEMM ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED;
+    lc.patterns = c->patterns, lc.num_patterns = c->num_patterns;
+    lc.warmup = c->warmup, lc.repeat = c->repeat;
+    memcpy(lc.devices, c->devices, sizeof lc.devices), lc.num_devices = c->num_devices;
+    lc.csv = c->csv, lc.json = c->json, lc.out = c->out;
+    return bench_layer(&lc);
+}
+
 /* ---------------------------------------------------------------- outputs */
 
 static int write_outputs(const bench_run *run, const char *csv, const char *json) {
@@ -727,7 +654,8 @@ int cmd_bench(int argc, char **argv) {
     cli_args args;
     int parsed = args_parse(&args, bench_options, n, "bench", argc, argv);
     if (parsed == 1) {
-        args_usage("bench", "[--preset quick|paths|sparse] [options]", bench_options, n);
+        args_usage("bench", "[--preset quick|paths|sparse|decode|layer] [options]", bench_options,
+                   n);
         printf("\nLists (comma-separated) make sweeps. ms is the wall time around the call; kernel "
                "ms comes from\nOpenCL profiling events (fused, gemm); see bench/README.md.\n");
         return 0;
@@ -738,6 +666,7 @@ int cmd_bench(int argc, char **argv) {
     int rc = parse_config(&args, &config);
     if (rc) return rc;
     if (config.decode) return run_decode(&config);
+    if (config.layer) return run_layer(&config);
     bench_run run = {&config, records, 0, 0, 0, 0};
     run.total = config.num_devices * num_shapes(&config) * config.num_patterns * config.num_paths;
     for (size_t i = 0; i < config.num_devices; i++) bench_device(&run, config.devices[i]);

@@ -48,7 +48,7 @@ static const cli_option run_options[] = {
     {"help", NULL, "show this help"},
 };
 
-static void run_release(run_state *s) {
+void run_release(run_state *s) {
     cache_release(s);
     npy_free(&s->q);
     npy_free(&s->k);
@@ -66,7 +66,7 @@ static void run_release(run_state *s) {
 int run_load(const cli_args *args, const char *option, npy_array *out) {
     char err[512];
     if (npy_read(args_get(args, option), out, err, sizeof err) != CLATTN_SUCCESS) {
-        cli_error("run", "%s", err);
+        cli_error(args->command, "%s", err);
         return 1;
     }
     return 0;
@@ -204,7 +204,7 @@ static int setup_shapes(const cli_args *args, run_state *s) {
 static int setup_block_layout(const cli_args *args, run_state *s) {
     int64_t bq = 0, bk = 0;
     if (args_has(args, "block-layout") != args_has(args, "block-size")) {
-        cli_error("run", "--block-layout and --block-size go together");
+        cli_error(args->command, "--block-layout and --block-size go together");
         return EXIT_USAGE;
     }
     if (!args_has(args, "block-layout")) return 0;
@@ -219,7 +219,7 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
     if ((L->ndim != 2 && L->ndim != 3) || L->shape[L->ndim - 2] != bq_count ||
         L->shape[L->ndim - 1] != bk_count ||
         (per_head && L->shape[0] != s->desc.heads_q && L->shape[0] != 1)) {
-        cli_error("run",
+        cli_error(args->command,
                   "%s: layout shape must be [%zu, %zu] or [%zu (heads), %zu, %zu] for "
                   "Nq=%zu, Nk=%zu and blocks %lld,%lld",
                   file, bq_count, bk_count, s->desc.heads_q, bq_count, bk_count, s->desc.len_q,
@@ -227,7 +227,7 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
         return 1;
     }
     if (L->dtype != NPY_U8 && L->dtype != NPY_BOOL && L->dtype != NPY_I32) {
-        cli_error("run", "%s: layout dtype %s is not supported (use |u1, |b1 or <i4)", file,
+        cli_error(args->command, "%s: layout dtype %s is not supported (use |u1, |b1 or <i4)", file,
                   npy_dtype_name(L->dtype));
         return 1;
     }
@@ -255,14 +255,14 @@ static int setup_bias(const cli_args *args, run_state *s) {
         memcpy(shape + 4 - b->ndim, b->shape, b->ndim * sizeof(size_t));
     if (b->ndim < 2 || shape[2] != d->len_q || shape[3] != d->len_k ||
         (shape[1] != 1 && shape[1] != d->heads_q) || (shape[0] != 1 && shape[0] != d->batch)) {
-        cli_error("run",
+        cli_error(args->command,
                   "%s: bias shape must be [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] with "
                   "Nq=%zu, Nk=%zu, H in {1,%zu}, B in {1,%zu}",
                   file, d->len_q, d->len_k, d->heads_q, d->batch);
         return 1;
     }
     if (b->dtype != NPY_F32 && b->dtype != NPY_F16) {
-        cli_error("run", "%s: bias dtype %s is not supported (use <f4 or <f2)", file,
+        cli_error(args->command, "%s: bias dtype %s is not supported (use <f4 or <f2)", file,
                   npy_dtype_name(b->dtype));
         return 1;
     }
@@ -295,7 +295,7 @@ static int setup_options(const cli_args *args, run_state *s) {
         d->global_tokens = s->globals;
         for (size_t g = 0; g < d->num_global_tokens; g++)
             if ((size_t)s->globals[g] >= d->len_k) {
-                cli_error("run", "--global: position %lld is outside the %zu keys",
+                cli_error(args->command, "--global: position %lld is outside the %zu keys",
                           (long long)s->globals[g], d->len_k);
                 return EXIT_USAGE;
             }
@@ -303,7 +303,8 @@ static int setup_options(const cli_args *args, run_state *s) {
     if (args_has(args, "scale")) {
         if (parse_float(args, "scale", &d->scale) != 0) return EXIT_USAGE;
         if (d->scale == 0.0f) { /* 0 in the desc means the default, 1/sqrt(Dqk) */
-            cli_error("run", "--scale: must be non-zero, got '%s'", args_get(args, "scale"));
+            cli_error(args->command, "--scale: must be non-zero, got '%s'",
+                      args_get(args, "scale"));
             return EXIT_USAGE;
         }
     }
@@ -320,12 +321,19 @@ static int setup_options(const cli_args *args, run_state *s) {
     }
     if (args_has(args, "variant") &&
         clattn_variant_from_name(args_get(args, "variant"), &d->variant) != CLATTN_SUCCESS) {
-        cli_error("run", "--variant: '%s' is no variant (see clattn devices --variants)",
+        cli_error(args->command, "--variant: '%s' is no variant (see clattn devices --variants)",
                   args_get(args, "variant"));
         return EXIT_USAGE;
     }
     if (d->variant == CLATTN_VARIANT_REFERENCE) d->path = CLATTN_PATH_REFERENCE; /* on the host */
     return 0;
+}
+
+int run_setup_mask(const cli_args *args, run_state *s) {
+    int rc = setup_options(args, s);
+    if (!rc) rc = setup_block_layout(args, s);
+    if (!rc) rc = setup_bias(args, s);
+    return rc;
 }
 
 /* Runs the call on the reference or a device; fills s->o and s->lse. */
@@ -386,7 +394,7 @@ static void output_shape(const run_state *s, size_t shape[4]) {
 }
 
 /* "[2, 37, 2, 32]" */
-static void format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) {
+void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) {
     size_t n = (size_t)snprintf(buf, size, "[");
     for (size_t i = 0; i < ndim && n < size; i++)
         n += (size_t)snprintf(buf + n, size - n, i ? ", %zu" : "%zu", shape[i]);
@@ -394,47 +402,43 @@ static void format_shape(const size_t *shape, size_t ndim, char *buf, size_t siz
 }
 
 /* Reports a failed write of `out` under its own name (npy_write names the file it wrote). */
-static void report_write(const run_output *out, const char *err) {
+static void report_write(const char *command, const run_output *out, const char *err) {
     const char *written = out->target.in_place ? out->target.path : out->tmp;
     size_t len = strlen(written);
-    cli_error("run", "--%s %s%s", out->option, out->path,
+    cli_error(command, "--%s %s%s", out->option, out->path,
               strncmp(err, written, len) == 0 ? err + len : err);
 }
 
 /* Where each output goes; a folder, block device or socket is refused before anything is
  * written. @return 0 or 1. */
-static int resolve_outputs(run_output *outs, size_t n) {
+static int resolve_outputs(const char *command, run_output *outs, size_t n) {
     for (size_t i = 0; i < n; i++) {
         int e = outfile_resolve(outs[i].path, &outs[i].target);
         if (e == 0) continue;
-        cli_error("run", "--%s %s: %s", outs[i].option, outs[i].path,
+        cli_error(command, "--%s %s: %s", outs[i].option, outs[i].path,
                   e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
         return 1;
     }
     return 0;
 }
 
-/* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
- * place, then renames the temporaries: a failure before the renames removes them and leaves
- * existing files untouched. Only a rename failing after another succeeded (not seen on one
- * file system) leaves the earlier ones. @return 0 or 1. */
-static int write_all(run_output *outs, size_t n) {
+int run_write_all(const char *command, run_output *outs, size_t n) {
     char err[PATH_MAX + 512];
-    int ok = resolve_outputs(outs, n) == 0;
+    int ok = resolve_outputs(command, outs, n) == 0;
     for (size_t i = 0; ok && i < n; i++) {
         run_output *o = &outs[i];
         if (o->target.in_place) continue;
         snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->target.path, (long)getpid());
         o->staged = npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
                     CLATTN_SUCCESS;
-        if (!(ok = o->staged)) report_write(o, err);
+        if (!(ok = o->staged)) report_write(command, o, err);
     }
     for (size_t i = 0; ok && i < n; i++) {
         run_output *o = &outs[i];
         if (!o->target.in_place) continue;
         ok = npy_write(o->target.path, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
              CLATTN_SUCCESS;
-        if (!ok) report_write(o, err);
+        if (!ok) report_write(command, o, err);
     }
     for (size_t i = 0; ok && i < n; i++) {
         if (!outs[i].staged) continue;
@@ -442,7 +446,7 @@ static int write_all(run_output *outs, size_t n) {
         if (ok)
             outs[i].staged = 0;
         else
-            cli_error("run", "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
+            cli_error(command, "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
                       strerror(errno));
     }
     for (size_t i = 0; i < n; i++)
@@ -471,7 +475,7 @@ static int write_outputs(const cli_args *args, const run_state *s) {
                            .data = s->lse};
     size_t n = args_has(args, "lse") ? 2 : 1;
     cache_outputs(args, s, outs, &n);
-    return write_all(outs, n);
+    return run_write_all("run", outs, n);
 }
 
 /* --compare REF.npy: read before computing, so that a missing or mismatched reference fails
@@ -483,8 +487,8 @@ static int load_reference(const cli_args *args, run_state *s) {
     size_t shape[4];
     char want[128], got[128];
     output_shape(s, shape);
-    format_shape(shape, 4, want, sizeof want);
-    format_shape(s->ref.shape, s->ref.ndim, got, sizeof got);
+    run_format_shape(shape, 4, want, sizeof want);
+    run_format_shape(s->ref.shape, s->ref.ndim, got, sizeof got);
     if (s->ref.ndim != 4 || memcmp(s->ref.shape, shape, sizeof shape) != 0) {
         cli_error("run", "--compare %s: shape %s differs from O's %s (%s)", file, got, want,
                   s->layout_kind == CLATTN_LAYOUT_BSHD ? "[B,Nq,Hq,Dv]" : "[B,Hq,Nq,Dv]");
@@ -569,9 +573,7 @@ static int run_with_args(const cli_args *args, run_state *s) {
     rc = run_load(args, "q", &s->q) || run_load(args, "k", &s->k) || run_load(args, "v", &s->v);
     if (!rc) rc = setup_shapes(args, s);
     if (!rc) rc = cache_load(args, s);
-    if (!rc) rc = setup_options(args, s);
-    if (!rc) rc = setup_block_layout(args, s);
-    if (!rc) rc = setup_bias(args, s);
+    if (!rc) rc = run_setup_mask(args, s);
     if (!rc) rc = load_reference(args, s);
     char where[256] = "";
     double t0 = seconds_now();

@@ -201,7 +201,7 @@ static const tune_axis flash_axes[] = {
 };
 static const tune_axis gpu_axes[] = {AXIS(block_m, 16, 32, 64, 128, 256),
                                      AXIS(block_n, 16, 32, 64)};
-static const tune_axis cpu_axes[] = {AXIS(block_m, 4, 8, 16, 32), AXIS(block_n, 16, 32, 64)};
+static const tune_axis cpu_axes[] = {AXIS(block_m, 16, 32, 48), AXIS(block_n, 16, 32, 64)};
 
 static unsigned *field_of(clattn_tuning *t, const tune_axis *axis) {
     return (unsigned *)((char *)t + axis->offset);

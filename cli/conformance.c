@@ -27,6 +27,15 @@ void tolerance_for(clattn_dtype in, clattn_dtype out, double *atol, double *rtol
     *rtol = bf16 ? RTOL_BF16 : f16 ? RTOL_F16 : RTOL_F32;
 }
 
+void layer_tolerance(clattn_dtype y_dtype, const double *ref, size_t n, double *atol,
+                     double *rtol) {
+    double top = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i]) && fabs(ref[i]) > top) top = fabs(ref[i]);
+    tolerance_for(CLATTN_F32, y_dtype, atol, rtol);
+    *atol *= top;
+}
+
 int npy_dtype_of(clattn_dtype dtype) {
     return dtype == CLATTN_F16 ? NPY_F16 : dtype == CLATTN_BF16 ? NPY_U16 : NPY_F32;
 }

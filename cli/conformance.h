@@ -87,6 +87,11 @@ clattn_status case_dump(const attn_case *c, const char *dir, const char *path_na
  * (bfloat16, then float16, then float32). */
 void tolerance_for(clattn_dtype in, clattn_dtype out, double *atol, double *rtol);
 
+/* The attention layer's tolerance (README, "The attention layer"): SPEC section 4's for Y's
+ * storage type, its absolute term scaled by the largest finite |ref| of the output, since the
+ * layer's output has no fixed magnitude and the float32 GEMMs' error follows the output's. */
+void layer_tolerance(clattn_dtype y_dtype, const double *ref, size_t n, double *atol, double *rtol);
+
 /* The .npy dtype (npy_dtype) a storage type is written as: <f4, <f2, or <u2 for bfloat16 bit
  * patterns. */
 int npy_dtype_of(clattn_dtype dtype);

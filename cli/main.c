@@ -15,6 +15,7 @@ typedef struct subcommand {
 static const subcommand subcommands[] = {
     {"devices", cmd_devices, "list every OpenCL platform and device"},
     {"run", cmd_run, "compute attention from .npy files"},
+    {"layer", cmd_layer, "compute a multi-head attention layer from .npy files"},
     {"check", cmd_check, "check devices and paths against the CPU reference"},
     {"bench", cmd_bench, "benchmark paths and sparse patterns"},
     {"pattern", cmd_pattern, "write a block-sparse layout (.npy)"},

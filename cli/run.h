@@ -44,6 +44,20 @@ int run_tensor_dims(const cli_args *args, const char *option, const npy_array *a
                     clattn_layout layout, size_t dims[4]);
 clattn_dtype run_storage_of(npy_dtype dtype);
 int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
+/* The mask, scale and path options (--causal --window --dilation --global --block-layout
+ * --block-size --bias --scale --out-dtype --path --variant) into s->desc, whose sizes are set;
+ * `clattn layer` takes them as `clattn run` does. @return 0, 1 or EXIT_USAGE. */
+int run_setup_mask(const cli_args *args, run_state *s);
+/* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
+ * place (outfile.h), then renames the temporaries: a failure before the renames removes them
+ * and leaves existing files untouched; a folder, block device or socket is refused before
+ * anything is written. Only a rename failing after another succeeded (not seen on one file
+ * system) leaves the earlier ones. Messages start "clattn COMMAND:". @return 0 or 1. */
+int run_write_all(const char *command, run_output *outs, size_t n);
+/* "[2, 37, 2, 32]" into buf. */
+void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size);
+/* Frees what a run_state holds. */
+void run_release(run_state *s);
 
 /* run_cache.c: the options of the cache mode, their checks, reading, computing and outputs. */
 #define CACHE_RUN_OPTIONS                                                                          \

@@ -17,9 +17,10 @@
  * - Sizes and offsets are in elements unless a name ends in _bytes.
  *
  * Structs that can grow (ABI)
- * - clattn_device_info, clattn_softmax_desc, clattn_attention_desc, clattn_stats and
- *   clattn_pattern_desc start with `struct_size`, which the caller sets to sizeof the struct its
- *   header declares (the *_init functions do it). Later versions only append fields, whose zero
+ * - clattn_device_info, clattn_softmax_desc, clattn_attention_desc, clattn_stats,
+ *   clattn_pattern_desc, clattn_mha_desc, clattn_mha_info and clattn_mha_stats start with
+ *   `struct_size`, which the caller sets to sizeof the struct its header declares (the *_init
+ *   functions do it). Later versions only append fields, whose zero
  *   value is their default, so a binary built against an older header keeps working: the
  *   library reads the fields its struct_size covers and takes the defaults for the rest, and
  *   writes an output struct only up to its struct_size. A struct_size larger than the library
@@ -820,6 +821,182 @@ CLATTN_API clattn_status clattn_pattern_desc_init_sized(clattn_pattern_desc *pat
  *  sizes, an even window, a zero stride, a summary larger than the stride, a global block out
  *  of range, NULL pointers). */
 CLATTN_API clattn_status clattn_pattern_layout(const clattn_pattern_desc *pattern, uint8_t *layout);
+
+/* ---------------------------------------------------------------- multi-head attention layer */
+
+/** A whole multi-head attention layer (PyTorch's nn.MultiheadAttention, a transformer block's
+ *  attention), with GQA/MQA, cross-attention and head pruning. For X [B, N, d_model] and, for
+ *  cross-attention, X_kv [B, Nk, d_kv] (else X_kv = X, Nk = N):
+ *
+ *      Q = X W_q^T + b_q        [B, N, Hq, Dqk]    W_q [Hq*Dqk, d_model],  b_q [Hq*Dqk]
+ *      K = X_kv W_k^T + b_k     [B, Nk, Hkv, Dqk]  W_k [Hkv*Dqk, d_kv],    b_k [Hkv*Dqk]
+ *      V = X_kv W_v^T + b_v     [B, Nk, Hkv, Dv]   W_v [Hkv*Dv, d_kv],     b_v [Hkv*Dv]
+ *      O = attention(Q, K, V)   [B, N, Hq, Dv]     SPEC sections 1 and 2, every mask
+ *      Y = O W_o^T + b_o        [B, N, d_model]    W_o [d_model, Hq*Dv],   b_o [d_model]
+ *
+ *  Weights are row-major [out, in], as nn.Linear stores them: query head h owns rows
+ *  [h*Dqk, (h+1)*Dqk) of W_q and columns [h*Dv, (h+1)*Dv) of W_o; kv head g owns rows
+ *  [g*Dqk, (g+1)*Dqk) of W_k and [g*Dv, (g+1)*Dv) of W_v; query head h reads kv head
+ *  h / (Hq/Hkv). nn.MultiheadAttention's in_proj_weight [3E, E] is W_q, W_k, W_v one after the
+ *  other (one buffer, offsets 0, E*E and 2*E*E). Q, K, V and O are float32; the projections are
+ *  CLBlast float32 GEMMs, the attention is clattn_attention.
+ *
+ *  Head pruning: a mask of the query heads kept. A pruned head costs nothing: the layer packs
+ *  the rows and columns of the kept heads into its own float32 weights (at creation, and again
+ *  when the mask changes), so that no projection row, attention head or output column is
+ *  computed for it. The result equals the unpruned layer with the pruned heads' O set to zero
+ *  before W_o. When the kept query heads give every kept kv head the same number of query heads,
+ *  GQA is kept (kv heads without a kept query head are dropped too); otherwise each kept query
+ *  head gets its own copy of its kv head's K and V rows (clattn_mha_info.kv_duplicated), which
+ *  costs the K/V projection, the attention's K/V reads and a KV cache (kept query heads) /
+ *  (kept kv heads) times the GQA cost. */
+typedef struct clattn_mha clattn_mha;
+
+/** One weight or bias: a host array, or a device buffer of the layer's context, holding the
+ *  tensor dense from element `offset` on, in the desc's weight_dtype. Either is read once, at
+ *  creation (the layer keeps a host copy in that type, to repack from when the head mask
+ *  changes); a buffer's size is checked. Give at most one of host and buffer; an absent bias
+ *  has neither. */
+typedef struct clattn_mha_param {
+    const void *host;
+    cl_mem buffer;
+    size_t offset; /* elements, into host or buffer */
+} clattn_mha_param;
+
+/** A layer's shape, weights and head mask. */
+typedef struct clattn_mha_desc {
+    size_t struct_size; /* sizeof(clattn_mha_desc): clattn_mha_desc_init */
+    size_t d_model;     /* width of X and Y */
+    size_t heads_q, heads_kv, dim_qk, dim_v; /* heads_q a multiple of heads_kv */
+    size_t d_kv; /* width of X_kv; 0: d_model (a layer with another width is cross-attention) */
+    clattn_dtype weight_dtype;          /* storage of every weight and bias: f32, f16 or bf16 */
+    clattn_mha_param w_q, w_k, w_v, w_o; /* required, shapes as above */
+    clattn_mha_param b_q, b_k, b_v, b_o; /* optional, each on its own */
+    const uint8_t *head_mask;            /* host [heads_q]: nonzero keeps the head; NULL: all */
+} clattn_mha_desc;
+
+/** Fills *desc with the sizes, float32 weights, none given yet, every head kept.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size below the first layout). */
+CLATTN_API clattn_status clattn_mha_desc_init_sized(clattn_mha_desc *desc, size_t struct_size,
+                                                    size_t d_model, size_t heads_q,
+                                                    size_t heads_kv, size_t dim_qk, size_t dim_v);
+#define clattn_mha_desc_init(desc, ...)                                                            \
+    clattn_mha_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
+
+/** Creates a layer on the context (which must outlive it): checks the desc (sizes, which
+ *  weights are given, buffer sizes, the head mask), reads the weights, and uploads the kept
+ *  heads' weights packed and widened to float32 (float16 and bfloat16 exactly).
+ *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (a size, a missing weight or one given
+ *  twice, a buffer smaller than its tensor, a head mask that keeps no head: the message names
+ *  it); CLATTN_ERR_OUT_OF_MEMORY; or an OpenCL error. *mha is NULL on failure. */
+CLATTN_API clattn_status clattn_mha_create(clattn_context *ctx, const clattn_mha_desc *desc,
+                                           clattn_mha **mha);
+
+/** Releases the layer and what it owns. Accepts NULL. */
+CLATTN_API void clattn_mha_destroy(clattn_mha *mha);
+
+/** Sets the heads kept, host [heads_q] (nonzero: kept; NULL: every head), and repacks the
+ *  weights. A KV cache filled under another mask no longer fits the layer when the kv heads
+ *  the attention reads change (clattn_mha_info.attention_heads_kv). @return CLATTN_SUCCESS, or
+ *  CLATTN_ERR_INVALID_ARGUMENT for a mask that keeps no head; on any error the layer keeps its
+ *  previous mask and weights. */
+CLATTN_API clattn_status clattn_mha_set_head_mask(clattn_mha *mha, const uint8_t *head_mask);
+
+/** A layer as it stands. */
+typedef struct clattn_mha_info {
+    size_t struct_size; /* sizeof(clattn_mha_info): clattn_mha_info_init */
+    size_t d_model, d_kv, heads_q, heads_kv, dim_qk, dim_v;
+    clattn_dtype weight_dtype;
+    size_t heads_kept;         /* query heads the mask keeps */
+    size_t attention_heads_q;  /* = heads_kept */
+    size_t attention_heads_kv; /* kv heads the attention reads (and a KV cache must have): the
+                                  kept kv heads, or heads_kept when kv_duplicated */
+    int kv_duplicated;         /* the kept heads broke GQA: K/V rows copied per query head */
+    int has_bias;              /* any bias was given */
+    uint64_t weight_bytes;     /* device memory of the packed float32 weights and biases */
+} clattn_mha_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size. */
+CLATTN_API clattn_status clattn_mha_info_init_sized(clattn_mha_info *info, size_t struct_size);
+#define clattn_mha_info_init(info) clattn_mha_info_init_sized((info), sizeof *(info))
+
+/** Describes the layer, up to info->struct_size. @return CLATTN_SUCCESS or INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_mha_get_info(const clattn_mha *mha, clattn_mha_info *info);
+
+/** Runs the layer. `call` is a clattn_attention_desc of the unpruned layer's attention, made
+ *  with clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, B, Hq, Hkv, N, Nk, Dqk, Dv): its
+ *  heads and dims must be the layer's; batch, len_q = N and len_k = Nk (= N without X_kv) give
+ *  the shapes; dtype is the storage of X and X_kv, out_dtype Y's (f32, f16 or bf16); scale and
+ *  every mask of SPEC section 2 apply, a per-head block layout or bias indexed by the layer's
+ *  original heads (a pruned head's are not read); path and variant choose the attention's
+ *  variant. Its layout and tensors are not read: the layer lays Q, K, V and O out itself, and
+ *  its K and V are float32, so kv_q8_0 must be 0 (a q8_0 KV cache stores them in 8 bits).
+ *  x: dense [B, N, d_model]; x_kv: dense [B, Nk, d_kv], or NULL for self-attention; y: dense
+ *  [B, N, d_model], written only by the output projection, not x's or x_kv's buffer (a call
+ *  refused by its checks, or failing before the output projection, leaves it as it was). The
+ *  bias is read from call->bias. `event` (may be NULL) completes with the call.
+ *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (heads or dims not the layer's, Nk != N
+ *  without X_kv, X_kv missing for a layer with d_kv != d_model, a buffer too small for its
+ *  shape, a bad mask, kv_q8_0 set: checked before anything is enqueued);
+ *  CLATTN_ERR_UNSUPPORTED (a projection larger than CLBlast's int offsets); CLATTN_ERR_BLAS; or
+ *  an error of clattn_attention. */
+CLATTN_API clattn_status clattn_mha_forward(clattn_mha *mha, const clattn_attention_desc *call,
+                                            cl_mem x, cl_mem x_kv, cl_mem y, cl_event *event);
+
+/** The same on host arrays (the bias from call->bias_host); waits. */
+CLATTN_API clattn_status clattn_mha_forward_host(clattn_mha *mha, const clattn_attention_desc *call,
+                                                 const void *x, const void *x_kv, void *y);
+
+/** Runs the layer for N new tokens a sequence over a KV cache (self-attention decoding and
+ *  prefill, SPEC section 6): K and V of the new tokens' X [B, N, d_model] are appended to the
+ *  cache (sequence b appends new_len[b] of them; new_len host [B], NULL: N each), and their
+ *  queries attend over the cache (the valid query rows of sequence b are its new_len[b]; rows
+ *  past them are padding, with O = 0 and so Y = b_o). The cache must be on the layer's context
+ *  with B sequences, attention_heads_kv heads and the layer's dims, of any storage type: the
+ *  float32 K/V rows are converted by the append, and for a q8_0 cache (Dqk and Dv multiples of
+ *  32) quantised on the device, so that Y carries K and V's 8-bit rounding.
+ *  `call` as for clattn_mha_forward with len_q = N (len_k is not read: masks see each
+ *  sequence's rows as clattn_kv_cache_attention does); the layer's d_kv must be d_model.
+ *  Everything is checked before the append; an attention that fails after it sets the cache's
+ *  lengths back. Appending one token at a time gives, row for row, what one causal
+ *  clattn_mha_forward over the whole sequence gives.
+ *  @return as clattn_mha_forward and clattn_kv_cache_append. */
+CLATTN_API clattn_status clattn_mha_forward_cache(clattn_mha *mha, clattn_kv_cache *cache,
+                                                  const clattn_attention_desc *call, cl_mem x,
+                                                  const int32_t *new_len, cl_mem y,
+                                                  cl_event *event);
+
+/** Where the time of the last successful call went. */
+typedef struct clattn_mha_stats {
+    size_t struct_size; /* sizeof(clattn_mha_stats): clattn_mha_stats_init */
+    /* While the context times (clattn_context_set_timing), each phase is waited for and its
+     * wall time recorded; else these are 0. projection: widening X, the Q/K/V GEMMs (and the
+     * append to a KV cache); output: the output GEMM and narrowing Y. */
+    double projection_ms, attention_ms, output_ms;
+    clattn_variant variant; /* the attention's variant */
+    char kernel[96];        /* the attention's kernel (clattn_stats.kernel) */
+    size_t attention_heads_q, attention_heads_kv;
+    uint64_t projection_flops, output_flops; /* 2*M*N*K of the GEMMs */
+} clattn_mha_stats;
+
+/** Zeroes `struct_size` bytes of *stats and sets stats->struct_size. */
+CLATTN_API clattn_status clattn_mha_stats_init_sized(clattn_mha_stats *stats, size_t struct_size);
+#define clattn_mha_stats_init(stats) clattn_mha_stats_init_sized((stats), sizeof *(stats))
+
+/** Copies the statistics of the layer's last successful call, up to stats->struct_size.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, no call yet). */
+CLATTN_API clattn_status clattn_mha_last_stats(const clattn_mha *mha, clattn_mha_stats *stats);
+
+/** The CPU reference of the layer, no context needed: the projections and the output in double,
+ *  Q, K and V stored as float32 (the layer's definition), the attention by
+ *  clattn_attention_reference over every head, the pruned heads' O set to zero, Y stored in
+ *  call->out_dtype. Weights from `layer`'s host arrays (buffers are refused), the bias from
+ *  call->bias_host; x, x_kv (may be NULL) and y as for clattn_mha_forward_host.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. To learn
+ *  why a desc is refused, create the layer on a context and read clattn_context_last_error. */
+CLATTN_API clattn_status clattn_mha_reference(const clattn_mha_desc *layer,
+                                              const clattn_attention_desc *call, const void *x,
+                                              const void *x_kv, void *y);
 
 #ifdef __cplusplus
 }

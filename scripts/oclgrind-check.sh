@@ -5,12 +5,14 @@
 #     flash) and gemm paths, checking invalid accesses, data races and API misuse, and that every
 #     result is right;
 #  2. a KV cache through `clattn run --cache-len` (tests/cli_cache.sh), contiguous and paged;
-#  3. each quick case of the fused path, for each fused variant, in its own process with the
+#  3. one multi-head attention layer through `clattn layer` (tests/cli_layer.sh), with CLBlast's
+#     GEMMs, a head mask and biases;
+#  4. each quick case of the fused path, for each fused variant, in its own process with the
 #     uninitialized-value check as well. Built with -cl-opt-disable there: oclgrind 21.10's
 #     checker cannot execute the `freeze` and undef-lane shuffles that LLVM's optimizer emits,
 #     and its shadow state misreports packed buffers once a context has run a first call, so
 #     every case gets a fresh process;
-#  4. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
+#  5. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
 #     test build's emulation, CLATTN_TEST_FLASH_SUBGROUPS=emulate).
 # Usage: oclgrind-check.sh PATH/TO/clattn
 set -euo pipefail
@@ -46,6 +48,16 @@ if ! bash "$(dirname "$0")/../tests/cli_cache.sh" "$clattn" "$logs/runner" > "$l
   failed=1
 fi
 for log in "$logs"/cache-*.log; do report "$log" "the KV cache"; done
+
+echo "-- a multi-head attention layer, pruned, with CLBlast projections (memory, races, API)"
+sed 's/cache-/layer-/' "$logs/runner" > "$logs/layer-runner"
+chmod +x "$logs/layer-runner"
+if ! bash "$(dirname "$0")/../tests/cli_layer.sh" "$clattn" "$logs/layer-runner" > "$logs/out" 2>&1; then
+  echo "clattn layer failed on the simulator:"
+  cat "$logs/out"
+  failed=1
+fi
+for log in "$logs"/layer-*.log; do report "$log" "the layer"; done
 
 cases=$("$clattn" check --quick --list | wc -l)
 echo "-- $cases quick cases x 4 fused variants, each in its own process (+ uninitialized values)"

@@ -40,3 +40,11 @@ npy_reshape() {
   local len=$(( $(od -An -tu2 -j8 -N2 "$1") ))
   { npy_header '<f4' "$3"; tail -c +$((11 + len)) "$1"; } > "$2"
 }
+
+# npy_take IN OUT SHAPE [SKIP]: a <f4 array of SHAPE from the values of IN (a <f4 array) after
+# its first SKIP values; IN must hold enough of them
+npy_take() {
+  local len=$(( $(od -An -tu2 -j8 -N2 "$1") )) shape="$3" skip="${4:-0}" count=1 d
+  for d in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * d)); done
+  { npy_header '<f4' "$shape"; tail -c +$((11 + len + 4 * skip)) "$1" | head -c $((4 * count)); } > "$2"
+}

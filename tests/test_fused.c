@@ -146,6 +146,33 @@ Test(fused, nan_and_inf_inputs_stay_where_they_belong) {
     expect_all_pass(cases, COUNT(cases));
 }
 
+/* V values near FLT_MAX: softmax averages them, so O stays finite and matches the reference
+ * (the CPU variant keeps its accumulator a combination of V rows with weights summing to at
+ * most 1). 70 keys span three key tiles; the scores differ, so the maximum moves. */
+Test(fused, values_near_the_float_maximum_stay_finite) {
+    enum { NQ = 5, NK = 70, D = 8 };
+    float q[NQ * D], k[NK * D], v[NK * D], o[NQ * D], ref[NQ * D];
+    fill_uniform(q, NQ * D, 11);
+    fill_uniform(k, NK * D, 12);
+    for (int j = 0; j < NK * D; j++) v[j] = (j % 3 ? 3.0e38f : -2.9e38f) * (j % 2 ? 1.0f : 0.98f);
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_attention_desc d;
+        cr_assert_eq(clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, NQ, NK, D, D),
+                     CLATTN_SUCCESS);
+        d.path = CLATTN_PATH_REFERENCE;
+        ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, ref, NULL));
+        d.path = CLATTN_PATH_FUSED;
+        d.variant = CLATTN_VARIANT_CPU;
+        ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, o, NULL));
+        for (int x = 0; x < NQ * D; x++)
+            cr_expect(isfinite(o[x]) && fabsf(o[x] - ref[x]) <= TOL_F32_RTOL * fabsf(ref[x]),
+                      "device %zu: O[%d] = %g, the reference %g", dev, x, (double)o[x],
+                      (double)ref[x]);
+    }
+}
+
 /* ---------------------------------------------------------------- checks before launch */
 
 static clattn_context *first_context(void) {
@@ -316,4 +343,39 @@ Test(fused, causal_and_windows_skip_tiles) {
     double band = (double)window.tiles_counted / (double)full.tiles_counted;
     cr_assert(band < 0.2, "a (64,64) window at N=1024 visits %.2f of the tiles", band);
     cr_assert_eq(causal.pairs, 2ull * 1024 * 1025 / 2);
+}
+
+/* The CPU variant's planner splits the rows finer when a call has few of them, so that every
+ * compute unit gets work: 16-row tiles (one vector of rows) for 64 rows of one head; the
+ * table's taller tiles once there are 8 work-items a compute unit at that size. */
+static clattn_stats run_cpu_variant(size_t heads, size_t n) {
+    clattn_context *ctx = first_context();
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, heads, heads, n, n, 64, 64);
+    d.path = CLATTN_PATH_FUSED;
+    d.variant = CLATTN_VARIANT_CPU;
+    size_t count = heads * n * 64;
+    float *x = calloc(count, sizeof(float)), *o = calloc(count, sizeof(float));
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, x, x, x, o, NULL));
+    clattn_stats stats;
+    clattn_stats_init(&stats);
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
+    free(x);
+    free(o);
+    return stats;
+}
+
+Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(first_context(), &info);
+    clattn_stats tiny = run_cpu_variant(1, 64), large = run_cpu_variant(8, 2048);
+    cr_expect_eq(tiny.block_m, 16, "64 rows in tiles of %u", tiny.block_m);
+    cr_expect_eq(tiny.tiles_visited, 4ull * 64 / tiny.block_n);
+    cr_expect_eq(large.block_m % 16, 0);
+    uint64_t items = 8ull * ((2048 + large.block_m - 1) / large.block_m);
+    if (large.block_m > 16)
+        cr_expect_geq(items, 8ull * info.compute_units, "%llu work-items for %u units",
+                      (unsigned long long)items, info.compute_units);
+    if (info.compute_units <= 8) cr_expect_gt(large.block_m, 16);
 }

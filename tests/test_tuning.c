@@ -57,18 +57,18 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
     clattn_device_info_init(&info);
     clattn_context_device_info(ctx, &info);
     clattn_stats before = run_variant(ctx, CLATTN_VARIANT_CPU);
-    cr_assert_eq(before.block_m, 8, "the built-in default");
+    cr_assert_eq(before.block_m, 16, "the built-in 32 rows, split finer for a call of 90 rows");
 
     char text[1024];
     snprintf(text, sizeof text,
              "{\"clattn_tuning\": 1, \"note\": [1, {\"x\": \"y\"}], \"entries\": [\n"
              "  {\"device\": \"another device\", \"variant\": \"cpu\", \"block_m\": 2},\n"
-             "  {\"device\": \"%s\", \"driver\": \"%s\", \"variant\": \"cpu\", \"block_m\": 4,\n"
+             "  {\"device\": \"%s\", \"driver\": \"%s\", \"variant\": \"cpu\", \"block_m\": 48,\n"
              "   \"comment\": \"block_n stays built in\"}]}\n",
              info.name, info.driver_version);
     write_tuning(text);
     clattn_stats tuned = run_variant(ctx, CLATTN_VARIANT_CPU);
-    cr_expect_eq(tuned.block_m, 4, "tuning.json's block_m");
+    cr_expect_eq(tuned.block_m, 48, "tuning.json's block_m, taken as it is");
     cr_expect_eq(tuned.block_n, before.block_n, "a field the entry leaves out stays built in");
     cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_GPU).block_m, 64, "other variants untouched");
     clattn_variant_info vi;
@@ -77,7 +77,7 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
     cr_expect_str_eq(vi.tuning, "tuning.json");
 
     write_tuning("{\"entries\": [{\"device\": \""); /* cut short: ignored */
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 16);
     clattn_context_destroy(ctx);
 }
 
@@ -176,19 +176,19 @@ Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini =
     clattn_context_device_info(ctx, &info);
     char text[512], path[128], real[128];
     snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_m\": 4}]}",
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_m\": 48}]}",
              info.name);
     write_tuning(text);
     snprintf(path, sizeof path, "%s/tuning.json", folder);
     snprintf(real, sizeof real, "%s/real.json", folder);
     cr_assert_eq(rename(path, real), 0);
     cr_assert_eq(symlink(real, path), 0);
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8, "read through a link");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 16, "read through a link");
     cr_assert_eq(unlink(path), 0);
     cr_assert_eq(rename(real, path), 0);
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 4, "the regular file");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 48, "the regular file");
     cr_assert_eq(chmod(folder, 0777), 0);
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 8, "read in a folder others write");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 16, "read in a folder others write");
     clattn_tuning t; /* nor written there */
     clattn_tuning_init(&t);
     cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_CPU, &t, NULL), CLATTN_SUCCESS);

@@ -10,4 +10,9 @@
 clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b, cl_event *event);
 
+/* A KV cache's context and desc (api/kv_cache.c), for the layer above that appends to it and
+ * attends over it (runtime/mha/): it checks a cache against itself before changing anything. */
+clattn_context *kv_cache_context(const clattn_kv_cache *cache);
+const clattn_kv_cache_desc *kv_cache_desc(const clattn_kv_cache *cache);
+
 #endif

@@ -180,6 +180,14 @@ void clattn_kv_cache_destroy(clattn_kv_cache *c) {
     free(c);
 }
 
+clattn_context *kv_cache_context(const clattn_kv_cache *c) {
+    return c->ctx;
+}
+
+const clattn_kv_cache_desc *kv_cache_desc(const clattn_kv_cache *c) {
+    return &c->desc;
+}
+
 clattn_status clattn_kv_cache_buffers(const clattn_kv_cache *c, cl_mem *k, cl_mem *v) {
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     if (k) *k = c->k;

@@ -42,7 +42,7 @@ clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_ki
                          plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
     st->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
     st->dv_pad = tiles_head_dim_bucket(pb->dim_v);
-    clattn_status status = kind->fit(ctx, st);
+    clattn_status status = kind->fit(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
     status = tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);
@@ -174,8 +174,8 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
                            st->kind->kernel_file};
     char pack_defines[160], defines[256];
     snprintf(pack_defines, sizeof pack_defines,
-             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d", st->block_n, st->dqk_pad,
-             st->dv_pad, (int)pb->dtype);
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKEY_ROWS=%d", st->block_n,
+             st->dqk_pad, st->dv_pad, (int)pb->dtype, st->kind->key_rows);
     snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_DTYPE=%d -DCOUNT_TILES=%d",
              pack_defines, st->block_m, (int)pb->out_dtype, pb->count_tiles);
     clattn_status status =

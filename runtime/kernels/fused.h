@@ -19,9 +19,11 @@ struct fused_state;
 typedef struct fused_kind {
     const char *kernel_file; /* "fused_cpu.cl" */
     const char *kernel_name; /* "attention_cpu" */
-    /* Fits the tuned tile shape (st->block_m, block_n) to the device and sets the work-group
-     * size; CLATTN_ERR_UNSUPPORTED with the reason on ctx when no tile fits. */
-    clattn_status (*fit)(clattn_context *ctx, struct fused_state *st);
+    int key_rows;            /* K packed as rows like V (cl/pack.cl KEY_ROWS), not as K^T tiles */
+    /* Fits the tuned tile shape (st->block_m, block_n) to the device and the call and sets the
+     * work-group size; CLATTN_ERR_UNSUPPORTED (or INVALID_ARGUMENT for a tuning entry the
+     * kernel cannot take) with the reason on ctx when no tile fits. */
+    clattn_status (*fit)(clattn_context *ctx, const variant_plan *plan, struct fused_state *st);
 } fused_kind;
 
 typedef struct fused_state {

@@ -7,12 +7,36 @@
 
 #include <stdio.h>
 
-static clattn_status fit_cpu(clattn_context *ctx, fused_state *st) {
+/* Work-items a compute unit the planner wants at least, so that every core stays busy and the
+ * cores finish at about the same time however few heads and rows a call has. */
+#define ITEMS_PER_UNIT 8
+
+/* Query tiles (work-items) of a call with tiles of block_m rows. */
+static uint64_t query_tiles(const attn_problem *pb, unsigned block_m, unsigned block_n) {
+    tile_geometry g;
+    tiles_plan_geometry(pb, block_m, block_n, &g);
+    return (uint64_t)(g.classes * g.tiles_per_class) * pb->batch * pb->heads_q;
+}
+
+/* The kernel's lanes are query rows: tiles of 16, 32 or 48 rows. A tuning.json entry, or the
+ * context's own (a tuner's candidate), is taken as it is; otherwise the tile shrinks by 16 rows
+ * (down to 16) while the call has fewer than ITEMS_PER_UNIT work-items a compute unit. */
+static clattn_status fit_cpu(clattn_context *ctx, const variant_plan *plan, fused_state *st) {
+    if (st->block_m % 16 != 0 || st->block_m > 48)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "cpu: the tuning entry's block_m %u is out of range (16, 32 or 48 query "
+                         "rows, the lanes of the kernel's vectors)",
+                         st->block_m);
+    uint64_t units = ctx->device.compute_units ? ctx->device.compute_units : 1;
+    if (plan->tuning_from != TUNING_USER && plan->tuning_from != TUNING_CONTEXT)
+        while (st->block_m > 16 &&
+               query_tiles(plan->problem, st->block_m, st->block_n) < ITEMS_PER_UNIT * units)
+            st->block_m -= 16;
     st->group_size = 1;
     return CLATTN_SUCCESS;
 }
 
-static const fused_kind cpu_kind = {"fused_cpu.cl", "attention_cpu", fit_cpu};
+static const fused_kind cpu_kind = {"fused_cpu.cl", "attention_cpu", 1, fit_cpu};
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     return fused_supports(pb, why, size);

@@ -10,7 +10,7 @@
 
 /* Rows a work-group within the device's limit; key tiles within local memory (K^T and V
  * tiles: (dqk_pad + dv_pad) * block_n floats, and the kernel's own local scalars). */
-static clattn_status fit_gpu(clattn_context *ctx, fused_state *st) {
+static clattn_status fit_gpu(clattn_context *ctx, const variant_plan *plan, fused_state *st) {
     const clattn_device_info *dev = &ctx->device;
     while (st->block_m > dev->max_work_group_size && st->block_m > 8) st->block_m /= 2;
     if (st->block_m > dev->max_work_group_size)
@@ -32,7 +32,7 @@ static clattn_status fit_gpu(clattn_context *ctx, fused_state *st) {
     return CLATTN_SUCCESS;
 }
 
-static const fused_kind gpu_kind = {"fused_gpu.cl", "attention_gpu", fit_gpu};
+static const fused_kind gpu_kind = {"fused_gpu.cl", "attention_gpu", 0, fit_gpu};
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (ctx->device.max_work_group_size < 8) {

@@ -32,11 +32,10 @@
  * reads V with those rows zeroed (a float32 copy, or the widened scratch of 16-bit V), and
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
+#include "kernels/blas.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
 
-#include <clblast_c.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,81 +45,6 @@
 /* At most 2^30 scores (4 GiB) a chunk, so that CLBlast's padded copies of them stay
  * addressable with int offsets too. */
 #define MAX_CHUNK_SCORES ((size_t)1 << 30)
-
-/* ---------------------------------------------------------------- CLBlast, one call at a time */
-
-/* CLBlast 1.5 is not safe to call from two threads at once, even on contexts of their own: its
- * process-wide caches and database code use memory another thread's call has freed (a
- * heap-use-after-free; fixed upstream in 1.6.1). Every CLBlast call holds this lock. */
-static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* CLBlast keeps every program it builds in one process-wide cache, which holds a reference to
- * the program's cl_context and has no per-context eviction. So the contexts that called it are
- * counted, and the cache is cleared when the last of them is destroyed: a destroyed context's
- * cl_context is then really released, at the price of CLBlast rebuilding (from the driver's
- * own binary cache, where it has one) in the next context. */
-static unsigned blas_users; /* under blas_lock */
-
-/* Runs when a context that used the gemm path is destroyed (context_on_destroy). */
-static void blas_user_release(clattn_context *ctx) {
-    pthread_mutex_lock(&blas_lock);
-    if (--blas_users == 0) CLBlastClearCache();
-    pthread_mutex_unlock(&blas_lock);
-}
-
-static void blas_user_add(clattn_context *ctx) {
-    if (context_on_destroy(ctx, blas_user_release) != 1) return; /* counted already */
-    pthread_mutex_lock(&blas_lock);
-    blas_users++;
-    pthread_mutex_unlock(&blas_lock);
-}
-
-/* ---------------------------------------------------------------- CLBlast status */
-
-#define CLBLAST_CODE(name)                                                                         \
-    { name, #name }
-static const struct {
-    CLBlastStatusCode code;
-    const char *name;
-} clblast_codes[] = {
-    CLBLAST_CODE(CLBlastNotImplemented),
-    CLBLAST_CODE(CLBlastInvalidMatrixA),
-    CLBLAST_CODE(CLBlastInvalidMatrixB),
-    CLBLAST_CODE(CLBlastInvalidMatrixC),
-    CLBLAST_CODE(CLBlastInvalidDimension),
-    CLBLAST_CODE(CLBlastInvalidLeadDimA),
-    CLBLAST_CODE(CLBlastInvalidLeadDimB),
-    CLBLAST_CODE(CLBlastInvalidLeadDimC),
-    CLBLAST_CODE(CLBlastInsufficientMemoryA),
-    CLBLAST_CODE(CLBlastInsufficientMemoryB),
-    CLBLAST_CODE(CLBlastInsufficientMemoryC),
-    CLBLAST_CODE(CLBlastInsufficientMemoryTemp),
-    CLBLAST_CODE(CLBlastInvalidBatchCount),
-    CLBLAST_CODE(CLBlastInvalidOverrideKernel),
-    CLBLAST_CODE(CLBlastMissingOverrideParameter),
-    CLBLAST_CODE(CLBlastInvalidLocalMemUsage),
-    CLBLAST_CODE(CLBlastNoHalfPrecision),
-    CLBLAST_CODE(CLBlastNoDoublePrecision),
-    CLBLAST_CODE(CLBlastDatabaseError),
-    CLBLAST_CODE(CLBlastUnknownError),
-    CLBLAST_CODE(CLBlastUnexpectedError),
-};
-#undef CLBLAST_CODE
-
-/* A failed CLBlast call as a status and a message naming it: CLBlast's own codes become
- * CLATTN_ERR_BLAS; OpenCL's codes, which CLBlast passes on unchanged, keep their value. */
-static clattn_status blas_error(clattn_context *ctx, CLBlastStatusCode code, const char *what) {
-    for (size_t i = 0; i < ARRAY_LEN(clblast_codes); i++)
-        if (clblast_codes[i].code == code)
-            return ctx_error(ctx, CLATTN_ERR_BLAS, "gemm: CLBlast failed in %s: %s (%d)", what,
-                             clblast_codes[i].name, (int)code);
-    const char *name = clattn_status_name((clattn_status)code);
-    if (code < 0 && strcmp(name, "unknown status") != 0)
-        return ctx_error(ctx, (clattn_status)code,
-                         "gemm: CLBlast failed in %s: OpenCL error %s (%d)", what, name, (int)code);
-    return ctx_error(ctx, CLATTN_ERR_BLAS, "gemm: CLBlast failed in %s: status %d", what,
-                     (int)code);
-}
 
 /* ---------------------------------------------------------------- planning */
 
@@ -534,16 +458,6 @@ static clattn_status batch_args_alloc(clattn_context *ctx, size_t n, batch_args 
     return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: batch arguments for %zu entries", n);
 }
 
-/* Keeps a CLBlast event for timing and turns its status into ours. */
-static clattn_status blas_done(clattn_context *ctx, CLBlastStatusCode code, cl_event event,
-                               const char *what) {
-    if (event) {
-        if (code == CLBlastSuccess) timing_track(ctx, event);
-        clReleaseEvent(event);
-    }
-    return code == CLBlastSuccess ? CLATTN_SUCCESS : blas_error(ctx, code, what);
-}
-
 /* One GEMM of a chunk: C[rows][n] = alpha * A[rows][k] * B for every (b, h) entry, where A
  * and C hold query rows and B key rows, at the entry's kv head: [n][k] read transposed (K) or
  * [k][n] (V). */
@@ -568,16 +482,14 @@ static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, c
         args->beta[g] = 0.0f;
     }
     cl_event event = NULL;
-    pthread_mutex_lock(&blas_lock);
-    launch_lock(ctx);
+    blas_enter(ctx);
     CLBlastStatusCode code = CLBlastSgemmBatched(
         CLBlastLayoutRowMajor, CLBlastTransposeNo,
         st->transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo, c->rows, st->n, st->k,
         args->alpha, st->a->buffer, args->a, st->a->ld, st->b->buffer, args->b, st->b->ld,
         args->beta, st->c->buffer, args->c, st->invalid ? 0 : st->c->ld, c->groups, &ctx->queue,
         ctx->timing ? &event : NULL);
-    launch_unlock(ctx);
-    pthread_mutex_unlock(&blas_lock);
+    blas_leave(ctx);
     return blas_done(ctx, code, event, st->what);
 }
 
@@ -888,14 +800,14 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
                         .k = pb->dim_qk,
                         .alpha = pb->scale,
                         .invalid = p->fail_gemm,
-                        .what = "CLBlastSgemmBatched (scores S = scale*Q*K^T)"};
+                        .what = "gemm: CLBlastSgemmBatched (scores S = scale*Q*K^T)"};
     gemm_step output = {.a = &ops.s,
                         .b = &ops.v,
                         .c = &ops.o,
                         .n = pb->dim_v,
                         .k = c->keys,
                         .alpha = 1.0f,
-                        .what = "CLBlastSgemmBatched (output O = P*V)"};
+                        .what = "gemm: CLBlastSgemmBatched (output O = P*V)"};
     if (!status) status = batched_gemm(ctx, pb, c, &call->args, &scores);
     if (!status)
         status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c, pb->scale);

@@ -39,8 +39,9 @@ typedef struct tuning_entry {
 #define EVERY CL_DEVICE_TYPE_ALL
 
 static const tuning_entry built_in[] = {
-    /* fused cpu: BLOCK_M rows in registers a work-item, BLOCK_N keys a tile, 16-wide vectors */
-    {"cpu", EVERY, "", "", {.block_m = 8, .block_n = 32, .wg_size = 1, .vector = 16}},
+    /* fused cpu: BLOCK_M rows a work-item (the lanes of its 16-wide vectors; fewer for calls
+       with few rows), BLOCK_N keys a tile */
+    {"cpu", EVERY, "", "", {.block_m = 32, .block_n = 32, .wg_size = 1, .vector = 16}},
     /* fused gpu: a row a work-item, BLOCK_M rows a work-group, K/V tiles in local memory */
     {"gpu", EVERY, "", "", {.block_m = 64, .block_n = 32, .wg_size = 64, .vector = 1}},
     /* flash: BLOCK_M x BLOCK_N tiles of (block_m / tile_m) x (block_n / tile_n) work-items,

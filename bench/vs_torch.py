@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""clattn's fused attention against PyTorch's scaled_dot_product_attention, on the same CPU.
+
+Two modes. The default (prefill) one: for each shape (B=1, Nq = Nk = N, Dqk = Dv = D, float32,
+Q, K, V and O laid out as [B][N][H][D]) the script alternates, round after round, a `clattn
+bench` process (its fused path on an OpenCL device, by default PoCL's CPU device) with timed
+calls of torch.nn.functional.scaled_dot_product_attention on the same [B][N][H][D] tensors
+(viewed as [B][H][N][D], as SDPA takes them) in this process, with
+torch.set_num_threads(THREADS). Each side warms up, then repeats; a round's figure is the median
+of its repeats. It reports per shape the minimum and median time of each side over all rounds,
+the speed ratio (torch time / clattn time: above 1 means clattn is faster; the median of the
+rounds' ratios, so a drift of the machine's speed between rounds cancels) and GFLOP/s of useful
+work, 4 * pairs * D, where pairs counts the allowed (b, h, i, j) pairs (B*Hq*N*N for full,
+B*Hq*N*(N+1)/2 for causal).
+
+clattn's times are `clattn bench`'s wall time around each call (inputs already on the device,
+the call's packing of K and V included); torch's are the wall time around each SDPA call.
+
+--decode (issue 12, decoding with a KV cache): one new token (Nq = 1) over a full cache of Nk
+keys, for each Nk in --nk and storage type in --dtypes (GQA Hq:Hkv = 32:8, D = 128, B = 1 by
+default). The clattn side is `clattn bench --preset decode --nq 1 --steps 0 --dtype T`: a
+clattn_kv_cache_attention call over a KV cache filled to Nk rows (its "attend" record); the torch
+side is SDPA(q, k, v, enable_gqa=True) with q [B][Hq][1][D] and contiguous k, v [B][Hkv][Nk][D]
+of the same dtype (the layout of a Hugging Face KV cache). Same rounds, times and ratios; the rate
+is K/V GB/s, the K and V bytes a call reads over its time. A q8_0 cache (float32 Q and O) has no
+torch counterpart: its row shows clattn's times and "-" for torch.
+
+Install nothing here: PyTorch comes from pip into a virtual environment, e.g.
+
+    python3 -m venv ~/venv-torch
+    ~/venv-torch/bin/pip install torch numpy
+    # if that pulls the large CUDA build, the CPU build is enough:
+    # ~/venv-torch/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+
+then, after ./scripts/build.sh:
+
+    ~/venv-torch/bin/python bench/vs_torch.py                      # every shape (minutes)
+    ~/venv-torch/bin/python bench/vs_torch.py --sizes 1024,4096    # the quicker part
+    ~/venv-torch/bin/python bench/vs_torch.py --csv out.csv --json out.json
+    ~/venv-torch/bin/python bench/vs_torch.py --decode             # Nk = 4096, 32768; 4 dtypes
+    ~/venv-torch/bin/python bench/vs_torch.py --decode --nk 4096 --dtypes f32,bf16
+
+The clattn process runs with OPENBLAS_NUM_THREADS=1: the CLI links OpenBLAS for its host
+baseline, whose idle worker threads would otherwise spin beside PoCL's threads; the fused path
+never calls OpenBLAS.
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# Prefill (the default mode).
+DEFAULT_SIZES = "1024,4096,16384"
+DEFAULT_DIMS = "64,128"
+DEFAULT_PATTERNS = "full,causal"
+DEFAULT_HEADS = "8:8,32:8"  # MHA and GQA (Hq:Hkv)
+DEFAULT_MAX_REPEAT = 20
+
+# --decode: the shape of issue 12.
+DECODE_NK = "4096,32768"
+DECODE_DTYPES = "f32,f16,bf16,q8_0"
+DECODE_DIMS = "128"
+DECODE_HEADS = "32:8"
+DECODE_MAX_REPEAT = 100
+CLATTN_MAX_REPEAT = 256  # clattn bench --preset decode times at most this many calls
+
+TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # q8_0: none
+
+
+def parse_args():
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clattn", default=os.path.join(here, "..", "build", "clattn"),
+                   help="the clattn executable (default: ./build/clattn)")
+    p.add_argument("--decode", action="store_true",
+                   help="decoding: one query (Nq = 1) over a full KV cache of --nk keys")
+    p.add_argument("--sizes",
+                   help=f"prefill: sequence lengths N, Nq = Nk (default {DEFAULT_SIZES})")
+    p.add_argument("--patterns", help=f"prefill: full and/or causal (default {DEFAULT_PATTERNS})")
+    p.add_argument("--nk", help=f"decode: cache lengths Nk (default {DECODE_NK})")
+    p.add_argument("--dtypes", help=f"decode: f32, f16, bf16, q8_0 (default {DECODE_DTYPES}; "
+                   "q8_0 is clattn only)")
+    p.add_argument("--dims", help=f"head dims D, Dqk = Dv (default {DEFAULT_DIMS}; "
+                   f"decode: {DECODE_DIMS})")
+    p.add_argument("--heads",
+                   help=f"Hq:Hkv pairs (default {DEFAULT_HEADS}; decode: {DECODE_HEADS})")
+    p.add_argument("--batch", type=int, default=1, help="batch size B")
+    p.add_argument("--rounds", type=int, default=3, help="alternations per shape (>= 1)")
+    p.add_argument("--min-time", type=float, default=0.5,
+                   help="seconds of timed calls each side aims at per round (sets the repeats)")
+    p.add_argument("--max-repeat", type=int,
+                   help=f"most timed calls per round (default {DEFAULT_MAX_REPEAT}; "
+                   f"decode: {DECODE_MAX_REPEAT}, at most {CLATTN_MAX_REPEAT})")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="torch threads (PoCL's CPU device uses every core; default: all)")
+    p.add_argument("--device", default=None, help="clattn --device SPEC (default: clattn's)")
+    p.add_argument("--csv", help="write the table as CSV")
+    p.add_argument("--json", help="write the results and the setup as JSON")
+    args = p.parse_args()
+    other = ("sizes", "patterns") if args.decode else ("nk", "dtypes")
+    for name in other:
+        if getattr(args, name) is not None:
+            p.error(f"--{name} belongs to the {'prefill' if args.decode else '--decode'} mode")
+    defaults = {"sizes": DEFAULT_SIZES, "patterns": DEFAULT_PATTERNS, "nk": DECODE_NK,
+                "dtypes": DECODE_DTYPES,
+                "dims": DECODE_DIMS if args.decode else DEFAULT_DIMS,
+                "heads": DECODE_HEADS if args.decode else DEFAULT_HEADS,
+                "max_repeat": DECODE_MAX_REPEAT if args.decode else DEFAULT_MAX_REPEAT}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.rounds < 1 or args.max_repeat < 1:
+        p.error("--rounds and --max-repeat must be at least 1")
+    if args.decode and args.max_repeat > CLATTN_MAX_REPEAT:
+        p.error(f"--max-repeat: clattn's decode preset times at most {CLATTN_MAX_REPEAT} calls")
+    return args
+
+
+def int_list(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def head_pairs(args):
+    return [tuple(int(x) for x in pair.split(":")) for pair in args.heads.split(",")]
+
+
+def repeats_for(seconds, args):
+    """Timed calls per round: about --min-time seconds for calls of `seconds` each."""
+    return max(1, min(args.max_repeat, int(args.min_time / seconds + 0.999)))
+
+
+def fmt(value, spec):
+    return "-" if value is None else spec.format(value)
+
+
+# ---------------------------------------------------------------- prefill: Nq = Nk = N
+
+
+class Prefill:
+    """Full and causal attention over N queries and N keys, float32."""
+
+    name = "prefill"
+    own_torch_repeat = False  # both sides time `repeat` calls a round
+
+    @staticmethod
+    def shapes(args):
+        for n in int_list(args.sizes):
+            for d in int_list(args.dims):
+                for hq, hkv in head_pairs(args):
+                    for pattern in args.patterns.split(","):
+                        if pattern not in ("full", "causal"):
+                            sys.exit(f"vs_torch: pattern '{pattern}': expected full or causal")
+                        yield {"b": args.batch, "hq": hq, "hkv": hkv, "n": n, "d": d,
+                               "pattern": pattern}
+
+    @staticmethod
+    def pairs(s):
+        n = s["n"]
+        per_head = n * n if s["pattern"] == "full" else n * (n + 1) // 2
+        return s["b"] * s["hq"] * per_head
+
+    @staticmethod
+    def flops(s):
+        return 4 * Prefill.pairs(s) * s["d"]
+
+    @staticmethod
+    def repeats(s, args):
+        return repeats_for(Prefill.flops(s) / 200e9, args)  # at an assumed 200 GFLOP/s
+
+    @staticmethod
+    def clattn_args(s, repeat, tmp):
+        """`clattn bench` arguments for one round, and the CSV file it writes."""
+        out = os.path.join(tmp, "bench.csv")
+        return ["bench", "--path", "fused", "--b", str(s["b"]), "--hq", str(s["hq"]),
+                "--hkv", str(s["hkv"]), "--nq", str(s["n"]), "--d", str(s["d"]),
+                "--pattern", s["pattern"], "--dtype", "f32", "--warmup", "1",
+                "--repeat", str(repeat), "--csv", out], out
+
+    @staticmethod
+    def clattn_record(s, rows):
+        """Checks clattn's CSV rows; returns the row timed and what the results keep of it."""
+        row = rows[0]
+        if int(row["pairs"]) != Prefill.pairs(s):
+            sys.exit(f"vs_torch: clattn counted {row['pairs']} pairs, expected {Prefill.pairs(s)}")
+        return row, {}
+
+    @staticmethod
+    def torch_call(torch, s):
+        """SDPA on [B][N][H][D] tensors (clattn's layout) viewed as [B][H][N][D], no copies."""
+        g = torch.Generator().manual_seed(42)
+
+        def make(h):
+            x = torch.rand(s["b"], s["n"], h, s["d"], generator=g, dtype=torch.float32) * 2 - 1
+            return x.transpose(1, 2)
+
+        q, k, v = make(s["hq"]), make(s["hkv"]), make(s["hkv"])
+        extra = {"enable_gqa": True} if s["hq"] != s["hkv"] else {}
+        causal = s["pattern"] == "causal"
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return lambda: sdpa(q, k, v, is_causal=causal, **extra)
+
+    @staticmethod
+    def fields(s):
+        return {"pairs": Prefill.pairs(s)}
+
+    @staticmethod
+    def rates(r):
+        flops = Prefill.flops(r)
+        return {"clattn_gflops": flops / r["clattn_ms_median"] / 1e6,
+                "torch_gflops": flops / r["torch_ms_median"] / 1e6}
+
+    columns = [("N", lambda r: str(r["n"])), ("D", lambda r: str(r["d"])),
+               ("Hq:Hkv", lambda r: f"{r['hq']}:{r['hkv']}"), ("pattern", lambda r: r["pattern"])]
+    rate_columns = [("clattn GFLOP/s", lambda r: fmt(r["clattn_gflops"], "{:.0f}")),
+                    ("torch GFLOP/s", lambda r: fmt(r["torch_gflops"], "{:.0f}"))]
+    ms_format = "{:.2f}"
+
+    @staticmethod
+    def describe(setup, r):
+        """The header's shape line, and further lines."""
+        return f"float32, B={setup['batch']}", []
+
+
+# ---------------------------------------------------------------- decode: Nq = 1 over a cache
+
+
+def values_bytes(dtype, n):
+    """Bytes of n values stored as dtype (q8_0: blocks of 32 values in 34 bytes)."""
+    return n // 32 * 34 if dtype == "q8_0" else n * (4 if dtype == "f32" else 2)
+
+
+class Decode:
+    """One new token (Nq = 1) over a KV cache of Nk keys, in each storage type."""
+
+    name = "decode"
+    own_torch_repeat = True  # torch's calls can be 50x slower: its repeats come from its own time
+
+    @staticmethod
+    def shapes(args):
+        for nk in int_list(args.nk):
+            for d in int_list(args.dims):
+                for hq, hkv in head_pairs(args):
+                    for dtype in args.dtypes.split(","):
+                        if dtype not in ("f32", "f16", "bf16", "q8_0"):
+                            sys.exit(f"vs_torch: dtype '{dtype}': expected f32, f16, bf16 or q8_0")
+                        yield {"b": args.batch, "hq": hq, "hkv": hkv, "nq": 1, "nk": nk, "d": d,
+                               "dtype": dtype}
+
+    @staticmethod
+    def kv_bytes(s):
+        return 2 * values_bytes(s["dtype"], s["b"] * s["nk"] * s["hkv"] * s["d"])
+
+    @staticmethod
+    def repeats(s, args):
+        return repeats_for(Decode.kv_bytes(s) / 20e9, args)  # at an assumed 20 GB/s
+
+    @staticmethod
+    def clattn_args(s, repeat, tmp):
+        return ["bench", "--preset", "decode", "--b", str(s["b"]), "--nq", "1",
+                "--nk", str(s["nk"]), "--hq", str(s["hq"]), "--hkv", str(s["hkv"]),
+                "--d", str(s["d"]), "--dtype", s["dtype"], "--steps", "0", "--warmup", "1",
+                "--repeat", str(repeat), "--out", tmp], os.path.join(tmp, "decode.csv")
+
+    @staticmethod
+    def clattn_record(s, rows):
+        row = next((x for x in rows if x["mode"] == "attend"), None)
+        if row is None:
+            sys.exit("vs_torch: clattn's decode.csv holds no attend record")
+        if int(float(row["kv_bytes"])) != Decode.kv_bytes(s):
+            sys.exit(f"vs_torch: clattn read {row['kv_bytes']} K/V bytes, "
+                     f"expected {Decode.kv_bytes(s)}")
+        return row, {"clattn_kernel": row["kernel"], "clattn_copy_gbs": float(row["copy_gbs"])}
+
+    @staticmethod
+    def torch_call(torch, s):
+        """SDPA with q [B][Hq][1][D] and contiguous k, v [B][Hkv][Nk][D]; None for q8_0."""
+        if s["dtype"] not in TORCH_DTYPES:
+            return None
+        dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
+        g = torch.Generator().manual_seed(42)
+
+        def make(h, n):
+            x = torch.rand(s["b"], h, n, s["d"], generator=g, dtype=torch.float32) * 2 - 1
+            return x.to(dtype)
+
+        q, k, v = make(s["hq"], 1), make(s["hkv"], s["nk"]), make(s["hkv"], s["nk"])
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        return lambda: sdpa(q, k, v, enable_gqa=True)
+
+    @staticmethod
+    def fields(s):
+        return {"kv_bytes": Decode.kv_bytes(s)}
+
+    @staticmethod
+    def rates(r):
+        def gbs(ms):
+            return None if ms is None else r["kv_bytes"] / ms / 1e6
+
+        return {"clattn_kv_gbs": gbs(r["clattn_ms_median"]),
+                "torch_kv_gbs": gbs(r["torch_ms_median"])}
+
+    columns = [("Nk", lambda r: str(r["nk"])), ("D", lambda r: str(r["d"])),
+               ("Hq:Hkv", lambda r: f"{r['hq']}:{r['hkv']}"), ("dtype", lambda r: r["dtype"])]
+    rate_columns = [("clattn K/V GB/s", lambda r: fmt(r["clattn_kv_gbs"], "{:.1f}")),
+                    ("torch K/V GB/s", lambda r: fmt(r["torch_kv_gbs"], "{:.1f}"))]
+    ms_format = "{:.3f}"
+
+    @staticmethod
+    def describe(setup, r):
+        return f"decode: Nq=1 over a full KV cache, B={setup['batch']}", [
+            "K/V GB/s: the K and V bytes a call reads / its median time; clattn's device copies "
+            f"{r['clattn_copy_gbs']:.1f} GB/s (read + written)",
+            "q8_0: clattn only (its K/V cache in q8_0, float32 Q and O); torch has no q8_0"]
+
+
+# ---------------------------------------------------------------- one shape
+
+
+def device_name(stdout):
+    """The device from clattn bench's "device N: NAME (PLATFORM...)" line."""
+    line = next((x for x in stdout.splitlines() if x.startswith("device ")), "device ?: ?")
+    return line.split(": ", 1)[1].split("; copy bandwidth")[0]
+
+
+def clattn_round(mode, s, repeat, args, env):
+    """One `clattn bench` process: warm-up, then `repeat` calls.
+    Returns (min ms, median ms, device, fields the results keep)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tail, out = mode.clattn_args(s, repeat, tmp)
+        cmd = [args.clattn] + tail + (["--device", args.device] if args.device else [])
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"vs_torch: {' '.join(cmd)} failed:\n{run.stdout}{run.stderr}")
+        with open(out, newline="") as f:
+            row, kept = mode.clattn_record(s, list(csv.DictReader(f)))
+        return float(row["ms_min"]), float(row["ms_median"]), device_name(run.stdout), kept
+
+
+def torch_round(torch, call, repeat):
+    """Warm-up, then `repeat` timed calls. Returns (min, median) ms."""
+    times = []
+    with torch.inference_mode():
+        call()
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return min(times), statistics.median(times)
+
+
+def measure(torch, mode, s, args, env):
+    """Alternates the two sides for --rounds rounds; torch's figures are None where it has no
+    counterpart (q8_0)."""
+    repeat = mode.repeats(s, args)
+    call = mode.torch_call(torch, s)
+    torch_repeat = repeat
+    if call is not None and mode.own_torch_repeat:  # from one call after a warm-up
+        torch_repeat = repeats_for(torch_round(torch, call, 1)[0] / 1e3, args)
+    c_min, c_med, t_min, t_med, ratios = [], [], [], [], []
+    for _ in range(args.rounds):
+        lo, med, device, kept = clattn_round(mode, s, repeat, args, env)
+        c_min.append(lo), c_med.append(med)
+        if call is not None:
+            lo, med = torch_round(torch, call, torch_repeat)
+            t_min.append(lo), t_med.append(med)
+            ratios.append(t_med[-1] / c_med[-1])
+
+    def summary(f, values):
+        return f(values) if values else None
+
+    r = dict(s)
+    r.update({"repeat": repeat, "rounds": args.rounds})
+    if mode.own_torch_repeat:
+        r["torch_repeat"] = torch_repeat if call is not None else None
+    r.update(mode.fields(s))
+    r.update({
+        "clattn_ms_min": min(c_min), "clattn_ms_median": statistics.median(c_med),
+        "torch_ms_min": summary(min, t_min), "torch_ms_median": summary(statistics.median, t_med),
+        "speed_ratio": summary(statistics.median, ratios),
+        "ratio_min": summary(min, ratios), "ratio_max": summary(max, ratios),
+    })
+    r.update(mode.rates(r))
+    r.update(kept)
+    return r, device
+
+
+# ---------------------------------------------------------------- output
+
+
+def columns(mode):
+    ms = mode.ms_format
+    return mode.columns + [
+        ("clattn min", lambda r: fmt(r["clattn_ms_min"], ms)),
+        ("clattn med", lambda r: fmt(r["clattn_ms_median"], ms)),
+        ("torch min", lambda r: fmt(r["torch_ms_min"], ms)),
+        ("torch med", lambda r: fmt(r["torch_ms_median"], ms)),
+        ("speed ratio", lambda r: fmt(r["speed_ratio"], "{:.2f}x")),
+        ("ratio range", lambda r: "-" if r["ratio_min"] is None
+         else f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}"),
+    ] + mode.rate_columns
+
+
+def print_header(setup, mode, r):
+    print(f"# {setup['date']}  clattn device: {setup['clattn_device']}")
+    print(f"# torch {setup['torch']} ({setup['torch_threads']} threads), python "
+          f"{setup['python']}, cpu: {setup['cpu']}")
+    shape, notes = mode.describe(setup, r)
+    print(f"# {shape}, times in ms (min and median over {setup['rounds']} "
+          "rounds); speed ratio = torch time / clattn time (median of the rounds' ratios)")
+    for line in notes:
+        print(f"# {line}")
+
+
+def print_row(mode, r, first):
+    cols = columns(mode)
+    widths = [max(len(title), 8) for title, _ in cols]
+    if first:
+        print("| " + " | ".join(t.ljust(w) for (t, _), w in zip(cols, widths)) + " |")
+        print("| " + " | ".join("-" * w for w in widths) + " |")
+    print("| " + " | ".join(f(r).ljust(w) for (_, f), w in zip(cols, widths)) + " |", flush=True)
+
+
+def write_csv(path, records):
+    keys = list(records[0].keys())
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def main():
+    args = parse_args()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("vs_torch: PyTorch is not installed in this Python; see the top of this file")
+    if not os.access(args.clattn, os.X_OK):
+        sys.exit(f"vs_torch: {args.clattn} is not an executable; run ./scripts/build.sh first")
+    mode = Decode if args.decode else Prefill
+    torch.set_num_threads(args.threads)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,
+             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+             "python": platform.python_version(), "cpu": cpu_name(), "batch": args.batch,
+             "rounds": args.rounds, "clattn_device": "?"}
+    records = []
+    for s in mode.shapes(args):
+        r, setup["clattn_device"] = measure(torch, mode, s, args, env)
+        if not records:
+            print_header(setup, mode, r)
+        print_row(mode, r, not records)
+        records.append(r)
+    if args.csv:
+        write_csv(args.csv, records)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"setup": setup, "results": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

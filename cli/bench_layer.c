@@ -1,0 +1,310 @@
+/*
+ * clattn bench --preset layer: a whole multi-head attention layer (clattn_mha_forward) of a
+ * model's shape, d_model = Hq*D, timed end to end and in its three phases (clattn_mha_stats,
+ * with the context timing: each phase is waited for), for each Nq, pattern and number of kept
+ * heads (the first K query heads; the rest pruned), so that a user sees where the time goes.
+ * Weights are seeded uniform in [-1/sqrt(in), 1/sqrt(in)] (nn.Linear's initialisation), X in
+ * [-1, 1]; X and Y float32, the weights in --dtype.
+ *
+ * FLOP/s: projections 2*M*d_model*(kept*Dqk + kv*(Dqk+Dv)) and output 2*M*kept*Dv*d_model with
+ * M = B*Nq (the layer's own counts), attention 2*pairs*(Dqk+Dv) over the kept heads' allowed
+ * pairs (the pattern's pairs * kept/Hq: exact for patterns shared by the heads).
+ */
+#include "args.h"
+#include "bench.h"
+#include "commands.h"
+#include "common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer_record {
+    size_t device;
+    clattn_dtype wtype;
+    size_t b, d_model, hq, hkv, d, nq, kept, attention_kv;
+    int duplicated;
+    char pattern[96];
+    double ms_min, ms_median;        /* the whole call, waited for */
+    double proj_ms, attn_ms, out_ms; /* medians of the phases */
+    double proj_flops, attn_flops, out_flops;
+    char kernel[96];
+} layer_record;
+
+static const char *dtype_text(clattn_dtype t) {
+    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : "f32";
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n) {
+    qsort(v, n, sizeof *v, compare_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double gflops(double flops, double ms) {
+    return ms > 0 ? flops / (ms * 1e6) : 0;
+}
+
+/* n values uniform in [-scale, scale] stored as dtype (seeded); NULL when out of memory. */
+static void *random_values(size_t n, double scale, clattn_dtype dtype, uint64_t seed) {
+    size_t elem = dtype == CLATTN_F32 ? 4 : 2;
+    float *x = malloc(n * sizeof *x + 1);
+    void *out = malloc(n * elem + 1);
+    for (size_t i = 0; x && i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)(((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0) * scale);
+    }
+    if (x && out) clattn_convert(CLATTN_F32, x, dtype, out, n);
+    free(x);
+    if (!x) free(out);
+    return x ? out : NULL;
+}
+
+/* The layer of the record's shape with its first `kept` heads kept. */
+static clattn_status make_layer(clattn_context *ctx, layer_record *r, clattn_mha **mha) {
+    clattn_mha_desc d;
+    size_t hd = r->hq * r->d, kvd = r->hkv * r->d;
+    clattn_mha_desc_init(&d, r->d_model, r->hq, r->hkv, r->d, r->d);
+    d.weight_dtype = r->wtype;
+    void *w[4] = {random_values(hd * r->d_model, 1 / sqrt((double)r->d_model), r->wtype, 11),
+                  random_values(kvd * r->d_model, 1 / sqrt((double)r->d_model), r->wtype, 12),
+                  random_values(kvd * r->d_model, 1 / sqrt((double)r->d_model), r->wtype, 13),
+                  random_values(r->d_model * hd, 1 / sqrt((double)hd), r->wtype, 14)};
+    uint8_t *keep = calloc(r->hq, 1);
+    for (size_t h = 0; keep && h < r->kept; h++) keep[h] = 1;
+    d.w_q.host = w[0], d.w_k.host = w[1], d.w_v.host = w[2], d.w_o.host = w[3];
+    d.head_mask = keep;
+    clattn_status s = w[0] && w[1] && w[2] && w[3] && keep ? clattn_mha_create(ctx, &d, mha)
+                                                           : CLATTN_ERR_OUT_OF_MEMORY;
+    clattn_mha_info info;
+    clattn_mha_info_init(&info);
+    if (!s && clattn_mha_get_info(*mha, &info) == CLATTN_SUCCESS)
+        r->attention_kv = info.attention_heads_kv, r->duplicated = info.kv_duplicated;
+    for (int i = 0; i < 4; i++) free(w[i]);
+    free(keep);
+    return s;
+}
+
+/* What one timed call of the layer took. */
+typedef struct layer_sample {
+    double wall, proj, attn, out;
+} layer_sample;
+
+/* One call, waited for, and its phases. */
+static clattn_status run_once(clattn_context *ctx, clattn_mha *mha,
+                              const clattn_attention_desc *call, cl_mem x, cl_mem y,
+                              layer_sample *t, clattn_mha_stats *stats) {
+    double t0 = seconds_now();
+    clattn_status s = clattn_mha_forward(mha, call, x, NULL, y, NULL);
+    clFinish(clattn_context_queue(ctx));
+    t->wall = (seconds_now() - t0) * 1e3;
+    if (!s) s = clattn_mha_last_stats(mha, stats);
+    t->proj = stats->projection_ms, t->attn = stats->attention_ms, t->out = stats->output_ms;
+    return s;
+}
+
+/* Warm-up, then the timed repeats of one record's layer and call. */
+static clattn_status measure(clattn_context *ctx, const layer_bench_config *c, clattn_mha *mha,
+                             const clattn_attention_desc *call, layer_record *r) {
+    size_t rows = r->b * r->nq * r->d_model, repeat = c->repeat < 64 ? c->repeat : 64;
+    cl_int err = CL_SUCCESS;
+    void *host = random_values(rows, 1.0, CLATTN_F32, 15);
+    cl_mem x = host ? clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR, rows * 4,
+                                     host, &err)
+                    : NULL;
+    cl_mem y = err == CL_SUCCESS ? clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE,
+                                                  rows * 4, NULL, &err)
+                                 : NULL;
+    free(host);
+    clattn_status s = x && y && err == CL_SUCCESS ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_MEMORY;
+    layer_sample t[64], ignored;
+    clattn_mha_stats stats;
+    clattn_mha_stats_init(&stats);
+    for (size_t i = 0; !s && i < c->warmup; i++)
+        s = run_once(ctx, mha, call, x, y, &ignored, &stats);
+    for (size_t i = 0; !s && i < repeat; i++) s = run_once(ctx, mha, call, x, y, &t[i], &stats);
+    if (!s) {
+        double wall[64], proj[64], attn[64], out[64];
+        for (size_t i = 0; i < repeat; i++)
+            wall[i] = t[i].wall, proj[i] = t[i].proj, attn[i] = t[i].attn, out[i] = t[i].out;
+        r->ms_median = median(wall, repeat), r->ms_min = wall[0]; /* sorted by median() */
+        r->proj_ms = median(proj, repeat), r->attn_ms = median(attn, repeat);
+        r->out_ms = median(out, repeat);
+        r->proj_flops = (double)stats.projection_flops, r->out_flops = (double)stats.output_flops;
+        snprintf(r->kernel, sizeof r->kernel, "%s", stats.kernel);
+    }
+    if (x) clReleaseMemObject(x);
+    if (y) clReleaseMemObject(y);
+    return s;
+}
+
+/* One record: the layer with `kept` heads, the call with the pattern, measured. */
+static clattn_status measure_record(clattn_context *ctx, const layer_bench_config *c,
+                                    const bench_pattern *p, layer_record *r) {
+    clattn_mha *mha = NULL;
+    clattn_attention_desc call;
+    pattern_data pd = {0};
+    uint64_t pairs = 0;
+    clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, r->b, r->hq, r->hkv, r->nq, r->nq, r->d,
+                               r->d);
+    call.path = c->path, call.variant = c->variant;
+    if (bench_apply_pattern(p, &call, &pd) != 0) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status s = make_layer(ctx, r, &mha);
+    if (!s) s = measure(ctx, c, mha, &call, r);
+    if (!s && clattn_attention_pairs(&call, &pairs) == CLATTN_SUCCESS)
+        r->attn_flops = 2.0 * (double)pairs * (double)r->kept / (double)r->hq * 2.0 * (double)r->d;
+    clattn_mha_destroy(mha);
+    bench_pattern_data_free(&pd);
+    return s;
+}
+
+/* ---------------------------------------------------------------- outputs */
+
+static void print_header(const clattn_device_info *info) {
+    printf("\ndevice %zu: %s (%s, driver %s)\n", info->index, info->name, info->platform_name,
+           info->driver_version);
+    printf("%-4s %2s %7s %3s %3s %4s %6s %4s %5s %-12s %9s %9s | %9s %7s | %9s %7s | %9s %7s | "
+           "%s\n",
+           "w", "B", "d_model", "Hq", "Hkv", "D", "Nq", "kept", "kv", "pattern", "ms min", "ms med",
+           "proj ms", "GFLOP/s", "attn ms", "GFLOP/s", "out ms", "GFLOP/s", "attention kernel");
+    fflush(stdout);
+}
+
+static void print_record(const layer_record *r) {
+    printf("%-4s %2zu %7zu %3zu %3zu %4zu %6zu %4zu %4zu%s %-12.12s %9.1f %9.1f | %9.1f %7.1f | "
+           "%9.1f %7.1f | %9.1f %7.1f | %s\n",
+           dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d, r->nq, r->kept,
+           r->attention_kv, r->duplicated ? "*" : " ", r->pattern, r->ms_min, r->ms_median,
+           r->proj_ms, gflops(r->proj_flops, r->proj_ms), r->attn_ms,
+           gflops(r->attn_flops, r->attn_ms), r->out_ms, gflops(r->out_flops, r->out_ms),
+           r->kernel);
+    fflush(stdout);
+}
+
+static void layer_csv(textbuf *t, const layer_record *r, size_t n) {
+    textbuf_printf(t, "device,wtype,b,d_model,hq,hkv,d,nq,kept,attention_hkv,duplicated,pattern,"
+                      "ms_min,ms_median,projection_ms,attention_ms,output_ms,projection_gflops,"
+                      "attention_gflops,output_gflops,kernel\n");
+    for (size_t i = 0; i < n; i++, r++)
+        textbuf_printf(t,
+                       "%zu,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%d,\"%s\",%.3f,%.3f,%.3f,%.3f,%.3f,"
+                       "%.2f,%.2f,%.2f,\"%s\"\n",
+                       r->device, dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d,
+                       r->nq, r->kept, r->attention_kv, r->duplicated, r->pattern, r->ms_min,
+                       r->ms_median, r->proj_ms, r->attn_ms, r->out_ms,
+                       gflops(r->proj_flops, r->proj_ms), gflops(r->attn_flops, r->attn_ms),
+                       gflops(r->out_flops, r->out_ms), r->kernel);
+}
+
+static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_bench_config *c) {
+    textbuf_printf(t, "{\n  \"preset\": \"layer\",\n  \"devices\": [");
+    for (size_t i = 0; i < c->num_devices; i++) {
+        textbuf_printf(t, i ? ", " : "");
+        textbuf_json_device(t, c->devices[i]);
+    }
+    textbuf_printf(t, "],\n  \"records\": [\n");
+    for (size_t i = 0; i < n; i++, r++) {
+        textbuf_printf(t,
+                       "    {\"device\": %zu, \"wtype\": \"%s\", \"b\": %zu, \"d_model\": %zu, "
+                       "\"hq\": %zu, \"hkv\": %zu, \"d\": %zu, \"nq\": %zu, \"kept\": %zu, "
+                       "\"attention_hkv\": %zu, \"duplicated\": %d, \"pattern\": ",
+                       r->device, dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d,
+                       r->nq, r->kept, r->attention_kv, r->duplicated);
+        textbuf_json_string(t, r->pattern);
+        textbuf_printf(t,
+                       ", \"ms_min\": %.3f, \"ms_median\": %.3f, \"projection_ms\": %.3f, "
+                       "\"attention_ms\": %.3f, \"output_ms\": %.3f, \"projection_flops\": %.0f, "
+                       "\"attention_flops\": %.0f, \"output_flops\": %.0f, \"kernel\": ",
+                       r->ms_min, r->ms_median, r->proj_ms, r->attn_ms, r->out_ms, r->proj_flops,
+                       r->attn_flops, r->out_flops);
+        textbuf_json_string(t, r->kernel);
+        textbuf_printf(t, "}%s\n", i + 1 < n ? "," : "");
+    }
+    textbuf_printf(t, "  ]\n}\n");
+}
+
+static int write_layer_outputs(const layer_bench_config *c, const layer_record *r, size_t n) {
+    char csv[1024], json[1024];
+    const char *csv_path = c->csv, *json_path = c->json;
+    if (c->out) {
+        snprintf(csv, sizeof csv, "%s/layer.csv", c->out);
+        snprintf(json, sizeof json, "%s/layer.json", c->out);
+        csv_path = csv, json_path = json;
+    }
+    textbuf t = {0};
+    int rc = 0;
+    if (csv_path) {
+        layer_csv(&t, r, n);
+        rc |= textbuf_write(&t, csv_path, "bench");
+        textbuf_free(&t);
+    }
+    if (json_path) {
+        layer_json(&t, r, n, c);
+        rc |= textbuf_write(&t, json_path, "bench");
+        textbuf_free(&t);
+    }
+    if (!rc && c->out) printf("wrote %s and %s\n", csv_path, json_path);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the sweep */
+
+/* Every Nq, pattern and kept count on one device. @return the records added, or -1 after a
+ * failure it named. */
+static int layer_device(const layer_bench_config *c, size_t device, layer_record *out,
+                        size_t room) {
+    clattn_context *ctx = NULL;
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
+        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS) {
+        cli_error("bench", "cannot open device %zu with timing", device);
+        clattn_context_destroy(ctx);
+        return -1;
+    }
+    clattn_context_device_info(ctx, &info);
+    print_header(&info);
+    size_t n = 0;
+    clattn_status s = CLATTN_SUCCESS;
+    for (size_t q = 0; !s && q < c->num_nq; q++)
+        for (size_t p = 0; !s && p < c->num_patterns; p++)
+            for (size_t k = 0; !s && k < c->num_kept && n < room; k++) {
+                layer_record *r = &out[n];
+                memset(r, 0, sizeof *r);
+                r->device = device, r->wtype = c->wtype, r->b = c->batch, r->hq = c->hq;
+                r->hkv = c->hkv, r->d = c->d, r->d_model = c->hq * c->d, r->nq = c->nq[q];
+                r->kept = c->kept[k];
+                snprintf(r->pattern, sizeof r->pattern, "%s", c->patterns[p].text);
+                if (!(s = measure_record(ctx, c, &c->patterns[p], r))) print_record(&out[n++]);
+            }
+    if (s) cli_report("bench", "layer", s, ctx);
+    clattn_context_destroy(ctx);
+    return s ? -1 : (int)n;
+}
+
+int bench_layer(const layer_bench_config *c) {
+    static layer_record records[1024];
+    size_t n = 0;
+    int failed = 0;
+    for (size_t k = 0; k < c->num_kept; k++)
+        if (c->kept[k] > c->hq) {
+            cli_error("bench", "--kept %zu: more than the %zu query heads", c->kept[k], c->hq);
+            return EXIT_USAGE;
+        }
+    for (size_t i = 0; i < c->num_devices; i++) {
+        int added = layer_device(c, c->devices[i], records + n, 1024 - n);
+        if (added < 0)
+            failed = 1;
+        else
+            n += (size_t)added;
+    }
+    printf("kv: the attention's kv heads (* duplicated per kept query head); ms: the whole call; "
+           "the phases are waited for one by one\n");
+    if (n == 0) return 1;
+    return write_layer_outputs(c, records, n) || failed ? 1 : 0;
+}

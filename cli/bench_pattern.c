@@ -1,0 +1,100 @@
+/*
+ * clattn bench's patterns as masks: what each --pattern item sets in an attention desc (a
+ * window, global tokens, a generated or loaded block layout). The attention sweep (cmd_bench.c)
+ * and the layer sweep (bench_layer.c) apply patterns through it.
+ */
+#include "args.h"
+#include "bench.h"
+#include "npy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bench_pattern_data_free(pattern_data *pd) {
+    free(pd->layout);
+    free(pd->globals);
+    memset(pd, 0, sizeof *pd);
+}
+
+static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    size_t block = (size_t)p->num[0];
+    clattn_pattern_desc pat;
+    clattn_pattern_desc_init(&pat, CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
+                             (d->len_k + block - 1) / block);
+    pat.window = (size_t)p->num[1];
+    pat.global = (size_t)p->num[2];
+    pat.random = (size_t)p->num[3];
+    pat.seed = p->count > 4 ? (uint64_t)p->num[4] : 0;
+    if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
+        clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
+        cli_error("bench",
+                  "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
+                  "RANDOM[,SEED])",
+                  p->text);
+        return 1;
+    }
+    d->block_layout = pd->layout;
+    d->block_q = d->block_k = block;
+    return 0;
+}
+
+/* blocks:FILE,BQ,BK: a 2-D or 3-D layout from a .npy file, as clattn run reads it. */
+static int file_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    npy_array a;
+    char err[512];
+    if (npy_read(p->file, &a, err, sizeof err) != CLATTN_SUCCESS) {
+        cli_error("bench", "%s", err);
+        return 1;
+    }
+    size_t bq = (size_t)p->num[0], bk = (size_t)p->num[1];
+    size_t rows = (d->len_q + bq - 1) / bq, cols = (d->len_k + bk - 1) / bk;
+    int ok = (a.ndim == 2 || (a.ndim == 3 && a.shape[0] == d->heads_q)) &&
+             a.shape[a.ndim - 2] == rows && a.shape[a.ndim - 1] == cols &&
+             (a.dtype == NPY_U8 || a.dtype == NPY_BOOL || a.dtype == NPY_I32);
+    if (ok && (pd->layout = malloc(a.count)))
+        for (size_t i = 0; i < a.count; i++)
+            pd->layout[i] =
+                a.dtype == NPY_I32 ? ((int32_t *)a.data)[i] != 0 : ((uint8_t *)a.data)[i] != 0;
+    else
+        cli_error("bench",
+                  "%s: a |u1, |b1 or <i4 layout of shape [%zu, %zu] or [%zu, %zu, %zu] "
+                  "is needed for Nq=%zu, Nk=%zu",
+                  p->file, rows, cols, d->heads_q, rows, cols, d->len_q, d->len_k);
+    d->block_layout = pd->layout;
+    d->block_q = bq, d->block_k = bk;
+    d->block_layout_per_head = a.ndim == 3;
+    npy_free(&a);
+    return pd->layout ? 0 : 1;
+}
+
+int bench_apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    switch (p->kind) {
+    case P_FULL:
+        return 0;
+    case P_CAUSAL:
+        d->causal = 1;
+        return 0;
+    case P_DILATED:              /* the numbers passed check_patterns */
+        d->dilation = p->num[2]; /* fall through */
+    case P_WINDOW:
+        d->window_left = p->num[0];
+        d->window_right = p->num[1];
+        return 0;
+    case P_LONGFORMER: { /* window of W each side; the first G positions are global */
+        size_t g = (size_t)p->num[1];
+        if (g > d->len_k) g = d->len_k;
+        d->window_left = d->window_right = p->num[0];
+        if (g && !(pd->globals = malloc(g * sizeof *pd->globals))) return 1;
+        for (size_t i = 0; i < g; i++) pd->globals[i] = (int64_t)i;
+        d->global_tokens = pd->globals;
+        d->num_global_tokens = g;
+        return 0;
+    }
+    case P_BIGBIRD:
+        return bigbird_layout(p, d, pd);
+    case P_BLOCKS:
+        return file_layout(p, d, pd);
+    }
+    return 1;
+}

@@ -1,0 +1,524 @@
+/*
+ * Running a multi-head attention layer, in three phases (clattn_mha_stats times each):
+ *
+ *   projection  16-bit X (and X_kv) widened to float32; Q, K, V = X W^T + b with CLBlast float32
+ *               GEMMs straight into the layout the attention reads: self-attention is one GEMM
+ *               whose rows [B, N, kept*Dqk + kv*Dqk + kv*Dv] hold Q, K and V side by side, so
+ *               Q is BSHD [B, N, kept, Dqk] with a row stride of the whole row, and K and V
+ *               likewise (no copy); cross-attention is a GEMM for Q from X and one for K and V
+ *               from X_kv. A bias is broadcast into the rows first and the GEMM adds (beta = 1).
+ *   attention   clattn_attention over the kept heads (or, with a KV cache, the append of K and
+ *               V and clattn_kv_cache_attention), into O [B, N, kept, Dv]
+ *   output      Y = O W_o^T + b_o, one GEMM over [B*N, kept*Dv]; a 16-bit Y is narrowed from a
+ *               float32 copy.
+ *
+ * Everything is checked before the first command is enqueued, and Y is written last.
+ */
+#include "mha/mha.h"
+
+#include "api/dispatch.h"
+#include "kernels/blas.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* CLBlast passes offsets and leading dimensions to its kernels as int. */
+#define CLBLAST_MAX_ELEMENTS ((size_t)INT32_MAX)
+
+/* ---------------------------------------------------------------- one call */
+
+typedef struct mha_run {
+    clattn_mha *m;
+    mha_call call;
+    clattn_attention_desc attn; /* the kept heads' attention over the scratch */
+    uint8_t *layout;            /* the kept heads' block layout, when reduced */
+    cl_mem x, x_kv, y;          /* the caller's */
+    cl_mem x32, x_kv32;         /* float32 X and X_kv (the caller's when float32) */
+    cl_mem proj, proj_kv;       /* Q (and K, V) rows; cross: K, V rows in proj_kv */
+    cl_mem o, y32;              /* O; Y before narrowing (the caller's Y when float32) */
+    size_t width;               /* floats a row of proj: all of Q, K, V, or Q's (cross) */
+    double ms[3];               /* projection, attention, output, while timing */
+    double t0;
+} mha_run;
+
+/* A scratch buffer of at least `bytes`, kept by the layer (grown when a call needs more). */
+static clattn_status scratch(clattn_mha *m, int slot, size_t bytes, cl_mem *out, const char *what) {
+    if (m->scratch[slot] && m->scratch_bytes[slot] < bytes) {
+        clReleaseMemObject(m->scratch[slot]);
+        m->scratch[slot] = NULL;
+    }
+    if (!m->scratch[slot]) {
+        clattn_status status =
+            buffer_create(m->ctx, CL_MEM_READ_WRITE, bytes, NULL, &m->scratch[slot], what);
+        if (status != CLATTN_SUCCESS) return status;
+        m->scratch_bytes[slot] = bytes;
+    }
+    *out = m->scratch[slot];
+    return CLATTN_SUCCESS;
+}
+
+/* Waits for a phase and adds its wall time, while the context times. */
+static clattn_status phase_done(mha_run *r, int phase) {
+    if (!r->m->ctx->timing) return CLATTN_SUCCESS;
+    cl_int err = clFinish(r->m->ctx->queue);
+    double now = seconds_now();
+    r->ms[phase] += (now - r->t0) * 1e3;
+    r->t0 = now;
+    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(r->m->ctx, err, "mha: waiting");
+}
+
+/* ---------------------------------------------------------------- checks */
+
+/* CLBlast's int offsets: every GEMM operand must span at most 2^31-1 elements. */
+static clattn_status check_int_offsets(const mha_run *r) {
+    const mha_shape *s = &r->m->shape;
+    const mha_weights *w = &r->m->weights;
+    size_t rows_q = r->call.batch * r->call.len_q, rows_k = r->call.batch * r->call.len_k;
+    double in = (double)(w->rows_q * s->d_model + (w->rows_k + w->rows_v) * s->d_kv);
+    double span[] = {in,
+                     (double)rows_q * (double)(w->rows_q + w->rows_k + w->rows_v),
+                     (double)rows_k * (double)(w->rows_k + w->rows_v),
+                     (double)rows_q * (double)s->d_model,
+                     (double)rows_k * (double)s->d_kv,
+                     (double)rows_q * (double)(r->m->heads.kept * s->dim_v)};
+    for (size_t i = 0; i < ARRAY_LEN(span); i++)
+        if (span[i] > (double)CLBLAST_MAX_ELEMENTS)
+            return ctx_error(r->m->ctx, CLATTN_ERR_UNSUPPORTED,
+                             "mha: CLBlast addresses operands with int offsets, and a projection "
+                             "spans more than 2^31-1 elements (B=%zu N=%zu Nk=%zu d_model=%zu)",
+                             r->call.batch, r->call.len_q, r->call.len_k, s->d_model);
+    return CLATTN_SUCCESS;
+}
+
+/* The caller's buffers: present, large enough, Y apart from the inputs. */
+static clattn_status check_buffers(const mha_run *r) {
+    const mha_call *c = &r->call;
+    const struct {
+        const char *name;
+        cl_mem buffer;
+        size_t need;
+    } list[] = {{"X", r->x, c->x_bytes},
+                {"X_kv", r->x_kv, c->x_kv_bytes},
+                {"Y", r->y, c->y_bytes},
+                {"the bias", c->attn.bias, c->extents.bias}};
+    for (size_t i = 0; i < ARRAY_LEN(list); i++) {
+        if (!list[i].buffer && (i == 1 || i == 3)) continue; /* X_kv, bias: optional */
+        size_t have = buffer_size(list[i].buffer);
+        if (have < list[i].need || have == 0)
+            return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "mha: %s needs %zu bytes (B=%zu N=%zu Nk=%zu d_model=%zu d_kv=%zu); "
+                             "the buffer %s",
+                             list[i].name, list[i].need, c->batch, c->len_q, c->len_k,
+                             r->m->shape.d_model, r->m->shape.d_kv,
+                             list[i].buffer ? "is smaller" : "is NULL");
+    }
+    if (r->y == r->x || r->y == r->x_kv || r->y == c->attn.bias)
+        return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: Y must not share a buffer with X, X_kv or the bias");
+    return CLATTN_SUCCESS;
+}
+
+/* Checks the call (capacity: a KV cache's, else 0) and prepares the kept heads' attention. */
+static clattn_status run_begin(mha_run *r, clattn_mha *m, const clattn_attention_desc *call,
+                               size_t capacity) {
+    r->m = m;
+    clattn_status status = mha_call_check(&m->shape, call, r->x_kv != NULL, capacity,
+                                          MHA_BIAS_BUFFER, &r->call, &m->ctx->error);
+    if (status == CLATTN_SUCCESS) status = check_buffers(r);
+    if (status == CLATTN_SUCCESS) status = check_int_offsets(r);
+    if (status == CLATTN_SUCCESS)
+        status = mha_pruned_attention(&r->call, &m->heads, &r->attn, &r->layout, &m->ctx->error);
+    r->t0 = seconds_now();
+    return status;
+}
+
+static void run_end(mha_run *r) {
+    free(r->layout);
+}
+
+/* ---------------------------------------------------------------- kernels and GEMMs */
+
+/* convert.cl's widen_rows or narrow_rows, specialised for the storage types. */
+static clattn_status convert_kernel(clattn_context *ctx, clattn_dtype in, clattn_dtype out,
+                                    const char *name, cl_kernel *kernel) {
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                        "convert.cl"};
+    char defines[64];
+    snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)in, (int)out);
+    return kernel_get(ctx, files, ARRAY_LEN(files), defines, name, kernel);
+}
+
+/* Dense float32 [rows][cols] <-> a tensor of `rows` rows, from element `offset`, `stride`
+ * elements apart: widen_rows reads the tensor into dense (stride 0 repeats one row: a bias
+ * broadcast), narrow_rows writes dense into it. */
+typedef struct rows_copy {
+    cl_kernel kernel;
+    cl_mem tensor, dense;
+    size_t offset, stride, rows, cols;
+    const char *what;
+} rows_copy;
+
+static clattn_status copy_rows(clattn_context *ctx, const rows_copy *c) {
+    cl_long offset = (cl_long)c->offset, zero = 0, stride = (cl_long)c->stride, one = 1;
+    kernel_args a = {c->kernel, 0, CL_SUCCESS};
+    KARG(a, c->tensor);
+    KARG(a, offset);
+    KARG(a, zero); /* batch stride */
+    KARG(a, zero); /* head stride */
+    KARG(a, stride);
+    KARG(a, one);  /* heads */
+    KARG(a, zero); /* first group */
+    KARG(a, zero); /* first row */
+    KARG(a, c->dense);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, c->what);
+    size_t global[3] = {c->cols, c->rows, 1};
+    return kernel_launch(ctx, c->kernel, 3, global, NULL, NULL, c->what);
+}
+
+/* C[rows][n] = A[rows][k] B[n][k]^T (+ C when accumulating): every GEMM of the layer. */
+typedef struct mha_gemm {
+    cl_mem a, b, c;
+    size_t b_offset, rows, n, k;
+    int accumulate;
+    const char *what;
+} mha_gemm;
+
+static clattn_status gemm(clattn_context *ctx, const mha_gemm *g) {
+    blas_enter(ctx);
+    CLBlastStatusCode code =
+        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, g->rows, g->n,
+                     g->k, 1.0f, g->a, 0, g->k, g->b, g->b_offset, g->k,
+                     g->accumulate ? 1.0f : 0.0f, g->c, 0, g->n, &ctx->queue, NULL);
+    blas_leave(ctx);
+    return blas_done(ctx, code, NULL, g->what);
+}
+
+/* C = X W^T + bias: the bias (b_in from `bias_offset`, or b_o) broadcast into C's rows first. */
+static clattn_status project(mha_run *r, cl_mem bias, size_t bias_offset, const mha_gemm *g) {
+    clattn_context *ctx = r->m->ctx;
+    mha_gemm with_bias = *g;
+    if (!bias) return gemm(ctx, g);
+    rows_copy fill = {NULL, bias, g->c, bias_offset, 0, g->rows, g->n, "mha: broadcasting a bias"};
+    clattn_status status = convert_kernel(ctx, CLATTN_F32, CLATTN_F32, "widen_rows", &fill.kernel);
+    if (status == CLATTN_SUCCESS) status = copy_rows(ctx, &fill);
+    with_bias.accumulate = 1;
+    return status == CLATTN_SUCCESS ? gemm(ctx, &with_bias) : status;
+}
+
+/* ---------------------------------------------------------------- phases */
+
+/* X (rows of `width`) as float32: the caller's buffer, or widened into scratch `slot`. */
+static clattn_status float_input(mha_run *r, cl_mem x, size_t rows, size_t width, int slot,
+                                 cl_mem *out) {
+    clattn_context *ctx = r->m->ctx;
+    *out = x;
+    if (r->call.x_dtype == CLATTN_F32) return CLATTN_SUCCESS;
+    rows_copy widen = {NULL, x, NULL, 0, width, rows, width, "mha: widening X"};
+    clattn_status status = scratch(r->m, slot, rows * width * 4, &widen.dense, "mha: float32 X");
+    if (status == CLATTN_SUCCESS)
+        status = convert_kernel(ctx, r->call.x_dtype, r->call.y_dtype, "widen_rows", &widen.kernel);
+    if (status == CLATTN_SUCCESS) status = copy_rows(ctx, &widen);
+    *out = widen.dense;
+    return status;
+}
+
+/* Q, K, V of the kept heads, and the attention's tensors over them. */
+static clattn_status project_inputs(mha_run *r) {
+    const mha_shape *s = &r->m->shape;
+    const mha_weights *w = &r->m->weights;
+    size_t mq = r->call.batch * r->call.len_q, mk = r->call.batch * r->call.len_k;
+    size_t qkv = w->rows_q + w->rows_k + w->rows_v;
+    r->width = r->call.cross ? w->rows_q : qkv;
+    clattn_status st = float_input(r, r->x, mq, s->d_model, MHA_X32, &r->x32);
+    if (!st && r->call.cross) st = float_input(r, r->x_kv, mk, s->d_kv, MHA_XKV32, &r->x_kv32);
+    if (!st) st = scratch(r->m, MHA_PROJ, mq * r->width * 4, &r->proj, "mha: Q, K, V");
+    if (!st && r->call.cross)
+        st = scratch(r->m, MHA_PROJKV, mk * (qkv - w->rows_q) * 4, &r->proj_kv, "mha: K, V");
+    mha_gemm q = {r->x32,
+                  w->w_in,
+                  r->proj,
+                  0,
+                  mq,
+                  r->width,
+                  s->d_model,
+                  0,
+                  r->call.cross ? "mha: CLBlastSgemm (Q = X W_q^T)"
+                                : "mha: CLBlastSgemm (Q, K, V = X W_qkv^T)"};
+    if (!st) st = project(r, w->b_in, 0, &q);
+    mha_gemm kv = {r->x_kv32,
+                   w->w_in,
+                   r->proj_kv,
+                   w->rows_q * s->d_model,
+                   mk,
+                   qkv - w->rows_q,
+                   s->d_kv,
+                   0,
+                   "mha: CLBlastSgemm (K, V = X_kv W_kv^T)"};
+    if (!st && r->call.cross) st = project(r, w->b_in, w->rows_q, &kv);
+    /* the attention's tensors: BSHD rows of the projections */
+    size_t kv_width = r->call.cross ? qkv - w->rows_q : qkv, k0 = r->call.cross ? 0 : w->rows_q;
+    size_t nq = r->call.len_q, nk = r->call.cross ? r->call.len_k : nq; /* rows a sequence */
+    clattn_tensor tq = {0, nq * r->width, s->dim_qk, r->width};
+    clattn_tensor tk = {k0, nk * kv_width, s->dim_qk, kv_width};
+    clattn_tensor tv = {k0 + w->rows_k, nk * kv_width, s->dim_v, kv_width};
+    r->attn.q = tq, r->attn.k = tk, r->attn.v = tv;
+    clattn_tensor_dense(&r->attn.o, CLATTN_LAYOUT_BSHD, r->attn.heads_q, nq, s->dim_v, 0);
+    if (!r->call.cross) r->proj_kv = r->proj;
+    return st;
+}
+
+/* One plane [rows][Nk] of a bias, row stride `stride`, into dense rows at dst_offset (bytes). */
+static cl_int copy_bias_plane(cl_command_queue queue, cl_mem src, size_t src_offset, size_t stride,
+                              cl_mem dst, size_t dst_offset, size_t rows, size_t len_k) {
+    size_t row = len_k * sizeof(float);
+    if (rows > 1 && stride < len_k) { /* rows that overlap: one copy a row */
+        cl_int err = CL_SUCCESS;
+        for (size_t i = 0; err == CL_SUCCESS && i < rows; i++)
+            err = clEnqueueCopyBuffer(queue, src, dst, src_offset + i * stride * sizeof(float),
+                                      dst_offset + i * row, row, 0, NULL, NULL);
+        return err;
+    }
+    size_t src_origin[3] = {src_offset, 0, 0}, dst_origin[3] = {dst_offset, 0, 0};
+    size_t region[3] = {row, rows, 1};
+    return clEnqueueCopyBufferRect(queue, src, dst, src_origin, dst_origin, region,
+                                   rows > 1 ? stride * sizeof(float) : 0, 0, row, 0, 0, NULL, NULL);
+}
+
+/* A bias with one plane a head, of a pruned layer: the kept heads' planes copied into scratch
+ * [B or 1][kept][Nq or 1][Nk], which the attention then reads. */
+static clattn_status reduce_bias(mha_run *r) {
+    clattn_attention_desc *a = &r->attn;
+    const clattn_tensor t = a->bias_strides;
+    const mha_heads *h = &r->m->heads;
+    if (!a->bias || !t.stride_head || h->kept == r->call.attn.heads_q) return CLATTN_SUCCESS;
+    size_t batches = t.stride_batch ? a->batch : 1, rows = t.stride_seq ? a->len_q : 1;
+    size_t plane = rows * a->len_k, bytes = batches * h->kept * plane * sizeof(float);
+    cl_mem dst = NULL;
+    clattn_status status = scratch(r->m, MHA_BIAS, bytes, &dst, "mha: the kept heads' bias");
+    cl_int err = CL_SUCCESS;
+    for (size_t b = 0; !status && !err && b < batches; b++)
+        for (size_t i = 0; !err && i < h->kept; i++) {
+            size_t from = t.offset + b * t.stride_batch + h->q_head[i] * t.stride_head;
+            err = copy_bias_plane(r->m->ctx->queue, a->bias, from * sizeof(float), t.stride_seq,
+                                  dst, (b * h->kept + i) * plane * sizeof(float), rows, a->len_k);
+        }
+    if (!status && err) return ctx_cl_error(r->m->ctx, err, "mha: copying the kept heads' bias");
+    clattn_tensor reduced = {0, t.stride_batch ? h->kept * plane : 0, plane,
+                             t.stride_seq ? a->len_k : 0};
+    a->bias = dst, a->bias_strides = reduced;
+    return status;
+}
+
+/* Y = O W_o^T + b_o into Y (or its float32 copy, then narrowed). */
+static clattn_status project_output(mha_run *r) {
+    clattn_mha *m = r->m;
+    const mha_shape *s = &m->shape;
+    size_t rows = r->call.batch * r->call.len_q;
+    int narrow = r->call.y_dtype != CLATTN_F32;
+    clattn_status st = CLATTN_SUCCESS;
+    r->y32 = r->y;
+    if (narrow) st = scratch(m, MHA_Y32, rows * s->d_model * 4, &r->y32, "mha: float32 Y");
+    mha_gemm out = {r->o,
+                    m->weights.w_o,
+                    r->y32,
+                    0,
+                    rows,
+                    s->d_model,
+                    m->heads.kept * s->dim_v,
+                    0,
+                    "mha: CLBlastSgemm (Y = O W_o^T)"};
+    if (!st) st = project(r, m->weights.b_o, 0, &out);
+    rows_copy y = {NULL, r->y, r->y32, 0, s->d_model, rows, s->d_model, "mha: narrowing Y"};
+    if (!st && narrow)
+        st = convert_kernel(m->ctx, r->call.x_dtype, r->call.y_dtype, "narrow_rows", &y.kernel);
+    if (!st && narrow) st = copy_rows(m->ctx, &y);
+    return st;
+}
+
+/* The attention of the kept heads into O: over Q, K, V, or with a cache, append K and V and
+ * attend over the cache (sequence b's queries being its new_len[b] new rows). An attention that
+ * fails after the append sets the cache's lengths back, keeping its own message. */
+static clattn_status attend(mha_run *r, clattn_kv_cache *cache, const int32_t *new_len) {
+    clattn_mha *m = r->m;
+    size_t rows = r->call.batch * r->call.len_q, b = r->call.batch;
+    clattn_status st =
+        scratch(m, MHA_O, rows * m->heads.kept * m->shape.dim_v * 4, &r->o, "mha: O");
+    if (!st) st = reduce_bias(r);
+    if (!st && !cache)
+        return clattn_attention(m->ctx, &r->attn, r->proj, r->proj_kv, r->proj_kv, r->o, NULL,
+                                NULL);
+    int32_t *saved = st ? NULL : malloc(b * sizeof *saved);
+    if (!st && !saved) st = ctx_error(m->ctx, CLATTN_ERR_OUT_OF_MEMORY, "mha: cache lengths");
+    if (!st) st = clattn_kv_cache_lengths(cache, saved);
+    clattn_kv_rows kv = {r->proj,    r->proj,       r->attn.k, r->attn.v,
+                         CLATTN_F32, r->call.len_q, new_len};
+    if (!st) st = clattn_kv_cache_append(cache, &kv);
+    int appended = st == CLATTN_SUCCESS;
+    if (!st) st = phase_done(r, 0); /* the append is part of the projection phase */
+    if (!st) st = clattn_kv_cache_attention(cache, &r->attn, r->proj, new_len, r->o, NULL, NULL);
+    if (st && appended) {
+        error_record message = m->ctx->error;
+        clattn_kv_cache_set_lengths(cache, saved);
+        m->ctx->error = message;
+    }
+    free(saved);
+    return st;
+}
+
+/* The statistics of a call that succeeded, and its completion event. */
+static clattn_status run_finish(mha_run *r, cl_event *event) {
+    clattn_mha *m = r->m;
+    const mha_shape *s = &m->shape;
+    const mha_weights *w = &m->weights;
+    if (event) {
+        cl_int err = clEnqueueMarkerWithWaitList(m->ctx->queue, 0, NULL, event);
+        if (err != CL_SUCCESS) return ctx_cl_error(m->ctx, err, "mha: completion event");
+    }
+    clattn_mha_stats *st = &m->stats;
+    clattn_stats attention;
+    clattn_stats_init(&attention);
+    memset(st, 0, sizeof *st);
+    st->struct_size = sizeof *st;
+    st->projection_ms = r->ms[0], st->attention_ms = r->ms[1], st->output_ms = r->ms[2];
+    if (clattn_context_last_stats(m->ctx, &attention) == CLATTN_SUCCESS) {
+        st->variant = attention.variant;
+        snprintf(st->kernel, sizeof st->kernel, "%s", attention.kernel);
+    }
+    st->attention_heads_q = m->heads.kept, st->attention_heads_kv = m->heads.kv;
+    double mq = (double)(r->call.batch * r->call.len_q);
+    double mk = r->call.cross ? (double)(r->call.batch * r->call.len_k) : mq;
+    st->projection_flops = (uint64_t)(2.0 * mq * (double)(w->rows_q * s->d_model) +
+                                      2.0 * mk * (double)((w->rows_k + w->rows_v) * s->d_kv));
+    st->output_flops =
+        (uint64_t)(2.0 * mq * (double)(w->rows_q / s->dim_qk * s->dim_v) * (double)s->d_model);
+    m->has_stats = 1;
+    return CLATTN_SUCCESS;
+}
+
+/* The three phases of a checked call. */
+static clattn_status run_phases(mha_run *r, clattn_kv_cache *cache, const int32_t *new_len,
+                                cl_event *event) {
+    blas_user_add(r->m->ctx);
+    clattn_status st = project_inputs(r);
+    if (!st && !cache) st = phase_done(r, 0);
+    if (!st) st = attend(r, cache, new_len);
+    if (!st) st = phase_done(r, 1);
+    if (!st) st = project_output(r);
+    if (!st) st = phase_done(r, 2);
+    if (!st) st = run_finish(r, event);
+    return st;
+}
+
+clattn_status clattn_mha_forward(clattn_mha *m, const clattn_attention_desc *call, cl_mem x,
+                                 cl_mem x_kv, cl_mem y, cl_event *event) {
+    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(m->ctx);
+    if (event) *event = NULL;
+    mha_run r;
+    memset(&r, 0, sizeof r);
+    r.x = x, r.x_kv = x_kv, r.y = y;
+    clattn_status status = run_begin(&r, m, call, 0);
+    if (status == CLATTN_SUCCESS) status = run_phases(&r, NULL, NULL, event);
+    run_end(&r);
+    return status;
+}
+
+/* A cache the layer can use: its context, B sequences, the attention's kv heads, the dims;
+ * new_len within the N new rows. */
+static clattn_status check_cache(const mha_run *r, clattn_kv_cache *cache, const int32_t *new_len) {
+    const clattn_kv_cache_desc *cd = kv_cache_desc(cache);
+    const mha_shape *s = &r->m->shape;
+    if (cd->batch != r->call.batch || cd->heads_kv != r->m->heads.kv || cd->dim_qk != s->dim_qk ||
+        cd->dim_v != s->dim_v)
+        return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: the cache has B=%zu Hkv=%zu Dqk=%zu Dv=%zu; the call needs B=%zu "
+                         "and the layer's attention Hkv=%zu Dqk=%zu Dv=%zu (%zu heads kept%s)",
+                         cd->batch, cd->heads_kv, cd->dim_qk, cd->dim_v, r->call.batch,
+                         r->m->heads.kv, s->dim_qk, s->dim_v, r->m->heads.kept,
+                         r->m->heads.duplicated ? ", kv heads duplicated" : "");
+    for (size_t b = 0; new_len && b < cd->batch; b++)
+        if (new_len[b] < 0 || (size_t)new_len[b] > r->call.len_q)
+            return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "mha: new_len[%zu] = %d is not in [0, N=%zu]", b, new_len[b],
+                             r->call.len_q);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_mha_forward_cache(clattn_mha *m, clattn_kv_cache *cache,
+                                       const clattn_attention_desc *call, cl_mem x,
+                                       const int32_t *new_len, cl_mem y, cl_event *event) {
+    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(m->ctx);
+    if (event) *event = NULL;
+    if (!cache || kv_cache_context(cache) != m->ctx)
+        return ctx_error(m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: the cache is NULL or belongs to another context");
+    mha_run r;
+    memset(&r, 0, sizeof r);
+    r.x = x, r.y = y;
+    clattn_status status = run_begin(&r, m, call, kv_cache_desc(cache)->capacity);
+    if (status == CLATTN_SUCCESS) status = check_cache(&r, cache, new_len);
+    if (status == CLATTN_SUCCESS) status = run_phases(&r, cache, new_len, event);
+    run_end(&r);
+    return status;
+}
+
+/* ---------------------------------------------------------------- host arrays */
+
+/* Device copies of X, X_kv and the bias, and Y's buffer. */
+static clattn_status upload_call(clattn_mha *m, const mha_call *c, const void *x, const void *x_kv,
+                                 cl_mem b[4]) {
+    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    clattn_status st = CLATTN_SUCCESS;
+    if (!x || (c->cross && !x_kv))
+        st = ctx_error(m->ctx, CLATTN_ERR_INVALID_ARGUMENT, "mha: x (or x_kv) is NULL");
+    if (!st) st = buffer_create(m->ctx, in, c->x_bytes, (void *)x, &b[0], "X");
+    if (!st && c->cross) st = buffer_create(m->ctx, in, c->x_kv_bytes, (void *)x_kv, &b[1], "X_kv");
+    if (!st) st = buffer_create(m->ctx, CL_MEM_READ_WRITE, c->y_bytes, NULL, &b[2], "Y");
+    if (!st && c->attn.bias_host)
+        st = buffer_create(m->ctx, in, c->extents.bias, (void *)c->attn.bias_host, &b[3], "bias");
+    return st;
+}
+
+clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc *call,
+                                      const void *x, const void *x_kv, void *y) {
+    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(m->ctx);
+    mha_call c;
+    cl_mem b[4] = {NULL, NULL, NULL, NULL}; /* X, X_kv, Y, bias */
+    clattn_status st =
+        mha_call_check(&m->shape, call, x_kv != NULL, 0, MHA_BIAS_HOST, &c, &m->ctx->error);
+    if (!st && !y) st = ctx_error(m->ctx, CLATTN_ERR_INVALID_ARGUMENT, "mha: y is NULL");
+    if (!st) st = upload_call(m, &c, x, x_kv, b);
+    clattn_attention_desc d; /* the caller's desc, reading the uploaded bias */
+    if (!st) {
+        struct_read(&d, sizeof d, call, call->struct_size, CLATTN_ATTENTION_DESC_BASE_SIZE);
+        d.struct_size = sizeof d, d.bias = b[3], d.bias_host = NULL;
+        st = clattn_mha_forward(m, &d, b[0], b[1], b[2], NULL);
+    }
+    cl_int err = CL_SUCCESS;
+    if (!st)
+        err = clEnqueueReadBuffer(m->ctx->queue, b[2], CL_TRUE, 0, c.y_bytes, y, 0, NULL, NULL);
+    if (!st && err) st = ctx_cl_error(m->ctx, err, "mha: reading Y");
+    for (int i = 0; i < 4; i++)
+        if (b[i]) clReleaseMemObject(b[i]);
+    return st;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+clattn_status clattn_mha_stats_init_sized(clattn_mha_stats *stats, size_t struct_size) {
+    clattn_mha_stats local;
+    memset(&local, 0, sizeof local);
+    return struct_init(stats, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+clattn_status clattn_mha_last_stats(const clattn_mha *m, clattn_mha_stats *stats) {
+    if (!m || !stats || !m->has_stats ||
+        struct_write(stats, &m->stats, sizeof m->stats, sizeof m->stats))
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    return CLATTN_SUCCESS;
+}
