@@ -325,9 +325,8 @@ Test(overflow, the_flash_variant_agrees_with_the_reference) {
                      big_names[c]);
 }
 
-/* The cpu variant (cl/fused_cpu.cl) is being rewritten with the same two changes as
- * cl/fused_gpu.cl (a score that overflowed on the way summed again; O kept normalised); until
- * that rewrite is merged, this test fails. */
+/* The cpu variant rescores overflowed scores too, and keeps O a combination of V rows with
+ * weights summing to at most 1 (cl/fused_cpu.cl, softmax_update). */
 Test(overflow, the_cpu_variant_agrees_with_the_reference) {
     for (big_case c = 0; c < BIG_CASES; c++)
         cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU), 0, "cpu: %s",
