@@ -8,7 +8,7 @@ clattn.h). The library is the wheel's own copy, else $CLATTN_LIBRARY, else the s
     o = clattn.attention(q, q, q, causal=True)              # [B, H, N, D]
 
 Main entry points: devices(), Context, attention(), scaled_dot_product_attention() (PyTorch's
-signature and semantics), patterns, Error.
+signature and semantics), KVCache (decoding over a KV cache), patterns, Error.
 """
 
 from . import patterns
@@ -18,6 +18,7 @@ from .attention import attention
 from .context import Context, Stats, Variant, default_context, using
 from .devices import Device, devices
 from .errors import Error
+from .kv_cache import KVCache
 from .sdpa import scaled_dot_product_attention
 
 __version__: str = _lib.clattn_version().decode()
@@ -27,6 +28,7 @@ __all__ = [
     "Context",
     "Device",
     "Error",
+    "KVCache",
     "Stats",
     "Variant",
     "attention",

@@ -16,6 +16,7 @@ from ctypes import (
     c_double,
     c_float,
     c_int,
+    c_int32,
     c_int64,
     c_size_t,
     c_uint,
@@ -35,7 +36,8 @@ SUCCESS = 0
 ERR_INVALID_ARGUMENT = -7001
 ERR_NO_DEVICE = -7003
 
-DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0 = 0, 1, 2, 3
+Q8_BLOCK, Q8_BLOCK_BYTES = 32, 34  # q8_0: 32 values a block, a float16 scale then 32 int8
 LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
 PATH_AUTO, PATH_FUSED, PATH_GEMM, PATH_REFERENCE = 0, 1, 2, 3
 VARIANT_AUTO = 0
@@ -121,6 +123,7 @@ class AttentionDesc(Structure):
         ("variant", c_int),
         ("gemm_budget_bytes", c_size_t),
         ("count_tiles", c_int),
+        ("kv_q8_0", c_int),
     ]
 
 
@@ -176,6 +179,21 @@ class PatternDesc(Structure):
         ("global_blocks", POINTER(c_size_t)),
         ("num_global_blocks", c_size_t),
         ("causal", c_int),
+    ]
+
+
+class KvCacheDesc(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("batch", c_size_t),
+        ("heads_kv", c_size_t),
+        ("dim_qk", c_size_t),
+        ("dim_v", c_size_t),
+        ("capacity", c_size_t),
+        ("dtype", c_int),
+        ("layout", c_int),
+        ("page_size", c_size_t),
+        ("num_pages", c_size_t),
     ]
 
 
@@ -237,6 +255,28 @@ _declare(
     POINTER(c_float),
 )
 _declare("clattn_convert", c_int, c_int, c_void_p, c_int, c_void_p, c_size_t)
+
+KvCache_p = c_void_p  # clattn_kv_cache *
+Int32_p = POINTER(c_int32)
+_declare("clattn_kv_cache_desc_init_sized", c_int, POINTER(KvCacheDesc), c_size_t, *([c_size_t] * 5))
+_declare("clattn_kv_cache_create", c_int, Context_p, POINTER(KvCacheDesc), POINTER(KvCache_p))
+_declare("clattn_kv_cache_destroy", None, KvCache_p)
+_declare("clattn_kv_cache_set_block_table", c_int, KvCache_p, Int32_p)
+_declare("clattn_kv_cache_lengths", c_int, KvCache_p, Int32_p)
+_declare("clattn_kv_cache_set_lengths", c_int, KvCache_p, Int32_p)
+_declare("clattn_kv_cache_append_host", c_int, KvCache_p, c_void_p, c_void_p, c_size_t, Int32_p)
+_declare("clattn_kv_cache_write_host", c_int, KvCache_p, c_void_p, c_void_p)
+_declare("clattn_kv_cache_read_host", c_int, KvCache_p, c_void_p, c_void_p)
+_declare(
+    "clattn_kv_cache_attention_host",
+    c_int,
+    KvCache_p,
+    POINTER(AttentionDesc),
+    c_void_p,
+    Int32_p,
+    c_void_p,
+    POINTER(c_float),
+)
 _declare("clattn_pattern_desc_init_sized", c_int, POINTER(PatternDesc), c_size_t, c_int, c_size_t, c_size_t)
 _declare("clattn_pattern_layout", c_int, POINTER(PatternDesc), POINTER(c_uint8))
 

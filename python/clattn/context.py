@@ -7,8 +7,9 @@ import contextlib
 import contextvars
 import ctypes
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Union
+from typing import Any, Iterator, List, Optional, Union
 
 from . import _capi
 from .devices import Device, DeviceSpec, default_index, device_record, select
@@ -64,6 +65,7 @@ class Context:
     def __init__(self, device: DeviceSpec = None) -> None:
         self._handle: Optional[int] = None
         self._lock = threading.RLock()
+        self._dependents: "weakref.WeakSet[Any]" = weakref.WeakSet()  # KV caches made on it
         index = select(device)[0]
         handle = _capi.Context_p()
         status = _capi.lib.clattn_context_create(ctypes.byref(handle), index)
@@ -75,8 +77,11 @@ class Context:
     # ------------------------------------------------------------ life
 
     def close(self) -> None:
-        """Releases the context and everything it owns (idempotent)."""
+        """Releases the context and everything it owns (idempotent). KV caches made on it are
+        closed first."""
         with self._lock:
+            for dependent in list(self._dependents):
+                dependent.close()
             if self._handle:
                 _capi.lib.clattn_context_destroy(self._handle)
                 self._handle = None
@@ -105,6 +110,11 @@ class Context:
         if not self._handle:
             raise Error(_capi.ERR_INVALID_ARGUMENT, "the context is closed")
         return self._handle
+
+    def _adopt(self, dependent: Any) -> None:
+        """Registers an object whose C handle uses this context (a KVCache): close() closes it
+        first. A weak reference: the dependent keeps the context alive, not the reverse."""
+        self._dependents.add(dependent)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:

@@ -1,9 +1,619 @@
-"""The KV cache for decoding (SPEC.md section 6): its Python class goes here.
+"""clattn.KVCache: the KV cache for decoding (SPEC.md section 6), over the C API's
+clattn_kv_cache_* functions.
 
-Not yet: the C API for the cache (appending K/V rows at cache_len[b], paged storage through a
-block table, attention over the first L_b rows of each sequence) is being written on main. Once
-it lands, this module wraps it as `clattn.KVCache`, in the style of clattn.Context: a class that
-owns the cache's host or device storage and its lengths, with append() and attention() methods
-whose docstrings give the shapes ([B, capacity, Hkv, D] caches, int32 [B] lengths,
-[B, max_pages] block tables), and __init__.py exports it.
+The semantics are FlashAttention-2's `flash_attn_with_kvcache`: each of B sequences holds
+lengths[b] key/value rows on the device; append() writes new rows after them and advances the
+lengths; attention() lets sequence b's queries, the last q_lengths[b] positions of that sequence,
+attend to its first lengths[b] rows, with every mask of SPEC section 2 applied per sequence.
+Storage is contiguous, K [B, capacity, Hkv, Dqk] and V [B, capacity, Hkv, Dv], or paged: pools of
+pages [num_pages, page_size, Hkv, D] and a block table [B, capacity / page_size] of int32 page
+indices (row t of sequence b is row t % page_size of page table[b][t // page_size]), vLLM's
+layout. Paged and contiguous storage give the same results, bit for bit.
+
+    cache = clattn.KVCache(batch=1, heads_kv=8, dim_qk=128, capacity=4096, dtype="float16")
+    cache.append(k_prompt, v_prompt)                   # [1, n, 8, 128] each
+    o = cache.attention(q_prompt, causal=True)         # q [1, n, 32, 128] -> o [1, n, 32, 128]
+    for step in range(steps):
+        cache.append(k_token, v_token)                 # [1, 1, 8, 128]
+        o = cache.attention(q_token, causal=True)      # [1, 1, 32, 128]
 """
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import operator
+from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _capi
+from ._tensors import (
+    HostTensor,
+    _is_dense,
+    as_numpy,
+    contiguous_copy,
+    convert,
+    empty,
+    host_tensor,
+    is_torch_tensor,
+    torch_module,
+)
+from .attention import _LAYOUTS, _Call, _Dims, _input, _window
+from .context import Context, default_context
+from .errors import Error, check
+
+_CACHE_DTYPES = {
+    "float32": _capi.DTYPE_F32,
+    "f32": _capi.DTYPE_F32,
+    "float16": _capi.DTYPE_F16,
+    "f16": _capi.DTYPE_F16,
+    "half": _capi.DTYPE_F16,
+    "bfloat16": _capi.DTYPE_BF16,
+    "bf16": _capi.DTYPE_BF16,
+    "q8_0": _capi.DTYPE_Q8_0,
+    "q8": _capi.DTYPE_Q8_0,
+}
+_CACHE_DTYPE_NAMES = {
+    _capi.DTYPE_F32: "float32",
+    _capi.DTYPE_F16: "float16",
+    _capi.DTYPE_BF16: "bfloat16",
+    _capi.DTYPE_Q8_0: "q8_0",
+}
+# the NumPy dtype read() gives each storage type (bfloat16 as its uint16 bit patterns)
+_STORAGE_NUMPY = {
+    _capi.DTYPE_F32: np.dtype(np.float32),
+    _capi.DTYPE_F16: np.dtype(np.float16),
+    _capi.DTYPE_BF16: np.dtype(np.uint16),
+}
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+Shape = Tuple[int, ...]
+
+
+def _cache_dtype(dtype: Any) -> int:
+    """dtype= as a clattn dtype: a name ("float16", "f16", "q8_0", ...), a NumPy or torch dtype."""
+    if isinstance(dtype, str):
+        key = dtype.lower()
+    elif str(dtype).startswith("torch."):
+        key = str(dtype)[len("torch.") :]
+    else:
+        try:
+            key = np.dtype(dtype).name
+        except TypeError:
+            key = str(dtype)
+    if key not in _CACHE_DTYPES:
+        raise ValueError(
+            f"dtype={dtype!r}: the cache stores 'float32', 'float16', 'bfloat16' or 'q8_0' "
+            "(also 'f32', 'f16', 'bf16')"
+        )
+    return _CACHE_DTYPES[key]
+
+
+def _size(value: Any, name: str, minimum: int = 1) -> int:
+    """A size argument as an int >= minimum (ValueError or TypeError otherwise, before anything
+    reaches C, where a negative number would wrap around)."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
+    if number < minimum:
+        raise ValueError(f"{name}={number}: must be >= {minimum}")
+    return number
+
+
+def _int32_array(values: Any, name: str, shape: Shape, what: str, allow_scalar: bool) -> np.ndarray:
+    """Integers as a C-contiguous int32 array of `shape` (a scalar broadcasts when allowed).
+    Values are range-checked against int32 here; what they mean is the library's to check."""
+    if is_torch_tensor(values):
+        values = values.detach().cpu().numpy()
+    array = as_numpy(values, name)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name}: integers needed ({what}), got dtype {array.dtype}")
+    if array.ndim == 0 and allow_scalar:
+        array = np.broadcast_to(array, shape)
+    if array.shape != shape:
+        raise ValueError(f"{name} has shape {array.shape}; it must be {list(shape)}: {what}")
+    if array.size and (int(array.min()) < _INT32_MIN or int(array.max()) > _INT32_MAX):
+        raise ValueError(f"{name}: values must fit in int32")
+    return np.ascontiguousarray(array, dtype=np.int32)
+
+
+def _int32_pointer(array: Optional[np.ndarray]) -> Any:
+    return None if array is None else array.ctypes.data_as(_capi.Int32_p)
+
+
+class KVCache:
+    """A KV cache on an OpenCL device: B sequences' keys and values, and their lengths.
+
+    Arguments (those of clattn_kv_cache_desc):
+        batch: B, the sequences.    heads_kv: Hkv, the key/value heads.
+        dim_qk: Dqk, the head dim of K (and Q).    dim_v: Dv, that of V (default dim_qk).
+        capacity: the rows a sequence may hold; for paged storage a multiple of page_size
+            (then max_pages = capacity // page_size block table entries a sequence).
+        dtype: the storage of K and V: "float32", "float16", "bfloat16" or "q8_0" (ggml's 8-bit
+            blocks of 32 values and a float16 scale; Dqk and Dv multiples of 32). The rows
+            appended may be of any float type; they are rounded (or quantised) to it.
+        layout: "bshd" (default, FlashAttention's and the C API's: storage
+            [.., rows, Hkv, D], rows and queries [B, n, H, D]) or "bhsd" (PyTorch's order:
+            [.., Hkv, rows, D], [B, H, n, D]). append() and attention() take their arrays in it.
+        page_size: None or 0 for contiguous storage [B, capacity, Hkv, D]; else the rows of a
+            page: storage is a pool [num_pages, page_size, Hkv, D], and set_block_table() says
+            which pages each sequence uses (a new paged cache has none: every entry is -1).
+        num_pages: pages in the pool (paged only); default B * capacity // page_size, enough
+            for every sequence to fill its capacity.
+        context: the Context whose device holds the cache (default: clattn.default_context()).
+            The cache keeps it alive; closing the context closes the cache first.
+
+    A new cache is zeroed, with every length 0. Close it with close() or a `with` block; it is
+    also released when garbage-collected. A cache serves one call at a time (its context's).
+    Errors: clattn.Error for what the library refuses (.name and .message say what: appending
+    past a sequence's capacity, a block table entry out of range, ...), after which the cache
+    is unchanged; TypeError/ValueError for arguments that cannot be passed to it.
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        heads_kv: int,
+        dim_qk: int,
+        capacity: int,
+        *,
+        dim_v: Optional[int] = None,
+        dtype: Any = "float32",
+        layout: str = "bshd",
+        page_size: Optional[int] = None,
+        num_pages: Optional[int] = None,
+        context: Optional[Context] = None,
+    ) -> None:
+        self._handle: Optional[int] = None
+        self._batch = _size(batch, "batch")
+        self._heads_kv = _size(heads_kv, "heads_kv")
+        self._dim_qk = _size(dim_qk, "dim_qk")
+        self._dim_v = self._dim_qk if dim_v is None else _size(dim_v, "dim_v")
+        self._capacity = _size(capacity, "capacity")
+        self._dtype = _cache_dtype(dtype)
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout={layout!r}: 'bshd' ([B, N, H, D]) or 'bhsd' ([B, H, N, D])")
+        self._layout = layout
+        self._page_size = 0 if page_size is None else _size(page_size, "page_size", minimum=0)
+        if self._page_size:
+            default_pages = max(1, self._batch * (self._capacity // self._page_size))
+            self._num_pages = default_pages if num_pages is None else _size(num_pages, "num_pages")
+        elif num_pages is not None:
+            raise ValueError("num_pages is for paged storage: give page_size too")
+        else:
+            self._num_pages = 0
+        self._block_table: Optional[np.ndarray] = None
+        self._context = context if context is not None else default_context()
+
+        desc, status = _capi.new_struct(
+            _capi.KvCacheDesc,
+            "clattn_kv_cache_desc_init_sized",
+            self._batch,
+            self._heads_kv,
+            self._dim_qk,
+            self._dim_v,
+            self._capacity,
+        )
+        check(status, f"kv cache sizes {self._sizes_text()}")
+        desc.dtype = self._dtype
+        desc.layout = _LAYOUTS[layout]
+        desc.page_size = self._page_size
+        desc.num_pages = self._num_pages
+        handle = _capi.KvCache_p()
+        with self._context.locked() as ctx:
+            status = _capi.lib.clattn_kv_cache_create(ctx, ctypes.byref(desc), ctypes.byref(handle))
+            check(status, context_handle=ctx)
+            self._handle = handle.value
+            self._context._adopt(self)
+
+    # ------------------------------------------------------------ life
+
+    def close(self) -> None:
+        """Releases the cache's device storage (idempotent)."""
+        context = getattr(self, "_context", None)
+        with context._lock if context is not None else contextlib.nullcontext():
+            handle, self._handle = getattr(self, "_handle", None), None
+            if handle:
+                _capi.lib.clattn_kv_cache_destroy(handle)
+
+    def __enter__(self) -> "KVCache":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            try:
+                _capi.lib.clattn_kv_cache_destroy(handle)
+            except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
+                pass
+
+    def __repr__(self) -> str:
+        paged = f", page_size={self._page_size}, num_pages={self._num_pages}" if self._page_size else ""
+        state = "" if self._handle else ", closed"
+        return (
+            f"clattn.KVCache(batch={self._batch}, heads_kv={self._heads_kv}, dim_qk={self._dim_qk}, "
+            f"capacity={self._capacity}, dim_v={self._dim_v}, dtype={self.dtype!r}, "
+            f"layout={self._layout!r}{paged}{state})"
+        )
+
+    def _sizes_text(self) -> str:
+        return (
+            f"B={self._batch} Hkv={self._heads_kv} Dqk={self._dim_qk} Dv={self._dim_v} "
+            f"capacity={self._capacity}"
+        )
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Tuple[int, int]]:
+        """(context handle, cache handle) for one call, holding the context."""
+        with self._context.locked() as ctx:
+            if not self._handle:
+                raise Error(_capi.ERR_INVALID_ARGUMENT, "the KV cache is closed")
+            yield ctx, self._handle
+
+    @property
+    def handle(self) -> int:
+        """The clattn_kv_cache pointer, for calls into the C API. Raises Error when closed."""
+        if not self._handle:
+            raise Error(_capi.ERR_INVALID_ARGUMENT, "the KV cache is closed")
+        return self._handle
+
+    # ------------------------------------------------------------ what it is
+
+    @property
+    def context(self) -> Context:
+        """The Context whose device holds the cache."""
+        return self._context
+
+    @property
+    def batch(self) -> int:
+        return self._batch
+
+    @property
+    def heads_kv(self) -> int:
+        return self._heads_kv
+
+    @property
+    def dim_qk(self) -> int:
+        return self._dim_qk
+
+    @property
+    def dim_v(self) -> int:
+        return self._dim_v
+
+    @property
+    def capacity(self) -> int:
+        """The rows a sequence may hold."""
+        return self._capacity
+
+    @property
+    def dtype(self) -> str:
+        """The storage of K and V: "float32", "float16", "bfloat16" or "q8_0"."""
+        return _CACHE_DTYPE_NAMES[self._dtype]
+
+    @property
+    def layout(self) -> str:
+        """The order of the storage and of the arrays the cache takes: "bshd" or "bhsd"."""
+        return self._layout
+
+    @property
+    def paged(self) -> bool:
+        return self._page_size > 0
+
+    @property
+    def page_size(self) -> int:
+        """Rows a page; 0 for contiguous storage."""
+        return self._page_size
+
+    @property
+    def num_pages(self) -> int:
+        """Pages in the pool; 0 for contiguous storage."""
+        return self._num_pages
+
+    @property
+    def max_pages(self) -> int:
+        """Block table entries a sequence: capacity // page_size; 0 for contiguous storage."""
+        return self._capacity // self._page_size if self._page_size else 0
+
+    @property
+    def storage_shapes(self) -> Tuple[Shape, Shape]:
+        """The shapes of the K and V storage, as read() returns and write() takes them:
+        contiguous [B, capacity, Hkv, D] ("bhsd": [B, Hkv, capacity, D]), paged
+        [num_pages, page_size, Hkv, D] ("bhsd": [num_pages, Hkv, page_size, D])."""
+        entries = self._num_pages if self._page_size else self._batch
+        rows = self._page_size or self._capacity
+        if self._layout == "bshd":
+            return (entries, rows, self._heads_kv, self._dim_qk), (entries, rows, self._heads_kv, self._dim_v)
+        return (entries, self._heads_kv, rows, self._dim_qk), (entries, self._heads_kv, rows, self._dim_v)
+
+    def _rows_shape(self, rows: Union[int, str], dim: int) -> str:
+        if self._layout == "bshd":
+            return f"[B, {rows}, Hkv, D] = [{self._batch}, {rows}, {self._heads_kv}, {dim}]"
+        return f"[B, Hkv, {rows}, D] = [{self._batch}, {self._heads_kv}, {rows}, {dim}]"
+
+    # ------------------------------------------------------------ lengths and pages
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int32 [B]: the rows each sequence holds (a copy)."""
+        lengths = np.zeros(self._batch, dtype=np.int32)
+        with self._locked() as (ctx, cache):
+            check(_capi.lib.clattn_kv_cache_lengths(cache, _int32_pointer(lengths)), context_handle=ctx)
+        return lengths
+
+    def set_lengths(self, lengths: Any) -> None:
+        """Sets the rows each sequence holds: int32 [B] (or one int for every sequence), each in
+        [0, capacity] and, paged, within the pages the block table gives. To roll back
+        speculative tokens or for beam search: rows past a length are kept in the storage but
+        no longer seen, and the next append overwrites them. Raises clattn.Error naming the
+        sequence for a length out of range; then nothing changes."""
+        values = _int32_array(lengths, "lengths", (self._batch,), "one length a sequence", True)
+        with self._locked() as (ctx, cache):
+            check(_capi.lib.clattn_kv_cache_set_lengths(cache, _int32_pointer(values)), context_handle=ctx)
+
+    def rollback(self, count: Any) -> None:
+        """Forgets the last `count` rows of each sequence (an int for all, or int [B]): for
+        speculative decoding, after the draft tokens the target model rejected. Raises
+        ValueError when a sequence holds fewer rows."""
+        current = self.lengths
+        drop = _int32_array(count, "count", (self._batch,), "rows to drop a sequence", True)
+        if (drop < 0).any() or (drop > current).any():
+            raise ValueError(f"rollback({count}): the sequences hold {current.tolist()} rows")
+        self.set_lengths(current - drop)
+
+    @property
+    def block_table(self) -> Optional[np.ndarray]:
+        """int32 [B, max_pages]: the block table last set (a copy; -1 = no page), or None for
+        contiguous storage."""
+        if not self._page_size:
+            return None
+        if self._block_table is None:
+            return np.full((self._batch, self.max_pages), -1, dtype=np.int32)
+        return self._block_table.copy()
+
+    def set_block_table(self, table: Any) -> None:
+        """Sets a paged cache's block table: int [B, max_pages], entry [b][p] the page in
+        [0, num_pages) that holds rows [p * page_size, (p + 1) * page_size) of sequence b, or -1
+        for none (rows there cannot be filled). Pages may be shared between sequences (a common
+        prefix) and given in any order. Raises clattn.Error naming the entry for one out of
+        range, or a sequence whose rows would lose their page; then nothing changes."""
+        if not self._page_size:
+            raise Error(
+                _capi.ERR_INVALID_ARGUMENT,
+                "kv cache: a contiguous cache has no block table (create it with page_size=)",
+            )
+        shape = (self._batch, self.max_pages)
+        values = _int32_array(table, "table", shape, "[B, capacity // page_size] page indices", False)
+        with self._locked() as (ctx, cache):
+            status = _capi.lib.clattn_kv_cache_set_block_table(cache, _int32_pointer(values))
+            check(status, context_handle=ctx)
+        self._block_table = values.copy()
+
+    # ------------------------------------------------------------ appending
+
+    def _rows(self, x: Any, name: str, dim: int) -> Tuple[HostTensor, int]:
+        """New K or V rows as append_host reads them: 4-D in the cache's layout, dense, in the
+        cache's dtype (float32 for a q8_0 cache, which quantises them on the device)."""
+        tensor = host_tensor(x, name, bits_are_bf16=self._dtype == _capi.DTYPE_BF16)
+        if tensor.ndim != 4:
+            raise ValueError(f"{name} must be 4-D, {self._rows_shape('n', dim)}; got shape {tensor.shape}")
+        b, first, second, d = tensor.shape
+        heads, rows = (second, first) if self._layout == "bshd" else (first, second)
+        if b != self._batch or heads != self._heads_kv or d != dim:
+            raise ValueError(f"{name} has shape {tensor.shape}; the cache takes {self._rows_shape('n', dim)}")
+        if rows < 1:
+            raise ValueError(f"{name} has no rows (n = 0): nothing to append")
+        target = _capi.DTYPE_F32 if self._dtype == _capi.DTYPE_Q8_0 else self._dtype
+        if tensor.dtype != target:
+            tensor = convert(tensor, target, name)
+        elif not (tensor.describable() and _is_dense(tensor)):
+            tensor = contiguous_copy(tensor, name)
+        return tensor, rows
+
+    def append(self, k_new: Any, v_new: Any, new_lengths: Any = None) -> None:
+        """Appends rows to every sequence and advances the lengths.
+
+        k_new: [B, n, Hkv, Dqk] and v_new: [B, n, Hkv, Dv] ("bhsd": [B, Hkv, n, D]), NumPy
+            arrays or CPU torch tensors of float32, float16 or bfloat16 (for a bfloat16 cache
+            also NumPy uint16 bit patterns). They are rounded to the cache's dtype (to nearest
+            even) or, for a q8_0 cache, quantised on the device from float32.
+        new_lengths: int [B] (or one int): how many of the n rows sequence b appends (its first
+            new_lengths[b]), each in [0, n]; default n for every sequence.
+        Rows go to positions lengths[b], ... of sequence b. Raises clattn.Error naming the
+        sequence when one would pass its capacity (or, paged, its pages), and then nothing is
+        written to any sequence.
+        """
+        k, k_rows = self._rows(k_new, "k_new", self._dim_qk)
+        v, v_rows = self._rows(v_new, "v_new", self._dim_v)
+        if k_rows != v_rows:
+            raise ValueError(f"k_new has {k_rows} new rows and v_new {v_rows}: they must match")
+        counts = None
+        if new_lengths is not None:
+            counts = _int32_array(new_lengths, "new_lengths", (self._batch,), "new rows a sequence", True)
+        with self._locked() as (ctx, cache):
+            status = _capi.lib.clattn_kv_cache_append_host(
+                cache, k.pointer, v.pointer, k_rows, _int32_pointer(counts)
+            )
+            check(status, context_handle=ctx)
+
+    # ------------------------------------------------------------ attention
+
+    def _storage_dims(self, dim: int) -> _Dims:
+        """Dense K or V of `capacity` rows a sequence, as the library checks a call over the
+        cache (it then reads the cache's own storage)."""
+        rows, heads = self._capacity, self._heads_kv
+        if self._layout == "bshd":
+            return _Dims(self._batch, heads, rows, dim, rows * heads * dim, dim, heads * dim)
+        return _Dims(self._batch, heads, rows, dim, heads * rows * dim, rows * dim, dim)
+
+    def attention(
+        self,
+        q: Any,
+        *,
+        causal: bool = False,
+        window: Optional[Tuple[Optional[int], Optional[int]]] = None,
+        dilation: int = 1,
+        global_tokens: Optional[Sequence[int]] = None,
+        block_layout: Any = None,
+        block_size: Union[int, Tuple[int, int], None] = None,
+        bias: Any = None,
+        scale: Optional[float] = None,
+        q_lengths: Any = None,
+        path: str = "auto",
+        variant: Optional[str] = None,
+        return_lse: bool = False,
+    ) -> Any:
+        """Attention of a query block over the cache (flash_attn_with_kvcache without the
+        append; call append() first).
+
+        q: [B, Nq, Hq, Dqk] ("bhsd": [B, Hq, Nq, Dqk]), a NumPy array or CPU torch tensor of
+            float32, float16 or bfloat16 (read in place when its last dimension has stride 1
+            and the others are >= 0); Hq a multiple of Hkv (query head h reads kv head
+            h // (Hq // Hkv)).
+        returns o: [B, Nq, Hq, Dv] ("bhsd": [B, Hq, Nq, Dv]) of q's kind and dtype, and with
+            return_lse also lse: float32 [B, Hq, Nq] (-inf for rows that see no key).
+        Sequence b sees its first L_b = lengths[b] rows; its valid queries are q's first
+            q_lengths[b] rows (int [B], each in [0, Nq]; default Nq), and they are its LAST
+            q_lengths[b] positions: query row i sits at position p = i + L_b - q_lengths[b].
+            Rows i >= q_lengths[b], and every row of a sequence with L_b = 0, get O = 0 and
+            LSE = -inf.
+        Masks, as in clattn.attention, per sequence with Nk = L_b: causal (keys j <= p; one
+            new token sees every cached row), window (left, right), dilation, global_tokens
+            (key positions in [0, capacity)), block_layout [ceil(Nq/BQ), ceil(capacity/BK)] (or
+            one per query head) with block_size, bias (float, broadcast to
+            [B, Hq, Nq, capacity]; only -inf masks; columns j >= L_b are not read).
+        scale: default 1/sqrt(Dqk).    path / variant: as in clattn.attention (the "split"
+            variant serves calls over a cache; a q8_0 cache is read only by it).
+        """
+        qt = _input(q, "q", None)
+        qd = _Dims.of(qt, self._layout)
+        order = "[B, Nq, Hq, Dqk]" if self._layout == "bshd" else "[B, Hq, Nq, Dqk]"
+        if qd.batch != self._batch or qd.dim != self._dim_qk:
+            raise ValueError(
+                f"q has shape {qt.shape}; a cache of B={self._batch}, Dqk={self._dim_qk} "
+                f"({self._layout}) takes q {order} with B = {self._batch} and Dqk = {self._dim_qk}"
+            )
+        if min(qd.heads, qd.seq) < 1:
+            raise ValueError(f"q has shape {qt.shape}: every size must be >= 1 ({order})")
+        call = _Call(
+            qd, self._storage_dims(self._dim_qk), self._storage_dims(self._dim_v), self._layout, qt.dtype
+        )
+        call.set_mask(causal, _window(window), dilation, global_tokens)
+        if block_layout is not None:
+            call.set_block_layout(block_layout, block_size)
+        if bias is not None:
+            call.set_bias(bias)
+        call.set_execution(scale, path, variant)
+        if self._layout == "bshd":
+            out_shape = (qd.batch, qd.seq, qd.heads, self._dim_v)
+        else:
+            out_shape = (qd.batch, qd.heads, qd.seq, self._dim_v)
+        o = empty(out_shape, qt.dtype, like=qt)
+        call.desc.o = _Dims.of(o, self._layout).as_c()
+        q_len = None
+        if q_lengths is not None:
+            q_len = _int32_array(q_lengths, "q_lengths", (self._batch,), "valid query rows a sequence", True)
+        lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
+        lse_pointer = None if lse is None else lse.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        with self._locked() as (ctx, cache):
+            status = _capi.lib.clattn_kv_cache_attention_host(
+                cache, ctypes.byref(call.desc), qt.pointer, _int32_pointer(q_len), o.pointer, lse_pointer
+            )
+            check(status, context_handle=ctx)
+        if not return_lse:
+            return o.owner
+        if qt.kind == "torch":
+            return o.owner, torch_module().from_numpy(lse)
+        return o.owner, lse
+
+    # ------------------------------------------------------------ the storage itself
+
+    def _q8_shape(self, shape: Shape) -> Shape:
+        """A q8_0 storage shape as its bytes: each row of D values is D/32 blocks of 34 bytes."""
+        return shape[:-1] + (shape[-1] // _capi.Q8_BLOCK, _capi.Q8_BLOCK_BYTES)
+
+    def read(self, *, dequantize: bool = True) -> Tuple[np.ndarray, np.ndarray]:
+        """Copies of the whole K and V storage, NumPy arrays of storage_shapes (every row, the
+        ones past a sequence's length included; paged: the page pools, in page order).
+
+        float32 and float16 caches give their dtype; bfloat16 its uint16 bit patterns. A q8_0
+        cache gives float32 values, dequantised (d * q) on the host, or with dequantize=False
+        its blocks as they are: uint8 [..., D / 32, 34], each a little-endian float16 scale d
+        and 32 int8 q.
+        """
+        k_shape, v_shape = self.storage_shapes
+        if self._dtype == _capi.DTYPE_Q8_0:
+            k = np.empty(self._q8_shape(k_shape), dtype=np.uint8)
+            v = np.empty(self._q8_shape(v_shape), dtype=np.uint8)
+        else:
+            k = np.empty(k_shape, dtype=_STORAGE_NUMPY[self._dtype])
+            v = np.empty(v_shape, dtype=_STORAGE_NUMPY[self._dtype])
+        with self._locked() as (ctx, cache):
+            status = _capi.lib.clattn_kv_cache_read_host(cache, k.ctypes.data, v.ctypes.data)
+            check(status, context_handle=ctx)
+        if self._dtype == _capi.DTYPE_Q8_0 and dequantize:
+            return _q8_convert(k, _capi.DTYPE_Q8_0, k_shape), _q8_convert(v, _capi.DTYPE_Q8_0, v_shape)
+        return k, v
+
+    def _storage(self, x: Any, name: str, shape: Shape) -> Any:
+        """One of write()'s arrays as the bytes of the storage."""
+        if self._dtype == _capi.DTYPE_Q8_0:
+            if not is_torch_tensor(x) and as_numpy(x, name).dtype == np.uint8:
+                blocks = as_numpy(x, name)
+                if blocks.shape != self._q8_shape(shape):
+                    raise ValueError(
+                        f"{name}: q8_0 blocks of shape {blocks.shape}; the storage is uint8 {self._q8_shape(shape)}"
+                    )
+                return np.ascontiguousarray(blocks)
+            tensor = host_tensor(x, name)
+            if tensor.shape != shape:
+                raise ValueError(f"{name} has shape {tensor.shape}; the storage is {shape}")
+            if tensor.dtype != _capi.DTYPE_F32:
+                tensor = convert(tensor, _capi.DTYPE_F32, name)
+            elif not (tensor.describable() and _is_dense(tensor)):
+                tensor = contiguous_copy(tensor, name)
+            return _q8_convert(tensor, _capi.DTYPE_F32, shape)
+        tensor = host_tensor(x, name, bits_are_bf16=self._dtype == _capi.DTYPE_BF16)
+        if tensor.shape != shape:
+            raise ValueError(f"{name} has shape {tensor.shape}; the storage is {shape}")
+        if tensor.dtype != self._dtype:
+            tensor = convert(tensor, self._dtype, name)
+        elif not (tensor.describable() and _is_dense(tensor)):
+            tensor = contiguous_copy(tensor, name)
+        return tensor
+
+    def write(self, k: Any = None, v: Any = None) -> None:
+        """Overwrites the whole K and/or V storage (None leaves it as it is) from arrays of
+        storage_shapes, of any float type (rounded to the cache's dtype; for a q8_0 cache
+        quantised on the host as the device does, or given as read(dequantize=False)'s uint8
+        blocks). The lengths do not change: set_lengths() says which rows are filled."""
+        k_shape, v_shape = self.storage_shapes
+        k_data = None if k is None else self._storage(k, "k", k_shape)
+        v_data = None if v is None else self._storage(v, "v", v_shape)
+
+        def pointer(data: Any) -> Optional[int]:
+            if data is None:
+                return None
+            return data.pointer if isinstance(data, HostTensor) else data.ctypes.data
+
+        with self._locked() as (ctx, cache):
+            status = _capi.lib.clattn_kv_cache_write_host(cache, pointer(k_data), pointer(v_data))
+            check(status, context_handle=ctx)
+
+
+def _q8_convert(source: Any, from_dtype: int, shape: Shape) -> np.ndarray:
+    """q8_0 blocks -> float32 values of `shape`, or dense float32 values -> q8_0 blocks."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if from_dtype == _capi.DTYPE_Q8_0:
+        target = np.empty(shape, dtype=np.float32)
+        pointer, to_dtype = source.ctypes.data, _capi.DTYPE_F32
+    else:
+        target = np.empty(shape[:-1] + (shape[-1] // _capi.Q8_BLOCK, _capi.Q8_BLOCK_BYTES), dtype=np.uint8)
+        pointer, to_dtype = source.pointer, _capi.DTYPE_Q8_0
+    status = _capi.lib.clattn_convert(from_dtype, pointer, to_dtype, target.ctypes.data, count)
+    check(status, "converting the q8_0 storage")
+    return target

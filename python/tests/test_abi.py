@@ -21,6 +21,7 @@ STRUCTS = {
     "clattn_stats": _capi.Stats,
     "clattn_variant_info": _capi.VariantInfo,
     "clattn_pattern_desc": _capi.PatternDesc,
+    "clattn_kv_cache_desc": _capi.KvCacheDesc,
 }
 
 
