@@ -63,51 +63,6 @@ void run_release(run_state *s) {
     free(s->lse);
 }
 
-int run_load(const cli_args *args, const char *option, npy_array *out) {
-    char err[512];
-    if (npy_read(args_get(args, option), out, err, sizeof err) != CLATTN_SUCCESS) {
-        cli_error(args->command, "%s", err);
-        return 1;
-    }
-    return 0;
-}
-
-int run_tensor_dims(const cli_args *args, const char *option, const npy_array *a,
-                    clattn_layout layout, size_t dims[4]) {
-    if (a->ndim != 4) {
-        cli_error("run", "%s: expected a 4-D array (%s), got %zu-D", args_get(args, option),
-                  layout == CLATTN_LAYOUT_BSHD ? "[B,N,H,D]" : "[B,H,N,D]", a->ndim);
-        return 1;
-    }
-    if (a->dtype != NPY_F32 && a->dtype != NPY_F16 && a->dtype != NPY_U16) {
-        cli_error("run", "%s: dtype %s is not supported (use <f4, <f2, or <u2 bfloat16 bits)",
-                  args_get(args, option), npy_dtype_name(a->dtype));
-        return 1;
-    }
-    int bshd = layout == CLATTN_LAYOUT_BSHD;
-    dims[0] = a->shape[0];            /* B */
-    dims[1] = a->shape[bshd ? 1 : 2]; /* N */
-    dims[2] = a->shape[bshd ? 2 : 1]; /* H */
-    dims[3] = a->shape[3];            /* D */
-    return 0;
-}
-
-clattn_dtype run_storage_of(npy_dtype dtype) {
-    return dtype == NPY_F16 ? CLATTN_F16 : dtype == NPY_U16 ? CLATTN_BF16 : CLATTN_F32;
-}
-
-int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
-    if (from == to) return 0;
-    size_t size = to == CLATTN_F32 ? 4 : 2;
-    void *data = malloc(a->count * size + 1);
-    if (!data) return 1;
-    clattn_convert(from, a->data, to, data, a->count);
-    free(a->data);
-    a->data = data;
-    a->dtype = to == CLATTN_F32 ? NPY_F32 : to == CLATTN_F16 ? NPY_F16 : NPY_U16;
-    return 0;
-}
-
 /* --kv-storage q8_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
 static int setup_kv_storage(const cli_args *args, run_state *s) {
     static const char *const kv_dtypes[] = {"q8_0", NULL};

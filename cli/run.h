@@ -1,4 +1,4 @@
-/* What `clattn run` and its KV cache mode (run_cache.c) share. */
+/* What `clattn run`, its KV cache mode (run_cache.c) and `clattn layer` share. */
 #ifndef CLATTN_CLI_RUN_H
 #define CLATTN_CLI_RUN_H
 
@@ -36,7 +36,7 @@ typedef struct run_output {
     int staged;              /* tmp holds the output, not yet renamed */
 } run_output;
 
-/* cmd_run.c: reads the file of an option (one line naming the problem on failure); a 4-D
+/* run_inputs.c: reads the file of an option (one line naming the problem on failure); a 4-D
  * tensor's sizes in the layout; an array's storage type (<u2: bfloat16 bits); an array rounded
  * to another storage type in place. Each returns 0, or 1 after printing the problem. */
 int run_load(const cli_args *args, const char *option, npy_array *out);
@@ -44,7 +44,8 @@ int run_tensor_dims(const cli_args *args, const char *option, const npy_array *a
                     clattn_layout layout, size_t dims[4]);
 clattn_dtype run_storage_of(npy_dtype dtype);
 int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
-/* The mask, scale and path options (--causal --window --dilation --global --block-layout
+
+/* cmd_run.c: the mask, scale and path options (--causal --window --dilation --global --block-layout
  * --block-size --bias --scale --out-dtype --path --variant) into s->desc, whose sizes are set;
  * `clattn layer` takes them as `clattn run` does. @return 0, 1 or EXIT_USAGE. */
 int run_setup_mask(const cli_args *args, run_state *s);
