@@ -8,7 +8,8 @@ clattn.h). The library is the wheel's own copy, else $CLATTN_LIBRARY, else the s
     o = clattn.attention(q, q, q, causal=True)              # [B, H, N, D]
 
 Main entry points: devices(), Context, attention(), scaled_dot_product_attention() (PyTorch's
-signature and semantics), KVCache (decoding over a KV cache), patterns, Error.
+signature and semantics), KVCache (decoding over a KV cache), MultiheadAttention (a whole
+attention layer: projections, attention, output), patterns, Error.
 """
 
 from . import patterns
@@ -19,6 +20,7 @@ from .context import Context, Stats, Variant, default_context, using
 from .devices import Device, devices
 from .errors import Error
 from .kv_cache import KVCache
+from .mha import LayerInfo, LayerStats, MultiheadAttention
 from .sdpa import scaled_dot_product_attention
 
 __version__: str = _lib.clattn_version().decode()
@@ -29,6 +31,9 @@ __all__ = [
     "Device",
     "Error",
     "KVCache",
+    "LayerInfo",
+    "LayerStats",
+    "MultiheadAttention",
     "Stats",
     "Variant",
     "attention",

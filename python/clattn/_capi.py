@@ -197,6 +197,68 @@ class KvCacheDesc(Structure):
     ]
 
 
+class MhaParam(Structure):
+    """One weight or bias of a layer: a host array or a cl_mem, from element `offset` on."""
+
+    _fields_ = [("host", c_void_p), ("buffer", c_void_p), ("offset", c_size_t)]
+
+
+class MhaDesc(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("d_model", c_size_t),
+        ("heads_q", c_size_t),
+        ("heads_kv", c_size_t),
+        ("dim_qk", c_size_t),
+        ("dim_v", c_size_t),
+        ("d_kv", c_size_t),
+        ("weight_dtype", c_int),
+        ("w_q", MhaParam),
+        ("w_k", MhaParam),
+        ("w_v", MhaParam),
+        ("w_o", MhaParam),
+        ("b_q", MhaParam),
+        ("b_k", MhaParam),
+        ("b_v", MhaParam),
+        ("b_o", MhaParam),
+        ("head_mask", POINTER(c_uint8)),
+    ]
+
+
+class MhaInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("d_model", c_size_t),
+        ("d_kv", c_size_t),
+        ("heads_q", c_size_t),
+        ("heads_kv", c_size_t),
+        ("dim_qk", c_size_t),
+        ("dim_v", c_size_t),
+        ("weight_dtype", c_int),
+        ("heads_kept", c_size_t),
+        ("attention_heads_q", c_size_t),
+        ("attention_heads_kv", c_size_t),
+        ("kv_duplicated", c_int),
+        ("has_bias", c_int),
+        ("weight_bytes", c_uint64),
+    ]
+
+
+class MhaStats(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("projection_ms", c_double),
+        ("attention_ms", c_double),
+        ("output_ms", c_double),
+        ("variant", c_int),
+        ("kernel", c_char * 96),
+        ("attention_heads_q", c_size_t),
+        ("attention_heads_kv", c_size_t),
+        ("projection_flops", c_uint64),
+        ("output_flops", c_uint64),
+    ]
+
+
 # ---------------------------------------------------------------- functions
 
 Context_p = c_void_p  # clattn_context *
@@ -220,6 +282,8 @@ _declare("clattn_context_destroy", None, Context_p)
 _declare("clattn_context_device_info", c_int, Context_p, POINTER(DeviceInfo))
 _declare("clattn_context_build_log", c_char_p, Context_p)
 _declare("clattn_context_last_error", c_char_p, Context_p)
+_declare("clattn_context_cl_context", c_void_p, Context_p)
+_declare("clattn_context_queue", c_void_p, Context_p)
 _declare("clattn_context_set_timing", c_int, Context_p, c_int)
 _declare("clattn_context_last_stats", c_int, Context_p, POINTER(Stats))
 _declare("clattn_stats_init_sized", c_int, POINTER(Stats), c_size_t)
@@ -277,6 +341,28 @@ _declare(
     c_void_p,
     POINTER(c_float),
 )
+
+Mha_p = c_void_p  # clattn_mha *
+_declare("clattn_mha_desc_init_sized", c_int, POINTER(MhaDesc), c_size_t, *([c_size_t] * 5))
+_declare("clattn_mha_create", c_int, Context_p, POINTER(MhaDesc), POINTER(Mha_p))
+_declare("clattn_mha_destroy", None, Mha_p)
+_declare("clattn_mha_set_head_mask", c_int, Mha_p, POINTER(c_uint8))
+_declare("clattn_mha_info_init_sized", c_int, POINTER(MhaInfo), c_size_t)
+_declare("clattn_mha_get_info", c_int, Mha_p, POINTER(MhaInfo))
+_declare("clattn_mha_forward_host", c_int, Mha_p, POINTER(AttentionDesc), c_void_p, c_void_p, c_void_p)
+_declare(
+    "clattn_mha_forward_cache",
+    c_int,
+    Mha_p,
+    KvCache_p,
+    POINTER(AttentionDesc),
+    c_void_p,  # cl_mem x
+    Int32_p,
+    c_void_p,  # cl_mem y
+    c_void_p,  # cl_event *
+)
+_declare("clattn_mha_stats_init_sized", c_int, POINTER(MhaStats), c_size_t)
+_declare("clattn_mha_last_stats", c_int, Mha_p, POINTER(MhaStats))
 _declare("clattn_pattern_desc_init_sized", c_int, POINTER(PatternDesc), c_size_t, c_int, c_size_t, c_size_t)
 _declare("clattn_pattern_layout", c_int, POINTER(PatternDesc), POINTER(c_uint8))
 

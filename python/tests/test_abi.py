@@ -22,6 +22,10 @@ STRUCTS = {
     "clattn_variant_info": _capi.VariantInfo,
     "clattn_pattern_desc": _capi.PatternDesc,
     "clattn_kv_cache_desc": _capi.KvCacheDesc,
+    "clattn_mha_param": _capi.MhaParam,
+    "clattn_mha_desc": _capi.MhaDesc,
+    "clattn_mha_info": _capi.MhaInfo,
+    "clattn_mha_stats": _capi.MhaStats,
 }
 
 
