@@ -18,7 +18,8 @@
  *
  * Per sequence b (SPEC section 6): keys L_b = seq_len[b] (or len_k), valid query rows
  * q_b = q_len[b] (or len_q), query i at key position p = i + L_b - q_b; rows i >= q_b are empty.
- * Scores stay in the natural domain (a finite score never becomes -inf); exp(x) is
+ * Scores stay in the natural domain (a finite score never becomes -inf), and one whose float32
+ * sum overflowed on the way is summed again with scaled operands (rescore); exp(x) is
  * exp2((x - max) * log2 e).
  *
  * Built after common.cl. Q is IN_DTYPE, K and V KV_DTYPE, O OUT_DTYPE. DQK_PAD and DV_PAD are
@@ -63,6 +64,8 @@ typedef struct row_block {
     float16 q[BLOCK_R][NQK];            /* pre-scaled by scale, zero past dim_qk */
     float16 acc[BLOCK_R][NDV];          /* O so far, normalised */
     float max[BLOCK_R], sum[BLOCK_R];   /* running maximum and sum of exp(s - max) */
+    __global const IN_T *Q;             /* Q and the scale, for rescore */
+    float scale;
 } row_block;
 
 /* 16 values of a K or V row from d0 on, zero past `dim`. */
@@ -81,6 +84,7 @@ ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
     t->keys = P->per_sequence ? seq_len[t->b] : P->len_k;
     t->queries = P->per_sequence ? q_len[t->b] : P->len_q;
     t->offset = t->keys - t->queries;
+    t->Q = Q, t->scale = scale;
     int valid = 0;
     for (int k = 0; k < BLOCK_R; k++) {
         const long r = rb * BLOCK_R + k, i = r / P->group;
@@ -144,6 +148,21 @@ ALWAYS_INLINE float16 sum_lanes16x16(const float16 x[KEY_TILE]) {
     return vload16(0, out);
 }
 
+/* Score (row r, key j) again without overflow on the way (common.cl, rescored): for a score
+ * that came out non-finite from the pre-scaled q. NaN or an infinity in the inputs stays so. */
+ALWAYS_INLINE float rescore(__constant attn_params *P, __global const KV_T *K,
+                            __global const int *block_table, const row_block *t, int r, long j) {
+    const long q_row = P->q_offset + t->b * P->q_stride_b + t->h[r] * P->q_stride_h +
+                       t->i[r] * P->q_stride_s;
+    const long k_row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
+                              P->k_stride_s, t->b, t->kvh, j);
+    float dot = 0.0f;
+    for (int d = 0; d < P->dim_qk; d++)
+        dot = fma(LOAD_IN(t->Q, q_row + d) * RESCORE_DOWN, LOAD_KV(K, k_row + d) * RESCORE_DOWN,
+                  dot);
+    return rescored(dot, t->scale);
+}
+
 /* Scores of the tile's keys j0 + c (c < n) for every row: scale * q.k (+ bias), -inf where the
  * pair is masked or c >= n. s is [BLOCK_R][KEY_TILE]. */
 ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K,
@@ -170,6 +189,13 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++) {
         float16 x = sum_lanes16x16(dots[r]);
+        if (t->i[r] >= 0 && any(isinf(x) | isnan(x))) { /* rare: huge inputs, NaN or inf */
+            float lanes[KEY_TILE];
+            vstore16(x, 0, lanes);
+            for (int c = 0; c < n; c++)
+                if (!isfinite(lanes[c])) lanes[c] = rescore(P, K, block_table, t, r, j0 + c);
+            x = vload16(0, lanes);
+        }
         /* the row's key range [lo, hi] relative to j0, clamped to the tile */
         const int lo = t->i[r] < 0 ? 1 : (int)clamp(t->lo[r] - j0, -1L, (long)KEY_TILE);
         const int hi = t->i[r] < 0 ? 0 : (int)clamp(t->hi[r] - j0, -1L, (long)KEY_TILE);

@@ -938,8 +938,10 @@ CLATTN_API clattn_status clattn_mha_get_info(const clattn_mha *mha, clattn_mha_i
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (heads or dims not the layer's, Nk != N
  *  without X_kv, X_kv missing for a layer with d_kv != d_model, a buffer too small for its
  *  shape, a bad mask, kv_q8_0 set: checked before anything is enqueued);
- *  CLATTN_ERR_UNSUPPORTED (a projection larger than CLBlast's int offsets); CLATTN_ERR_BLAS; or
- *  an error of clattn_attention. */
+ *  CLATTN_ERR_UNSUPPORTED (a projection larger than CLBlast's int offsets);
+ *  CLATTN_ERR_OUT_OF_MEMORY (a GEMM whose padded copies, which CLBlast may make, would not fit
+ *  the device's largest allocation: CLBlast would abort); CLATTN_ERR_BLAS; or an error of
+ *  clattn_attention. */
 CLATTN_API clattn_status clattn_mha_forward(clattn_mha *mha, const clattn_attention_desc *call,
                                             cl_mem x, cl_mem x_kv, cl_mem y, cl_event *event);
 

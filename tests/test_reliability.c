@@ -225,6 +225,37 @@ Test(gemm_budget, scores_that_fill_the_largest_allocation) {
     expect_gemm_runs_or_says_out_of_memory(1, 1, 1, nq, nk, 64);
 }
 
+/* A layer whose GEMM CLBlast could copy into a padded temporary beyond the largest allocation
+ * (X [65537][900] padded to [65792][1024] floats, over 256 MiB) is refused before it runs;
+ * CLBlast would abort the process. Y stays as it was. */
+Test(gemm_budget, a_layer_beyond_clblasts_copies_is_refused) {
+    need_small_allocations();
+    clattn_context *ctx = first_context();
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    size_t d_model = 900, n = (size_t)info.max_alloc_bytes / (4 * 1024) + 1, d = 64;
+    float *w = calloc(d_model * d, sizeof(float)), *x = calloc(n * d_model, sizeof(float));
+    float *y = malloc(n * d_model * sizeof(float));
+    cr_assert(w && x && y);
+    for (size_t i = 0; i < n * d_model; i++) y[i] = 7.0f;
+    clattn_mha_desc desc;
+    ASSERT_OK(ctx, clattn_mha_desc_init(&desc, d_model, 1, 1, d, d));
+    desc.w_q.host = desc.w_k.host = desc.w_v.host = desc.w_o.host = w;
+    clattn_mha *mha = NULL;
+    ASSERT_OK(ctx, clattn_mha_create(ctx, &desc, &mha));
+    clattn_attention_desc call;
+    clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, 1, 1, 1, n, n, d, d);
+    cr_expect_eq(clattn_mha_forward_host(mha, &call, x, NULL, y), CLATTN_ERR_OUT_OF_MEMORY);
+    cr_expect(strstr(clattn_context_last_error(ctx), "CLBlast's padded copies") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    size_t changed = 0;
+    for (size_t i = 0; i < n * d_model; i++) changed += y[i] != 7.0f;
+    cr_expect_eq(changed, 0, "%zu values of Y were written", changed);
+    clattn_mha_destroy(mha);
+    free(w), free(x), free(y);
+}
+
 /* The planner's side, on any device: with the context's largest allocation made small (a
  * white-box change of its description; PoCL itself allows more, so nothing fails for real),
  * a call whose score budget takes every head in one chunk, MQA, must still be split so that
@@ -322,6 +353,12 @@ Test(overflow, the_gemm_path_and_the_gpu_variant_agree_with_the_reference) {
 Test(overflow, the_flash_variant_agrees_with_the_reference) {
     for (big_case c = 0; c < BIG_CASES; c++)
         cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_FLASH), 0, "flash: %s",
+                     big_names[c]);
+}
+
+Test(overflow, the_split_variant_agrees_with_the_reference) {
+    for (big_case c = 0; c < BIG_CASES; c++)
+        cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_SPLIT), 0, "split: %s",
                      big_names[c]);
 }
 

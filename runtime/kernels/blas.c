@@ -44,6 +44,20 @@ void blas_user_add(clattn_context *ctx) {
     pthread_mutex_unlock(&blas_lock);
 }
 
+/* ---------------------------------------------------------------- CLBlast's temporaries */
+
+int blas_gemm_copies_fit(const clattn_device_info *dev, size_t m, size_t n, size_t k) {
+    const size_t dims[3][2] = {{m, k}, {n, k}, {m, n}};
+    cl_ulong alloc = dev->max_alloc_bytes / sizeof(float);
+    for (int i = 0; i < 3; i++) {
+        size_t elements = 0;
+        if (size_mul(blas_padded(dims[i][0]), blas_padded(dims[i][1]), &elements) ||
+            elements > (size_t)INT32_MAX || elements > alloc)
+            return 0;
+    }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- CLBlast status */
 
 #define CLBLAST_CODE(name)                                                                         \

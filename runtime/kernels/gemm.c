@@ -117,17 +117,12 @@ static size_t ceil_div(size_t a, size_t b) {
  * each dimension rounded up to its tile: at most 128 in CLBlast's database). Should allocating
  * one fail, CLBlast throws from a destructor and the process aborts (std::terminate), so no
  * status could ever come back. A chunk is therefore planned so that every temporary CLBlast
- * could make, counted with each dimension rounded up to a multiple of CLBLAST_PAD, fits the
- * device's largest allocation and 2^31-1 elements (CLBlast's int offsets), and so that the
+ * could make, counted with each dimension rounded up to a multiple of BLAS_PAD (blas.h), fits
+ * the device's largest allocation and 2^31-1 elements (CLBlast's int offsets), and so that the
  * chunk's scores and one GEMM's temporaries together fit half the global memory. Whether
  * CLBlast copies depends on its database (a small product runs a direct kernel that copies
  * nothing); the plan assumes it does.
  */
-#define CLBLAST_PAD 256
-
-static size_t padded(size_t n) {
-    return ceil_div(n, CLBLAST_PAD) * CLBLAST_PAD;
-}
 
 /* a * b * c and a + b, SIZE_MAX when they overflow. */
 static size_t product3(size_t a, size_t b, size_t c) {
@@ -146,8 +141,8 @@ static size_t max2(size_t a, size_t b) {
  * S [rows][Nk]; O = P V copies P [rows][Nk], V [Nk][Dv] and O [rows][Dv]; all per group. */
 static void temporaries(const attn_problem *pb, size_t groups, size_t rows, size_t *largest,
                         size_t *one_gemm) {
-    size_t r = padded(rows), n = padded(pb->len_k);
-    size_t dq = padded(pb->dim_qk), dv = padded(pb->dim_v);
+    size_t r = blas_padded(rows), n = blas_padded(pb->len_k);
+    size_t dq = blas_padded(pb->dim_qk), dv = blas_padded(pb->dim_v);
     size_t s = product3(groups, r, n), q = product3(groups, r, dq), k = product3(groups, n, dq);
     size_t v = product3(groups, n, dv), o = product3(groups, r, dv);
     *largest = max2(max2(s, max2(q, k)), max2(v, o));

@@ -91,6 +91,28 @@ static clattn_status check_int_offsets(const mha_run *r) {
     return CLATTN_SUCCESS;
 }
 
+/* CLBlast's padded copies (blas.h) of the layer's GEMMs within the device's largest allocation,
+ * checked before anything runs: CLBlast would abort the process where they do not fit. */
+static clattn_status check_blas_copies(const mha_run *r) {
+    const mha_shape *s = &r->m->shape;
+    const mha_weights *w = &r->m->weights;
+    size_t rows_q = r->call.batch * r->call.len_q, rows_k = r->call.batch * r->call.len_k;
+    size_t qkv = w->rows_q + w->rows_k + w->rows_v;
+    const size_t gemms[3][3] = {/* m, n, k: C[m][n] = A[m][k] B[n][k]^T */
+                                {rows_q, r->call.cross ? w->rows_q : qkv, s->d_model},
+                                {r->call.cross ? rows_k : 0, w->rows_k + w->rows_v, s->d_kv},
+                                {rows_q, s->d_model, r->m->heads.kept * s->dim_v}};
+    const clattn_device_info *dev = &r->m->ctx->device;
+    for (size_t i = 0; i < ARRAY_LEN(gemms); i++)
+        if (!blas_gemm_copies_fit(dev, gemms[i][0], gemms[i][1], gemms[i][2]))
+            return ctx_error(r->m->ctx, CLATTN_ERR_OUT_OF_MEMORY,
+                             "mha: CLBlast's padded copies of a %zu x %zu x %zu GEMM would exceed "
+                             "the device's largest allocation (%llu bytes); use a smaller B*N",
+                             gemms[i][0], gemms[i][1], gemms[i][2],
+                             (unsigned long long)dev->max_alloc_bytes);
+    return CLATTN_SUCCESS;
+}
+
 /* The caller's buffers: present, large enough, Y apart from the inputs. */
 static clattn_status check_buffers(const mha_run *r) {
     const mha_call *c = &r->call;
@@ -127,6 +149,7 @@ static clattn_status run_begin(mha_run *r, clattn_mha *m, const clattn_attention
                                           MHA_BIAS_BUFFER, &r->call, &m->ctx->error);
     if (status == CLATTN_SUCCESS) status = check_buffers(r);
     if (status == CLATTN_SUCCESS) status = check_int_offsets(r);
+    if (status == CLATTN_SUCCESS) status = check_blas_copies(r);
     if (status == CLATTN_SUCCESS)
         status = mha_pruned_attention(&r->call, &m->heads, &r->attn, &r->layout, &m->ctx->error);
     r->t0 = seconds_now();
