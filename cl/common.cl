@@ -177,8 +177,19 @@ inline float mul_saturating(float a, float b) {
 #define RESCORE_DOWN  0x1.0p-70f
 
 inline float rescored(float scaled_dot, float scale) {
+    /* scale = m * 2^e, m in [0.5, 1), as frexp gives them, from the bits (oclgrind's checker
+     * stops at frexp's pointer into private memory); 0, infinities and NaN keep m = scale */
+    float m = scale;
     int e = 0;
-    const float m = frexp(scale, &e);
+    uint bits = as_uint(scale), exponent = (bits >> 23) & 0xffu;
+    if (exponent == 0u && scale != 0.0f) { /* subnormal: normalised first */
+        m = scale * 0x1.0p24f, e = -24;
+        bits = as_uint(m), exponent = (bits >> 23) & 0xffu;
+    }
+    if (exponent != 0u && exponent != 0xffu) {
+        e += (int)exponent - 126;
+        m = as_float((bits & 0x807fffffu) | (126u << 23));
+    }
     return ldexp(m * scaled_dot, e + 2 * RESCORE_SHIFT);
 }
 
