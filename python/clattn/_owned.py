@@ -5,7 +5,7 @@ clattn_mha)."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Iterator, Optional, Tuple, TypeVar
 
 from . import _capi
 from .errors import Error
@@ -28,14 +28,6 @@ class _Handle:
     _c_type: ClassVar[str]  # "clattn_kv_cache"
     _what: ClassVar[str]  # "KV cache"
     _handle: Optional[int] = None  # None until created, and once closed
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "_c_type" in cls.__dict__:  # each class's `handle` names its own C type
-            cls.handle = property(  # type: ignore[assignment]
-                _Handle.handle.fget,
-                doc=f"The {cls._c_type} pointer, for calls into the C API. Raises Error when closed.",
-            )
 
     def close(self) -> None:
         """Releases the C object (idempotent)."""
@@ -61,7 +53,8 @@ class _Handle:
 
     @property
     def handle(self) -> int:
-        """The C object's pointer, for calls into the C API. Raises Error when closed."""
+        """The C object's pointer (a clattn_context, clattn_kv_cache or clattn_mha), for calls
+        into the C API. Raises Error when closed."""
         if not self._handle:
             raise Error(_capi.ERR_INVALID_ARGUMENT, f"the {self._what} is closed")
         return self._handle
