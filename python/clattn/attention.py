@@ -183,6 +183,28 @@ class _Call:
         d.bias_host = ctypes.cast(values.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
         d.bias_strides = _capi.Tensor(0, strides[0], strides[1], strides[2])
 
+    def set_options(
+        self,
+        causal: bool,
+        window: Optional[Tuple[Optional[int], Optional[int]]],
+        dilation: int,
+        global_tokens: Optional[Sequence[int]],
+        block_layout: Any,
+        block_size: Union[int, Tuple[int, int], None],
+        bias: Any,
+        scale: Optional[float],
+        path: str,
+        variant: Optional[str],
+    ) -> None:
+        """The masks, scale, path and variant as clattn.attention's keyword arguments give them
+        (so do KVCache.attention's and MultiheadAttention.forward's)."""
+        self.set_mask(causal, _window(window), dilation, global_tokens)
+        if block_layout is not None:
+            self.set_block_layout(block_layout, block_size)
+        if bias is not None:
+            self.set_bias(bias)
+        self.set_execution(scale, path, variant)
+
     def set_execution(self, scale: Optional[float], path: str, variant: Optional[str]) -> None:
         d = self.desc
         if scale is not None:
@@ -294,12 +316,9 @@ def attention(
     _check_shapes(qd, kd, vd, f"q {qt.shape}, k {kt.shape}, v {vt.shape} ({layout})")
 
     call = _Call(qd, kd, vd, layout, dtype)
-    call.set_mask(causal, _window(window), dilation, global_tokens)
-    if block_layout is not None:
-        call.set_block_layout(block_layout, block_size)
-    if bias is not None:
-        call.set_bias(bias)
-    call.set_execution(scale, path, variant)
+    call.set_options(
+        causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
+    )
     out_shape = (
         (qd.batch, qd.heads, qd.seq, vd.dim) if layout == "bhsd" else (qd.batch, qd.seq, qd.heads, vd.dim)
     )

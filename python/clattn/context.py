@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Union
 
 from . import _capi
+from ._owned import _Handle
 from .devices import Device, DeviceSpec, default_index, device_record, select
 from .errors import Error, check
 
@@ -50,7 +51,7 @@ class Variant:
 _PATH_NAMES = {0: "auto", 1: "fused", 2: "gemm", 3: "reference"}
 
 
-class Context:
+class Context(_Handle):
     """An OpenCL device opened for attention: a context, an in-order queue and a program cache
     (compiled kernels are kept for the context's life, and on disk).
 
@@ -62,10 +63,12 @@ class Context:
     or a `with` block; it is also closed when garbage-collected.
     """
 
+    _c_type = "clattn_context"
+    _what = "context"
+
     def __init__(self, device: DeviceSpec = None) -> None:
-        self._handle: Optional[int] = None
         self._lock = threading.RLock()
-        self._dependents: "weakref.WeakSet[Any]" = weakref.WeakSet()  # KV caches made on it
+        self._dependents: "weakref.WeakSet[Any]" = weakref.WeakSet()  # KV caches, layers made on it
         index = select(device)[0]
         handle = _capi.Context_p()
         status = _capi.lib.clattn_context_create(ctypes.byref(handle), index)
@@ -82,38 +85,16 @@ class Context:
         with self._lock:
             for dependent in list(self._dependents):
                 dependent.close()
-            if self._handle:
-                _capi.lib.clattn_context_destroy(self._handle)
-                self._handle = None
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            try:
-                _capi.lib.clattn_context_destroy(handle)
-            except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
-                pass
+            self._destroy()
 
     def __repr__(self) -> str:
         state = "" if self._handle else ", closed"
         return f"clattn.Context({self.device.index}: {self.device.name!r}{state})"
 
-    @property
-    def handle(self) -> int:
-        """The clattn_context pointer, for calls into the C API. Raises Error when closed."""
-        if not self._handle:
-            raise Error(_capi.ERR_INVALID_ARGUMENT, "the context is closed")
-        return self._handle
-
     def _adopt(self, dependent: Any) -> None:
-        """Registers an object whose C handle uses this context (a KVCache): close() closes it
-        first. A weak reference: the dependent keeps the context alive, not the reverse."""
+        """Registers an object whose C handle uses this context (a KVCache, a MultiheadAttention):
+        close() closes it first. A weak reference: the dependent keeps the context alive, not the
+        reverse."""
         self._dependents.add(dependent)
 
     @contextlib.contextmanager

@@ -20,14 +20,14 @@ layout. Paged and contiguous storage give the same results, bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import operator
-from typing import Any, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _capi
+from ._owned import _OwnedHandle
 from ._tensors import (
     HostTensor,
     _is_dense,
@@ -39,7 +39,7 @@ from ._tensors import (
     is_torch_tensor,
     torch_module,
 )
-from .attention import _LAYOUTS, _Call, _Dims, _input, _window
+from .attention import _LAYOUTS, _Call, _Dims, _input
 from .context import Context, default_context
 from .errors import Error, check
 
@@ -123,7 +123,7 @@ def _int32_pointer(array: Optional[np.ndarray]) -> Any:
     return None if array is None else array.ctypes.data_as(_capi.Int32_p)
 
 
-class KVCache:
+class KVCache(_OwnedHandle):
     """A KV cache on an OpenCL device: B sequences' keys and values, and their lengths.
 
     Arguments (those of clattn_kv_cache_desc):
@@ -152,6 +152,9 @@ class KVCache:
     is unchanged; TypeError/ValueError for arguments that cannot be passed to it.
     """
 
+    _c_type = "clattn_kv_cache"
+    _what = "KV cache"
+
     def __init__(
         self,
         batch: int,
@@ -166,7 +169,6 @@ class KVCache:
         num_pages: Optional[int] = None,
         context: Optional[Context] = None,
     ) -> None:
-        self._handle: Optional[int] = None
         self._batch = _size(batch, "batch")
         self._heads_kv = _size(heads_kv, "heads_kv")
         self._dim_qk = _size(dim_qk, "dim_qk")
@@ -205,32 +207,13 @@ class KVCache:
         with self._context.locked() as ctx:
             status = _capi.lib.clattn_kv_cache_create(ctx, ctypes.byref(desc), ctypes.byref(handle))
             check(status, context_handle=ctx)
-            self._handle = handle.value
-            self._context._adopt(self)
+            self._own(handle.value)
 
     # ------------------------------------------------------------ life
 
     def close(self) -> None:
         """Releases the cache's device storage (idempotent)."""
-        context = getattr(self, "_context", None)
-        with context._lock if context is not None else contextlib.nullcontext():
-            handle, self._handle = getattr(self, "_handle", None), None
-            if handle:
-                _capi.lib.clattn_kv_cache_destroy(handle)
-
-    def __enter__(self) -> "KVCache":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            try:
-                _capi.lib.clattn_kv_cache_destroy(handle)
-            except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
-                pass
+        super().close()
 
     def __repr__(self) -> str:
         paged = f", page_size={self._page_size}, num_pages={self._num_pages}" if self._page_size else ""
@@ -246,21 +229,6 @@ class KVCache:
             f"B={self._batch} Hkv={self._heads_kv} Dqk={self._dim_qk} Dv={self._dim_v} "
             f"capacity={self._capacity}"
         )
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[Tuple[int, int]]:
-        """(context handle, cache handle) for one call, holding the context."""
-        with self._context.locked() as ctx:
-            if not self._handle:
-                raise Error(_capi.ERR_INVALID_ARGUMENT, "the KV cache is closed")
-            yield ctx, self._handle
-
-    @property
-    def handle(self) -> int:
-        """The clattn_kv_cache pointer, for calls into the C API. Raises Error when closed."""
-        if not self._handle:
-            raise Error(_capi.ERR_INVALID_ARGUMENT, "the KV cache is closed")
-        return self._handle
 
     # ------------------------------------------------------------ what it is
 
@@ -502,12 +470,9 @@ class KVCache:
         call = _Call(
             qd, self._storage_dims(self._dim_qk), self._storage_dims(self._dim_v), self._layout, qt.dtype
         )
-        call.set_mask(causal, _window(window), dilation, global_tokens)
-        if block_layout is not None:
-            call.set_block_layout(block_layout, block_size)
-        if bias is not None:
-            call.set_bias(bias)
-        call.set_execution(scale, path, variant)
+        call.set_options(
+            causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
+        )
         if self._layout == "bshd":
             out_shape = (qd.batch, qd.seq, qd.heads, self._dim_v)
         else:

@@ -21,15 +21,15 @@ Weights are [out, in] as torch.nn.Linear stores them; query head h reads kv head
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _capi, _opencl
+from ._owned import _OwnedHandle
 from ._tensors import (
     DTYPE_NAMES,
     HostTensor,
@@ -43,9 +43,9 @@ from ._tensors import (
     parse_storage,
     torch_module,
 )
-from .attention import _Call, _Dims, _window
+from .attention import _Call, _Dims
 from .context import Context, default_context
-from .errors import Error, check
+from .errors import check
 from .kv_cache import KVCache, _int32_array, _int32_pointer, _size
 
 _WEIGHT_DTYPES = {
@@ -169,7 +169,7 @@ def _dense(b: int, heads: int, seq: int, dim: int) -> _Dims:
     return _Dims(b, heads, seq, dim, seq * heads * dim, dim, heads * dim)
 
 
-class MultiheadAttention:
+class MultiheadAttention(_OwnedHandle):
     """A multi-head attention layer on an OpenCL device (the C API's clattn_mha).
 
     Weights (NumPy arrays or CPU torch tensors, [out, in] as nn.Linear stores them):
@@ -197,6 +197,9 @@ class MultiheadAttention:
     ValueError for shapes that do not fit; TypeError for types it cannot take.
     """
 
+    _c_type = "clattn_mha"
+    _what = "layer"
+
     def __init__(
         self,
         w_q: Any,
@@ -214,7 +217,6 @@ class MultiheadAttention:
         head_mask: Any = None,
         context: Optional[Context] = None,
     ) -> None:
-        self._handle: Optional[int] = None
         self._heads = _size(heads, "heads")
         self._kv_heads = self._heads if kv_heads is None else _size(kv_heads, "kv_heads")
         target = _weight_dtype(weight_dtype)
@@ -263,8 +265,7 @@ class MultiheadAttention:
         with self._context.locked() as ctx:
             status = _capi.lib.clattn_mha_create(ctx, ctypes.byref(desc), ctypes.byref(handle))
             check(status, context_handle=ctx)
-            self._handle = handle.value
-            self._context._adopt(self)
+            self._own(handle.value)
         self._mask = np.ones(self._heads, dtype=bool) if mask is None else mask.astype(bool)
         self._has_bias = any(name.startswith("b_") for name in params)
 
@@ -371,25 +372,7 @@ class MultiheadAttention:
 
     def close(self) -> None:
         """Releases the layer's device weights and scratch (idempotent)."""
-        context = getattr(self, "_context", None)
-        with context._lock if context is not None else contextlib.nullcontext():
-            handle, self._handle = getattr(self, "_handle", None), None
-            if handle:
-                _capi.lib.clattn_mha_destroy(handle)
-
-    def __enter__(self) -> "MultiheadAttention":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            try:
-                _capi.lib.clattn_mha_destroy(handle)
-            except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
-                pass
+        super().close()
 
     def __repr__(self) -> str:
         kept = int(self._mask.sum())
@@ -408,26 +391,7 @@ class MultiheadAttention:
             f"Dv={self._dim_v} d_kv={self._d_kv}"
         )
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[Tuple[int, int]]:
-        """(context handle, layer handle) for one call, holding the context."""
-        with self._context.locked() as ctx:
-            if not self._handle:
-                raise Error(_capi.ERR_INVALID_ARGUMENT, "the layer is closed")
-            yield ctx, self._handle
-
-    @property
-    def handle(self) -> int:
-        """The clattn_mha pointer, for calls into the C API. Raises Error when closed."""
-        if not self._handle:
-            raise Error(_capi.ERR_INVALID_ARGUMENT, "the layer is closed")
-        return self._handle
-
     # ------------------------------------------------------------ what it is
-
-    @property
-    def context(self) -> Context:
-        return self._context
 
     @property
     def d_model(self) -> int:
@@ -643,12 +607,9 @@ class MultiheadAttention:
             dtype,
         )
         call.desc.o = _dense(batch, hq, n, dv).as_c()
-        call.set_mask(causal, _window(window), dilation, global_tokens)
-        if block_layout is not None:
-            call.set_block_layout(block_layout, block_size)
-        if bias is not None:
-            call.set_bias(bias)
-        call.set_execution(scale, path, variant)
+        call.set_options(
+            causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
+        )
 
         y = empty((batch, n, self._d_model), dtype, like=xt)
         if kv_cache is None:

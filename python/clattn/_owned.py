@@ -1,0 +1,95 @@
+"""The life of the objects over a C handle: clattn.Context (a clattn_context), and the objects
+made on a context, clattn.KVCache (a clattn_kv_cache) and clattn.MultiheadAttention (a
+clattn_mha)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, ClassVar, Iterator, Optional, Tuple, TypeVar
+
+from . import _capi
+from .errors import Error
+
+if TYPE_CHECKING:
+    from .context import Context
+
+_Self = TypeVar("_Self", bound="_Handle")
+
+
+class _Handle:
+    """An object over a C handle: the `handle` property, `with` blocks that close it, and its
+    release when garbage-collected.
+
+    A subclass names its C type (_c_type: the handle's type, released by <_c_type>_destroy) and
+    itself in messages (_what: "the <_what> is closed"), sets _handle once the C object exists,
+    and defines close(), which must call _destroy().
+    """
+
+    _c_type: ClassVar[str]  # "clattn_kv_cache"
+    _what: ClassVar[str]  # "KV cache"
+    _handle: Optional[int] = None  # None until created, and once closed
+
+    def close(self) -> None:
+        """Releases the C object (idempotent)."""
+        self._destroy()
+
+    def _destroy(self) -> None:
+        """Releases the C object, if there still is one; the handle is None from then on."""
+        handle, self._handle = self._handle, None
+        if handle:
+            getattr(_capi.lib, f"{self._c_type}_destroy")(handle)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._destroy()
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
+            pass
+
+    @property
+    def handle(self) -> int:
+        """The C object's pointer (a clattn_context, clattn_kv_cache or clattn_mha), for calls
+        into the C API. Raises Error when closed."""
+        if not self._handle:
+            raise Error(_capi.ERR_INVALID_ARGUMENT, f"the {self._what} is closed")
+        return self._handle
+
+
+class _OwnedHandle(_Handle):
+    """A C object made on a Context (a KV cache, a layer). It keeps the context alive, and the
+    context closes it first when closed itself. Its calls hold the context's lock: _locked().
+
+    A subclass sets _context, creates the C object holding the context (its locked()), and
+    hands the new handle to _own() before letting go of it.
+    """
+
+    _context: "Context"
+
+    def _own(self, handle: int) -> None:
+        """Takes the handle of the C object just created on the context and registers with the
+        context, whose close() then closes this first. Call it holding the context."""
+        self._handle = handle
+        self._context._adopt(self)
+
+    def close(self) -> None:
+        """Releases the C object (idempotent), holding the context."""
+        context = getattr(self, "_context", None)
+        with context._lock if context is not None else contextlib.nullcontext():
+            self._destroy()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Tuple[int, int]]:
+        """(context handle, own handle) for one call, holding the context. Raises Error when
+        closed."""
+        with self._context.locked() as ctx:
+            yield ctx, self.handle
+
+    @property
+    def context(self) -> "Context":
+        """The Context it was made on, whose device holds it."""
+        return self._context
