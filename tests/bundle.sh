@@ -24,12 +24,21 @@ export OCL_ICD_VENDORS="$work/empty-vendors" CLATTN_CACHE_DIR="$work/cache"
 # Its own libraries, from the bundle: what ldd says, and what the loader really initialised.
 # (Outputs go to files first: grep -q in a pipe may leave its writer a SIGPIPE, which pipefail
 # would count as a failure.)
+resolves_inside() { # resolves_inside LDD_OUTPUT LIB...: ldd lists each LIB, from the bundle
+  local list="$1" lib
+  shift
+  for lib in "$@"; do
+    grep -qF "$lib.so" "$list" || { fail "ldd does not list $lib: $(cat "$list")"; continue; }
+    grep -F "$lib.so" "$list" | grep -qF "=> $bundle/" ||
+      fail "$lib does not resolve inside the bundle: $(grep -F "$lib.so" "$list")"
+  done
+}
 ldd "$clattn" > ldd.txt || fail "ldd $clattn: $(cat ldd.txt)"
-for lib in libclattn libOpenCL libclblast libopenblas libgfortran libquadmath; do
-  grep -qF "$lib.so" ldd.txt || { fail "ldd does not list $lib: $(cat ldd.txt)"; continue; }
-  grep -F "$lib.so" ldd.txt | grep -qF "=> $bundle/" ||
-    fail "$lib does not resolve inside the bundle: $(grep -F "$lib.so" ldd.txt)"
-done
+resolves_inside ldd.txt libclattn libOpenCL libclblast
+# OpenBLAS is not linked: bench's host baseline loads it (dlopen, through clattn's RUNPATH), and
+# it finds its own libraries in the bundle.
+ldd "$bundle/lib/libopenblas.so.0" > ldd-openblas.txt || fail "ldd libopenblas.so.0"
+resolves_inside ldd-openblas.txt libgfortran libquadmath
 LD_DEBUG=files "$clattn" --version 2> loaded.txt > /dev/null
 for lib in libclattn libOpenCL libclblast; do
   grep -E "calling init: .*/$lib\.so" loaded.txt | grep -qF "$bundle/" ||
@@ -43,11 +52,14 @@ grep -qE 'glibc [0-9]+\.[0-9]+ or newer' "$bundle/README.txt" ||
 grep -qE '^    found by search: /.*/libpocl\.so\.2 \(PoCL\), .*echo /.*/libpocl\.so\.2 > /etc/OpenCL/vendors/pocl\.icd$' devices.txt ||
   fail "clattn devices does not list PoCL as found by search: $(cat devices.txt)"
 "$clattn" check --quick --device 0 > check.txt 2>&1 || fail "clattn check --quick --device 0: $(tail -n 20 check.txt)"
-"$clattn" bench --path fused,gemm,host --b 1 --hq 2 --nq 128 --d 32 --warmup 1 --repeat 2 \
-  --device 0 --csv bench.csv > bench.txt 2>&1 || fail "clattn bench: $(tail -n 20 bench.txt)"
+LD_DEBUG=files "$clattn" bench --path fused,gemm,host --b 1 --hq 2 --nq 128 --d 32 --warmup 1 \
+  --repeat 2 --device 0 --csv bench.csv > bench.txt 2> bench.err ||
+  fail "clattn bench: $(tail -n 20 bench.txt bench.err)"
 for path in fused gemm host; do
   grep -q ",$path," bench.csv || fail "the bench has no $path row: $(cat bench.csv)"
 done
+grep -E "calling init: .*/libopenblas\.so" bench.err | grep -qF "$bundle/" ||
+  fail "the host baseline did not load the bundle's OpenBLAS: $(grep -F libopenblas bench.err)"
 
 # The search off: nothing registered, nothing searched, one clear line.
 expect 1 "driver search: off (CLATTN_NO_DRIVER_SEARCH is set)" -- \
