@@ -1,17 +1,13 @@
-"""The life of the objects over a C handle: clattn.Context (a clattn_context), and the objects
-made on a context, clattn.KVCache (a clattn_kv_cache) and clattn.MultiheadAttention (a
-clattn_mha)."""
+"""The life of the objects over a C handle: clattn.Context (a clattn_context), and, through
+context._OwnedHandle, the objects made on a context, clattn.KVCache (a clattn_kv_cache) and
+clattn.MultiheadAttention (a clattn_mha)."""
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, ClassVar, Iterator, Optional, Tuple, TypeVar
+from typing import ClassVar, Optional, TypeVar
 
 from . import _capi
 from .errors import Error
-
-if TYPE_CHECKING:
-    from .context import Context
 
 _Self = TypeVar("_Self", bound="_Handle")
 
@@ -58,38 +54,3 @@ class _Handle:
         if not self._handle:
             raise Error(_capi.ERR_INVALID_ARGUMENT, f"the {self._what} is closed")
         return self._handle
-
-
-class _OwnedHandle(_Handle):
-    """A C object made on a Context (a KV cache, a layer). It keeps the context alive, and the
-    context closes it first when closed itself. Its calls hold the context's lock: _locked().
-
-    A subclass sets _context, creates the C object holding the context (its locked()), and
-    hands the new handle to _own() before letting go of it.
-    """
-
-    _context: "Context"
-
-    def _own(self, handle: int) -> None:
-        """Takes the handle of the C object just created on the context and registers with the
-        context, whose close() then closes this first. Call it holding the context."""
-        self._handle = handle
-        self._context._adopt(self)
-
-    def close(self) -> None:
-        """Releases the C object (idempotent), holding the context."""
-        context = getattr(self, "_context", None)
-        with context._lock if context is not None else contextlib.nullcontext():
-            self._destroy()
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[Tuple[int, int]]:
-        """(context handle, own handle) for one call, holding the context. Raises Error when
-        closed."""
-        with self._context.locked() as ctx:
-            yield ctx, self.handle
-
-    @property
-    def context(self) -> "Context":
-        """The Context it was made on, whose device holds it."""
-        return self._context

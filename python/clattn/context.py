@@ -9,7 +9,7 @@ import ctypes
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Union
+from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from . import _capi
 from ._owned import _Handle
@@ -213,3 +213,38 @@ def using(context: Union[Context, DeviceSpec]) -> Iterator[Context]:
         _current.reset(token)
         if owned:
             chosen.close()
+
+
+class _OwnedHandle(_Handle):
+    """A C object made on a Context (a KV cache, a layer). It keeps the context alive, and the
+    context closes it first when closed itself. Its calls hold the context's lock: _locked().
+
+    A subclass sets _context, creates the C object holding the context (its locked()), and
+    hands the new handle to _own() before letting go of it.
+    """
+
+    _context: Context
+
+    def _own(self, handle: int) -> None:
+        """Takes the handle of the C object just created on the context and registers with the
+        context, whose close() then closes this first. Call it holding the context."""
+        self._handle = handle
+        self._context._adopt(self)
+
+    def close(self) -> None:
+        """Releases the C object (idempotent), holding the context."""
+        context = getattr(self, "_context", None)
+        with context._lock if context is not None else contextlib.nullcontext():
+            self._destroy()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Tuple[int, int]]:
+        """(context handle, own handle) for one call, holding the context. Raises Error when
+        closed."""
+        with self._context.locked() as ctx:
+            yield ctx, self.handle
+
+    @property
+    def context(self) -> Context:
+        """The Context it was made on, whose device holds it."""
+        return self._context

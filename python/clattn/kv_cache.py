@@ -27,7 +27,6 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _capi
-from ._owned import _OwnedHandle
 from ._tensors import (
     HostTensor,
     _is_dense,
@@ -40,7 +39,7 @@ from ._tensors import (
     torch_module,
 )
 from .attention import _LAYOUTS, _Call, _Dims, _input
-from .context import Context, default_context
+from .context import Context, _OwnedHandle, default_context
 from .errors import Error, check
 
 _CACHE_DTYPES = {

@@ -29,7 +29,6 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _capi, _opencl
-from ._owned import _OwnedHandle
 from ._tensors import (
     DTYPE_NAMES,
     HostTensor,
@@ -44,7 +43,7 @@ from ._tensors import (
     torch_module,
 )
 from .attention import _Call, _Dims
-from .context import Context, default_context
+from .context import Context, _OwnedHandle, default_context
 from .errors import check
 from .kv_cache import KVCache, _int32_array, _int32_pointer, _size
 
