@@ -86,7 +86,16 @@ expect 2 "no .npy form" -- "$clattn" "${common[@]}" --k "$cache/k.npy" --v "$cac
   --out "$out" --kv-storage q8_0 --k-cache-out "$work/kc2.npy" --v-cache-out "$work/vc2.npy"
 expect 2 "expected one of" -- "$clattn" "${plain[@]}" --out "$out" --kv-storage q4
 expect 1 "not q8_0" -- "$clattn" "${plain[@]}" --out "$out" --path gemm
+# an append from row 7 that runs into the missing page of row 8 (it used to write past the pool)
+npy_take "$cache/k.npy" "$work/pool.npy" "(2, 8, 1, 16)"
+npy_take "$cache/q.npy" "$work/q1.npy" "(1, 1, 1, 16)"
+npy_take "$rows/k.npy" "$work/kn1.npy" "(1, 2, 1, 16)"
+npy_i4 "$work/len7.npy" "(1,)" 7
+npy_i4 "$work/tab1.npy" "(1, 2)" 0 -1
+expect 1 "row 8 has no page" -- "$clattn" run --q "$work/q1.npy" --k "$work/pool.npy" \
+  --v "$work/pool.npy" --cache-len "$work/len7.npy" --page-table "$work/tab1.npy" --page-size 8 \
+  --k-new "$work/kn1.npy" --v-new "$work/kn1.npy" --out "$out"
 [ -e "$out" ] && fail "a refused run wrote its output"
 
 [ "$failures" -eq 0 ] && echo "cli_cache: all passed"
-exit "$failures"
+[ "$failures" -eq 0 ]

@@ -414,3 +414,39 @@ Test(kvcache, every_16_bit_pattern_is_read_exactly) {
             expect_every_pattern(ctxs[dev], CLATTN_BF16, variants[i]);
         }
 }
+
+/* An append that starts inside a page and runs into a missing one is refused before anything
+ * is written (it used to check only the page of its first row, and wrote past the pool). */
+Test(kvcache, an_append_into_a_missing_page_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const cache_case paged = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1};
+    clattn_kv_cache *cache = make_cache(ctx, &paged);
+    int32_t table[B * (CAP / PAGE)];
+    for (size_t i = 0; i < COUNT(table); i++) table[i] = -1;
+    table[0] = 5, table[CAP / PAGE] = 6; /* one page a sequence: rows 0..7 */
+    ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
+    void *k = random_tensor(B * CAP * HKV * D, CLATTN_F32, 62);
+    void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 63);
+    const int32_t seven[B] = {7, 0}, two[B] = {2, 0}, far[B] = {0, 20};
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 7, seven));
+    static snapshot before, after;
+    take(cache, &before);
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 2, two), "row 8",
+                   "an append from row 7 into the missing page of row 8");
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 20, far), "row 8",
+                   "an append over two missing pages");
+    const int32_t nine[B] = {9, 0};
+    expect_refused(ctx, cache, clattn_kv_cache_set_lengths(cache, nine), "row 8",
+                   "a length into a missing page");
+    take(cache, &after);
+    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
+    cr_expect_eq(memcmp(before.v, after.v, sizeof before.v), 0, "V changed");
+    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
+                 "lengths changed");
+    const int32_t one[B] = {1, 8}; /* exactly to the ends of the pages: allowed */
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 8, one));
+    clattn_kv_cache_destroy(cache);
+    free(k), free(v);
+}

@@ -197,14 +197,16 @@ clattn_status clattn_kv_cache_buffers(const clattn_kv_cache *c, cl_mem *k, cl_me
 
 /* ---------------------------------------------------------------- lengths and pages */
 
-/* Whether rows [0, rows) of sequence b have pages (always, for contiguous storage); else names
- * the first row without one. */
+/* Whether rows [first, end) of sequence b have pages (always, for contiguous storage); else
+ * names the first row without one. Every page that the rows touch is checked: from the page of
+ * `first`, which need not start a page, to the page of `end - 1`. */
 static int rows_have_pages(const clattn_kv_cache *c, const int32_t *table, size_t b, size_t first,
                            size_t end, size_t *missing) {
-    for (size_t row = first; c->desc.page_size && row < end; row += c->desc.page_size) {
-        size_t page = row / c->desc.page_size;
+    size_t size = c->desc.page_size;
+    if (!size || first >= end) return 1;
+    for (size_t page = first / size; page <= (end - 1) / size; page++) {
         if (table[b * c->max_pages + page] < 0) {
-            *missing = row;
+            *missing = page * size > first ? page * size : first;
             return 0;
         }
     }
