@@ -111,8 +111,8 @@ def _to_bhsd(query: Any, key: Any, value: Any, enable_gqa: bool) -> Tuple[Any, A
 def _mask_as_float32(attn_mask: Any, query: Any) -> np.ndarray:
     """attn_mask as float32 values: a boolean mask as 0 (True, attend) / -inf (False); a float
     mask as it is. The dtypes PyTorch takes: bool, float32, or the query's dtype."""
-    torch = torch_module()
     if is_torch_tensor(attn_mask):
+        torch = torch_module()
         mask = attn_mask.detach().cpu()
         if mask.dtype == torch.bool:
             bias = torch.zeros(mask.shape, dtype=torch.float32)

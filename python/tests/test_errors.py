@@ -153,10 +153,7 @@ def test_pattern_errors(make, text: str) -> None:
         make()
 
 
-torch = pytest.importorskip("torch", reason="torch is an optional dependency; its error cases need it")
-
-
-def test_torch_dtype_and_device(context, rng) -> None:
+def test_torch_dtype_and_device(torch, context, rng) -> None:
     q = torch.from_numpy(uniform(rng, 1, 2, 4, 8))
     with pytest.raises(TypeError, match="torch.float64"):
         clattn.attention(q.double(), q.double(), q.double(), context=context)

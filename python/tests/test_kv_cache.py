@@ -341,8 +341,7 @@ def test_padding_rows_and_empty_sequences(context, rng) -> None:
         assert np.isfinite(lse[0, :, 0]).all()
 
 
-def test_torch_tensors_in_and_out(context, rng) -> None:
-    torch = pytest.importorskip("torch")
+def test_torch_tensors_in_and_out(torch, context, rng) -> None:
     with (
         clattn.KVCache(B, HKV, DQK, CAPACITY, dim_v=DV, dtype="bfloat16", context=context) as cache,
         clattn.KVCache(B, HKV, DQK, CAPACITY, dim_v=DV, dtype="bfloat16", context=context) as twin,

@@ -335,7 +335,9 @@ def test_unbatched_strided_and_torch_inputs(context, rng) -> None:
         wide = np.zeros((2, 6, 2 * D_MODEL), np.float32)
         wide[..., ::2] = x  # a strided view: copied
         np.testing.assert_array_equal(layer(wide[..., ::2]), y)
-        torch = pytest.importorskip("torch")
+        torch = pytest.importorskip(
+            "torch", reason="torch is not installed (optional; the NumPy part above ran)"
+        )
         yt = layer(torch.from_numpy(x))
         assert isinstance(yt, torch.Tensor) and yt.dtype == torch.float32
         np.testing.assert_array_equal(yt.numpy(), y)
@@ -350,8 +352,7 @@ def test_unbatched_strided_and_torch_inputs(context, rng) -> None:
 # ---------------------------------------------------------------- PyTorch itself
 
 
-def test_from_torch_matches_nn_multihead_attention(context, rng) -> None:
-    torch = pytest.importorskip("torch")
+def test_from_torch_matches_nn_multihead_attention(torch, context, rng) -> None:
     torch.manual_seed(0)
     module = torch.nn.MultiheadAttention(D_MODEL, 4, batch_first=True).eval()
     with torch.no_grad():
@@ -375,9 +376,8 @@ def test_from_torch_matches_nn_multihead_attention(context, rng) -> None:
         assert_layer_close(layer(x, bias=bias).numpy(), want.double().numpy())
 
 
-def test_from_torch_cross_attention(context, rng) -> None:
+def test_from_torch_cross_attention(torch, context, rng) -> None:
     """kdim = vdim != embed_dim: separate q/k/v_proj_weight; no bias."""
-    torch = pytest.importorskip("torch")
     torch.manual_seed(1)
     module = torch.nn.MultiheadAttention(D_MODEL, 2, kdim=20, vdim=20, bias=False, batch_first=True).eval()
     x, memory = torch.from_numpy(uniform(rng, 2, 5, D_MODEL)), torch.from_numpy(uniform(rng, 2, 8, 20))
@@ -393,9 +393,8 @@ def test_from_torch_cross_attention(context, rng) -> None:
         clattn.MultiheadAttention.from_torch(torch.nn.Linear(4, 4))
 
 
-def test_gqa_matches_torch_sdpa(context, rng) -> None:
+def test_gqa_matches_torch_sdpa(torch, context, rng) -> None:
     """A GQA layer written with torch: F.linear and F.scaled_dot_product_attention(enable_gqa)."""
-    torch = pytest.importorskip("torch")
     functional = torch.nn.functional
     weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
     w = {n: torch.from_numpy(v).double() for n, v in weights.items()}
