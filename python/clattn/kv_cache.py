@@ -418,6 +418,7 @@ class KVCache(_OwnedHandle):
             q_len = _checks.int32_array(
                 q_lengths, "q_lengths", (self._batch,), "valid query rows a sequence", True
             )
+        return_lse = _checks.flag(return_lse, "return_lse")
         lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
         lse_pointer = None if lse is None else lse.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         with self._locked() as (ctx, cache):

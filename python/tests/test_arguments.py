@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Dict
+from typing import Any, Dict
 
 import numpy as np
 import pytest
@@ -161,6 +161,7 @@ CASES: Dict[str, tuple] = {
     ),
     "kv_attention_window": (lambda e: e.cache.attention(e.rows, window=(BIG, 0)), r"window\[0\]="),
     "kv_attention_scale": (lambda e: e.cache.attention(e.rows, scale=1e-50), "rounds to 0 in float32"),
+    "kv_attention_return_lse": (lambda e: e.cache.attention(e.rows, return_lse="yes"), "return_lse='yes'"),
     "kv_read_dequantize": (lambda e: e.cache.read(dequantize="no"), "dequantize='no': True or False"),
     # clattn.MultiheadAttention and its methods
     "mha_heads_2.5": (lambda e: layer(e, heads=2.5), "heads=2.5: an integer is needed"),
