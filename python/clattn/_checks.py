@@ -129,14 +129,15 @@ def real(value: Any, name: str) -> float:
     return number
 
 
-def scale(value: Any, name: str = "scale", zero: str = "") -> Optional[float]:
+def scale(value: Any, name: str = "scale", zero_allowed: bool = False) -> Optional[float]:
     """A softmax scale: None (the default 1/sqrt(Dqk)), or a finite number whose float32 is
-    finite and non-zero. `zero` says what 0 means where it is allowed ("" where it is not)."""
+    finite and non-zero; or 0 itself where zero_allowed (PyTorch's SDPA: uniform weights). In
+    the desc 0 means the default, so a value that rounds to 0 is never passed on."""
     if value is None:
         return None
     number = real(value, name)
     if number == 0:
-        if zero:
+        if zero_allowed:
             return 0.0
         raise invalid(f"{name}=0: must be non-zero (None selects the default 1/sqrt(Dqk))")
     if abs(number) > _FLOAT32_MAX:

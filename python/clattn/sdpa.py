@@ -190,7 +190,7 @@ def scaled_dot_product_attention(
         )
     is_causal = _checks.flag(is_causal, "is_causal")
     enable_gqa = _checks.flag(enable_gqa, "enable_gqa")
-    scale = _checks.scale(scale, zero="PyTorch's uniform weights")
+    scale = _checks.scale(scale, zero_allowed=True)  # 0: PyTorch's uniform weights
     if is_causal and attn_mask is not None:
         raise invalid("attn_mask and is_causal=True cannot both be given (PyTorch refuses them too)")
     query, key, value = (_as_array(x, n) for x, n in ((query, "query"), (key, "key"), (value, "value")))
