@@ -2,8 +2,10 @@
 # Builds clattn and runs the whole test suite, the way CI does:
 #  1. the CTest suite (Criterion tests, CLI tests, the install test) on PoCL's pthread device;
 #  2. the same suite on PoCL's single-threaded "basic" device;
-#  3. the Python package: its wheel built and installed into a fresh virtual environment, and
-#     its pytest suite (scripts/test-python.sh);
+#  3. the Python package (scripts/test-python.sh): its wheel built and repaired by auditwheel
+#     into a manylinux wheel that carries CLBlast and the ICD loader, installed into two fresh
+#     virtual environments (NumPy alone, and with torch) for the pytest suite, and into a bare
+#     one where the system's CLBlast and ICD loader are hidden;
 #  4. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
 #     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
 #     so the log is searched);

@@ -380,6 +380,11 @@ def status_string(status: int) -> str:
     return text(lib.clattn_status_string(status))
 
 
+def int32_pointer(array) -> object:
+    """An int32 NumPy array as the `int32_t *` the C calls take; None as NULL."""
+    return None if array is None else array.ctypes.data_as(Int32_p)
+
+
 def new_struct(struct_type, init_function: str, *args):
     """A struct initialised by its *_init_sized function, as the header's *_init macro does."""
     value = struct_type()

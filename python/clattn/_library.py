@@ -1,11 +1,14 @@
 """Finding and loading libclattn.
 
 The package looks, in this order, for
-  1. its own copy, installed inside the package by the wheel (clattn/libclattn.so);
+  1. its own copy, installed inside the package by the wheel (clattn/libclattn.so.0.2, under
+     its soname, which the packaged program clattn/bin/clattn links);
   2. the file named by $CLATTN_LIBRARY (a development build: build/libclattn.so);
   3. the system's, by its soname (libclattn.so.0.2, then whatever ctypes.util finds).
 The first that loads and reports the version this binding was written for wins. The library
-needs the OpenCL ICD loader (libOpenCL.so.1) and CLBlast (libclblast.so.1) from the system.
+needs the OpenCL ICD loader (libOpenCL.so.1) and CLBlast (libclblast.so.1): the manylinux wheel
+carries both (clattn.libs/, beside the package); a wheel built by `pip install ./python` takes
+the system's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ if sys.platform == "darwin":
 elif sys.platform == "win32":
     _PACKAGED_NAME, _SONAME = "clattn.dll", "clattn.dll"
 else:
-    _PACKAGED_NAME, _SONAME = "libclattn.so", "libclattn.so.0.2"
+    _PACKAGED_NAME = _SONAME = "libclattn.so.0.2"
 
 
 def _candidates() -> Iterator[Tuple[str, str]]:
@@ -82,11 +85,20 @@ def _loaded_path(lib: ctypes.CDLL, name: str) -> str:
     """The file the dynamic loader really opened (a soname resolves to a path)."""
     if os.sep in name:
         return str(Path(name).resolve())
+    return next(iter(loaded_files(name)), name)
+
+
+def loaded_files(prefix: str) -> List[str]:
+    """The files mapped into this process whose name starts with `prefix` ("libOpenCL"), in
+    the order of /proc/self/maps; [] where there is no such file (not Linux)."""
+    found: List[str] = []
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
             for line in maps:
-                if line.rstrip().endswith(name) or f"/{name}" in line:
-                    return line.split(None, 5)[-1].strip()
+                fields = line.split(None, 5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if path.startswith("/") and os.path.basename(path).startswith(prefix) and path not in found:
+                    found.append(path)
     except OSError:
         pass
-    return name
+    return found

@@ -2,8 +2,9 @@
 cl_mem only (clattn_mha_forward_cache), on the clattn context's own cl_context and queue
 (clattn_context_cl_context, clattn_context_queue).
 
-The functions come from the OpenCL ICD loader that libclattn is linked against
-(libOpenCL.so.1, already loaded with it), opened on first use.
+The functions come from the OpenCL ICD loader that libclattn is linked against, already
+loaded with it (the system's libOpenCL.so.1, or the manylinux wheel's own copy in clattn.libs/,
+whose file name auditwheel changed), opened on first use.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ctypes import POINTER, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, List, Optional
 
 from . import _capi
+from ._library import loaded_files
 from .errors import Error
 
 CL_SUCCESS = 0
@@ -30,7 +32,7 @@ def _load() -> ctypes.CDLL:
     global _loader
     if _loader is not None:
         return _loader
-    names: List[str] = []
+    names: List[str] = loaded_files("libOpenCL")  # libclattn's own loader, first
     if sys.platform == "darwin":
         names.append("/System/Library/Frameworks/OpenCL.framework/OpenCL")
     elif sys.platform == "win32":

@@ -35,6 +35,11 @@ class _Handle:
         if handle:
             getattr(_capi.lib, f"{self._c_type}_destroy")(handle)
 
+    def _repr(self, fields: str) -> str:
+        """The repr of every such object: clattn.<class>(<fields>), and ", closed" once closed."""
+        state = "" if self._handle else ", closed"
+        return f"clattn.{type(self).__name__}({fields}{state})"
+
     def __enter__(self: _Self) -> _Self:
         return self
 

@@ -9,21 +9,26 @@ Zero-copy rules. An input is read where it lies, with no copy, when
   - its last dimension has stride 1 and every other stride is >= 0 (any permutation of the
     dimensions, slices, and broadcasting with stride 0 are fine).
 Other strides (a negative stride, a strided last dimension) cannot be described to the library;
-`attention` refuses them with ValueError, `scaled_dot_product_attention` copies, as PyTorch does.
+`attention` refuses them, `scaled_dot_product_attention` copies, as PyTorch does.
+
+torch is never imported here: a program that passes tensors has imported it, and every torch
+call below runs only once is_torch_tensor has seen a tensor.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _capi
+from .errors import Error, invalid
 
 DTYPE_NAMES = {_capi.DTYPE_F32: "float32", _capi.DTYPE_F16: "float16", _capi.DTYPE_BF16: "bfloat16"}
-_STORAGE_ALIASES = {
+# the names a storage type goes by (the dtype= of a KV cache also takes q8_0)
+STORAGE_TYPES = {
     "f32": _capi.DTYPE_F32,
     "float32": _capi.DTYPE_F32,
     "f16": _capi.DTYPE_F16,
@@ -35,8 +40,8 @@ _STORAGE_ALIASES = {
 
 
 def torch_module() -> Any:
-    """The torch module, once is_torch_tensor has seen a tensor (clattn never imports torch:
-    a program that has tensors has imported it)."""
+    """The torch module. Call it only once is_torch_tensor has seen a tensor: clattn never
+    imports torch, and without a tensor it may not be there."""
     return sys.modules["torch"]
 
 
@@ -45,18 +50,31 @@ def is_torch_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def parse_dtype(value: Any, name: str, names: Mapping[str, int], hint: str) -> int:
+    """A dtype argument as a clattn dtype: one of `names` ("float16", "f16", ...), or a NumPy or
+    torch dtype of that name. `hint` lists what is taken, for the message."""
+    if isinstance(value, str):
+        key = value.lower()
+    elif str(value).startswith("torch."):
+        key = str(value)[len("torch.") :]
+    else:
+        try:
+            key = np.dtype(value).name
+        except (TypeError, ValueError):
+            key = ""
+    if key not in names:
+        raise invalid(f"{name}={value!r}: {hint}")
+    return names[key]
+
+
 def parse_storage(storage: Any) -> Optional[int]:
     """storage= as a clattn dtype: "f32"/"f16"/"bf16" (or the long names, a NumPy or torch
     dtype), None for the inputs' own."""
     if storage is None:
         return None
-    if isinstance(storage, str):
-        key = storage.lower()
-    else:
-        key = str(getattr(storage, "name", storage)).replace("torch.", "")
-    if key not in _STORAGE_ALIASES:
-        raise ValueError(f"storage={storage!r}: use 'f32', 'f16' or 'bf16' (or None for the inputs' own)")
-    return _STORAGE_ALIASES[key]
+    return parse_dtype(
+        storage, "storage", STORAGE_TYPES, "use 'f32', 'f16' or 'bf16' (or None for the inputs' own)"
+    )
 
 
 @dataclass
@@ -96,18 +114,18 @@ def _torch_dtype(tensor: Any, name: str, bits_are_bf16: bool) -> int:
         return table[tensor.dtype]
     if tensor.dtype in (torch.uint16, torch.int16) and bits_are_bf16:
         return _capi.DTYPE_BF16
-    raise TypeError(f"{name}: dtype {tensor.dtype} is not a storage type (float32, float16 or bfloat16)")
+    raise invalid(f"{name}: dtype {tensor.dtype} is not a storage type (float32, float16 or bfloat16)")
 
 
 def _from_torch(tensor: Any, name: str, bits_are_bf16: bool) -> HostTensor:
     if tensor.device.type != "cpu":
-        raise ValueError(
+        raise invalid(
             f"{name} is on {tensor.device}: clattn reads host memory; move it with .cpu() "
             "(clattn runs on OpenCL devices, not through torch's devices)"
         )
     torch = torch_module()
     if tensor.requires_grad and torch.is_grad_enabled():
-        raise ValueError(
+        raise invalid(
             f"{name} requires grad: clattn computes no gradients; call it under torch.no_grad() "
             "or torch.inference_mode(), or pass detached tensors"
         )
@@ -133,7 +151,7 @@ def _numpy_dtype(array: np.ndarray, name: str, bits_are_bf16: bool) -> int:
     if array.dtype in (np.uint16, np.int16) and bits_are_bf16:
         return _capi.DTYPE_BF16
     hint = " (a uint16 array of bfloat16 bits needs storage='bf16')" if array.dtype == np.uint16 else ""
-    raise TypeError(
+    raise invalid(
         f"{name}: dtype {array.dtype} is not a storage type: use float32 or float16, or "
         f"bfloat16 bit patterns as uint16 with storage='bf16'{hint}"
     )
@@ -150,20 +168,20 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
             pass
     try:
         return np.asarray(x)
-    except Exception as error:  # noqa: BLE001 - anything NumPy cannot take is a TypeError here
-        raise TypeError(f"{name}: a {type(x).__name__} is not an array ({error})") from None
+    except Exception as error:  # noqa: BLE001 - anything NumPy cannot take is not an array
+        raise invalid(f"{name}: a {type(x).__name__} is not an array ({error})") from None
 
 
 def host_tensor(x: Any, name: str, bits_are_bf16: bool = False) -> HostTensor:
     """`x` (a NumPy array, a CPU torch tensor, or anything NumPy reads without copying) as the
-    library will read it. Raises TypeError for a type or dtype clattn cannot store."""
+    library will read it. Raises Error for a type or dtype clattn cannot store."""
     if is_torch_tensor(x):
         return _from_torch(x, name, bits_are_bf16)
     array = as_numpy(x, name)
     dtype = _numpy_dtype(array, name, bits_are_bf16)
     itemsize = array.dtype.itemsize
     if any(s % itemsize for s in array.strides):
-        raise ValueError(f"{name}: strides {array.strides} are not whole elements of {itemsize} bytes")
+        raise invalid(f"{name}: strides {array.strides} are not whole elements of {itemsize} bytes")
     return HostTensor(
         pointer=array.__array_interface__["data"][0],
         shape=tuple(array.shape),
@@ -193,10 +211,18 @@ def convert(tensor: HostTensor, to_dtype: int, name: str) -> HostTensor:
     target = empty(source.shape, to_dtype, like=source)
     status = _capi.lib.clattn_convert(source.dtype, source.pointer, to_dtype, target.pointer, count)
     if status != _capi.SUCCESS:
-        from .errors import Error
-
         raise Error(status, f"converting {name} from {DTYPE_NAMES[source.dtype]} to {DTYPE_NAMES[to_dtype]}")
     return target
+
+
+def dense(tensor: HostTensor, dtype: int, name: str) -> HostTensor:
+    """`tensor` as a C-contiguous array of storage type `dtype`: itself when it is one, else a
+    copy (converted by the library when the type differs)."""
+    if tensor.dtype != dtype:
+        return convert(tensor, dtype, name)
+    if not (tensor.describable() and _is_dense(tensor)):
+        return contiguous_copy(tensor, name)
+    return tensor
 
 
 def _is_dense(tensor: HostTensor) -> bool:

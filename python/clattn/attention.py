@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi
+from . import _capi, _checks
 from ._tensors import (
     DTYPE_NAMES,
     HostTensor,
@@ -26,8 +27,8 @@ from ._tensors import (
     parse_storage,
     torch_module,
 )
-from .context import Context, default_context
-from .errors import Error, check
+from .context import Context, resolve_context
+from .errors import check, invalid
 
 _LAYOUTS = {"bhsd": _capi.LAYOUT_BHSD, "bshd": _capi.LAYOUT_BSHD}
 _PATHS = {
@@ -66,11 +67,11 @@ def _input(x: Any, name: str, storage: Optional[int]) -> HostTensor:
     """Q, K or V as the library will read it: 4-D, strides it can describe."""
     tensor = host_tensor(x, name, bits_are_bf16=storage == _capi.DTYPE_BF16)
     if tensor.ndim != 4:
-        raise ValueError(
+        raise invalid(
             f"{name} must be 4-D ([B, H, N, D] for layout 'bhsd', [B, N, H, D] for 'bshd'), got shape {tensor.shape}"
         )
     if not tensor.describable():
-        raise ValueError(
+        raise invalid(
             f"{name}: strides {tensor.strides} (in elements) cannot be read in place: the last "
             "dimension needs stride 1 and the others >= 0; pass a contiguous copy "
             "(np.ascontiguousarray(x) or x.contiguous())"
@@ -80,31 +81,27 @@ def _input(x: Any, name: str, storage: Optional[int]) -> HostTensor:
 
 def _check_shapes(q: _Dims, k: _Dims, v: _Dims, shapes: str) -> None:
     if not (q.batch == k.batch == v.batch):
-        raise ValueError(f"batch sizes differ: {shapes}")
+        raise invalid(f"batch sizes differ: {shapes}")
     if q.dim != k.dim:
-        raise ValueError(f"q and k head dims differ ({q.dim} vs {k.dim}): {shapes}")
+        raise invalid(f"q and k head dims differ ({q.dim} vs {k.dim}): {shapes}")
     if k.heads != v.heads or k.seq != v.seq:
-        raise ValueError(f"k and v need the same heads and length: {shapes}")
+        raise invalid(f"k and v need the same heads and length: {shapes}")
     if min(q.batch, q.heads, q.seq, q.dim, k.heads, k.seq, v.dim) < 1:
-        raise ValueError(f"every size must be >= 1: {shapes}")
+        raise invalid(f"every size must be >= 1: {shapes}")
 
 
 def _window(window: Optional[Tuple[Optional[int], Optional[int]]]) -> Tuple[int, int]:
+    """window= as (left, right) of the desc: None, or a pair of None / -1 (unbounded) or a
+    count of keys (the library checks the values)."""
     if window is None:
         return -1, -1
-    if isinstance(window, (int, np.integer)) or len(window) != 2:
-        raise TypeError(f"window={window!r}: give (left, right), None or -1 meaning unbounded on that side")
-    return tuple(-1 if side is None else int(side) for side in window)  # type: ignore[return-value]
-
-
-def _block_sizes(block_size: Union[int, Sequence[int], None]) -> Tuple[int, int]:
-    if block_size is None:
-        raise ValueError("block_layout needs block_size: BQ or (BQ, BK), in rows and keys")
-    if isinstance(block_size, (int, np.integer)):
-        return int(block_size), int(block_size)
-    if len(block_size) != 2:
-        raise ValueError(f"block_size={block_size!r}: give BQ or (BQ, BK)")
-    return int(block_size[0]), int(block_size[1])
+    if isinstance(window, numbers.Real):
+        raise invalid(f"window={window!r}: give (left, right), None or -1 meaning unbounded on that side")
+    sides = _checks.pair(window, "window")
+    left, right = (
+        -1 if side is None else _checks.integer(side, f"window[{i}]") for i, side in enumerate(sides)
+    )
+    return left, right
 
 
 class _Call:
@@ -134,28 +131,31 @@ class _Call:
 
     def set_mask(self, causal: bool, window: Tuple[int, int], dilation: int, global_tokens: Any) -> None:
         d = self.desc
-        d.causal = int(bool(causal))
+        d.causal = int(_checks.flag(causal, "causal"))
         d.window_left, d.window_right = window
-        d.dilation = int(dilation)
-        if global_tokens is not None and len(global_tokens) > 0:
-            tokens = np.ascontiguousarray(np.asarray(global_tokens, dtype=np.int64).reshape(-1))
+        d.dilation = _checks.integer(dilation, "dilation")
+        tokens = None if global_tokens is None else _checks.integers(global_tokens, "global_tokens")
+        if tokens is not None and tokens.size > 0:
+            tokens = tokens.reshape(-1)
             self.keep.append(tokens)
             d.global_tokens = tokens.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
             d.num_global_tokens = tokens.size
 
     def set_block_layout(self, block_layout: Any, block_size: Any) -> None:
         d = self.desc
-        bq, bk = _block_sizes(block_size)
-        if bq < 1 or bk < 1:
-            raise ValueError(f"block_size ({bq}, {bk}): each must be >= 1")
+        if block_size is None:
+            raise invalid("block_layout needs block_size: BQ or (BQ, BK), in rows and keys")
+        bq, bk = _checks.block_size(block_size)
         layout = as_numpy(
             block_layout.cpu() if is_torch_tensor(block_layout) else block_layout, "block_layout"
         )
         grid = (math.ceil(d.len_q / bq), math.ceil(d.len_k / bk))
+        if layout.dtype.kind not in "biuf":
+            raise invalid(f"block_layout: 0/1 values are needed, not dtype {layout.dtype}")
         if layout.ndim == 2:
             layout = layout[None]
         if layout.ndim != 3 or layout.shape[1:] != grid or layout.shape[0] not in (1, d.heads_q):
-            raise ValueError(
+            raise invalid(
                 f"block_layout has shape {block_layout.shape}; with Nq={d.len_q}, Nk={d.len_k} and "
                 f"block_size ({bq}, {bk}) it must be {grid} (shared by all heads) or "
                 f"({d.heads_q}, {grid[0]}, {grid[1]}) (one per query head)"
@@ -173,7 +173,7 @@ class _Call:
         try:
             values = np.broadcast_to(values, full)
         except ValueError:
-            raise ValueError(
+            raise invalid(
                 f"bias of shape {tuple(values.shape)} does not broadcast to [B, Hq, Nq, Nk] = {list(full)}"
             ) from None
         if d.len_k > 1 and values.strides[-1] != 4 or any(s < 0 for s in values.strides):
@@ -207,19 +207,19 @@ class _Call:
 
     def set_execution(self, scale: Optional[float], path: str, variant: Optional[str]) -> None:
         d = self.desc
-        if scale is not None:
-            if scale == 0 or not math.isfinite(scale):
-                raise ValueError(f"scale={scale}: must be finite and non-zero (None selects 1/sqrt(Dqk))")
-            d.scale = float(scale)
-        if path not in _PATHS:
-            raise ValueError(f"path={path!r}: one of {', '.join(_PATHS)}")
-        d.path = _PATHS[path]
+        chosen = _checks.scale(scale)
+        if chosen is not None:
+            d.scale = chosen
+        d.path = _checks.choice(path, "path", _PATHS)
         if variant is not None:
             number = ctypes.c_int(0)
-            if _capi.lib.clattn_variant_from_name(variant.encode(), ctypes.byref(number)) != _capi.SUCCESS:
-                raise Error(
-                    _capi.ERR_INVALID_ARGUMENT,
-                    f"variant={variant!r} is no row of the variant table (Context.variants() lists them)",
+            known = isinstance(variant, str) and "\0" not in variant
+            if (
+                not known
+                or _capi.lib.clattn_variant_from_name(variant.encode(), ctypes.byref(number)) != _capi.SUCCESS
+            ):
+                raise invalid(
+                    f"variant={variant!r} is no row of the variant table (Context.variants() lists them)"
                 )
             d.variant = number.value
 
@@ -256,7 +256,7 @@ def _inputs(q: Any, k: Any, v: Any, storage: Optional[int]) -> Tuple[HostTensor,
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) != 1:
         names = ", ".join(f"{n}: {DTYPE_NAMES[t.dtype]}" for n, t in zip("qkv", tensors))
-        raise TypeError(f"q, k and v must share one dtype ({names}); convert them, or set storage=")
+        raise invalid(f"q, k and v must share one dtype ({names}); convert them, or set storage=")
     dtype = storage if storage is not None else dtypes.pop()
     tensors = [t if t.dtype == dtype else convert(t, dtype, n) for t, n in zip(tensors, "qkv")]
     return tensors[0], tensors[1], tensors[2], dtype
@@ -293,7 +293,7 @@ def attention(
     q, k, v: NumPy arrays or CPU torch tensors of float32, float16 or bfloat16 (torch, or NumPy
         uint16 bit patterns with storage="bf16"), one dtype for all three. They are read in
         place when their last dimension has stride 1 and the other strides are >= 0; other
-        strides raise ValueError. Outputs are of the inputs' kind (tensors for tensors).
+        strides raise clattn.Error. Outputs are of the inputs' kind (tensors for tensors).
     Masks (a query row i sits at key position p = i + Nk - Nq, aligned to the end):
         causal: keys j <= p.    window (left, right): p - left <= j <= p + right, None or -1 for
         unbounded.    dilation: with a window, also (p - j) % dilation == 0.
@@ -305,11 +305,11 @@ def attention(
         (default: their own type); O is stored in it.    path: "auto", "fused", "gemm" or
         "reference"; variant: a row of the variant table ("cpu", "gpu", "gemm", "reference").
     context: the Context to run on (default: clattn.default_context()).
-    Raises clattn.Error for what the library refuses (its message names the problem),
-    TypeError/ValueError for arrays it cannot be given.
+    Raises clattn.Error for every bad argument, whether the package or the library finds it
+    (its message names the problem).
     """
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout={layout!r}: 'bhsd' ([B, H, N, D]) or 'bshd' ([B, N, H, D])")
+    _checks.choice(layout, "layout", _LAYOUTS)
+    return_lse = _checks.flag(return_lse, "return_lse")
     storage_dtype = parse_storage(storage)
     qt, kt, vt, dtype = _inputs(q, k, v, storage_dtype)
     qd, kd, vd = (_Dims.of(t, layout) for t in (qt, kt, vt))
@@ -327,7 +327,7 @@ def attention(
     call.validate()
 
     lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
-    call.run(context or default_context(), qt, kt, vt, o, lse)
+    call.run(resolve_context(context), qt, kt, vt, o, lse)
     if not return_lse:
         return o.owner
     if qt.kind == "torch":
@@ -341,12 +341,12 @@ def _bias_as_float32(bias: Any) -> np.ndarray:
         if bias.dtype.is_floating_point:
             bias = bias.detach().cpu().float().numpy()
         else:
-            raise TypeError(
+            raise invalid(
                 f"bias: dtype {bias.dtype} is not a float type; a boolean mask is np.where(mask, 0, -inf)"
             )
     values = as_numpy(bias, "bias")
     if values.dtype.kind != "f":
-        raise TypeError(
+        raise invalid(
             f"bias: dtype {values.dtype} is not a float type (it is added to the scores as float32; "
             "a boolean mask is np.where(mask, 0, -inf), or use scaled_dot_product_attention's attn_mask)"
         )

@@ -11,10 +11,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Tuple, Union
 
-from . import _capi
+from . import _capi, _checks
 from ._owned import _Handle
 from .devices import Device, DeviceSpec, default_index, device_record, select
-from .errors import Error, check
+from .errors import Error, check, invalid
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,7 @@ class Context(_Handle):
             self._destroy()
 
     def __repr__(self) -> str:
-        state = "" if self._handle else ", closed"
-        return f"clattn.Context({self.device.index}: {self.device.name!r}{state})"
+        return self._repr(f"{self.device.index}: {self.device.name!r}")
 
     def _adopt(self, dependent: Any) -> None:
         """Registers an object whose C handle uses this context (a KVCache, a MultiheadAttention):
@@ -124,6 +123,7 @@ class Context(_Handle):
     def set_timing(self, enabled: bool) -> None:
         """Turns kernel timing on or off (Stats.kernel_ms); while on, each call waits for its
         kernels."""
+        enabled = _checks.flag(enabled, "enabled")
         with self.locked() as handle:
             check(_capi.lib.clattn_context_set_timing(handle, int(enabled)), context_handle=handle)
 
@@ -192,6 +192,20 @@ def default_context() -> Context:
         if _default_context is None:
             _default_context = Context()
         return _default_context
+
+
+def resolve_context(context: Any) -> Context:
+    """A `context=` argument as the Context to run on: itself, or for None the default."""
+    if context is None:
+        return default_context()
+    if not isinstance(context, Context):
+        hint = (
+            f" (clattn.Context({context!r}) opens a device by its spec)"
+            if isinstance(context, (int, str))
+            else ""
+        )
+        raise invalid(f"context={context!r}: a clattn.Context is needed, or None for the default{hint}")
+    return context
 
 
 @contextlib.contextmanager

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import numbers
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
-from . import _capi
-from .errors import Error, check
+from . import _capi, _checks
+from .errors import Error, check, invalid
 
 DeviceSpec = Union[int, str, None]
 """An index (0), "P:D" (platform P, device D), a type ("gpu", "cpu", "accelerator", "all"), or a
@@ -126,11 +127,14 @@ def devices() -> List[Device]:
 
 def select(spec: DeviceSpec = None) -> List[int]:
     """Resolves a device spec to the indices of every device it names, in list order.
-    Raises Error (CLATTN_ERR_NO_DEVICE) when it names none, or no OpenCL device exists."""
-    if isinstance(spec, bool) or not isinstance(spec, (int, str, type(None))):
-        raise TypeError(f"a device spec is an int, a str or None, not {type(spec).__name__}")
-    if isinstance(spec, int) and spec < 0:
-        raise Error(_capi.ERR_NO_DEVICE, f"device index {spec} is negative")
+    Raises Error: CLATTN_ERR_NO_DEVICE when it names none, or no OpenCL device exists;
+    CLATTN_ERR_INVALID_ARGUMENT for what is no spec (a negative index, a list, ...)."""
+    if spec is not None and not isinstance(spec, str):
+        if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
+            raise invalid(
+                f"device={spec!r}: a device spec is an index, a str or None, not a {type(spec).__name__}"
+            )
+        spec = _checks.size(spec, "device", minimum=0)
     total = device_count()
     if total == 0:
         raise Error(

@@ -21,38 +21,28 @@ layout. Paged and contiguous storage give the same results, bit for bit.
 from __future__ import annotations
 
 import ctypes
-import operator
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi
+from . import _capi, _checks
+from ._capi import int32_pointer
 from ._tensors import (
+    STORAGE_TYPES,
     HostTensor,
-    _is_dense,
     as_numpy,
-    contiguous_copy,
-    convert,
+    dense,
     empty,
     host_tensor,
     is_torch_tensor,
+    parse_dtype,
     torch_module,
 )
 from .attention import _LAYOUTS, _Call, _Dims, _input
-from .context import Context, _OwnedHandle, default_context
-from .errors import Error, check
+from .context import Context, _OwnedHandle, resolve_context
+from .errors import check, invalid
 
-_CACHE_DTYPES = {
-    "float32": _capi.DTYPE_F32,
-    "f32": _capi.DTYPE_F32,
-    "float16": _capi.DTYPE_F16,
-    "f16": _capi.DTYPE_F16,
-    "half": _capi.DTYPE_F16,
-    "bfloat16": _capi.DTYPE_BF16,
-    "bf16": _capi.DTYPE_BF16,
-    "q8_0": _capi.DTYPE_Q8_0,
-    "q8": _capi.DTYPE_Q8_0,
-}
+_CACHE_DTYPES = {**STORAGE_TYPES, "q8_0": _capi.DTYPE_Q8_0, "q8": _capi.DTYPE_Q8_0}
 _CACHE_DTYPE_NAMES = {
     _capi.DTYPE_F32: "float32",
     _capi.DTYPE_F16: "float16",
@@ -65,61 +55,8 @@ _STORAGE_NUMPY = {
     _capi.DTYPE_F16: np.dtype(np.float16),
     _capi.DTYPE_BF16: np.dtype(np.uint16),
 }
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 Shape = Tuple[int, ...]
-
-
-def _cache_dtype(dtype: Any) -> int:
-    """dtype= as a clattn dtype: a name ("float16", "f16", "q8_0", ...), a NumPy or torch dtype."""
-    if isinstance(dtype, str):
-        key = dtype.lower()
-    elif str(dtype).startswith("torch."):
-        key = str(dtype)[len("torch.") :]
-    else:
-        try:
-            key = np.dtype(dtype).name
-        except TypeError:
-            key = str(dtype)
-    if key not in _CACHE_DTYPES:
-        raise ValueError(
-            f"dtype={dtype!r}: the cache stores 'float32', 'float16', 'bfloat16' or 'q8_0' "
-            "(also 'f32', 'f16', 'bf16')"
-        )
-    return _CACHE_DTYPES[key]
-
-
-def _size(value: Any, name: str, minimum: int = 1) -> int:
-    """A size argument as an int >= minimum (ValueError or TypeError otherwise, before anything
-    reaches C, where a negative number would wrap around)."""
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
-    if number < minimum:
-        raise ValueError(f"{name}={number}: must be >= {minimum}")
-    return number
-
-
-def _int32_array(values: Any, name: str, shape: Shape, what: str, allow_scalar: bool) -> np.ndarray:
-    """Integers as a C-contiguous int32 array of `shape` (a scalar broadcasts when allowed).
-    Values are range-checked against int32 here; what they mean is the library's to check."""
-    if is_torch_tensor(values):
-        values = values.detach().cpu().numpy()
-    array = as_numpy(values, name)
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{name}: integers needed ({what}), got dtype {array.dtype}")
-    if array.ndim == 0 and allow_scalar:
-        array = np.broadcast_to(array, shape)
-    if array.shape != shape:
-        raise ValueError(f"{name} has shape {array.shape}; it must be {list(shape)}: {what}")
-    if array.size and (int(array.min()) < _INT32_MIN or int(array.max()) > _INT32_MAX):
-        raise ValueError(f"{name}: values must fit in int32")
-    return np.ascontiguousarray(array, dtype=np.int32)
-
-
-def _int32_pointer(array: Optional[np.ndarray]) -> Any:
-    return None if array is None else array.ctypes.data_as(_capi.Int32_p)
 
 
 class KVCache(_OwnedHandle):
@@ -146,9 +83,9 @@ class KVCache(_OwnedHandle):
 
     A new cache is zeroed, with every length 0. Close it with close() or a `with` block; it is
     also released when garbage-collected. A cache serves one call at a time (its context's).
-    Errors: clattn.Error for what the library refuses (.name and .message say what: appending
-    past a sequence's capacity, a block table entry out of range, ...), after which the cache
-    is unchanged; TypeError/ValueError for arguments that cannot be passed to it.
+    Errors: clattn.Error for every bad argument, whether the package or the library finds it
+    (.status and .message say what: appending past a sequence's capacity, a block table entry
+    out of range, a non-integral size, ...), after which the cache is unchanged.
     """
 
     _c_type = "clattn_kv_cache"
@@ -168,25 +105,29 @@ class KVCache(_OwnedHandle):
         num_pages: Optional[int] = None,
         context: Optional[Context] = None,
     ) -> None:
-        self._batch = _size(batch, "batch")
-        self._heads_kv = _size(heads_kv, "heads_kv")
-        self._dim_qk = _size(dim_qk, "dim_qk")
-        self._dim_v = self._dim_qk if dim_v is None else _size(dim_v, "dim_v")
-        self._capacity = _size(capacity, "capacity")
-        self._dtype = _cache_dtype(dtype)
-        if layout not in _LAYOUTS:
-            raise ValueError(f"layout={layout!r}: 'bshd' ([B, N, H, D]) or 'bhsd' ([B, H, N, D])")
+        self._batch = _checks.size(batch, "batch")
+        self._heads_kv = _checks.size(heads_kv, "heads_kv")
+        self._dim_qk = _checks.size(dim_qk, "dim_qk")
+        self._dim_v = self._dim_qk if dim_v is None else _checks.size(dim_v, "dim_v")
+        self._capacity = _checks.size(capacity, "capacity")
+        self._dtype = parse_dtype(
+            dtype,
+            "dtype",
+            _CACHE_DTYPES,
+            "the cache stores 'float32', 'float16', 'bfloat16' or 'q8_0' (also 'f32', 'f16', 'bf16')",
+        )
+        _checks.choice(layout, "layout", _LAYOUTS)
         self._layout = layout
-        self._page_size = 0 if page_size is None else _size(page_size, "page_size", minimum=0)
+        self._page_size = 0 if page_size is None else _checks.size(page_size, "page_size", minimum=0)
         if self._page_size:
             default_pages = max(1, self._batch * (self._capacity // self._page_size))
-            self._num_pages = default_pages if num_pages is None else _size(num_pages, "num_pages")
+            self._num_pages = default_pages if num_pages is None else _checks.size(num_pages, "num_pages")
         elif num_pages is not None:
-            raise ValueError("num_pages is for paged storage: give page_size too")
+            raise invalid("num_pages is for paged storage: give page_size too")
         else:
             self._num_pages = 0
         self._block_table: Optional[np.ndarray] = None
-        self._context = context if context is not None else default_context()
+        self._context = resolve_context(context)
 
         desc, status = _capi.new_struct(
             _capi.KvCacheDesc,
@@ -216,11 +157,10 @@ class KVCache(_OwnedHandle):
 
     def __repr__(self) -> str:
         paged = f", page_size={self._page_size}, num_pages={self._num_pages}" if self._page_size else ""
-        state = "" if self._handle else ", closed"
-        return (
-            f"clattn.KVCache(batch={self._batch}, heads_kv={self._heads_kv}, dim_qk={self._dim_qk}, "
+        return self._repr(
+            f"batch={self._batch}, heads_kv={self._heads_kv}, dim_qk={self._dim_qk}, "
             f"capacity={self._capacity}, dim_v={self._dim_v}, dtype={self.dtype!r}, "
-            f"layout={self._layout!r}{paged}{state})"
+            f"layout={self._layout!r}{paged}"
         )
 
     def _sizes_text(self) -> str:
@@ -309,7 +249,7 @@ class KVCache(_OwnedHandle):
         """int32 [B]: the rows each sequence holds (a copy)."""
         lengths = np.zeros(self._batch, dtype=np.int32)
         with self._locked() as (ctx, cache):
-            check(_capi.lib.clattn_kv_cache_lengths(cache, _int32_pointer(lengths)), context_handle=ctx)
+            check(_capi.lib.clattn_kv_cache_lengths(cache, int32_pointer(lengths)), context_handle=ctx)
         return lengths
 
     def set_lengths(self, lengths: Any) -> None:
@@ -318,18 +258,18 @@ class KVCache(_OwnedHandle):
         speculative tokens or for beam search: rows past a length are kept in the storage but
         no longer seen, and the next append overwrites them. Raises clattn.Error naming the
         sequence for a length out of range; then nothing changes."""
-        values = _int32_array(lengths, "lengths", (self._batch,), "one length a sequence", True)
+        values = _checks.int32_array(lengths, "lengths", (self._batch,), "one length a sequence", True)
         with self._locked() as (ctx, cache):
-            check(_capi.lib.clattn_kv_cache_set_lengths(cache, _int32_pointer(values)), context_handle=ctx)
+            check(_capi.lib.clattn_kv_cache_set_lengths(cache, int32_pointer(values)), context_handle=ctx)
 
     def rollback(self, count: Any) -> None:
         """Forgets the last `count` rows of each sequence (an int for all, or int [B]): for
         speculative decoding, after the draft tokens the target model rejected. Raises
-        ValueError when a sequence holds fewer rows."""
+        clattn.Error when a sequence holds fewer rows."""
         current = self.lengths
-        drop = _int32_array(count, "count", (self._batch,), "rows to drop a sequence", True)
+        drop = _checks.int32_array(count, "count", (self._batch,), "rows to drop a sequence", True)
         if (drop < 0).any() or (drop > current).any():
-            raise ValueError(f"rollback({count}): the sequences hold {current.tolist()} rows")
+            raise invalid(f"rollback({count}): the sequences hold {current.tolist()} rows")
         self.set_lengths(current - drop)
 
     @property
@@ -349,14 +289,11 @@ class KVCache(_OwnedHandle):
         prefix) and given in any order. Raises clattn.Error naming the entry for one out of
         range, or a sequence whose rows would lose their page; then nothing changes."""
         if not self._page_size:
-            raise Error(
-                _capi.ERR_INVALID_ARGUMENT,
-                "kv cache: a contiguous cache has no block table (create it with page_size=)",
-            )
+            raise invalid("kv cache: a contiguous cache has no block table (create it with page_size=)")
         shape = (self._batch, self.max_pages)
-        values = _int32_array(table, "table", shape, "[B, capacity // page_size] page indices", False)
+        values = _checks.int32_array(table, "table", shape, "[B, capacity // page_size] page indices", False)
         with self._locked() as (ctx, cache):
-            status = _capi.lib.clattn_kv_cache_set_block_table(cache, _int32_pointer(values))
+            status = _capi.lib.clattn_kv_cache_set_block_table(cache, int32_pointer(values))
             check(status, context_handle=ctx)
         self._block_table = values.copy()
 
@@ -367,19 +304,15 @@ class KVCache(_OwnedHandle):
         cache's dtype (float32 for a q8_0 cache, which quantises them on the device)."""
         tensor = host_tensor(x, name, bits_are_bf16=self._dtype == _capi.DTYPE_BF16)
         if tensor.ndim != 4:
-            raise ValueError(f"{name} must be 4-D, {self._rows_shape('n', dim)}; got shape {tensor.shape}")
+            raise invalid(f"{name} must be 4-D, {self._rows_shape('n', dim)}; got shape {tensor.shape}")
         b, first, second, d = tensor.shape
         heads, rows = (second, first) if self._layout == "bshd" else (first, second)
         if b != self._batch or heads != self._heads_kv or d != dim:
-            raise ValueError(f"{name} has shape {tensor.shape}; the cache takes {self._rows_shape('n', dim)}")
+            raise invalid(f"{name} has shape {tensor.shape}; the cache takes {self._rows_shape('n', dim)}")
         if rows < 1:
-            raise ValueError(f"{name} has no rows (n = 0): nothing to append")
+            raise invalid(f"{name} has no rows (n = 0): nothing to append")
         target = _capi.DTYPE_F32 if self._dtype == _capi.DTYPE_Q8_0 else self._dtype
-        if tensor.dtype != target:
-            tensor = convert(tensor, target, name)
-        elif not (tensor.describable() and _is_dense(tensor)):
-            tensor = contiguous_copy(tensor, name)
-        return tensor, rows
+        return dense(tensor, target, name), rows
 
     def append(self, k_new: Any, v_new: Any, new_lengths: Any = None) -> None:
         """Appends rows to every sequence and advances the lengths.
@@ -397,13 +330,15 @@ class KVCache(_OwnedHandle):
         k, k_rows = self._rows(k_new, "k_new", self._dim_qk)
         v, v_rows = self._rows(v_new, "v_new", self._dim_v)
         if k_rows != v_rows:
-            raise ValueError(f"k_new has {k_rows} new rows and v_new {v_rows}: they must match")
+            raise invalid(f"k_new has {k_rows} new rows and v_new {v_rows}: they must match")
         counts = None
         if new_lengths is not None:
-            counts = _int32_array(new_lengths, "new_lengths", (self._batch,), "new rows a sequence", True)
+            counts = _checks.int32_array(
+                new_lengths, "new_lengths", (self._batch,), "new rows a sequence", True
+            )
         with self._locked() as (ctx, cache):
             status = _capi.lib.clattn_kv_cache_append_host(
-                cache, k.pointer, v.pointer, k_rows, _int32_pointer(counts)
+                cache, k.pointer, v.pointer, k_rows, int32_pointer(counts)
             )
             check(status, context_handle=ctx)
 
@@ -460,12 +395,12 @@ class KVCache(_OwnedHandle):
         qd = _Dims.of(qt, self._layout)
         order = "[B, Nq, Hq, Dqk]" if self._layout == "bshd" else "[B, Hq, Nq, Dqk]"
         if qd.batch != self._batch or qd.dim != self._dim_qk:
-            raise ValueError(
+            raise invalid(
                 f"q has shape {qt.shape}; a cache of B={self._batch}, Dqk={self._dim_qk} "
                 f"({self._layout}) takes q {order} with B = {self._batch} and Dqk = {self._dim_qk}"
             )
         if min(qd.heads, qd.seq) < 1:
-            raise ValueError(f"q has shape {qt.shape}: every size must be >= 1 ({order})")
+            raise invalid(f"q has shape {qt.shape}: every size must be >= 1 ({order})")
         call = _Call(
             qd, self._storage_dims(self._dim_qk), self._storage_dims(self._dim_v), self._layout, qt.dtype
         )
@@ -480,12 +415,15 @@ class KVCache(_OwnedHandle):
         call.desc.o = _Dims.of(o, self._layout).as_c()
         q_len = None
         if q_lengths is not None:
-            q_len = _int32_array(q_lengths, "q_lengths", (self._batch,), "valid query rows a sequence", True)
+            q_len = _checks.int32_array(
+                q_lengths, "q_lengths", (self._batch,), "valid query rows a sequence", True
+            )
+        return_lse = _checks.flag(return_lse, "return_lse")
         lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
         lse_pointer = None if lse is None else lse.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         with self._locked() as (ctx, cache):
             status = _capi.lib.clattn_kv_cache_attention_host(
-                cache, ctypes.byref(call.desc), qt.pointer, _int32_pointer(q_len), o.pointer, lse_pointer
+                cache, ctypes.byref(call.desc), qt.pointer, int32_pointer(q_len), o.pointer, lse_pointer
             )
             check(status, context_handle=ctx)
         if not return_lse:
@@ -509,6 +447,7 @@ class KVCache(_OwnedHandle):
         its blocks as they are: uint8 [..., D / 32, 34], each a little-endian float16 scale d
         and 32 int8 q.
         """
+        dequantize = _checks.flag(dequantize, "dequantize")
         k_shape, v_shape = self.storage_shapes
         if self._dtype == _capi.DTYPE_Q8_0:
             k = np.empty(self._q8_shape(k_shape), dtype=np.uint8)
@@ -529,26 +468,19 @@ class KVCache(_OwnedHandle):
             if not is_torch_tensor(x) and as_numpy(x, name).dtype == np.uint8:
                 blocks = as_numpy(x, name)
                 if blocks.shape != self._q8_shape(shape):
-                    raise ValueError(
+                    raise invalid(
                         f"{name}: q8_0 blocks of shape {blocks.shape}; the storage is uint8 {self._q8_shape(shape)}"
                     )
                 return np.ascontiguousarray(blocks)
-            tensor = host_tensor(x, name)
-            if tensor.shape != shape:
-                raise ValueError(f"{name} has shape {tensor.shape}; the storage is {shape}")
-            if tensor.dtype != _capi.DTYPE_F32:
-                tensor = convert(tensor, _capi.DTYPE_F32, name)
-            elif not (tensor.describable() and _is_dense(tensor)):
-                tensor = contiguous_copy(tensor, name)
-            return _q8_convert(tensor, _capi.DTYPE_F32, shape)
-        tensor = host_tensor(x, name, bits_are_bf16=self._dtype == _capi.DTYPE_BF16)
+            return _q8_convert(self._storage_values(x, name, shape, _capi.DTYPE_F32), _capi.DTYPE_F32, shape)
+        return self._storage_values(x, name, shape, self._dtype)
+
+    def _storage_values(self, x: Any, name: str, shape: Shape, dtype: int) -> HostTensor:
+        """One of write()'s arrays of values, dense in storage type `dtype`."""
+        tensor = host_tensor(x, name, bits_are_bf16=dtype == _capi.DTYPE_BF16)
         if tensor.shape != shape:
-            raise ValueError(f"{name} has shape {tensor.shape}; the storage is {shape}")
-        if tensor.dtype != self._dtype:
-            tensor = convert(tensor, self._dtype, name)
-        elif not (tensor.describable() and _is_dense(tensor)):
-            tensor = contiguous_copy(tensor, name)
-        return tensor
+            raise invalid(f"{name} has shape {tensor.shape}; the storage is {shape}")
+        return dense(tensor, dtype, name)
 
     def write(self, k: Any = None, v: Any = None) -> None:
         """Overwrites the whole K and/or V storage (None leaves it as it is) from arrays of

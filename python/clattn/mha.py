@@ -28,34 +28,26 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi, _opencl
+from . import _capi, _checks, _opencl
+from ._capi import int32_pointer
 from ._tensors import (
     DTYPE_NAMES,
+    STORAGE_TYPES,
     HostTensor,
-    _is_dense,
     as_numpy,
-    contiguous_copy,
-    convert,
+    dense,
     empty,
     host_tensor,
     is_torch_tensor,
+    parse_dtype,
     parse_storage,
     torch_module,
 )
 from .attention import _Call, _Dims
-from .context import Context, _OwnedHandle, default_context
-from .errors import check
-from .kv_cache import KVCache, _int32_array, _int32_pointer, _size
+from .context import Context, _OwnedHandle, resolve_context
+from .errors import check, invalid
+from .kv_cache import KVCache
 
-_WEIGHT_DTYPES = {
-    "float32": _capi.DTYPE_F32,
-    "f32": _capi.DTYPE_F32,
-    "float16": _capi.DTYPE_F16,
-    "f16": _capi.DTYPE_F16,
-    "half": _capi.DTYPE_F16,
-    "bfloat16": _capi.DTYPE_BF16,
-    "bf16": _capi.DTYPE_BF16,
-}
 _ELEMENT_BYTES = {_capi.DTYPE_F32: 4, _capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2}
 _PARAMS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
@@ -65,21 +57,10 @@ def _weight_dtype(dtype: Any) -> Optional[int]:
     dtype."""
     if dtype is None:
         return None
-    if isinstance(dtype, str):
-        key = dtype.lower()
-    elif str(dtype).startswith("torch."):
-        key = str(dtype)[len("torch.") :]
-    else:
-        try:
-            key = np.dtype(dtype).name
-        except TypeError:
-            key = str(dtype)
-    if key not in _WEIGHT_DTYPES:
-        raise ValueError(
-            f"weight_dtype={dtype!r}: the layer stores its weights as 'float32', 'float16' or "
-            "'bfloat16' (or None: the weights' own type)"
-        )
-    return _WEIGHT_DTYPES[key]
+    hint = (
+        "the layer stores its weights as 'float32', 'float16' or 'bfloat16' (or None: the weights' own type)"
+    )
+    return parse_dtype(dtype, "weight_dtype", STORAGE_TYPES, hint)
 
 
 @dataclass(frozen=True)
@@ -126,7 +107,7 @@ def _read_param(x: Any, name: str, target: Optional[int]) -> HostTensor:
             x = x.cpu()
         if x.dtype not in (torch.float32, torch.float16, torch.bfloat16) and x.dtype.is_floating_point:
             if target is None:
-                raise TypeError(
+                raise invalid(
                     f"{name}: dtype {x.dtype} is not a weight type (float32, float16, bfloat16): "
                     "convert it, or give weight_dtype="
                 )
@@ -135,16 +116,13 @@ def _read_param(x: Any, name: str, target: Optional[int]) -> HostTensor:
         array = as_numpy(x, name)
         if array.dtype.kind == "f" and array.dtype not in (np.float32, np.float16):
             if target is None:
-                raise TypeError(
+                raise invalid(
                     f"{name}: dtype {array.dtype} is not a weight type (float32, float16, "
                     "bfloat16): convert it, or give weight_dtype="
                 )
             array = array.astype(np.float32)
         x = array
-    tensor = host_tensor(x, name, bits_are_bf16=target == _capi.DTYPE_BF16)
-    if not tensor.describable():
-        tensor = contiguous_copy(tensor, name)
-    return tensor
+    return host_tensor(x, name, bits_are_bf16=target == _capi.DTYPE_BF16)
 
 
 def _head_mask(mask: Any, heads: int) -> Optional[np.ndarray]:
@@ -155,9 +133,9 @@ def _head_mask(mask: Any, heads: int) -> Optional[np.ndarray]:
         mask = mask.detach().cpu().numpy()
     values = as_numpy(mask, "head_mask")
     if values.dtype.kind not in "biuf":
-        raise TypeError(f"head_mask: bools or integers needed, got dtype {values.dtype}")
+        raise invalid(f"head_mask: bools or integers needed, got dtype {values.dtype}")
     if values.shape != (heads,):
-        raise ValueError(
+        raise invalid(
             f"head_mask has shape {values.shape}; it must be [heads] = [{heads}] (nonzero keeps a head)"
         )
     return np.ascontiguousarray(values != 0, dtype=np.uint8)
@@ -193,7 +171,7 @@ class MultiheadAttention(_OwnedHandle):
     layer. Close it with close() or a `with` block; it is also released when garbage-collected.
     Errors: clattn.Error for what the library refuses (its message says what: heads that are
     not a multiple of kv heads, a head mask keeping no head, a KV cache of other heads, ...);
-    ValueError for shapes that do not fit; TypeError for types it cannot take.
+    and for every argument it cannot take (shapes that do not fit, types, ...).
     """
 
     _c_type = "clattn_mha"
@@ -216,13 +194,13 @@ class MultiheadAttention(_OwnedHandle):
         head_mask: Any = None,
         context: Optional[Context] = None,
     ) -> None:
-        self._heads = _size(heads, "heads")
-        self._kv_heads = self._heads if kv_heads is None else _size(kv_heads, "kv_heads")
+        self._heads = _checks.size(heads, "heads")
+        self._kv_heads = self._heads if kv_heads is None else _checks.size(kv_heads, "kv_heads")
         target = _weight_dtype(weight_dtype)
         given = dict(zip(_PARAMS, (w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o)))
         for name in _PARAMS[:4]:
             if given[name] is None:
-                raise TypeError(f"{name} is required (the weights are; the biases are optional)")
+                raise invalid(f"{name} is required (the weights are; the biases are optional)")
         params: Dict[str, HostTensor] = {
             name: _read_param(value, name, target) for name, value in given.items() if value is not None
         }
@@ -231,18 +209,14 @@ class MultiheadAttention(_OwnedHandle):
         if target is None:
             if len(dtypes) != 1:
                 names = ", ".join(f"{n}: {DTYPE_NAMES[t.dtype]}" for n, t in params.items())
-                raise TypeError(
+                raise invalid(
                     f"the weights have different dtypes ({names}); give weight_dtype= to store them in one"
                 )
             target = dtypes.pop()
-        for name, tensor in params.items():
-            if tensor.dtype != target:
-                params[name] = convert(tensor, target, name)
-            elif not _is_dense(tensor):
-                params[name] = contiguous_copy(tensor, name)
+        params = {name: dense(tensor, target, name) for name, tensor in params.items()}
         self._weight_dtype = target
         mask = _head_mask(head_mask, self._heads)
-        self._context = context if context is not None else default_context()
+        self._context = resolve_context(context)
 
         desc, status = _capi.new_struct(
             _capi.MhaDesc,
@@ -274,24 +248,24 @@ class MultiheadAttention(_OwnedHandle):
         for name, tensor in params.items():
             want = 2 if name.startswith("w_") else 1
             if tensor.ndim != want:
-                raise ValueError(
+                raise invalid(
                     f"{name} must be {want}-D ({'[out, in]' if want == 2 else '[out]'}); "
                     f"got shape {tensor.shape}"
                 )
         rows_q, self._d_model = params["w_q"].shape
         rows_v, self._d_kv = params["w_v"].shape
         if rows_q % hq or rows_q == 0:
-            raise ValueError(
+            raise invalid(
                 f"w_q has shape {params['w_q'].shape}: its rows must be heads * Dqk with heads = {hq}"
             )
         if rows_v % hkv or rows_v == 0:
-            raise ValueError(
+            raise invalid(
                 f"w_v has shape {params['w_v'].shape}: its rows must be kv_heads * Dv with kv_heads = {hkv}"
             )
         self._dim_qk, self._dim_v = rows_q // hq, rows_v // hkv
         dqk, dv = self._dim_qk, self._dim_v
         if min(self._d_model, self._d_kv) < 1:
-            raise ValueError(f"w_q {params['w_q'].shape}, w_v {params['w_v'].shape}: the widths must be >= 1")
+            raise invalid(f"w_q {params['w_q'].shape}, w_v {params['w_v'].shape}: the widths must be >= 1")
         shapes = {
             "w_q": (hq * dqk, self._d_model),
             "w_k": (hkv * dqk, self._d_kv),
@@ -304,7 +278,7 @@ class MultiheadAttention(_OwnedHandle):
         }
         for name, tensor in params.items():
             if tensor.shape != shapes[name]:
-                raise ValueError(
+                raise invalid(
                     f"{name} has shape {tensor.shape}; with heads={hq}, kv_heads={hkv}, Dqk={dqk}, Dv={dv}, "
                     f"d_model={self._d_model}, d_kv={self._d_kv} it must be {list(shapes[name])}"
                 )
@@ -324,18 +298,18 @@ class MultiheadAttention(_OwnedHandle):
         W_q, W_k and W_v, in_proj_bias the input biases, out_proj the output; Hq = Hkv =
         num_heads. The layer computes the module in eval mode (no dropout), and takes
         [B, N, E] inputs whatever module.batch_first says; key and value are one X_kv, so kdim
-        must equal vdim. add_bias_kv and add_zero_attn are not supported (ValueError).
+        must equal vdim. add_bias_kv and add_zero_attn are not supported (clattn.Error).
         The module's attn_mask / key_padding_mask become forward()'s bias (0 or -inf).
         """
         torch = sys.modules.get("torch")
         if torch is None or not isinstance(module, torch.nn.MultiheadAttention):
-            raise TypeError(f"from_torch takes a torch.nn.MultiheadAttention, not {type(module).__name__}")
+            raise invalid(f"from_torch takes a torch.nn.MultiheadAttention, not {type(module).__name__}")
         if module.bias_k is not None or module.bias_v is not None:
-            raise ValueError("from_torch: add_bias_kv=True is not supported (its extra key/value row)")
+            raise invalid("from_torch: add_bias_kv=True is not supported (its extra key/value row)")
         if module.add_zero_attn:
-            raise ValueError("from_torch: add_zero_attn=True is not supported")
+            raise invalid("from_torch: add_zero_attn=True is not supported")
         if module.kdim != module.vdim:
-            raise ValueError(
+            raise invalid(
                 f"from_torch: kdim={module.kdim} and vdim={module.vdim} differ; the layer projects K "
                 "and V from one X_kv"
             )
@@ -377,11 +351,9 @@ class MultiheadAttention(_OwnedHandle):
         kept = int(self._mask.sum())
         pruned = f", {kept} of {self._heads} heads kept" if kept != self._heads else ""
         cross = f", d_kv={self._d_kv}" if self._d_kv != self._d_model else ""
-        state = "" if self._handle else ", closed"
-        return (
-            f"clattn.MultiheadAttention(d_model={self._d_model}{cross}, heads={self._heads}, "
-            f"kv_heads={self._kv_heads}, dim_qk={self._dim_qk}, dim_v={self._dim_v}, "
-            f"weight_dtype={self.weight_dtype!r}{pruned}{state})"
+        return self._repr(
+            f"d_model={self._d_model}{cross}, heads={self._heads}, kv_heads={self._kv_heads}, "
+            f"dim_qk={self._dim_qk}, dim_v={self._dim_v}, weight_dtype={self.weight_dtype!r}{pruned}"
         )
 
     def _sizes_text(self) -> str:
@@ -513,14 +485,10 @@ class MultiheadAttention(_OwnedHandle):
         if unbatched:
             tensor = host_tensor(tensor.owner[None], name, bits_are_bf16=storage == _capi.DTYPE_BF16)
         if tensor.ndim != 3 or tensor.shape[2] != width:
-            raise ValueError(f"{name} has shape {shape}; the layer takes [B, N, {width}] (or [N, {width}])")
+            raise invalid(f"{name} has shape {shape}; the layer takes [B, N, {width}] (or [N, {width}])")
         if min(tensor.shape) < 1:
-            raise ValueError(f"{name} has shape {shape}: every size must be >= 1")
-        if storage is not None and tensor.dtype != storage:
-            tensor = convert(tensor, storage, name)
-        elif not (tensor.describable() and _is_dense(tensor)):
-            tensor = contiguous_copy(tensor, name)
-        return tensor, unbatched
+            raise invalid(f"{name} has shape {shape}: every size must be >= 1")
+        return dense(tensor, tensor.dtype if storage is None else storage, name), unbatched
 
     def forward(
         self,
@@ -567,8 +535,8 @@ class MultiheadAttention(_OwnedHandle):
             layout is [ceil(N/BQ), ceil(capacity/BK)], a bias broadcasts to
             [B, Hq, N, capacity]. Appending a token at a time gives, row for row, one causal
             call over the whole sequence. x_kv must be None (the layer's d_kv must be d_model).
-        Raises clattn.Error for what the library refuses (its message says what), ValueError
-        for shapes that do not fit, TypeError for types it cannot take.
+        Raises clattn.Error for every bad argument, whether the package or the library finds it
+        (its message says what).
         """
         storage_dtype = parse_storage(storage)
         xt, unbatched = self._input(x, "x", self._d_model, storage_dtype)
@@ -576,21 +544,21 @@ class MultiheadAttention(_OwnedHandle):
         xkv: Optional[HostTensor] = None
         if x_kv is not None:
             if kv_cache is not None:
-                raise ValueError("x_kv and kv_cache: a call over a KV cache projects K and V from x")
+                raise invalid("x_kv and kv_cache: a call over a KV cache projects K and V from x")
             xkv, kv_unbatched = self._input(x_kv, "x_kv", self._d_kv, storage_dtype)
             if kv_unbatched != unbatched or xkv.shape[0] != batch:
-                raise ValueError(
+                raise invalid(
                     f"x has shape {xt.shape} and x_kv {xkv.shape} (as [B, N, width]): their batches differ"
                 )
             if xkv.dtype != xt.dtype:
-                raise TypeError(
+                raise invalid(
                     f"x ({DTYPE_NAMES[xt.dtype]}) and x_kv ({DTYPE_NAMES[xkv.dtype]}) must share one "
                     "dtype; convert them, or set storage="
                 )
         if kv_cache is not None and not isinstance(kv_cache, KVCache):
-            raise TypeError(f"kv_cache must be a clattn.KVCache, not {type(kv_cache).__name__}")
+            raise invalid(f"kv_cache must be a clattn.KVCache, not {type(kv_cache).__name__}")
         if new_lengths is not None and kv_cache is None:
-            raise ValueError("new_lengths is for calls with kv_cache=")
+            raise invalid("new_lengths is for calls with kv_cache=")
         dtype = xt.dtype
         if kv_cache is not None:
             len_k = kv_cache.capacity
@@ -620,7 +588,9 @@ class MultiheadAttention(_OwnedHandle):
         else:
             counts = None
             if new_lengths is not None:
-                counts = _int32_array(new_lengths, "new_lengths", (batch,), "new rows a sequence", True)
+                counts = _checks.int32_array(
+                    new_lengths, "new_lengths", (batch,), "new rows a sequence", True
+                )
             self._forward_cache(call, xt, y, kv_cache, counts)
         return y.owner[0] if unbatched else y.owner
 
@@ -646,7 +616,7 @@ class MultiheadAttention(_OwnedHandle):
                     d.bias = buffers.upload(address, count * 4, "the bias")
                     d.bias_host = None
                 status = _capi.lib.clattn_mha_forward_cache(
-                    mha, cache_handle, ctypes.byref(d), x_buffer, _int32_pointer(counts), y_buffer, None
+                    mha, cache_handle, ctypes.byref(d), x_buffer, int32_pointer(counts), y_buffer, None
                 )
                 check(status, context_handle=ctx)
                 buffers.read(y_buffer, y.pointer, y_bytes, "Y")

@@ -15,22 +15,23 @@ from typing import Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi
-from .errors import check
+from . import _capi, _checks
+from .errors import check, invalid
 
 BlockSize = Union[int, Tuple[int, int]]
 
 
 def _grid(len_q: int, len_k: int, block_size: BlockSize) -> Tuple[int, int]:
-    bq, bk = (block_size, block_size) if isinstance(block_size, int) else block_size
-    if min(len_q, len_k, bq, bk) < 1:
-        raise ValueError(f"lengths ({len_q}, {len_k}) and block size ({bq}, {bk}) must be >= 1")
+    len_q, len_k = _checks.size(len_q, "len_q"), _checks.size(len_k, "len_k")
+    bq, bk = _checks.block_size(block_size)
     return math.ceil(len_q / bq), math.ceil(len_k / bk)
 
 
-def _odd_window(window: int) -> None:
-    if window < 1 or window % 2 == 0:
-        raise ValueError(f"window={window}: the band's width in blocks must be odd (1, 3, 5, ...)")
+def _odd_window(window: int) -> int:
+    window = _checks.size(window, "window")
+    if window % 2 == 0:
+        raise invalid(f"window={window}: the band's width in blocks must be odd (1, 3, 5, ...)")
+    return window
 
 
 def _layout(kind: int, grid: Tuple[int, int], causal: bool, **fields: object) -> np.ndarray:
@@ -38,7 +39,7 @@ def _layout(kind: int, grid: Tuple[int, int], causal: bool, **fields: object) ->
     check(status)
     for name, value in fields.items():
         setattr(pattern, name, value)
-    pattern.causal = int(causal)
+    pattern.causal = int(_checks.flag(causal, "causal"))
     layout = np.zeros(grid, dtype=np.uint8)
     status = _capi.lib.clattn_pattern_layout(
         ctypes.byref(pattern), layout.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
@@ -52,7 +53,7 @@ def sliding(
 ) -> np.ndarray:
     """A band of `window` (odd) blocks around the diagonal: |a' - b| <= window // 2.
     @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
-    _odd_window(window)
+    window = _odd_window(window)
     return _layout(_capi.PATTERN_SLIDING, _grid(len_q, len_k, block_size), causal, window=window)
 
 
@@ -70,17 +71,14 @@ def bigbird(
     """BigBird (Zaheer et al. 2020): the sliding band of `window` blocks, the first `num_global`
     block rows and columns dense, and `num_random` random blocks a row (seeded: the same seed
     gives the same layout). @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
-    _odd_window(window)
-    if min(num_global, num_random, seed) < 0:
-        raise ValueError("num_global, num_random and seed must be >= 0")
     return _layout(
         _capi.PATTERN_BIGBIRD,
         _grid(len_q, len_k, block_size),
         causal,
-        window=window,
-        global_=num_global,
-        random=num_random,
-        seed=seed,
+        window=_odd_window(window),
+        global_=_checks.size(num_global, "num_global", minimum=0),
+        random=_checks.size(num_random, "num_random", minimum=0),
+        seed=_checks.integer(seed, "seed", 0, _checks.UINT64_MAX),
     )
 
 
@@ -95,12 +93,12 @@ def longformer(
 ) -> np.ndarray:
     """Longformer (Beltagy et al. 2020): the sliding band of `window` blocks, and the rows and
     columns of the blocks `global_blocks` dense. @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
-    _odd_window(window)
+    window = _odd_window(window)
     grid = _grid(len_q, len_k, block_size)
-    blocks = [int(b) for b in global_blocks]
+    blocks = [int(b) for b in _checks.integers(global_blocks, "global_blocks").reshape(-1)]
     outside = [b for b in blocks if not 0 <= b < grid[1]]
     if outside:
-        raise ValueError(f"global_blocks {outside} are outside the {grid[1]} key blocks")
+        raise invalid(f"global_blocks {outside} are outside the {grid[1]} key blocks")
     array = (ctypes.c_size_t * max(1, len(blocks)))(*blocks)
     return _layout(
         _capi.PATTERN_LONGFORMER,
@@ -118,8 +116,9 @@ def fixed(
     """The Sparse Transformer's "fixed" pattern (Child et al. 2019), in blocks: a' // stride ==
     b // stride, or b % stride >= stride - summary (the last `summary` blocks of each stride).
     @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
-    if stride < 1 or not 1 <= summary <= stride:
-        raise ValueError(f"stride={stride}, summary={summary}: need stride >= 1 and 1 <= summary <= stride")
+    stride, summary = _checks.size(stride, "stride"), _checks.size(summary, "summary")
+    if summary > stride:
+        raise invalid(f"stride={stride}, summary={summary}: need stride >= 1 and 1 <= summary <= stride")
     return _layout(
         _capi.PATTERN_FIXED, _grid(len_q, len_k, block_size), causal, stride=stride, summary=summary
     )
@@ -130,6 +129,5 @@ def strided(
 ) -> np.ndarray:
     """The Sparse Transformer's "strided" pattern (Child et al. 2019), in blocks:
     |a' - b| < stride, or (a' - b) % stride == 0. @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
-    if stride < 1:
-        raise ValueError(f"stride={stride}: must be >= 1")
+    stride = _checks.size(stride, "stride")
     return _layout(_capi.PATTERN_STRIDED, _grid(len_q, len_k, block_size), causal, stride=stride)

@@ -18,9 +18,10 @@ How it maps PyTorch's semantics onto clattn's (exactly, with no approximation):
   PyTorch's own kernels (the math kernel since 2.5, and the fused CPU kernels) return zeros.
   clattn returns zeros too (its empty-row rule: O = 0), so this function matches what
   torch.nn.functional.scaled_dot_product_attention returns.
-- scale=None is 1/sqrt(E), as in PyTorch; scale=0.0 gives PyTorch's uniform weights.
+- scale=None is 1/sqrt(E), as in PyTorch; scale=0.0 gives PyTorch's uniform weights; a scale
+  that is not 0 but rounds to 0 in float32 (1e-46) is refused, as clattn.attention refuses it.
 - dropout_p must be 0: clattn computes inference attention, with no dropout.
-- No autograd: tensors that require grad raise ValueError outside torch.no_grad().
+- No autograd: tensors that require grad raise clattn.Error outside torch.no_grad().
 Inputs with strides clattn cannot read in place (a negative stride, a strided last dimension)
 are copied, as PyTorch accepts any strides.
 """
@@ -31,8 +32,10 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._tensors import host_tensor, is_torch_tensor, torch_module
+from . import _checks
+from ._tensors import as_numpy, host_tensor, is_torch_tensor, torch_module
 from .attention import attention
+from .errors import invalid
 
 
 def _broadcast_to(x: Any, shape: Sequence[int]) -> Any:
@@ -49,15 +52,15 @@ def _as_array(x: Any, name: str) -> Any:
     if is_torch_tensor(x) or isinstance(x, np.ndarray):
         return x
     if x is None:
-        raise TypeError(f"{name} must be an array or a tensor, not None")
-    return np.asarray(x)
+        raise invalid(f"{name} must be an array or a tensor, not None")
+    return as_numpy(x, name)
 
 
 def _broadcast_shapes(shapes: List[Tuple[int, ...]], what: str) -> Tuple[int, ...]:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ValueError(f"{what} do not broadcast: {', '.join(map(str, shapes))}") from None
+        raise invalid(f"{what} do not broadcast: {', '.join(map(str, shapes))}") from None
 
 
 def _heads(hq: int, hkv: int, enable_gqa: bool) -> int:
@@ -66,13 +69,13 @@ def _heads(hq: int, hkv: int, enable_gqa: bool) -> int:
         return hq
     if enable_gqa:
         if hq % hkv != 0:
-            raise ValueError(
+            raise invalid(
                 f"enable_gqa: the query heads ({hq}) must be a multiple of the key/value heads ({hkv})"
             )
         return hq
     if hq == 1:
         return hkv
-    raise ValueError(
+    raise invalid(
         f"query has {hq} heads and key/value {hkv}: they must be equal, or one of them 1, or "
         "set enable_gqa=True for grouped-query attention"
     )
@@ -83,12 +86,12 @@ def _to_bhsd(query: Any, key: Any, value: Any, enable_gqa: bool) -> Tuple[Any, A
     dimensions of the output."""
     shapes = [_shape(x) for x in (query, key, value)]
     if any(len(s) < 2 for s in shapes):
-        raise ValueError(f"query, key and value need at least 2 dimensions (..., L, E): {shapes}")
+        raise invalid(f"query, key and value need at least 2 dimensions (..., L, E): {shapes}")
     (L, E), (S, Ek), (Sv, Ev) = shapes[0][-2:], shapes[1][-2:], shapes[2][-2:]
     if E != Ek:
-        raise ValueError(f"query and key need the same last dimension (E): {shapes[0]} and {shapes[1]}")
+        raise invalid(f"query and key need the same last dimension (E): {shapes[0]} and {shapes[1]}")
     if S != Sv:
-        raise ValueError(f"key and value need the same length S: {shapes[1]} and {shapes[2]}")
+        raise invalid(f"key and value need the same length S: {shapes[1]} and {shapes[2]}")
     head = [s[-3] if len(s) >= 3 else 1 for s in shapes]
     batch_shape = _broadcast_shapes([s[:-3] for s in shapes], "the leading (batch) dimensions")
     hkv = _broadcast_shapes([(head[1],), (head[2],)], "the key and value heads")[0]
@@ -111,21 +114,21 @@ def _to_bhsd(query: Any, key: Any, value: Any, enable_gqa: bool) -> Tuple[Any, A
 def _mask_as_float32(attn_mask: Any, query: Any) -> np.ndarray:
     """attn_mask as float32 values: a boolean mask as 0 (True, attend) / -inf (False); a float
     mask as it is. The dtypes PyTorch takes: bool, float32, or the query's dtype."""
-    torch = torch_module()
     if is_torch_tensor(attn_mask):
+        torch = torch_module()
         mask = attn_mask.detach().cpu()
         if mask.dtype == torch.bool:
             bias = torch.zeros(mask.shape, dtype=torch.float32)
             return bias.masked_fill_(~mask, float("-inf")).numpy()
         if mask.dtype == torch.float32 or (is_torch_tensor(query) and mask.dtype == query.dtype):
             return mask.float().numpy()
-        raise TypeError(f"attn_mask: dtype {mask.dtype} must be bool, float32 or the query's dtype")
-    mask = np.asarray(attn_mask)
+        raise invalid(f"attn_mask: dtype {mask.dtype} must be bool, float32 or the query's dtype")
+    mask = as_numpy(attn_mask, "attn_mask")
     if mask.dtype == np.bool_:
         return np.where(mask, np.float32(0), np.float32(-np.inf))
     if mask.dtype == np.float32 or mask.dtype == getattr(query, "dtype", None):
         return mask.astype(np.float32, copy=False)
-    raise TypeError(f"attn_mask: dtype {mask.dtype} must be bool, float32 or the query's dtype")
+    raise invalid(f"attn_mask: dtype {mask.dtype} must be bool, float32 or the query's dtype")
 
 
 def _mask_as_bias(
@@ -137,7 +140,7 @@ def _mask_as_bias(
     try:
         mask = np.broadcast_to(mask, weights_shape)
     except ValueError:
-        raise ValueError(
+        raise invalid(
             f"attn_mask of shape {mask.shape} does not broadcast to the attention weights {weights_shape}"
         ) from None
     return mask.reshape((batch, hq, L, S))
@@ -180,13 +183,16 @@ def scaled_dot_product_attention(
     See the module's docstring for how each maps onto clattn, and what differs from
     clattn.attention (bottom-right causal alignment).
     """
-    if dropout_p != 0.0:
-        raise ValueError(
+    if _checks.real(dropout_p, "dropout_p") != 0.0:
+        raise invalid(
             f"dropout_p={dropout_p}: clattn computes attention for inference and has no dropout; "
             "pass dropout_p=0.0 (in a model: call model.eval())"
         )
+    is_causal = _checks.flag(is_causal, "is_causal")
+    enable_gqa = _checks.flag(enable_gqa, "enable_gqa")
+    scale = _checks.scale(scale, zero_allowed=True)  # 0: PyTorch's uniform weights
     if is_causal and attn_mask is not None:
-        raise ValueError("attn_mask and is_causal=True cannot both be given (PyTorch refuses them too)")
+        raise invalid("attn_mask and is_causal=True cannot both be given (PyTorch refuses them too)")
     query, key, value = (_as_array(x, n) for x, n in ((query, "query"), (key, "key"), (value, "value")))
     q, k, v, out_shape = _to_bhsd(query, key, value, enable_gqa)
     batch, hq, L, _ = _shape(q)
@@ -202,7 +208,7 @@ def scaled_dot_product_attention(
         else:
             window = (-1, L - S)
     bias = None if attn_mask is None else _mask_as_bias(attn_mask, query, out_shape, batch, hq, L, S)
-    if scale is not None and scale == 0.0:
+    if scale == 0.0:
         q, scale = _zeros_like(q), 1.0  # every score 0, as PyTorch's scale 0 makes them
     out = attention(
         _readable(q, "query"),
@@ -212,6 +218,6 @@ def scaled_dot_product_attention(
         causal=causal,
         window=window,
         bias=bias,
-        scale=None if scale is None else float(scale),
+        scale=scale,
     )
     return out.reshape(out_shape)

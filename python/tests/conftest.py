@@ -39,6 +39,15 @@ def context() -> Iterator[clattn.Context]:
         yield ctx
 
 
+@pytest.fixture(scope="session")
+def torch():
+    """The torch module. A test that takes it is skipped, saying why, where torch is not
+    installed: torch is optional, and scripts/test-python.sh runs the suite without it too."""
+    return pytest.importorskip(
+        "torch", reason="torch is not installed (optional; the suite also runs without it)"
+    )
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)

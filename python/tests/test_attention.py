@@ -206,11 +206,9 @@ def test_default_context_and_using(rng) -> None:
 
 # ---------------------------------------------------------------- torch tensors
 
-torch = pytest.importorskip("torch", reason="torch is an optional dependency; the torch tests need it")
-
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
-def test_torch_tensors_in_and_out(context, rng, dtype_name: str) -> None:
+def test_torch_tensors_in_and_out(torch, context, rng, dtype_name: str) -> None:
     dtype = getattr(torch, dtype_name)
     q, k, v = (torch.from_numpy(x).to(dtype) for x in make_inputs(rng, SHAPES["gqa_nq<nk"], "bhsd"))
     o, lse = clattn.attention(q, k, v, causal=True, return_lse=True, context=context)
@@ -220,7 +218,7 @@ def test_torch_tensors_in_and_out(context, rng, dtype_name: str) -> None:
     assert_lse_close(lse.numpy(), ref_lse)
 
 
-def test_torch_transposed_view_is_read_in_place(context, rng) -> None:
+def test_torch_transposed_view_is_read_in_place(torch, context, rng) -> None:
     base = torch.from_numpy(uniform(rng, 2, 33, 4, 16)).to(torch.bfloat16)  # [B, N, H, D]
     view = base.transpose(1, 2)  # [B, H, N, D], as attention layers make them
     seen = _tensors.host_tensor(view, "q")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPOSITORY
 
 import clattn
+import clattn.__main__ as clattn_main
 
 
 def test_device_records() -> None:
@@ -25,12 +27,19 @@ def test_device_records() -> None:
         assert d.spec == f"{d.platform_index}:{d.device_index}"
 
 
-def test_same_devices_as_the_cli() -> None:
-    """Each device's name, as `clattn devices` lists it (the program of the build tree)."""
-    program = Path(os.environ.get("CLATTN_CLI", REPOSITORY / "build" / "clattn"))
+@pytest.mark.parametrize("which", ["build", "package"])
+def test_same_devices_as_the_cli(which: str) -> None:
+    """Each device's name, as `clattn devices` lists it: the program of the build tree, and the
+    package's own (`python -m clattn devices`)."""
+    if which == "build":
+        program = Path(os.environ.get("CLATTN_CLI", REPOSITORY / "build" / "clattn"))
+        command = [str(program), "devices"]
+    else:
+        program = clattn_main.PROGRAM
+        command = [sys.executable, "-m", "clattn", "devices"]
     if not program.is_file():
-        pytest.skip(f"no clattn program at {program} (set CLATTN_CLI to a build's program)")
-    listing = subprocess.run([str(program), "devices"], capture_output=True, text=True, check=True).stdout
+        pytest.skip(f"no clattn program at {program} (set CLATTN_CLI to a build's; the wheel carries one)")
+    listing = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     for d in clattn.devices():
         row = next(line for line in listing.splitlines() if line.split()[:2] == [str(d.index), d.spec])
         assert d.name[:44] in row and d.type in row.split()[2]
@@ -65,3 +74,10 @@ def test_variants_and_stats(context) -> None:
     with pytest.raises(clattn.Error, match="no attention call"):
         fresh.last_stats()
     fresh.close()
+
+
+def test_python_m_clattn_without_a_program(monkeypatch, tmp_path: Path, capsys) -> None:
+    """A package without the program (python/ of the source tree) says so, and runs nothing."""
+    monkeypatch.setattr(clattn_main, "PROGRAM", tmp_path / "bin" / "clattn")
+    assert clattn_main.main(["devices"]) == 2
+    assert "this installation has no clattn program" in capsys.readouterr().err
