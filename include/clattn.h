@@ -203,6 +203,17 @@ CLATTN_API clattn_status clattn_device_info_init_sized(clattn_device_info *info,
  *  0 and a later call tries again). */
 CLATTN_API clattn_status clattn_device_count(size_t *count);
 
+/** What device discovery found but could not use, in one line, for a message that says why
+ *  there is no device (or not the one expected): each platform that loaded but offered no
+ *  device, named, with the likely cause ("platform 'Portable Computing Language' loaded but
+ *  offered no device: PoCL refuses its devices when it cannot create its kernel cache folder,
+ *  /dev/null/.cache/pocl/kcache ..."; PoCL's cache folder and POCL_DEVICES, rusticl's
+ *  RUSTICL_ENABLE), or, when no platform loaded at all, what to install and what the driver
+ *  search did. "" when every platform offered a device, and when discovery failed (then
+ *  clattn_device_count's status says why). Runs discovery if no device call has yet.
+ *  @return the line (static storage, never NULL). */
+CLATTN_API const char *clattn_device_discovery_summary(void);
+
 /** Fills *info for device `index` of the flat list (0 <= index < count).
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for an index out of range. */
 CLATTN_API clattn_status clattn_device_get_info(size_t index, clattn_device_info *info);

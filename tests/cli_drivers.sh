@@ -5,7 +5,8 @@
 # and says so in one line; in a GPU machine's layout (test builds move the folders under
 # $CLATTN_TEST_DRIVER_ROOT) it finds PoCL in /usr/lib, reports a driver that gives no platform,
 # and skips broken libraries (garbage, no ICD entry point, an unresolved symbol) without
-# crashing. Usage: cli_drivers.sh PATH/TO/clattn C_COMPILER
+# crashing; a platform that loads but offers no device is named with its likely cause.
+# Usage: cli_drivers.sh PATH/TO/clattn C_COMPILER
 set -uo pipefail
 clattn="$(realpath "$1")" cc="$2"
 work="$(mktemp -d)"
@@ -77,6 +78,32 @@ grep -qF "skipping $root/opt/rocm/lib/libamdocl64.so: exports no clGetExtensionF
   fail "the library without the ICD entry point is not skipped: $(cat layout.err)"
 grep -qE "skipping $root/usr/lib64/intel-opencl/libigdrcl.so: .*undefined symbol: clattn_missing" layout.err ||
   fail "the library with an unresolved symbol is not skipped: $(cat layout.err)"
+
+# 5. A platform that loads but offers no device: PoCL, registered alone, refusing its devices
+# (POCL_DEVICES naming none it has; HOME or XDG_CACHE_HOME where it cannot make its kernel
+# cache). One line names the platform and the likely cause, and does not advise installing it.
+mkdir pocl-only
+echo "$pocl" > pocl-only/pocl.icd
+pocl_only=(env -u POCL_DEVICES -u POCL_CACHE_DIR -u XDG_CACHE_HOME OCL_ICD_VENDORS="$work/pocl-only"
+           CLATTN_NO_DRIVER_SEARCH=1)
+refused="platform 'Portable Computing Language' loaded but offered no device"
+no_install_advice() {
+  grep -qE 'pocl-opencl-icd|driver search' "$work/stderr" &&
+    fail "$1: PoCL loaded, yet the message advises installing it: $(cat "$work/stderr")"
+}
+expect 1 "$refused: POCL_DEVICES=bogus" -- "${pocl_only[@]}" POCL_DEVICES=bogus "$clattn" devices
+no_install_advice "POCL_DEVICES=bogus"
+expect 1 "$refused: PoCL refuses its devices when it cannot create its kernel cache folder, /dev/null/.cache/pocl/kcache" -- \
+  "${pocl_only[@]}" HOME=/dev/null "$clattn" devices
+no_install_advice "HOME=/dev/null"
+expect 1 "/proc/self/pocl/kcache" -- "${pocl_only[@]}" XDG_CACHE_HOME=/proc/self "$clattn" check --quick
+no_install_advice "XDG_CACHE_HOME=/proc/self"
+# with devices, the listing ends with the platforms that offered none (here rusticl, Clover)
+"$clattn" devices > listing.txt || fail "clattn devices"
+if grep -q "^without a device: " listing.txt; then
+  grep "^without a device: " listing.txt | grep -q "Portable Computing Language" &&
+    fail "PoCL offers devices, yet it is listed without one: $(cat listing.txt)"
+fi
 
 [ "$failures" -eq 0 ] && echo "all driver search checks passed"
 exit $((failures > 0))

@@ -182,6 +182,10 @@ clattn_status device_describe(cl_platform_id platform, cl_device_id device,
 /* The largest power of two work-group size the device allows, at most `cap`. */
 size_t device_pow2_group_size(const clattn_device_info *device, size_t cap);
 
+/* The likely cause of a platform that loaded but offered no device, by its CL_PLATFORM_NAME:
+ * one clause, naming what to check (no_device.c). */
+void platform_no_device_cause(const char *platform_name, char *out, size_t size);
+
 /* ---- programs and kernels (program.c) */
 
 /* A program is built from the concatenation of `files` (names of embedded sources: the files
