@@ -499,11 +499,23 @@ CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc
 /** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
  *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
  *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32): each block is quantised with the
- *  scale d = max|x| / 127 (rounded to float16) and q = round(x / d).
+ *  scale d = max|x| / 127 over its finite values (rounded to float16) and q = round(x / d)
+ *  within +-127 (NaN stores 0). A block whose scale overflows float16 is refused, and then
+ *  nothing is written (clattn_convert_check names the block).
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes, a
- *  q8_0 count that is not a multiple of 32). */
+ *  q8_0 count that is not a multiple of 32, a block whose q8_0 scale overflows). */
 CLATTN_API clattn_status clattn_convert(clattn_dtype from, const void *src, clattn_dtype to,
                                         void *dst, size_t count);
+
+/** Whether clattn_convert would take these values, and where it would refuse them, writing
+ *  nothing. Converting to CLATTN_Q8_0 refuses a block whose scale overflows float16: the
+ *  largest finite |x| of the block over 127 rounds to infinity, which happens from |x| =
+ *  8321040 (about 8.3e6) up, and would turn the whole block into NaN. `block` (may be NULL)
+ *  receives the index of the first such block (values 32*block .. 32*block + 31), else
+ *  SIZE_MAX. @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT as clattn_convert would
+ *  return it (a NULL src, unknown dtypes, a q8_0 count not a multiple of 32, such a block). */
+CLATTN_API clattn_status clattn_convert_check(clattn_dtype from, const void *src, clattn_dtype to,
+                                              size_t count, size_t *block);
 
 /** Sets the strides of one tensor for a dense layout of `heads` heads, `len` rows and `dim`
  *  columns, at element offset `offset`. */

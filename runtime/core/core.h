@@ -86,6 +86,15 @@ static inline size_t dtype_bytes(clattn_dtype t, size_t values) {
     return t == CLATTN_Q8_0 ? values / Q8_BLOCK * Q8_BLOCK_BYTES : values * dtype_size(t);
 }
 
+/* Value i of an array of a float type, as float32 (convert.c). */
+float dtype_load_float(clattn_dtype dtype, const void *src, size_t i);
+
+/* Whether a q8_0 block of 32 values cannot be stored: its scale, the largest finite |x| over
+ * 127, rounds to infinity in float16 (a finite |x| of Q8_MAX_VALUE or more). Such a block would
+ * dequantise to NaN throughout, so it is refused (convert.c). */
+int q8_scale_overflows(const float *block);
+#define Q8_MAX_VALUE 8321040.0 /* the smallest float32 m with float16(m / 127) = inf */
+
 /* "f32", "f16", "bf16", "q8_0" */
 static inline const char *dtype_name(clattn_dtype t) {
     return t == CLATTN_F16    ? "f16"
