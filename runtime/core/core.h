@@ -154,10 +154,9 @@ struct clattn_context {
 };
 
 /* A context serves one thread at a time. Public calls on a context run between context_enter
- * and context_leave; in builds with tests or without NDEBUG, context_enter finds a second
- * thread inside a call on the same context, says so once on stderr and returns 1 (the call then
- * returns CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context). Elsewhere it is
- * free and returns 0. */
+ * and context_leave; in every build, context_enter finds a second thread inside a call on the
+ * same context, says so once on stderr and returns 1 (the call then returns
+ * CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context); else it returns 0. */
 int context_enter(clattn_context *ctx);
 void context_leave(clattn_context *ctx);
 
