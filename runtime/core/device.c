@@ -290,12 +290,6 @@ clattn_status clattn_device_get_info(size_t index, clattn_device_info *info) {
     return CLATTN_SUCCESS;
 }
 
-size_t device_pow2_group_size(const clattn_device_info *device, size_t cap) {
-    size_t wg = 1;
-    while (wg * 2 <= device->max_work_group_size && wg * 2 <= cap) wg *= 2;
-    return wg;
-}
-
 /* ---------------------------------------------------------------- selection */
 
 static int is_number(const char *s) {
