@@ -8,17 +8,27 @@
  *
  * A q8_0 cache (KV_DTYPE q8_0, OUT_DTYPE unused) is written a block at a time, each block
  * quantised as clattn_convert does it: work-item (block, t, b * Hkv + kvh) over
- * (max(Dqk, Dv) / 32, len, B * Hkv).
+ * (max(Dqk, Dv) / 32, len, B * Hkv). check_rows runs first on the same work-items: a block
+ * whose float16 scale would overflow refuses the whole append.
  */
 #if KV_DTYPE == DTYPE_Q8_0
-/* Values x[from .. from+31] as one q8_0 block at `block`: d = max|x| / 127 (finite values;
- * rounded to float16), q = round(x / d) within +-127; NaN stores 0. */
-ALWAYS_INLINE void quantize_block(__global const IN_T *x, long from, __global uchar *block) {
-    float v[32], max = 0.0f;
+/* x[from .. from+31] into v[32], and the largest magnitude among the finite ones: NaN and
+ * infinities have no say in a block's scale. */
+ALWAYS_INLINE float load_block(__global const IN_T *x, long from, float *v) {
+    float max = 0.0f;
     for (int i = 0; i < 32; i++) {
         v[i] = LOAD_IN(x, from + i);
         if (isfinite(v[i])) max = fmax(max, fabs(v[i]));
     }
+    return max;
+}
+
+/* Values x[from .. from+31] as one q8_0 block at `block`: d = max|x| / 127 (finite values;
+ * rounded to float16), q = round(x / d) within +-127; NaN stores 0. check_rows has made sure
+ * that d is finite. */
+ALWAYS_INLINE void quantize_block(__global const IN_T *x, long from, __global uchar *block) {
+    float v[32];
+    const float max = load_block(x, from, v);
     vstore_half_rte(max / 127.0f, 0, (__global half *)block);
     const float scale = vload_half(0, (__global const half *)block);
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
@@ -27,6 +37,30 @@ ALWAYS_INLINE void quantize_block(__global const IN_T *x, long from, __global uc
         const float t = v[i] * inv;
         q[i] = isnan(t) ? 0 : (char)clamp(round(t), -127.0f, 127.0f);
     }
+}
+
+/* Whether the block's scale max|x| / 127 rounds to infinity in float16 (65520 and up round
+ * there; clattn_convert's rule): such a block would dequantise to NaN throughout. */
+ALWAYS_INLINE int scale_overflows(__global const IN_T *x, long from) {
+    float v[32];
+    return load_block(x, from, v) / 127.0f >= 65520.0f;
+}
+
+/* Before append_rows, over its work-items: *overflow = 1 when the scale of any block that it
+ * would write overflows (the host then refuses the append, with nothing written, and finds the
+ * block to name on its own copy of the rows). */
+__kernel void check_rows(__constant attn_params *P, __global const int *new_len,
+                         __global const IN_T *K_new, long kn_offset, long kn_sb, long kn_sh,
+                         long kn_ss, __global const IN_T *V_new, long vn_offset, long vn_sb,
+                         long vn_sh, long vn_ss, __global int *overflow) {
+    const long d = get_global_id(0) * 32, t = get_global_id(1), bkv = get_global_id(2);
+    const long b = bkv / P->heads_kv, kvh = bkv % P->heads_kv;
+    if (t >= new_len[b]) return;
+    if ((d < P->dim_qk &&
+         scale_overflows(K_new, kn_offset + b * kn_sb + kvh * kn_sh + t * kn_ss + d)) ||
+        (d < P->dim_v &&
+         scale_overflows(V_new, vn_offset + b * vn_sb + kvh * vn_sh + t * vn_ss + d)))
+        *overflow = 1; /* every writer stores the same value */
 }
 
 __kernel void append_rows(__constant attn_params *P, __global const int *lengths,

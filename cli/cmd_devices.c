@@ -126,8 +126,10 @@ static int print_variants(size_t device) {
     return 0;
 }
 
-/* No device: none installed (what to install, what the driver search did, which found drivers
- * gave no platform), or the platform query failed (named, with the likely cause). @return 1. */
+/* No device: the library's account of why (platforms that loaded but offered none, each with
+ * its likely cause, or, with no platform, what to install and what the driver search did),
+ * which found drivers gave no platform, or the platform query failed (named, with the likely
+ * cause). @return 1. */
 static int report_no_devices(const char *command, clattn_status status) {
     char silent[1024] = "";
     size_t count = 0, used = 0;
@@ -140,10 +142,8 @@ static int report_no_devices(const char *command, clattn_status status) {
                                      "; %s gave the loader no platform", driver.library);
     }
     if (status == CLATTN_SUCCESS || status == CLATTN_ERR_NO_DEVICE)
-        cli_error(command,
-                  "no OpenCL device found: install an OpenCL driver (on Debian, apt-get install "
-                  "pocl-opencl-icd for the CPU); driver search: %s%s",
-                  clattn_driver_search_summary(), silent);
+        cli_error(command, "no OpenCL device found: %s%s", clattn_device_discovery_summary(),
+                  silent);
     else if (status == CLATTN_CL_PLATFORM_NOT_FOUND_KHR)
         cli_error(command,
                   "the OpenCL platform query failed: %s (%d): drivers are registered but none "
@@ -190,6 +190,8 @@ int cmd_devices(int argc, char **argv) {
         if (args_has(&args, "variants") && print_variants(i) != 0) failed = 1;
     }
     print_drivers_without_devices();
+    const char *without = clattn_device_discovery_summary(); /* platforms that offered none */
+    if (*without) printf("without a device: %s\n", without);
     return failed;
 }
 

@@ -14,6 +14,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,9 +65,31 @@ void run_release(run_state *s) {
     free(s->lse);
 }
 
+/* A block of K or V (flat block index `block` of `a`, 4-D in the layout) that q8_0 cannot
+ * store, named by its position: batch (or page, for pools), row and head, and its dims. */
+static void refuse_block(const cli_args *args, const run_state *s, const char *option,
+                         const npy_array *a, size_t block) {
+    size_t at = block * 32, dim = a->shape[3], rest = at / dim, inner[3];
+    for (int i = 2; i >= 0; i--) inner[i] = rest % a->shape[i], rest /= a->shape[i];
+    int bhsd = s->layout_kind == CLATTN_LAYOUT_BHSD; /* [B,H,N,D], else [B,N,H,D] */
+    float x[32], max = 0.0f;
+    clattn_convert(s->desc.dtype,
+                   (const char *)a->data + at * (s->desc.dtype == CLATTN_F32 ? 4 : 2), CLATTN_F32,
+                   x, 32);
+    for (int i = 0; i < 32; i++)
+        if (isfinite(x[i]) && fabsf(x[i]) > max) max = fabsf(x[i]);
+    cli_error("run",
+              "--kv-storage q8_0: %s: %s %zu, row %zu, head %zu, dims %zu..%zu hold |x| = %g, at "
+              "or above 8321040, where a q8_0 block's float16 scale overflows (the block would "
+              "be NaN)",
+              args_get(args, option), args_has(args, "page-table") ? "page" : "batch", inner[0],
+              inner[bhsd ? 2 : 1], inner[bhsd ? 1 : 2], at % dim, at % dim + 31, (double)max);
+}
+
 /* --kv-storage q8_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
 static int setup_kv_storage(const cli_args *args, run_state *s) {
     static const char *const kv_dtypes[] = {"q8_0", NULL};
+    static const char *const options[] = {"k", "v"};
     int choice = 0;
     if (!args_has(args, "kv-storage")) return 0;
     if (parse_choice(args, "kv-storage", kv_dtypes, &choice) != 0) return EXIT_USAGE;
@@ -76,12 +100,21 @@ static int setup_kv_storage(const cli_args *args, run_state *s) {
     }
     npy_array *kv[2] = {&s->k, &s->v};
     for (int i = 0; i < 2; i++) {
+        size_t block = SIZE_MAX;
+        if (clattn_convert_check(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, kv[i]->count, &block) &&
+            block != SIZE_MAX) {
+            refuse_block(args, s, options[i], kv[i], block);
+            return 1;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
         void *blocks = malloc(kv[i]->count / 32 * 34 + 1);
-        if (!blocks) {
+        if (!blocks || clattn_convert(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, blocks,
+                                      kv[i]->count) != CLATTN_SUCCESS) {
+            free(blocks);
             cli_error("run", "out of host memory quantising K and V");
             return 1;
         }
-        clattn_convert(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, blocks, kv[i]->count);
         free(kv[i]->data);
         kv[i]->data = blocks; /* kv[i]->dtype still names the values' type before */
     }

@@ -203,6 +203,17 @@ CLATTN_API clattn_status clattn_device_info_init_sized(clattn_device_info *info,
  *  0 and a later call tries again). */
 CLATTN_API clattn_status clattn_device_count(size_t *count);
 
+/** What device discovery found but could not use, in one line, for a message that says why
+ *  there is no device (or not the one expected): each platform that loaded but offered no
+ *  device, named, with the likely cause ("platform 'Portable Computing Language' loaded but
+ *  offered no device: PoCL refuses its devices when it cannot create its kernel cache folder,
+ *  /dev/null/.cache/pocl/kcache ..."; PoCL's cache folder and POCL_DEVICES, rusticl's
+ *  RUSTICL_ENABLE), or, when no platform loaded at all, what to install and what the driver
+ *  search did. "" when every platform offered a device, and when discovery failed (then
+ *  clattn_device_count's status says why). Runs discovery if no device call has yet.
+ *  @return the line (static storage, never NULL). */
+CLATTN_API const char *clattn_device_discovery_summary(void);
+
 /** Fills *info for device `index` of the flat list (0 <= index < count).
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for an index out of range. */
 CLATTN_API clattn_status clattn_device_get_info(size_t index, clattn_device_info *info);
@@ -488,11 +499,23 @@ CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc
 /** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
  *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
  *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32): each block is quantised with the
- *  scale d = max|x| / 127 (rounded to float16) and q = round(x / d).
+ *  scale d = max|x| / 127 over its finite values (rounded to float16) and q = round(x / d)
+ *  within +-127 (NaN stores 0). A block whose scale overflows float16 is refused, and then
+ *  nothing is written (clattn_convert_check names the block).
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes, a
- *  q8_0 count that is not a multiple of 32). */
+ *  q8_0 count that is not a multiple of 32, a block whose q8_0 scale overflows). */
 CLATTN_API clattn_status clattn_convert(clattn_dtype from, const void *src, clattn_dtype to,
                                         void *dst, size_t count);
+
+/** Whether clattn_convert would take these values, and where it would refuse them, writing
+ *  nothing. Converting to CLATTN_Q8_0 refuses a block whose scale overflows float16: the
+ *  largest finite |x| of the block over 127 rounds to infinity, which happens from |x| =
+ *  8321040 (about 8.3e6) up, and would turn the whole block into NaN. `block` (may be NULL)
+ *  receives the index of the first such block (values 32*block .. 32*block + 31), else
+ *  SIZE_MAX. @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT as clattn_convert would
+ *  return it (a NULL src, unknown dtypes, a q8_0 count not a multiple of 32, such a block). */
+CLATTN_API clattn_status clattn_convert_check(clattn_dtype from, const void *src, clattn_dtype to,
+                                              size_t count, size_t *block);
 
 /** Sets the strides of one tensor for a dense layout of `heads` heads, `len` rows and `dim`
  *  columns, at element offset `offset`. */

@@ -13,10 +13,13 @@
 #     and its shadow state misreports packed buffers once a context has run a first call, so
 #     every case gets a fresh process;
 #  5. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
-#     test build's emulation, CLATTN_TEST_FLASH_SUBGROUPS=emulate).
-# Usage: oclgrind-check.sh PATH/TO/clattn
+#     test build's emulation, CLATTN_TEST_FLASH_SUBGROUPS=emulate, which only the test copy of
+#     the program reads: BUILD/tests/clattn-testing).
+# Usage: oclgrind-check.sh PATH/TO/clattn [PATH/TO/clattn-testing]
 set -euo pipefail
 clattn="$(realpath "$1")"
+hooked="${2:-$(dirname "$clattn")/tests/clattn-testing}"
+[ -x "$hooked" ] || { echo "oclgrind-check.sh: no test copy of the program at $hooked" >&2; exit 1; }
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 export CLATTN_CACHE_DIR=off # binaries built for another oclgrind configuration must not be reused
@@ -76,7 +79,7 @@ for ((i = 0; i < cases; i++)); do
 done
 echo "-- flash's subgroup path, emulated, on the quick sweep in one process (memory, races, API)"
 if ! CLATTN_TEST_FLASH_SUBGROUPS=emulate oclgrind --data-races --check-api \
-     --log "$logs/subgroups.log" "$clattn" check --quick --device 0 --variant flash; then
+     --log "$logs/subgroups.log" "$hooked" check --quick --device 0 --variant flash; then
   echo "clattn check (flash, emulated subgroups) failed on the simulator"
   failed=1
 fi

@@ -2,8 +2,9 @@
 # Installs everything clattn needs from Debian's packages: the OpenCL ICD loader and headers,
 # PoCL (an OpenCL device on the CPU, present on every machine), CLBlast, Criterion, clinfo,
 # oclgrind, OpenBLAS (the benchmarks' host baseline, loaded at run time), gnuplot (plots),
-# patchelf (scripts/bundle.sh) and python3-venv (the Python package's tests build and install
-# its wheel in a virtual environment).
+# patchelf (scripts/bundle.sh), python3-venv (the Python package's tests build and install
+# its wheel in a virtual environment) and clang (its OpenCL front end compiles flash's subgroup
+# branch, which no CI device runs: tests/flash_subgroups_cl.sh).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libcriterion-dev oclgrind
   libopenblas0 gnuplot-nox patchelf
-  python3 python3-venv
+  python3 python3-venv clang
 )
 
 sudo_cmd=()

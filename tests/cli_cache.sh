@@ -2,7 +2,7 @@
 # `clattn run --cache-len` (SPEC sections 5 and 6) end to end through .npy files: attention over
 # a contiguous cache and over the same cache as a page pool (identical results), with rows
 # appended and per-sequence query lengths, on the device against the reference; the caches
-# written after the append; and the usage errors. Inputs come from `clattn check --dump`, the
+# written after the append; q8_0 refusing a block whose scale overflows; and the usage errors. Inputs come from `clattn check --dump`, the
 # <i4 lengths and tables from cli_common.sh's npy_i4. Usage: cli_cache.sh PATH/TO/clattn [RUNNER]
 # where RUNNER, a command prefix (scripts/oclgrind-check.sh passes oclgrind), runs the attention
 # commands.
@@ -96,6 +96,32 @@ expect 1 "row 8 has no page" -- "$clattn" run --q "$work/q1.npy" --k "$work/pool
   --v "$work/pool.npy" --cache-len "$work/len7.npy" --page-table "$work/tab1.npy" --page-size 8 \
   --k-new "$work/kn1.npy" --v-new "$work/kn1.npy" --out "$out"
 [ -e "$out" ] && fail "a refused run wrote its output"
+
+# ---- q8_0 and a value whose block's float16 scale overflows (|x| >= 8321040; issue 29): the
+# block would be NaN, so the run is refused naming it, and writes nothing
+npy_set_1e7() { # FILE INDEX: the <f4 value at INDEX becomes 1e7 (0x4b189680)
+  local len=$(( $(od -An -tu2 -j8 -N2 "$1") ))
+  printf '\x80\x96\x18\x4b' | dd of="$1" bs=1 seek=$((10 + len + 4 * $2)) conv=notrunc status=none
+}
+cp "$rows/k.npy" "$work/k-huge.npy"
+npy_set_1e7 "$work/k-huge.npy" $(( ((1 * 41 + 3) * 2 + 1) * 32 + 8 )) # [b=1, row 3, head 1, d 8]
+expect 1 "k-huge.npy: batch 1, row 3, head 1, dims 0..31 hold |x| = 1e+07" -- \
+  "$clattn" run --q "$rows/q.npy" --k "$work/k-huge.npy" --v "$rows/v.npy" --kv-storage q8_0 --out "$out"
+"$clattn" run --q "$rows/q.npy" --k "$work/k-huge.npy" --v "$rows/v.npy" --out "$work/huge-f32.npy" \
+  > /dev/null || fail "the same K without --kv-storage was refused"
+# new rows, quantised by the cache's append: sequence 1's row 4 is appended (new_len 5) ...
+cp "$rows/k.npy" "$work/kn-huge.npy"
+npy_set_1e7 "$work/kn-huge.npy" $(( ((1 * 41 + 4) * 2 + 0) * 32 + 5 ))
+expect 1 "sequence 1, new row 4, kv head 0: K block 0 (dims 0..31) holds |x| = 1e+07" -- \
+  "$clattn" run --q "$cache/q.npy" --k "$cache/k.npy" --v "$cache/v.npy" --cache-len "$work/len.npy" \
+  --k-new "$work/kn-huge.npy" --v-new "$rows/v.npy" --new-len "$work/new.npy" --kv-storage q8_0 --out "$out"
+[ -e "$out" ] && fail "a refused q8_0 run wrote its output"
+# ... and sequence 0's row 10 is not (new_len 3): the run goes on
+cp "$rows/k.npy" "$work/kn-unused.npy"
+npy_set_1e7 "$work/kn-unused.npy" $(( ((0 * 41 + 10) * 2 + 0) * 32 + 5 ))
+"$clattn" run --q "$cache/q.npy" --k "$cache/k.npy" --v "$cache/v.npy" --cache-len "$work/len.npy" \
+  --k-new "$work/kn-unused.npy" --v-new "$rows/v.npy" --new-len "$work/new.npy" --kv-storage q8_0 \
+  --out "$work/unused.npy" > "$work/out" 2>&1 || fail "a row that is not appended was checked: $(cat "$work/out")"
 
 [ "$failures" -eq 0 ] && echo "cli_cache: all passed"
 [ "$failures" -eq 0 ]

@@ -3,11 +3,12 @@
 # (no device twice); with an empty vendors folder it finds PoCL in the dynamic linker's paths
 # and says where it came from and how to register it; CLATTN_NO_DRIVER_SEARCH=1 gives no device
 # and says so in one line; in a GPU machine's layout (test builds move the folders under
-# $CLATTN_TEST_DRIVER_ROOT) it finds PoCL in /usr/lib, reports a driver that gives no platform,
+# $CLATTN_TEST_DRIVER_ROOT, read by the test build's copy of the program) it finds PoCL in /usr/lib, reports a driver that gives no platform,
 # and skips broken libraries (garbage, no ICD entry point, an unresolved symbol) without
-# crashing. Usage: cli_drivers.sh PATH/TO/clattn C_COMPILER
+# crashing; a platform that loads but offers no device is named with its likely cause.
+# Usage: cli_drivers.sh PATH/TO/clattn C_COMPILER PATH/TO/clattn-testing
 set -uo pipefail
-clattn="$(realpath "$1")" cc="$2"
+clattn="$(realpath "$1")" cc="$2" clattn_hooked="$(realpath "$3")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
@@ -44,7 +45,7 @@ expect 1 "driver search: off (CLATTN_NO_DRIVER_SEARCH is set)" -- \
   env CLATTN_NO_DRIVER_SEARCH=1 "$clattn" devices
 expect 1 "no OpenCL device found" -- env CLATTN_NO_DRIVER_SEARCH=1 "$clattn" check --quick
 expect 1 "driver search: looked for NVIDIA, AMD, Intel and PoCL drivers" -- \
-  env CLATTN_TEST_DRIVER_ROOT="$work/nothing" "$clattn" devices
+  env CLATTN_TEST_DRIVER_ROOT="$work/nothing" "$clattn_hooked" devices
 
 # 4. A GPU machine's layout: PoCL in /usr/lib (as NVIDIA's library is on some), NVIDIA's name
 # on a stub that exports the ICD entry point but gives no platform, and broken libraries.
@@ -64,7 +65,7 @@ echo 'int not_a_driver;' | "$cc" -shared -fPIC -x c - -o "$root/opt/rocm/lib/lib
 printf '%s\n' 'void *clattn_missing(const char *);' \
   'void *clGetExtensionFunctionAddress(const char *n) { return clattn_missing(n); }' |
   "$cc" -shared -fPIC -x c - -o "$root/usr/lib64/intel-opencl/libigdrcl.so"
-CLATTN_TEST_DRIVER_ROOT="$root" CLATTN_VERBOSE=1 "$clattn" devices > layout.txt 2> layout.err ||
+CLATTN_TEST_DRIVER_ROOT="$root" CLATTN_VERBOSE=1 "$clattn_hooked" devices > layout.txt 2> layout.err ||
   fail "clattn devices in the GPU machine's layout: $(cat layout.txt layout.err)"
 grep -qF "    found by search: $root/usr/lib/libpocl.so.2 (PoCL)" layout.txt ||
   fail "PoCL in /usr/lib was not found: $(cat layout.txt)"
@@ -77,6 +78,32 @@ grep -qF "skipping $root/opt/rocm/lib/libamdocl64.so: exports no clGetExtensionF
   fail "the library without the ICD entry point is not skipped: $(cat layout.err)"
 grep -qE "skipping $root/usr/lib64/intel-opencl/libigdrcl.so: .*undefined symbol: clattn_missing" layout.err ||
   fail "the library with an unresolved symbol is not skipped: $(cat layout.err)"
+
+# 5. A platform that loads but offers no device: PoCL, registered alone, refusing its devices
+# (POCL_DEVICES naming none it has; HOME or XDG_CACHE_HOME where it cannot make its kernel
+# cache). One line names the platform and the likely cause, and does not advise installing it.
+mkdir pocl-only
+echo "$pocl" > pocl-only/pocl.icd
+pocl_only=(env -u POCL_DEVICES -u POCL_CACHE_DIR -u XDG_CACHE_HOME OCL_ICD_VENDORS="$work/pocl-only"
+           CLATTN_NO_DRIVER_SEARCH=1)
+refused="platform 'Portable Computing Language' loaded but offered no device"
+no_install_advice() {
+  grep -qE 'pocl-opencl-icd|driver search' "$work/stderr" &&
+    fail "$1: PoCL loaded, yet the message advises installing it: $(cat "$work/stderr")"
+}
+expect 1 "$refused: POCL_DEVICES=bogus" -- "${pocl_only[@]}" POCL_DEVICES=bogus "$clattn" devices
+no_install_advice "POCL_DEVICES=bogus"
+expect 1 "$refused: PoCL refuses its devices when it cannot create its kernel cache folder, /dev/null/.cache/pocl/kcache" -- \
+  "${pocl_only[@]}" HOME=/dev/null "$clattn" devices
+no_install_advice "HOME=/dev/null"
+expect 1 "/proc/self/pocl/kcache" -- "${pocl_only[@]}" XDG_CACHE_HOME=/proc/self "$clattn" check --quick
+no_install_advice "XDG_CACHE_HOME=/proc/self"
+# with devices, the listing ends with the platforms that offered none (here rusticl, Clover)
+"$clattn" devices > listing.txt || fail "clattn devices"
+if grep -q "^without a device: " listing.txt; then
+  grep "^without a device: " listing.txt | grep -q "Portable Computing Language" &&
+    fail "PoCL offers devices, yet it is listed without one: $(cat listing.txt)"
+fi
 
 [ "$failures" -eq 0 ] && echo "all driver search checks passed"
 exit $((failures > 0))

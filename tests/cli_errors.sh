@@ -5,8 +5,10 @@
 # first); --compare names shapes and reports on stderr; check --dump failures and --quick replay
 # hints; the reference path names zero sizes; bench refuses what run and pattern refuse and
 # checks its folder first; device specs with colons. Usage: cli_errors.sh PATH/TO/clattn
+# PATH/TO/clattn-testing (the test build's copy of the program, whose library has the test
+# hooks: a build made to fail)
 set -uo pipefail
-clattn="$(realpath "$1")"
+clattn="$(realpath "$1")" clattn_hooked="$(realpath "$2")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
@@ -97,7 +99,7 @@ expect 1 "not a folder" -- "$clattn" check --quick --case 0 --path reference --d
 
 # ---- 7: a failing case of the quick sweep is replayed with --quick, under its own number
 CLATTN_CACHE_DIR=off CLATTN_TEST_FAIL_BUILD=fused_cpu.cl \
-  "$clattn" check --quick --path fused --variant cpu > stdout 2> stderr
+  "$clattn_hooked" check --quick --path fused --variant cpu > stdout 2> stderr
 hint=$(grep -m1 "replay with:" stderr)
 case=$(grep -m1 "^FAIL case" stderr)
 [[ "$hint" == *"clattn check --quick --case"* ]] || fail "the replay hint lacks --quick: $hint"

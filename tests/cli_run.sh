@@ -82,6 +82,44 @@ head -c 128 "$work/o-f16.npy" | grep -q "'<f2'" || fail "--storage f16 did not w
 expect 1 "with --storage bf16 only" -- "$clattn" run --q "$work/o-bf16.npy" --k "$work/o-bf16.npy" --v "$work/o-bf16.npy" --out "$out"
 expect 2 "--storage" -- "$clattn" "${good[@]}" --out "$out" --storage f64
 
+# ---- a row-wide finite bias (issue 29): the reference rounds each step of the score to float32
+# as the kernels do, so every variant agrees with it. Q, K, V [1,24,2,16] uniform in [0,1) and a
+# bias [24,24] zero but for its row 3; written with Python's struct (no NumPy needed).
+if command -v python3 > /dev/null; then
+  python3 - "$work/rowbias" <<'PY'
+import os, random, struct, sys
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+def npy(name, shape, values):
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(map(str, shape))
+    head += " " * ((64 - (10 + len(head) + 1) % 64) % 64) + "\n"
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head.encode())
+        f.write(struct.pack("<%df" % len(values), *values))
+rng = random.Random(29)
+for name in "qkv":
+    npy(name + ".npy", (1, 24, 2, 16), [rng.random() for _ in range(768)])
+for value in ("-1e4", "-1e5", "-3e5", "65504"):
+    npy("bias%s.npy" % value, (24, 24), [float(value) if i // 24 == 3 else 0.0 for i in range(576)])
+PY
+  rb="$work/rowbias"
+  # the variants that run on the default device (its block of the listing)
+  variants=$("$clattn" devices --variants | awk '/^[0-9]/ { d = /\(default\)/ } d && /^    variant / { v = 1; next }
+             d && v && $2 == "yes" && $1 != "reference" { print $1 }')
+  [ "$(wc -w <<< "$variants")" -ge 3 ] || fail "row-wide bias: too few variants run here: $variants"
+  for value in -1e4 -1e5 -3e5 65504; do
+    rbrun=(run --q "$rb/q.npy" --k "$rb/k.npy" --v "$rb/v.npy" --bias "$rb/bias$value.npy")
+    "$clattn" "${rbrun[@]}" --path reference --out "$rb/ref$value.npy" > /dev/null ||
+      fail "row-wide bias $value: the reference run failed"
+    for variant in $variants; do
+      "$clattn" "${rbrun[@]}" --variant "$variant" --out "$rb/o.npy" --compare "$rb/ref$value.npy" \
+        > "$work/stdout" 2>&1 || fail "row-wide bias $value, variant $variant: $(cat "$work/stdout")"
+    done
+  done
+else
+  echo "cli_run: skipping the row-wide bias check: python3 (which writes its inputs) is absent"
+fi
+
 # ---- help, version, devices
 "$clattn" --version | grep -q "^clattn [0-9]" || fail "--version"
 "$clattn" --help | grep -q "commands:" || fail "--help"

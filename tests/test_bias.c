@@ -10,6 +10,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,124 @@ Test(bias, huge_finite_scores_do_not_mask) {
                 }
             }
         }
+}
+
+/* Scores are float32 step by step, in the reference as in the kernels (README, Semantics):
+ * s = float32(float32(scale * q.k) + bias). Under a row-wide bias of -1e5 a row's scores are
+ * 2^-7 apart at best, and the reference, which summed in double, disagreed with every kernel
+ * (issue 29). Each test runs every variant of the table that serves the call on the device
+ * against clattn_attention_reference, for BERT's old padding -1e4, -1e5, -3e5 and float16's
+ * maximum 65504. */
+static const float large_biases[] = {-1e4f, -1e5f, -3e5f, 65504.0f};
+
+/* One call's inputs; the reference's outputs are computed from them. */
+typedef struct bias_call {
+    clattn_attention_desc desc;
+    const float *q, *k, *v;
+    size_t o_count, lse_count;
+    const char *what; /* names the call in messages */
+} bias_call;
+
+/* Runs one variant and compares O and LSE with the reference's. @return 1 when it ran. */
+static int expect_variant_matches(clattn_context *ctx, bias_call *c, clattn_variant variant,
+                                  const double *ref_o, const double *ref_lse) {
+    char reason[256] = "";
+    if (clattn_variant_supported(ctx, variant, &c->desc, reason, sizeof reason) != CLATTN_SUCCESS) {
+        fprintf(stderr, "%s: %s does not serve the call here: %s\n", c->what,
+                clattn_variant_name(variant), reason);
+        return 0;
+    }
+    float *o = malloc(c->o_count * sizeof *o), *lse = malloc(c->lse_count * sizeof *lse);
+    cr_assert(o && lse);
+    c->desc.variant = variant;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &c->desc, c->q, c->k, c->v, o, lse));
+    case_result r;
+    memset(&r, 0, sizeof r);
+    compare_values("O", o, ref_o, c->o_count, TOL_F32_ATOL, TOL_F32_RTOL, &r);
+    compare_lse_values(lse, ref_lse, c->lse_count, &r);
+    cr_expect_eq(r.mismatches, 0,
+                 "%s, variant %s: %zu values off, worst %.2f of the tolerance; "
+                 "first: %s",
+                 c->what, clattn_variant_name(variant), r.mismatches, r.worst, r.message);
+    free(o), free(lse);
+    return 1;
+}
+
+/* Every variant but the reference, on one device. @return how many ran. */
+static int expect_every_variant_matches(clattn_context *ctx, bias_call *c) {
+    float *o = malloc(c->o_count * sizeof *o), *lse = malloc(c->lse_count * sizeof *lse);
+    double *ref_o = malloc(c->o_count * sizeof *ref_o);
+    double *ref_lse = malloc(c->lse_count * sizeof *ref_lse);
+    cr_assert(o && lse && ref_o && ref_lse);
+    cr_assert_eq(clattn_attention_reference(&c->desc, c->q, c->k, c->v, o, lse), CLATTN_SUCCESS);
+    for (size_t x = 0; x < c->o_count; x++) ref_o[x] = o[x];
+    for (size_t x = 0; x < c->lse_count; x++) ref_lse[x] = lse[x];
+    int ran = 0;
+    for (int v = 1; strcmp(clattn_variant_name((clattn_variant)v), "unknown") != 0; v++)
+        if (v != CLATTN_VARIANT_REFERENCE)
+            ran += expect_variant_matches(ctx, c, (clattn_variant)v, ref_o, ref_lse);
+    free(o), free(lse), free(ref_o), free(ref_lse);
+    return ran;
+}
+
+/* Issue 29's reproducer: Q, K, V [1, 24, 2, 16] uniform in [0, 1), a bias [24, 24] (shared by
+ * the heads) that is zero but for its row 3. Before, -1e5, -3e5 and 65504 failed on every
+ * variant; -1e4 (a spacing of 2^-10) stays inside the tolerance at this size, and the next
+ * test catches it. */
+Test(bias, row_wide_large_finite_bias_agrees_with_the_reference) {
+    enum { N = 24, H = 2, D = 16, ELEMS = N * H * D };
+    static float qkv[3][ELEMS], bias[N * N];
+    for (int a = 0; a < 3; a++) {
+        fill_uniform(qkv[a], ELEMS, 3 + (uint64_t)a);
+        for (size_t x = 0; x < ELEMS; x++) qkv[a][x] = (qkv[a][x] + 1.0f) * 0.5f;
+    }
+    bias_call c = {.q = qkv[0], .k = qkv[1], .v = qkv[2], .o_count = ELEMS, .lse_count = H * N};
+    cr_assert_eq(clattn_attention_desc_init(&c.desc, CLATTN_LAYOUT_BSHD, 1, H, H, N, N, D, D),
+                 CLATTN_SUCCESS);
+    c.desc.bias_host = bias;
+    c.desc.bias_strides = (clattn_tensor){0, 0, 0, N}; /* [Nq, Nk] */
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t i = 0; i < COUNT(large_biases); i++) {
+        for (size_t x = 0; x < N * N; x++) bias[x] = x / N == 3 ? large_biases[i] : 0.0f;
+        char what[64];
+        snprintf(what, sizeof what, "row 3 biased by %g", (double)large_biases[i]);
+        c.what = what;
+        for (size_t dev = 0; dev < devices; dev++)
+            cr_expect(expect_every_variant_matches(ctxs[dev], &c) >= 3,
+                      "device %zu: fewer than 3 variants served the call", dev);
+    }
+}
+
+/* Two keys whose scores differ by a quarter of the float32 spacing at the bias (q = 1,
+ * k = (spacing / 4, 0), scale 1): both sums round to the bias itself, so P = (1/2, 1/2) and,
+ * with v = (1, -1), O = 0 on every variant and in the reference. Summed in double they differ,
+ * and the old reference gave O = tanh(spacing / 8), 1.2e-4 for -1e4: 6 times the tolerance. */
+Test(bias, score_differences_below_the_bias_spacing_vanish) {
+    float q[1] = {1}, k[2] = {0, 0}, v[2] = {1, -1}, bias[2];
+    bias_call c = {.q = q, .k = k, .v = v, .o_count = 1, .lse_count = 1};
+    cr_assert_eq(clattn_attention_desc_init(&c.desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 2, 1, 1),
+                 CLATTN_SUCCESS);
+    c.desc.scale = 1.0f;
+    c.desc.bias_host = bias;
+    c.desc.bias_strides = (clattn_tensor){0, 2, 2, 2};
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t i = 0; i < COUNT(large_biases); i++) {
+        float value = large_biases[i], spacing = nextafterf(fabsf(value), INFINITY) - fabsf(value);
+        bias[0] = bias[1] = value;
+        k[0] = spacing / 4;
+        float o = 1.0f, lse = 0.0f;
+        cr_assert_eq(clattn_attention_reference(&c.desc, q, k, v, &o, &lse), CLATTN_SUCCESS);
+        cr_expect_eq(o, 0.0f, "bias %g: the reference's O = %g, expected 0", (double)value,
+                     (double)o);
+        char what[64];
+        snprintf(what, sizeof what, "two keys biased by %g", (double)value);
+        c.what = what;
+        for (size_t dev = 0; dev < devices; dev++)
+            cr_expect(expect_every_variant_matches(ctxs[dev], &c) >= 3,
+                      "device %zu: fewer than 3 variants served the call", dev);
+    }
 }
 
 /* clattn_softmax: scale * x beyond the float32 range saturates instead of becoming -inf. */

@@ -152,7 +152,62 @@ Test(drivers, no_driver_search_turns_it_off) {
     cr_assert(strstr(clattn_driver_search_summary(), "CLATTN_NO_DRIVER_SEARCH") != NULL);
     size_t index, matched = 0;
     cr_assert_eq(clattn_device_select(NULL, &index, 1, &matched), CLATTN_ERR_NO_DEVICE);
+    const char *why = clattn_device_discovery_summary();
+    cr_assert(strstr(why, "no OpenCL platform") && strstr(why, "pocl-opencl-icd") &&
+                  strstr(why, "CLATTN_NO_DRIVER_SEARCH"),
+              "no platform: the summary should say what to install and what the search did: %s",
+              why);
     rmdir(empty);
+}
+
+/* ---- a platform that loads but offers no device (issue 29): PoCL alone, registered by one
+ * .icd file, then made to refuse its devices. */
+
+/* Registers only PoCL (the search off) and checks that discovery finds no device and that
+ * clattn_device_discovery_summary names the platform and the cause `cause`. */
+static void expect_pocl_without_devices(const char *cause) {
+    char vendors[64], real[PATH_MAX], icd[128];
+    if (!pocl_file(real, sizeof real)) cr_skip_test("no PoCL on this machine");
+    make_folder(vendors, sizeof vendors, "vendors");
+    snprintf(icd, sizeof icd, "%s/pocl.icd", vendors);
+    FILE *f = fopen(icd, "w");
+    cr_assert(f != NULL);
+    fprintf(f, "%s\n", real);
+    fclose(f);
+    search_environment(vendors, NULL);
+    setenv("CLATTN_NO_DRIVER_SEARCH", "1", 1);
+    size_t devices = 1, index = 0, matched = 0;
+    cr_assert_eq(clattn_device_count(&devices), CLATTN_SUCCESS);
+    cr_assert_eq(devices, 0, "PoCL offered a device although it should refuse them");
+    cr_assert_eq(clattn_device_select(NULL, &index, 1, &matched), CLATTN_ERR_NO_DEVICE);
+    const char *why = clattn_device_discovery_summary();
+    cr_assert(strstr(why, "platform 'Portable Computing Language' loaded but offered no device"),
+              "the summary does not name the platform: %s", why);
+    cr_assert(strstr(why, cause), "the summary lacks '%s': %s", cause, why);
+    cr_assert(!strstr(why, "pocl-opencl-icd") && !strstr(why, "driver search"),
+              "PoCL loaded, yet the summary advises installing it: %s", why);
+    unlink(icd);
+    rmdir(vendors);
+}
+
+Test(drivers, pocl_devices_naming_no_device_is_named) {
+    setenv("POCL_DEVICES", "bogus", 1);
+    expect_pocl_without_devices("POCL_DEVICES=bogus");
+}
+
+Test(drivers, an_unwritable_home_is_named_as_pocls_cache) {
+    unsetenv("POCL_DEVICES");
+    unsetenv("POCL_CACHE_DIR");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/dev/null", 1);
+    expect_pocl_without_devices("/dev/null/.cache/pocl/kcache");
+}
+
+Test(drivers, an_unwritable_xdg_cache_home_is_named_as_pocls_cache) {
+    unsetenv("POCL_DEVICES");
+    unsetenv("POCL_CACHE_DIR");
+    setenv("XDG_CACHE_HOME", "/proc/self", 1);
+    expect_pocl_without_devices("/proc/self/pocl/kcache");
 }
 
 Test(drivers, one_icd_named_by_ocl_icd_vendors_is_left_alone) {

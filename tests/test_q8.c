@@ -3,13 +3,15 @@
  * clattn_convert quantises to within half a step; attention over q8_0 K and V (a plain call or
  * a KV cache, contiguous or paged) matches the reference computed from the dequantised values
  * within |o - ref| <= 2e-3 + 4e-3 |ref| on every device; the paths that lack q8_0 say so and
- * write nothing.
+ * write nothing. A block whose float16 scale would overflow is refused, naming it, by
+ * clattn_convert and by KV cache appends (host arrays and device buffers), writing nothing.
  */
 #include <criterion/criterion.h>
 
 #include "util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,4 +243,128 @@ Test(q8, kv_cache_appends_quantise_and_attention_matches_the_reference) {
     cr_expect(strstr(clattn_context_last_error(ctxs[0]), "multiples of 32") != NULL, "%s",
               clattn_context_last_error(ctxs[0]));
     cr_expect_null(cache);
+}
+
+/* ---- a block whose float16 scale overflows (issue 29): max|x| / 127 rounds to infinity from
+ * |x| = 8321040 up, and the whole block would dequantise to NaN. It is refused, naming the
+ * block, and nothing is written; 8321039.5 (the float32 below) still fits. */
+
+#define Q8_FIRST_OVERFLOW 8321040.0f
+
+Test(q8, convert_refuses_a_block_whose_scale_overflows) {
+    enum { N = 4 * BLOCK };
+    float x[N];
+    uint8_t q[q8_bytes(N)], untouched[q8_bytes(N)];
+    fill_uniform(x, N, 29);
+    x[2 * BLOCK + 5] = nextafterf(Q8_FIRST_OVERFLOW, 0.0f); /* block 2 at the largest that fits */
+    cr_assert_eq(clattn_convert(CLATTN_F32, x, CLATTN_Q8_0, q, N), CLATTN_SUCCESS);
+    float back[N];
+    clattn_convert(CLATTN_Q8_0, q, CLATTN_F32, back, N);
+    for (size_t i = 0; i < N; i++) cr_assert(isfinite(back[i]), "value %zu: %g", i, back[i]);
+    x[2 * BLOCK + 5] = -1e7f; /* the issue's kind of value, in block 2 */
+    x[3 * BLOCK] = Q8_FIRST_OVERFLOW;
+    memset(q, 0xab, sizeof q);
+    memcpy(untouched, q, sizeof q);
+    cr_expect_eq(clattn_convert(CLATTN_F32, x, CLATTN_Q8_0, q, N), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(memcmp(q, untouched, sizeof q), 0, "a refused conversion wrote its output");
+    size_t block = 0;
+    cr_expect_eq(clattn_convert_check(CLATTN_F32, x, CLATTN_Q8_0, N, &block),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(block, 2, "the first block that overflows is 2, not %zu", block);
+    uint16_t h[N]; /* float16 holds at most 65504: never too large; bfloat16 can be */
+    clattn_convert(CLATTN_F32, x, CLATTN_BF16, h, N);
+    cr_expect_eq(clattn_convert_check(CLATTN_BF16, h, CLATTN_Q8_0, N, &block),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(block, 2, "bfloat16: block %zu", block);
+    cr_expect_eq(clattn_convert_check(CLATTN_F32, x, CLATTN_F16, N, &block), CLATTN_SUCCESS);
+    cr_expect_eq(block, SIZE_MAX, "to float16 no block is refused");
+}
+
+/* Infinities and NaN have no say in a block's scale: the finite values keep theirs, NaN stores
+ * 0 and an infinity +-127 steps, on the host and in a cache's append alike. */
+Test(q8, infinities_do_not_set_the_scale) {
+    float x[BLOCK], back[BLOCK];
+    uint8_t q[BLOCK_BYTES];
+    for (int i = 0; i < BLOCK; i++) x[i] = (float)(i - 16) / 16.0f; /* max |x| = 1 */
+    x[3] = INFINITY, x[4] = -INFINITY, x[5] = NAN;
+    cr_assert_eq(clattn_convert(CLATTN_F32, x, CLATTN_Q8_0, q, BLOCK), CLATTN_SUCCESS);
+    clattn_convert(CLATTN_Q8_0, q, CLATTN_F32, back, BLOCK);
+    float d = block_scale(q);
+    cr_expect(fabsf(d - 1.0f / 127.0f) < 1e-5f, "scale %g, expected about 1/127", d);
+    cr_expect(back[3] == 127 * d && back[4] == -127 * d && back[5] == 0.0f, "%g %g %g", back[3],
+              back[4], back[5]);
+    cr_expect(fabsf(back[0] + 1.0f) <= d / 2, "-1 became %g", back[0]);
+}
+
+/* A q8_0 cache of 2 sequences, Hkv 2, Dqk = Dv = 64 (2 blocks a row), 8 rows. */
+enum { OB = 2, OH = 2, OD = 64, OCAP = 8, OROW = OH * OD };
+
+static clattn_kv_cache *overflow_cache(clattn_context *ctx, const float *k, const float *v) {
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, OB, OH, OD, OD, OCAP);
+    cd.dtype = CLATTN_Q8_0;
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
+    int32_t two[OB] = {2, 2};
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 2, two)); /* finite first rows */
+    return cache;
+}
+
+/* The refused append left the cache as it was: lengths and storage. */
+static void expect_unchanged(clattn_context *ctx, clattn_kv_cache *cache, const uint8_t *before,
+                             const char *what) {
+    enum { BYTES = OB * OCAP * OH * OD / BLOCK * BLOCK_BYTES };
+    static uint8_t k[BYTES], v[BYTES];
+    int32_t lengths[OB];
+    ASSERT_OK(ctx, clattn_kv_cache_lengths(cache, lengths));
+    cr_expect(lengths[0] == 2 && lengths[1] == 2, "%s: lengths became %d, %d", what, lengths[0],
+              lengths[1]);
+    ASSERT_OK(ctx, clattn_kv_cache_read_host(cache, k, v));
+    cr_expect_eq(memcmp(k, before, BYTES), 0, "%s: K was written", what);
+    cr_expect_eq(memcmp(v, before + BYTES, BYTES), 0, "%s: V was written", what);
+}
+
+/* Sequence 1, new row 1, kv head 0, V's block 1 (dims 32..63) holds 1e7; new_len (1, 2). */
+static void expect_append_refused(clattn_context *ctx, int on_device) {
+    enum { BYTES = OB * OCAP * OH * OD / BLOCK * BLOCK_BYTES };
+    static float k[OB * 2 * OROW], v[OB * 2 * OROW];
+    static uint8_t before[2 * BYTES];
+    fill_uniform(k, COUNT(k), 3);
+    fill_uniform(v, COUNT(v), 4);
+    clattn_kv_cache *cache = overflow_cache(ctx, k, v);
+    ASSERT_OK(ctx, clattn_kv_cache_read_host(cache, before, before + BYTES));
+    v[(1 * 2 + 1) * OROW + 0 * OD + 40] = 1e7f; /* [b=1][t=1][kvh=0][d=40] */
+    int32_t new_len[OB] = {1, 2};
+    clattn_status status;
+    if (on_device) {
+        cl_int err = CL_SUCCESS;
+        cl_context cl = clattn_context_cl_context(ctx);
+        clattn_kv_rows rows = {NULL, NULL, {0}, {0}, CLATTN_F32, 2, new_len};
+        rows.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof k, k, &err);
+        rows.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof v, v, &err);
+        clattn_tensor_dense(&rows.k_tensor, CLATTN_LAYOUT_BSHD, OH, 2, OD, 0);
+        clattn_tensor_dense(&rows.v_tensor, CLATTN_LAYOUT_BSHD, OH, 2, OD, 0);
+        status = clattn_kv_cache_append(cache, &rows);
+        clReleaseMemObject(rows.k), clReleaseMemObject(rows.v);
+    } else {
+        status = clattn_kv_cache_append_host(cache, k, v, 2, new_len);
+    }
+    const char *what = on_device ? "append from device buffers" : "append from host arrays";
+    const char *message = clattn_context_last_error(ctx);
+    cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", what, message);
+    cr_expect(strstr(message, "sequence 1, new row 1, kv head 0: V block 1 (dims 32..63)"),
+              "%s: the message does not name the block: %s", what, message);
+    expect_unchanged(ctx, cache, before, what);
+    v[(1 * 2 + 1) * OROW + 0 * OD + 40] = nextafterf(Q8_FIRST_OVERFLOW, 0.0f); /* fits */
+    if (!on_device) ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 2, new_len));
+    clattn_kv_cache_destroy(cache);
+}
+
+Test(q8, kv_cache_append_refuses_a_block_whose_scale_overflows) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) {
+        expect_append_refused(ctxs[dev], 0);
+        expect_append_refused(ctxs[dev], 1);
+    }
 }

@@ -95,6 +95,16 @@ Test(reference, softmax_masked_and_nan_rows) {
     reference_softmax(in, 2, 3, 1.0f, out, NULL); /* lse may be NULL */
 }
 
+/* scale * x is one float32 product, as cl/softmax.cl computes it: 3 * (1/3 in float32) =
+   1 + 2^-25 rounds to 1, so row (1/3, 0) gives out = (e, 1) / (e + 1). */
+Test(reference, softmax_scale_product_is_float32) {
+    const float in[2] = {1.0f / 3.0f, 0};
+    double out[2], lse[1];
+    reference_softmax(in, 1, 2, 3.0f, out, lse);
+    EXPECT_NEAR(out[0], exp(1.0) / (exp(1.0) + 1), "out[0] = %.17g", out[0]);
+    EXPECT_NEAR(lse[0], log(exp(1.0) + 1), "lse = %.17g", lse[0]);
+}
+
 /* ---------------------------------------------------------------- worked examples */
 
 Test(reference, one_query_two_keys) {
@@ -331,6 +341,36 @@ Test(reference, bias_broadcast_with_zero_strides) {
     d.bias_strides = (clattn_tensor){3, 0, 0, 0};
     run_reference(&d, q, k, v, bias, o, lse);
     for (int r = 0; r < 4; r++) cr_expect(fabs(o[r] - 4.0) < 1e-6, "row %d: O = %g", r, o[r]);
+}
+
+/* Scores are float32, step by step (README, Semantics). Nq=1, Nk=2, D=1, scale 1: q=1,
+   k=(2^-10, 0), v=(1, -1), bias -1e5 on both keys. t = (2^-10, 0) is exact in float32; the
+   float32 sums t + bias are both -100000 (its float32 spacing is 2^-7 = 0.0078125, and
+   2^-10 is less than half of it), so P = (1/2, 1/2): O = 0 exactly, LSE = -1e5 + log 2.
+   Summed in double, as the reference did, s0 - s1 = 2^-10 and O = tanh(2^-11) = 4.9e-4. */
+Test(reference, bias_sum_is_rounded_to_float32) {
+    clattn_attention_desc d = make_desc(CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 2, 1, 1);
+    d.scale = 1.0f;
+    const float q[1] = {1}, k[2] = {0x1.0p-10f, 0}, v[2] = {1, -1}, bias[2] = {-1e5f, -1e5f};
+    d.bias_strides = (clattn_tensor){0, 2, 2, 2};
+    double o[1], lse[1];
+    run_reference(&d, q, k, v, bias, o, lse);
+    cr_expect_eq(o[0], 0.0, "O = %.17g, expected 0 (both scores round to -1e5)", o[0]);
+    EXPECT_NEAR(lse[0], -1e5 + log(2.0), "LSE = %.17g", lse[0]);
+}
+
+/* The product scale * q.k is rounded to float32 once: q=1, k=(1/3 in float32, 0), scale 3,
+   v=(1, -1). 1/3 in float32 is 11184811 * 2^-25, so scale * q.k = 1 + 2^-25 exactly, which
+   float32 rounds to 1 (its spacing above 1 is 2^-23). With t = (1, 0), P0 = e / (e + 1) and
+   O = (e - 1) / (e + 1) = tanh(1/2); with t0 = 1 + 2^-25, O would be 1.2e-8 larger. */
+Test(reference, scaled_dot_is_rounded_to_float32) {
+    clattn_attention_desc d = make_desc(CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 2, 1, 1);
+    d.scale = 3.0f;
+    const float q[1] = {1}, k[2] = {1.0f / 3.0f, 0}, v[2] = {1, -1};
+    double o[1], lse[1];
+    run_reference(&d, q, k, v, NULL, o, lse);
+    EXPECT_NEAR(o[0], tanh(0.5), "O = %.17g, expected tanh(1/2) (t = float32(1 + 2^-25) = 1)",
+                o[0]);
 }
 
 Test(reference, gqa_maps_query_heads_to_kv_heads) {

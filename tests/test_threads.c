@@ -5,7 +5,7 @@
  * before CLBlast's calls were serialised, two threads on the gemm path used memory CLBlast 1.5
  * had freed (its database code; fixed upstream in 1.6.1). Built a second time with
  * -fsanitize=thread by scripts/test.sh. Sharing one context between threads at once is not
- * allowed, and builds with tests (or without NDEBUG) detect it.
+ * allowed, and every build detects it.
  */
 #include <criterion/criterion.h>
 

@@ -72,7 +72,7 @@ size_t test_contexts(clattn_context ***out) {
     if (!contexts) {
         size_t count = 0;
         if (clattn_device_count(&count) != CLATTN_SUCCESS || count == 0) {
-            fprintf(stderr, "no OpenCL device: install pocl-opencl-icd\n");
+            fprintf(stderr, "no OpenCL device: %s\n", clattn_device_discovery_summary());
             abort();
         }
         contexts = calloc(count, sizeof *contexts);

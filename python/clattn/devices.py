@@ -136,12 +136,9 @@ def select(spec: DeviceSpec = None) -> List[int]:
             )
         spec = _checks.size(spec, "device", minimum=0)
     total = device_count()
-    if total == 0:
-        raise Error(
-            _capi.ERR_NO_DEVICE,
-            "no OpenCL device found: install an OpenCL driver (on Debian, apt-get install "
-            "pocl-opencl-icd for the CPU)",
-        )
+    if total == 0:  # the library says why: what loaded and offered none, or what to install
+        why = _capi.lib.clattn_device_discovery_summary().decode(errors="replace")
+        raise Error(_capi.ERR_NO_DEVICE, f"no OpenCL device found: {why}")
     text = None if spec is None else str(spec).encode()
     indices = (ctypes.c_size_t * total)()
     count = ctypes.c_size_t(0)

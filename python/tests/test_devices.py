@@ -46,6 +46,22 @@ def test_same_devices_as_the_cli(which: str) -> None:
         assert (d.is_default) == row.rstrip().endswith("(default)")
 
 
+def test_a_platform_without_devices_is_named(tmp_path: Path) -> None:
+    """PoCL loads but refuses its devices (POCL_DEVICES names none it has): the error names the
+    platform and the cause, and does not advise installing a driver. In a fresh interpreter,
+    since discovery runs once per process."""
+    pocl = "Portable Computing Language"
+    if not any(pocl in d.platform_name for d in clattn.devices()):
+        pytest.skip("no PoCL platform here")
+    if any(pocl not in d.platform_name and "rusticl" not in d.platform_name for d in clattn.devices()):
+        pytest.skip("another platform offers devices here, so a refusing PoCL leaves some")
+    env = dict(os.environ, POCL_DEVICES="bogus", RUSTICL_ENABLE="")
+    code = "import clattn\ntry:\n    clattn.Context()\nexcept clattn.Error as e:\n    print(e)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "platform 'Portable Computing Language' loaded but offered no device" in done.stdout, done
+    assert "POCL_DEVICES=bogus" in done.stdout and "pocl-opencl-icd" not in done.stdout, done
+
+
 def test_every_spec_form() -> None:
     first = clattn.devices()[0]
     for spec in (first.index, str(first.index), first.spec, first.name.upper(), first.type):

@@ -12,6 +12,8 @@
 #include "plan/params.h"
 #include "reference/reference.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,56 +329,175 @@ static void karg_tensor(kernel_args *a, const clattn_tensor *t) {
     for (int i = 0; i < 4; i++) kernel_arg(a, sizeof v[i], &v[i]);
 }
 
-static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
-                                   const int32_t *counts) {
+/* The parameter block of the append kernels: the cache's addressing. */
+static void append_params(const clattn_kv_cache *c, attn_params *P) {
+    const clattn_kv_cache_desc *d = &c->desc;
+    memset(P, 0, sizeof *P);
+    P->batch = (cl_long)d->batch, P->heads_kv = (cl_long)d->heads_kv;
+    P->dim_qk = (cl_long)d->dim_qk, P->dim_v = (cl_long)d->dim_v;
+    P->k_offset = 0, P->k_stride_b = (cl_long)c->k_tensor.stride_batch;
+    P->k_stride_h = (cl_long)c->k_tensor.stride_head;
+    P->k_stride_s = (cl_long)c->k_tensor.stride_seq;
+    P->v_offset = 0, P->v_stride_b = (cl_long)c->v_tensor.stride_batch;
+    P->v_stride_h = (cl_long)c->v_tensor.stride_head;
+    P->v_stride_s = (cl_long)c->v_tensor.stride_seq;
+    P->page_size = (cl_long)d->page_size, P->max_pages = (cl_long)c->max_pages;
+}
+
+/* One append kernel of cl/kv_cache.cl ("append_rows" or "check_rows"), its arguments up to
+ * the new rows set: parameters, (lengths,) new lengths, (block table,) K_new, V_new. */
+typedef struct append_call {
+    cl_kernel kernel;
+    kernel_args args;
+    size_t global[3]; /* (max(Dqk, Dv), or its blocks for q8_0, len, B * Hkv) */
+} append_call;
+
+static clattn_status append_kernel(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
+                                   const int32_t *counts, const char *name, append_call *call) {
     static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
                                         "kv_cache.cl"};
     const clattn_kv_cache_desc *d = &c->desc;
-    clattn_context *ctx = c->ctx;
+    int q8 = d->dtype == CLATTN_Q8_0, writes = strcmp(name, "append_rows") == 0;
     attn_params P;
-    memset(&P, 0, sizeof P);
-    P.batch = (cl_long)d->batch, P.heads_kv = (cl_long)d->heads_kv;
-    P.dim_qk = (cl_long)d->dim_qk, P.dim_v = (cl_long)d->dim_v;
-    P.k_offset = 0, P.k_stride_b = (cl_long)c->k_tensor.stride_batch;
-    P.k_stride_h = (cl_long)c->k_tensor.stride_head, P.k_stride_s = (cl_long)c->k_tensor.stride_seq;
-    P.v_offset = 0, P.v_stride_b = (cl_long)c->v_tensor.stride_batch;
-    P.v_stride_h = (cl_long)c->v_tensor.stride_head, P.v_stride_s = (cl_long)c->v_tensor.stride_seq;
-    P.page_size = (cl_long)d->page_size, P.max_pages = (cl_long)c->max_pages;
+    append_params(c, &P);
     cl_mem params = NULL, new_len = NULL;
-    cl_kernel kernel = NULL;
     char defines[64];
-    int q8 = d->dtype == CLATTN_Q8_0; /* KV_DTYPE's kernel quantises whole blocks */
     snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -D%s=%d", (int)r->dtype,
-             q8 ? "KV_DTYPE" : "OUT_DTYPE", (int)d->dtype);
-    clattn_status s = buffer_set_add(ctx, set, 1, sizeof P, &P, &params, "parameters");
-    if (!s) s = buffer_set_add(ctx, set, d->batch, 4, counts, &new_len, "new lengths");
-    if (!s) s = kernel_get(ctx, files, ARRAY_LEN(files), defines, "append_rows", &kernel);
+             q8 ? "KV_DTYPE" : "OUT_DTYPE", (int)d->dtype); /* KV_DTYPE q8_0: whole blocks */
+    clattn_status s = buffer_set_add(c->ctx, set, 1, sizeof P, &P, &params, "parameters");
+    if (!s) s = buffer_set_add(c->ctx, set, d->batch, 4, counts, &new_len, "new lengths");
+    if (!s) s = kernel_get(c->ctx, files, ARRAY_LEN(files), defines, name, &call->kernel);
     if (s) return s;
-    kernel_args a = {kernel, 0, CL_SUCCESS};
+    kernel_args a = {call->kernel, 0, CL_SUCCESS};
     KARG(a, params);
-    KARG(a, c->lengths_buf);
+    if (writes) KARG(a, c->lengths_buf);
     KARG(a, new_len);
-    KARG(a, c->table_buf);
+    if (writes) KARG(a, c->table_buf);
     KARG(a, r->k);
     karg_tensor(&a, &r->k_tensor);
     KARG(a, r->v);
     karg_tensor(&a, &r->v_tensor);
-    KARG(a, c->k);
-    KARG(a, c->v);
-    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "kv cache append: arguments");
+    call->args = a;
     size_t widest = d->dim_qk > d->dim_v ? d->dim_qk : d->dim_v;
-    size_t global[3] = {q8 ? widest / Q8_BLOCK : widest, r->len, d->batch * d->heads_kv};
-    return kernel_launch(ctx, kernel, 3, global, NULL, NULL, "kv cache append");
+    call->global[0] = q8 ? widest / Q8_BLOCK : widest;
+    call->global[1] = r->len, call->global[2] = d->batch * d->heads_kv;
+    return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *rows) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
-    ctx_clear_error(c->ctx);
+static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
+                                   const int32_t *counts) {
+    append_call call;
+    clattn_status s = append_kernel(c, r, set, counts, "append_rows", &call);
+    if (s) return s;
+    KARG(call.args, c->k);
+    KARG(call.args, c->v);
+    if (call.args.err != CL_SUCCESS)
+        return ctx_cl_error(c->ctx, call.args.err, "kv cache append: arguments");
+    return kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append");
+}
+
+/* ---------------------------------------------------------------- q8_0: blocks it cannot store */
+
+/* The first block of row `row` of kv head `kvh` of sequence b of one new-rows tensor (host,
+ * r->dtype) whose q8_0 scale overflows, or SIZE_MAX; *max gets its largest |x|. */
+static size_t overflowing_block(const clattn_kv_rows *r, const void *data, const clattn_tensor *t,
+                                size_t dim, size_t b, size_t kvh, size_t row, float *max) {
+    size_t at = t->offset + b * t->stride_batch + kvh * t->stride_head + row * t->stride_seq;
+    float x[Q8_BLOCK];
+    for (size_t block = 0; block < dim / Q8_BLOCK; block++) {
+        *max = 0.0f;
+        for (size_t i = 0; i < Q8_BLOCK; i++) {
+            x[i] = dtype_load_float(r->dtype, data, at + block * Q8_BLOCK + i);
+            if (isfinite(x[i]) && fabsf(x[i]) > *max) *max = fabsf(x[i]);
+        }
+        if (q8_scale_overflows(x)) return block;
+    }
+    return SIZE_MAX;
+}
+
+/* Refuses the append, naming the first new block (host copies k and v of the rows) whose
+ * float16 scale overflows, in the order sequence, new row, kv head, K then V; else SUCCESS. */
+static clattn_status refuse_overflowing_block(clattn_kv_cache *c, const clattn_kv_rows *r,
+                                              const void *k, const void *v, const int32_t *counts) {
+    const clattn_kv_cache_desc *d = &c->desc;
+    float max = 0.0f;
+    for (size_t b = 0; b < d->batch; b++)
+        for (size_t row = 0; row < (size_t)counts[b]; row++)
+            for (size_t kvh = 0; kvh < d->heads_kv; kvh++)
+                for (int which = 0; which < 2; which++) {
+                    size_t block =
+                        overflowing_block(r, which ? v : k, which ? &r->v_tensor : &r->k_tensor,
+                                          which ? d->dim_v : d->dim_qk, b, kvh, row, &max);
+                    if (block != SIZE_MAX)
+                        return ctx_error(
+                            c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                            "kv cache append: sequence %zu, new row %zu, kv head %zu: %s block "
+                            "%zu (dims %zu..%zu) holds |x| = %g, at or above %.0f, where its "
+                            "q8_0 scale overflows float16 and the block would be NaN; nothing "
+                            "was appended",
+                            b, row, kvh, which ? "V" : "K", block, block * Q8_BLOCK,
+                            block * Q8_BLOCK + Q8_BLOCK - 1, (double)max, Q8_MAX_VALUE);
+                }
+    return CLATTN_SUCCESS;
+}
+
+/* Reads a buffer of new rows back whole, for naming a block. */
+static clattn_status read_rows(clattn_kv_cache *c, cl_mem buffer, void **out) {
+    size_t bytes = buffer_size(buffer);
+    *out = malloc(bytes ? bytes : 1);
+    if (!*out)
+        return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache append: %zu bytes", bytes);
+    cl_int err = clEnqueueReadBuffer(c->ctx->queue, buffer, CL_TRUE, 0, bytes, *out, 0, NULL, NULL);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : ctx_cl_error(c->ctx, err, "kv cache append: reading new rows back");
+}
+
+/* q8_0 rows on the device: check_rows flags a block whose scale overflows, before anything is
+ * written; then the rows are read back to name it. Waits for the flag (4 bytes; the append
+ * waits for its lengths' upload anyway). */
+static clattn_status check_device_rows(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
+                                       const int32_t *counts) {
+    cl_int overflow = 0;
+    cl_mem flag = NULL;
+    append_call call;
+    clattn_status s = append_kernel(c, r, set, counts, "check_rows", &call);
+    if (!s) s = buffer_set_add(c->ctx, set, 1, sizeof overflow, &overflow, &flag, "overflow flag");
+    if (s) return s;
+    KARG(call.args, flag);
+    if (call.args.err != CL_SUCCESS)
+        return ctx_cl_error(c->ctx, call.args.err, "kv cache append check: arguments");
+    s = kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append check");
+    cl_int err = s ? CL_SUCCESS
+                   : clEnqueueReadBuffer(c->ctx->queue, flag, CL_TRUE, 0, sizeof overflow,
+                                         &overflow, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return ctx_cl_error(c->ctx, err, "kv cache append check: its flag");
+    if (s || !overflow) return s;
+    void *k = NULL, *v = NULL;
+    s = read_rows(c, r->k, &k);
+    if (!s) s = read_rows(c, r->v, &v);
+    if (!s) s = refuse_overflowing_block(c, r, k, v, counts);
+    if (!s) /* the device saw one the host does not: refuse all the same */
+        s = ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                      "kv cache append: a new block's q8_0 scale overflows float16 (a value at "
+                      "or above %.0f); nothing was appended",
+                      Q8_MAX_VALUE);
+    free(k), free(v);
+    return s;
+}
+
+/* Appends after the checks; k_host and v_host are the rows' host copies when the caller gave
+ * host arrays (a q8_0 cache checks those, without a kernel), else NULL. */
+static clattn_status append(clattn_kv_cache *c, const clattn_kv_rows *rows, const void *k_host,
+                            const void *v_host) {
     int32_t *counts = malloc(c->desc.batch * sizeof *counts);
     if (!counts) return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache append");
     buffer_set set;
     memset(&set, 0, sizeof set);
+    int q8 = c->desc.dtype == CLATTN_Q8_0;
     clattn_status s = check_append(c, rows, counts);
+    if (!s && rows->len && q8)
+        s = k_host ? refuse_overflowing_block(c, rows, k_host, v_host, counts)
+                   : check_device_rows(c, rows, &set, counts);
     if (!s && rows->len) s = launch_append(c, rows, &set, counts);
     if (!s) {
         for (size_t b = 0; b < c->desc.batch; b++) c->lengths[b] += counts[b];
@@ -385,6 +506,12 @@ clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *r
     buffer_set_release(&set);
     free(counts);
     return s;
+}
+
+clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *rows) {
+    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(c->ctx);
+    return append(c, rows, NULL, NULL);
 }
 
 clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new, const void *v_new,
@@ -408,7 +535,7 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
     if (!s)
         s = buffer_create(c->ctx, in, d->batch * rows.v_tensor.stride_batch * elem, (void *)v_new,
                           &rows.v, "new V rows");
-    if (!s) s = clattn_kv_cache_append(c, &rows);
+    if (!s) s = append(c, &rows, k_new, v_new);
     if (rows.k) clReleaseMemObject(rows.k);
     if (rows.v) clReleaseMemObject(rows.v);
     return s;

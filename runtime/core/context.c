@@ -52,9 +52,36 @@ void kernel_arg(kernel_args *args, size_t size, const void *value) {
     args->next++;
 }
 
+/* Whether the kernel can run work-groups of `local` on the device; else says why on ctx. The
+ * planners fit their tiles to these limits first (launch_limits_narrow), so this refuses only
+ * what a planner let through, before the driver fails the launch. */
+static clattn_status check_kernel_limits(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
+                                         const size_t *local, const char *what) {
+    kernel_limits k;
+    size_t group = 1;
+    for (cl_uint d = 0; local && d < dims; d++) group *= local[d];
+    kernel_limits_get(ctx, kernel, &k);
+    if (group > k.work_group_size)
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "%s: work-groups of %zu work-items exceed this kernel's limit of %zu on "
+                         "the device (CL_KERNEL_WORK_GROUP_SIZE; it uses %llu bytes of private "
+                         "memory a work-item)",
+                         what, group, k.work_group_size, (unsigned long long)k.private_mem_bytes);
+    if (k.local_mem_bytes > ctx->device.local_mem_bytes)
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "%s: the kernel uses %llu bytes of local memory, the device has %llu "
+                         "(CL_KERNEL_LOCAL_MEM_SIZE)",
+                         what, (unsigned long long)k.local_mem_bytes,
+                         (unsigned long long)ctx->device.local_mem_bytes);
+    return CLATTN_SUCCESS;
+}
+
 clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                             const size_t *global, const size_t *local, cl_event *event,
                             const char *what) {
+    if (event) *event = NULL;
+    clattn_status status = check_kernel_limits(ctx, kernel, dims, local, what);
+    if (status != CLATTN_SUCCESS) return status;
     cl_event done = NULL;
     launch_lock(ctx);
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL,
@@ -106,14 +133,10 @@ double timing_finish(clattn_context *ctx) {
 
 /* ---------------------------------------------------------------- one thread at a time */
 
-#if !defined(NDEBUG) || defined(CLATTN_TEST_HOOKS)
-#define CHECK_CONTEXT_THREADS 1
-#else
-#define CHECK_CONTEXT_THREADS 0
-#endif
-
+/* In every build: an atomic exchange a call is nothing beside an OpenCL call, and it turns a
+ * caller's race on the context's state into a status. */
 int context_enter(clattn_context *ctx) {
-    if (!CHECK_CONTEXT_THREADS || !atomic_exchange(&ctx->in_call, 1)) return 0;
+    if (!atomic_exchange(&ctx->in_call, 1)) return 0;
     static atomic_int warned;
     if (!atomic_exchange(&warned, 1))
         fprintf(stderr,
@@ -125,7 +148,7 @@ int context_enter(clattn_context *ctx) {
 }
 
 void context_leave(clattn_context *ctx) {
-    if (CHECK_CONTEXT_THREADS) atomic_store(&ctx->in_call, 0);
+    atomic_store(&ctx->in_call, 0);
 }
 
 /* ---------------------------------------------------------------- lifetime */

@@ -86,6 +86,15 @@ static inline size_t dtype_bytes(clattn_dtype t, size_t values) {
     return t == CLATTN_Q8_0 ? values / Q8_BLOCK * Q8_BLOCK_BYTES : values * dtype_size(t);
 }
 
+/* Value i of an array of a float type, as float32 (convert.c). */
+float dtype_load_float(clattn_dtype dtype, const void *src, size_t i);
+
+/* Whether a q8_0 block of 32 values cannot be stored: its scale, the largest finite |x| over
+ * 127, rounds to infinity in float16 (a finite |x| of Q8_MAX_VALUE or more). Such a block would
+ * dequantise to NaN throughout, so it is refused (convert.c). */
+int q8_scale_overflows(const float *block);
+#define Q8_MAX_VALUE 8321040.0 /* the smallest float32 m with float16(m / 127) = inf */
+
 /* "f32", "f16", "bf16", "q8_0" */
 static inline const char *dtype_name(clattn_dtype t) {
     return t == CLATTN_F16    ? "f16"
@@ -145,10 +154,9 @@ struct clattn_context {
 };
 
 /* A context serves one thread at a time. Public calls on a context run between context_enter
- * and context_leave; in builds with tests or without NDEBUG, context_enter finds a second
- * thread inside a call on the same context, says so once on stderr and returns 1 (the call then
- * returns CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context). Elsewhere it is
- * free and returns 0. */
+ * and context_leave; in every build, context_enter finds a second thread inside a call on the
+ * same context, says so once on stderr and returns 1 (the call then returns
+ * CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context); else it returns 0. */
 int context_enter(clattn_context *ctx);
 void context_leave(clattn_context *ctx);
 
@@ -179,8 +187,9 @@ void **context_data(clattn_context *ctx, context_cleanup cleanup);
 clattn_status device_describe(cl_platform_id platform, cl_device_id device,
                               clattn_device_info *info);
 
-/* The largest power of two work-group size the device allows, at most `cap`. */
-size_t device_pow2_group_size(const clattn_device_info *device, size_t cap);
+/* The likely cause of a platform that loaded but offered no device, by its CL_PLATFORM_NAME:
+ * one clause, naming what to check (no_device.c). */
+void platform_no_device_cause(const char *platform_name, char *out, size_t size);
 
 /* ---- programs and kernels (program.c) */
 
@@ -222,8 +231,43 @@ typedef struct kernel_args {
 void kernel_arg(kernel_args *args, size_t size, const void *value);
 #define KARG(args, value) kernel_arg(&(args), sizeof(value), &(value))
 
+/* ---- what a work-group may use (limits.c)
+ *
+ * A device states one work-group limit and one local memory size, but a compiled kernel may
+ * allow fewer work-items (CL_KERNEL_WORK_GROUP_SIZE: registers; Intel and mobile GPUs) and may
+ * declare more local memory than the planner counted. Planners fit their tiles to
+ * launch_limits, which start as the device's (plans take them as an input, so a test can plan
+ * against lower ones); after a build, launch_limits_narrow folds in the kernel's own, and the
+ * planner fits again. kernel_launch refuses what still does not fit, with the reason, so a
+ * launch never fails on a limit. */
+typedef struct launch_limits {
+    size_t work_group_size;   /* work-items a work-group */
+    uint64_t local_mem_bytes; /* local memory a work-group */
+} launch_limits;
+
+/* What a compiled kernel reports for the device. */
+typedef struct kernel_limits {
+    size_t work_group_size;     /* CL_KERNEL_WORK_GROUP_SIZE */
+    uint64_t local_mem_bytes;   /* CL_KERNEL_LOCAL_MEM_SIZE: what it uses, arguments included */
+    uint64_t private_mem_bytes; /* CL_KERNEL_PRIVATE_MEM_SIZE: a work-item's (logged) */
+} kernel_limits;
+
+/* The device's limits. */
+launch_limits launch_limits_of_device(const clattn_device_info *device);
+/* Queries a kernel's limits on ctx's device (a query that fails leaves the device's). */
+void kernel_limits_get(const clattn_context *ctx, cl_kernel kernel, kernel_limits *out);
+/* Folds the kernel's limits into *limits for a plan of `group` work-items that the planner
+ * fitted by counting `counted` bytes of local memory against limits->local_mem_bytes: the
+ * kernel's work-group limit, and, when the kernel uses more local memory than the budget, a
+ * budget smaller by what the count missed (so below `counted`: the next fit is smaller).
+ * @return 1 when the plan does not fit and the limits were narrowed (fit again), else 0. */
+int launch_limits_narrow(launch_limits *limits, size_t group, uint64_t counted,
+                         const kernel_limits *kernel);
+
 /* Enqueues a kernel; records the failure on ctx. While timing, the kernel's event is kept for
- * timing_finish. */
+ * timing_finish. A local size above the kernel's CL_KERNEL_WORK_GROUP_SIZE, or a kernel whose
+ * local memory exceeds the device's, is refused with CLATTN_ERR_UNSUPPORTED and the numbers,
+ * not enqueued. */
 clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                             const size_t *global, const size_t *local, cl_event *event,
                             const char *what);

@@ -13,6 +13,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ typedef struct device_list {
     cl_device_id device[256];
     unsigned platform_index[256];
     unsigned device_index[256];
+    size_t num_platforms, num_empty; /* platforms loaded; those of them with no device */
+    cl_platform_id empty[32];
 } device_list;
 
 /* Whether the ICD loader has drivers to load: libraries in $OCL_ICD_FILENAMES, or .icd files in
@@ -57,19 +60,23 @@ static int drivers_registered(void) {
 static clattn_status list_devices(device_list *list) {
     cl_platform_id platforms[32];
     cl_uint num_platforms = 0;
-    list->count = 0;
+    list->count = list->num_platforms = list->num_empty = 0;
     drivers_prepare(); /* unregistered drivers, before the ICD loader's first use */
     cl_int err = clGetPlatformIDs(ARRAY_LEN(platforms), platforms, &num_platforms);
     if (err == CLATTN_CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && num_platforms == 0))
         return drivers_registered() ? CLATTN_CL_PLATFORM_NOT_FOUND_KHR : CLATTN_SUCCESS;
     if (err != CL_SUCCESS) return (clattn_status)err;
     if (num_platforms > ARRAY_LEN(platforms)) num_platforms = ARRAY_LEN(platforms);
+    list->num_platforms = num_platforms;
     for (cl_uint p = 0; p < num_platforms; p++) {
         cl_device_id devices[64];
         cl_uint num_devices = 0;
         err = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, ARRAY_LEN(devices), devices,
                              &num_devices);
-        if (err == CL_DEVICE_NOT_FOUND) continue; /* an empty platform */
+        if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && num_devices == 0)) {
+            list->empty[list->num_empty++] = platforms[p]; /* loaded, but offers no device */
+            continue;
+        }
         if (err != CL_SUCCESS) return (clattn_status)err;
         if (num_devices > ARRAY_LEN(devices)) num_devices = ARRAY_LEN(devices);
         for (cl_uint d = 0; d < num_devices && list->count < ARRAY_LEN(list->device); d++) {
@@ -191,7 +198,30 @@ static struct {
     int done;                 /* discovery succeeded; a failure is tried again next time */
     device_list list;         /* every device */
     clattn_device_info *info; /* [list.count] their descriptions */
+    char summary[2048];       /* clattn_device_discovery_summary */
 } discovered;
+
+/* What discovery could not use, in one line: each platform that loaded but offered no device,
+ * with its likely cause; or, when no platform loaded, what to install. "" otherwise. */
+static void summarise(const device_list *list, char *out, size_t size) {
+    size_t used = 0;
+    out[0] = '\0';
+    if (list->num_platforms == 0) {
+        snprintf(out, size,
+                 "no OpenCL platform: install an OpenCL driver (on Debian, apt-get install "
+                 "pocl-opencl-icd for the CPU); driver search: %s",
+                 clattn_driver_search_summary());
+        return;
+    }
+    for (size_t p = 0; p < list->num_empty && used < size; p++) {
+        char name[256], cause[1536];
+        query_platform_string(list->empty[p], CL_PLATFORM_NAME, name, sizeof name);
+        platform_no_device_cause(name, cause, sizeof cause);
+        used += (size_t)snprintf(out + used, size - used,
+                                 "%splatform '%s' loaded but offered no device: %s", p ? "; " : "",
+                                 name, cause);
+    }
+}
 
 /* Lists and describes every device, once. */
 static clattn_status discover(void) {
@@ -214,6 +244,7 @@ static clattn_status discover(void) {
         return status;
     }
     discovered.info = info;
+    summarise(list, discovered.summary, sizeof discovered.summary);
     discovered.done = 1;
     return CLATTN_SUCCESS;
 }
@@ -235,6 +266,11 @@ clattn_status clattn_device_count(size_t *count) {
     return status;
 }
 
+const char *clattn_device_discovery_summary(void) {
+    const device_list *list = NULL;
+    return devices(&list) == CLATTN_SUCCESS ? discovered.summary : "";
+}
+
 clattn_status clattn_device_info_init_sized(clattn_device_info *info, size_t struct_size) {
     clattn_device_info local;
     memset(&local, 0, sizeof local);
@@ -252,12 +288,6 @@ clattn_status clattn_device_get_info(size_t index, clattn_device_info *info) {
     if (index >= list->count) return CLATTN_ERR_INVALID_ARGUMENT;
     struct_write(info, &discovered.info[index], sizeof *info, sizeof *info);
     return CLATTN_SUCCESS;
-}
-
-size_t device_pow2_group_size(const clattn_device_info *device, size_t cap) {
-    size_t wg = 1;
-    while (wg * 2 <= device->max_work_group_size && wg * 2 <= cap) wg *= 2;
-    return wg;
 }
 
 /* ---------------------------------------------------------------- selection */

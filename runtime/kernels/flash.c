@@ -11,8 +11,9 @@
  * cache (tile_cache.h), built once per pattern.
  *
  * Every size comes from the tuning database (block_m, block_n, tile_m, tile_n, vector, stages,
- * subgroups); the planner only shrinks tiles that do not fit the device's local memory or
- * work-group limit, and hands the call on (to `gpu`, then `gemm`) when nothing fits.
+ * subgroups); the planner only shrinks tiles that do not fit the local memory or work-group
+ * limit of the device and of the compiled kernel, and hands the call on (to `gpu`, then
+ * `gemm`) when nothing fits.
  */
 #include "kernels/tile_cache.h"
 #include "kernels/variant.h"
@@ -107,9 +108,9 @@ static int shrink(flash_state *st, const attn_problem *pb, int too_many_items) {
     return 1;
 }
 
-/* Fits the tuned shape to the device: head-dim buckets, the work-group limit, local memory. */
-static clattn_status fit_device(clattn_context *ctx, const attn_problem *pb, flash_state *st) {
-    const clattn_device_info *dev = &ctx->device;
+/* Fits the tuned shape to the limits: head-dim buckets, the work-group limit, local memory. */
+static clattn_status fit_limits(clattn_context *ctx, const attn_problem *pb,
+                                const launch_limits *dev, flash_state *st) {
     for (;;) {
         st->dqk_pad = bucket_for(pb->dim_qk, 1, st->vector);
         st->dv_pad = bucket_for(pb->dim_v, team_of(st), st->vector);
@@ -118,15 +119,15 @@ static clattn_status fit_device(clattn_context *ctx, const attn_problem *pb, fla
             st->block_n = st->tile_n * (team_of(st) / 2);
             continue;
         }
-        int too_many = st->group_size > dev->max_work_group_size;
+        int too_many = st->group_size > dev->work_group_size;
         int too_big = local_bytes(st, pb) + FLASH_LOCAL_RESERVE > dev->local_mem_bytes;
         if (st->dv_pad && !too_many && !too_big) return CLATTN_SUCCESS;
         if (st->dv_pad && shrink(st, pb, too_many)) continue;
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "flash: no tile fits the device (%llu bytes of local memory, work-groups "
                          "of %zu) for head dims %zu+%zu",
-                         (unsigned long long)dev->local_mem_bytes, dev->max_work_group_size,
-                         pb->dim_qk, pb->dim_v);
+                         (unsigned long long)dev->local_mem_bytes, dev->work_group_size, pb->dim_qk,
+                         pb->dim_v);
     }
 }
 
@@ -141,13 +142,15 @@ static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (pb && problem_is_cache(pb)) {
-        snprintf(why, size, "reads the call's K and V tensors: not a KV cache (the split variant "
-                            "does)");
+        snprintf(why, size,
+                 "reads the call's K and V tensors: not a KV cache (the split variant "
+                 "does)");
         return 0;
     }
     if (pb && pb->kv.dtype == CLATTN_Q8_0) {
-        snprintf(why, size, "stages float or 16-bit K/V tiles: not q8_0 (the split variant reads "
-                            "it)");
+        snprintf(why, size,
+                 "stages float or 16-bit K/V tiles: not q8_0 (the split variant reads "
+                 "it)");
         return 0;
     }
     if (!pb || (pb->dim_qk <= FLASH_MAX_HEAD_DIM && pb->dim_v <= FLASH_MAX_HEAD_DIM)) return 1;
@@ -175,6 +178,43 @@ static void choose_subgroups(const clattn_context *ctx, const tuning_params *t, 
 #endif
 }
 
+static clattn_status get_kernel(clattn_context *ctx, const attn_problem *pb, const flash_state *st,
+                                cl_kernel *kernel);
+
+/* Rounds of fitting against the kernel's own limits before the plan gives up. */
+#define FIT_ROUNDS 8
+
+/* Fits the tuned shape to the plan's limits, then to the compiled kernel's own: while the
+ * kernel allows fewer work-items a work-group than the shape has, or uses more local memory
+ * than the limits, the limits are narrowed and the tuned shape fitted again (the kernel is
+ * built here; run() finds it in the context's cache). */
+static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan, flash_state *st) {
+    const tuning_params *t = &plan->tuning;
+    launch_limits limits = plan->limits;
+    for (int round = 0; round < FIT_ROUNDS; round++) {
+        st->block_m = t->block_m, st->block_n = t->block_n;
+        st->tile_m = t->tile_m, st->tile_n = t->tile_n;
+        st->vector = t->vector, st->stages = t->stages;
+        clattn_status status = fit_limits(ctx, plan->problem, &limits, st);
+        cl_kernel kernel = NULL;
+        if (!status) status = get_kernel(ctx, plan->problem, st, &kernel);
+        if (status) return status;
+        kernel_limits k;
+        kernel_limits_get(ctx, kernel, &k);
+        uint64_t counted = local_bytes(st, plan->problem) + FLASH_LOCAL_RESERVE;
+        if (!launch_limits_narrow(&limits, st->group_size, counted, &k)) return CLATTN_SUCCESS;
+        log_msg("flash: bm%u bn%u tm%u tn%u s%u does not fit the kernel (work-groups up to %zu, "
+                "%llu bytes of local memory, %llu of private memory a work-item); fitting again",
+                st->block_m, st->block_n, st->tile_m, st->tile_n, st->stages, k.work_group_size,
+                (unsigned long long)k.local_mem_bytes, (unsigned long long)k.private_mem_bytes);
+    }
+    return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                     "flash: no tile fits the kernel's own limits after %d tries (work-groups of "
+                     "%zu, %llu bytes of local memory left)",
+                     FIT_ROUNDS, limits.work_group_size,
+                     (unsigned long long)limits.local_mem_bytes);
+}
+
 static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
     const attn_problem *pb = plan->problem;
     const tuning_params *t = &plan->tuning;
@@ -183,11 +223,8 @@ static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
     flash_state *st = calloc(1, sizeof *st);
     if (!st) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "flash: plan");
     plan->state = st;
-    st->block_m = t->block_m, st->block_n = t->block_n;
-    st->tile_m = t->tile_m, st->tile_n = t->tile_n;
-    st->vector = t->vector, st->stages = t->stages;
     choose_subgroups(ctx, t, st);
-    status = fit_device(ctx, pb, st);
+    status = fit_to_kernel(ctx, plan, st);
     if (status) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
     if (!tile_offsets_fit(pb, st))

@@ -25,6 +25,42 @@ int fused_supports(const attn_problem *pb, char *why, size_t size) {
 /* ---------------------------------------------------------------- planning */
 
 static uint64_t device_bytes(const attn_problem *pb, const fused_state *st);
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const fused_state *st,
+                                 cl_kernel *pack, cl_kernel *attention);
+
+/* Rounds of fitting against a kernel's own limits before the plan gives up. */
+#define FIT_ROUNDS 8
+
+/* Fits the tuned tile to the plan's limits, then to the compiled kernel's own: while the
+ * kernel allows fewer work-items a work-group than the tile has rows, or uses more local
+ * memory than the limits, the limits are narrowed and the tuned tile fitted again (the kernels
+ * are built here; run() finds them in the context's cache). A tile of one work-item without
+ * local memory (cpu) fits every kernel, and is not built here. */
+static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan, fused_state *st) {
+    launch_limits limits = plan->limits;
+    for (int round = 0; round < FIT_ROUNDS; round++) {
+        st->block_m = plan->tuning.block_m, st->block_n = plan->tuning.block_n;
+        clattn_status status = st->kind->fit(ctx, plan, &limits, st);
+        if (status != CLATTN_SUCCESS || (st->group_size == 1 && st->local_counted == 0))
+            return status;
+        cl_kernel pack = NULL, attention = NULL;
+        status = get_kernels(ctx, plan->problem, st, &pack, &attention);
+        if (status != CLATTN_SUCCESS) return status;
+        kernel_limits k;
+        kernel_limits_get(ctx, attention, &k);
+        if (!launch_limits_narrow(&limits, st->group_size, st->local_counted, &k))
+            return CLATTN_SUCCESS;
+        log_msg("%s: bm%u bn%u does not fit the kernel (work-groups up to %zu, %llu bytes of "
+                "local memory, %llu of private memory a work-item); fitting again",
+                plan->variant->name, st->block_m, st->block_n, k.work_group_size,
+                (unsigned long long)k.local_mem_bytes, (unsigned long long)k.private_mem_bytes);
+    }
+    return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                     "%s: no tile fits the kernel's own limits after %d tries (work-groups of %zu, "
+                     "%llu bytes of local memory left)",
+                     plan->variant->name, FIT_ROUNDS, limits.work_group_size,
+                     (unsigned long long)limits.local_mem_bytes);
+}
 
 clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_kind *kind) {
     const attn_problem *pb = plan->problem;
@@ -35,14 +71,14 @@ clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_ki
     st->block_m = plan->tuning.block_m;
     st->block_n = plan->tuning.block_n;
     if (st->block_m < 1 || st->block_m > TILES_MAX_BLOCK_M || st->block_n < 16 ||
-        st->block_n % 16 != 0)
+        st->block_n % 16 != 0) /* the tuned tile, checked once: fits only shrink it */
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "%s: the tuning entry's tiles (block_m %u, block_n %u) are out of range "
                          "(block_m 1 to %d, block_n a multiple of 16)",
                          plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
     st->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
     st->dv_pad = tiles_head_dim_bucket(pb->dim_v);
-    clattn_status status = kind->fit(ctx, plan, st);
+    clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
     status = tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);

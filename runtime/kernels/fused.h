@@ -20,10 +20,12 @@ typedef struct fused_kind {
     const char *kernel_file; /* "fused_cpu.cl" */
     const char *kernel_name; /* "attention_cpu" */
     int key_rows;            /* K packed as rows like V (cl/pack.cl KEY_ROWS), not as K^T tiles */
-    /* Fits the tuned tile shape (st->block_m, block_n) to the device and the call and sets the
-     * work-group size; CLATTN_ERR_UNSUPPORTED (or INVALID_ARGUMENT for a tuning entry the
-     * kernel cannot take) with the reason on ctx when no tile fits. */
-    clattn_status (*fit)(clattn_context *ctx, const variant_plan *plan, struct fused_state *st);
+    /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
+     * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or
+     * INVALID_ARGUMENT for a tuning entry the kernel cannot take) with the reason on ctx when
+     * no tile fits. */
+    clattn_status (*fit)(clattn_context *ctx, const variant_plan *plan, const launch_limits *limits,
+                         struct fused_state *st);
 } fused_kind;
 
 typedef struct fused_state {
@@ -31,6 +33,7 @@ typedef struct fused_state {
     unsigned block_m, block_n; /* query rows and keys of a tile */
     unsigned dqk_pad, dv_pad;  /* head-dim buckets the kernels are compiled for */
     size_t group_size;         /* work-items a work-group */
+    uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
     tile_geometry geometry;
     tile_lists lists;
 } fused_state;

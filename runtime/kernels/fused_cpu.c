@@ -21,7 +21,8 @@ static uint64_t query_tiles(const attn_problem *pb, unsigned block_m, unsigned b
 /* The kernel's lanes are query rows: tiles of 16, 32 or 48 rows. A tuning.json entry, or the
  * context's own (a tuner's candidate), is taken as it is; otherwise the tile shrinks by 16 rows
  * (down to 16) while the call has fewer than ITEMS_PER_UNIT work-items a compute unit. */
-static clattn_status fit_cpu(clattn_context *ctx, const variant_plan *plan, fused_state *st) {
+static clattn_status fit_cpu(clattn_context *ctx, const variant_plan *plan,
+                             const launch_limits *limits, fused_state *st) {
     if (st->block_m % 16 != 0 || st->block_m > 48)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "cpu: the tuning entry's block_m %u is out of range (16, 32 or 48 query "
@@ -32,7 +33,7 @@ static clattn_status fit_cpu(clattn_context *ctx, const variant_plan *plan, fuse
         while (st->block_m > 16 &&
                query_tiles(plan->problem, st->block_m, st->block_n) < ITEMS_PER_UNIT * units)
             st->block_m -= 16;
-    st->group_size = 1;
+    st->group_size = 1, st->local_counted = 0; /* registers only: any device's limits hold */
     return CLATTN_SUCCESS;
 }
 

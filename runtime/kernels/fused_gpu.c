@@ -8,26 +8,26 @@
 
 #include <stdio.h>
 
-/* Rows a work-group within the device's limit; key tiles within local memory (K^T and V
- * tiles: (dqk_pad + dv_pad) * block_n floats, and the kernel's own local scalars). */
-static clattn_status fit_gpu(clattn_context *ctx, const variant_plan *plan, fused_state *st) {
-    const clattn_device_info *dev = &ctx->device;
-    while (st->block_m > dev->max_work_group_size && st->block_m > 8) st->block_m /= 2;
-    if (st->block_m > dev->max_work_group_size)
+/* Rows a work-group within the limits; key tiles within local memory (K^T and V tiles:
+ * (dqk_pad + dv_pad) * block_n floats, and the kernel's own local scalars). */
+static clattn_status fit_gpu(clattn_context *ctx, const variant_plan *plan,
+                             const launch_limits *limits, fused_state *st) {
+    while (st->block_m > limits->work_group_size && st->block_m > 8) st->block_m /= 2;
+    if (st->block_m > limits->work_group_size)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "gpu: work-groups of %zu work-items are too small (8 at least)",
-                         dev->max_work_group_size);
+                         limits->work_group_size);
     const size_t reserve = 1024;
     while (st->block_n > 16 &&
            (size_t)(st->dqk_pad + st->dv_pad) * st->block_n * sizeof(float) + reserve >
-               dev->local_mem_bytes)
+               limits->local_mem_bytes)
         st->block_n /= 2;
-    if ((size_t)(st->dqk_pad + st->dv_pad) * st->block_n * sizeof(float) + reserve >
-        dev->local_mem_bytes)
+    st->local_counted = (size_t)(st->dqk_pad + st->dv_pad) * st->block_n * sizeof(float) + reserve;
+    if (st->local_counted > limits->local_mem_bytes)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "gpu: %llu bytes of local memory cannot hold a key tile of head dims "
                          "%u+%u",
-                         (unsigned long long)dev->local_mem_bytes, st->dqk_pad, st->dv_pad);
+                         (unsigned long long)limits->local_mem_bytes, st->dqk_pad, st->dv_pad);
     st->group_size = st->block_m;
     return CLATTN_SUCCESS;
 }

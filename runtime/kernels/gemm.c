@@ -33,6 +33,7 @@
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
 #include "kernels/blas.h"
+#include "kernels/softmax.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
 
@@ -301,6 +302,16 @@ static uint64_t device_bytes(const attn_problem *pb, const gemm_plan *p) {
     return bytes > UINT64_MAX - kv * pb->len_k ? UINT64_MAX : bytes + kv * pb->len_k;
 }
 
+/* The masked softmax's work-group: the tuning's size within the plan's limits and the
+ * kernel's own (built here; run() finds it in the context's cache). */
+static clattn_status fit_softmax(clattn_context *ctx, const variant_plan *vp, gemm_plan *p) {
+    char dtypes[64];
+    cl_kernel kernel = NULL;
+    snprintf(dtypes, sizeof dtypes, "-DIN_DTYPE=%d -DOUT_DTYPE=0", (int)vp->problem->dtype);
+    return softmax_kernel_get(ctx, &vp->limits, vp->tuning.wg_size ? vp->tuning.wg_size : 1,
+                              "softmax_masked", dtypes, &p->wg, &kernel);
+}
+
 static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     const attn_problem *pb = vp->problem;
     gemm_plan *p = calloc(1, sizeof *p);
@@ -309,8 +320,8 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     p->in_16bit = pb->dtype != CLATTN_F32;
     p->out_16bit = pb->out_dtype != CLATTN_F32;
     p->fail_gemm = test_fail_gemm();
-    p->wg = device_pow2_group_size(&ctx->device, vp->tuning.wg_size ? vp->tuning.wg_size : 1);
     clattn_status status = check_int_offsets(ctx, pb, p);
+    if (status == CLATTN_SUCCESS) status = fit_softmax(ctx, vp, p);
     if (status == CLATTN_SUCCESS) status = choose_budget(ctx, pb, p);
     if (status == CLATTN_SUCCESS) status = plan_chunks(ctx, pb, p);
     if (status == CLATTN_SUCCESS) vp->device_bytes = device_bytes(pb, p);

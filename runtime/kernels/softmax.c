@@ -1,4 +1,6 @@
-/* clattn_softmax: the public row softmax, the first kernel through the build and the cache. */
+/* clattn_softmax: the public row softmax, the first kernel through the build and the cache;
+ * and the work-group fit that it shares with the gemm path's masked softmax (softmax.h). */
+#include "kernels/softmax.h"
 #include "plan/problem.h"
 #include "plan/tuning.h"
 
@@ -61,6 +63,42 @@ static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_des
     return CLATTN_SUCCESS;
 }
 
+/* The largest power of two at most n (n >= 1), else 1. */
+static size_t pow2_at_most(uint64_t n) {
+    size_t p = 1;
+    while (p * 2 <= n) p *= 2;
+    return p;
+}
+
+clattn_status softmax_kernel_get(clattn_context *ctx, const launch_limits *limits, size_t cap,
+                                 const char *name, const char *dtypes, size_t *wg,
+                                 cl_kernel *kernel) {
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                        "softmax.cl"};
+    launch_limits lim = *limits;
+    for (;;) {
+        /* a work-item's scratch float in local memory; cap and limits as they stand */
+        uint64_t most = cap < lim.work_group_size ? cap : lim.work_group_size;
+        if (lim.local_mem_bytes / sizeof(float) < most) most = lim.local_mem_bytes / sizeof(float);
+        *wg = pow2_at_most(most);
+        char defines[128];
+        snprintf(defines, sizeof defines, "-DWG_SIZE=%zu %s", *wg, dtypes);
+        clattn_status status = kernel_get(ctx, files, ARRAY_LEN(files), defines, name, kernel);
+        if (status != CLATTN_SUCCESS) return status;
+        kernel_limits k;
+        kernel_limits_get(ctx, *kernel, &k);
+        if (!launch_limits_narrow(&lim, *wg, *wg * sizeof(float), &k)) return CLATTN_SUCCESS;
+        log_msg("%s: work-groups of %zu do not fit the kernel (its limit %zu, %llu bytes of "
+                "local memory); trying smaller",
+                name, *wg, k.work_group_size, (unsigned long long)k.local_mem_bytes);
+        if (*wg == 1)
+            return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                             "%s: the kernel cannot run even one work-item a work-group "
+                             "(CL_KERNEL_WORK_GROUP_SIZE %zu, %llu bytes of local memory)",
+                             name, k.work_group_size, (unsigned long long)k.local_mem_bytes);
+    }
+}
+
 static clattn_status softmax_in_call(clattn_context *ctx, const clattn_softmax_desc *given,
                                      cl_mem in, cl_mem out, cl_mem lse, cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
@@ -77,14 +115,13 @@ static clattn_status softmax_in_call(clattn_context *ctx, const clattn_softmax_d
 
     tuning_params tuning; /* the gemm path's softmax is the same kernel: one work-group rule */
     tuning_lookup(&ctx->device, "gemm", &tuning);
-    size_t wg = device_pow2_group_size(&ctx->device, tuning.wg_size);
-    char defines[128];
-    snprintf(defines, sizeof defines, "-DWG_SIZE=%zu -DIN_DTYPE=%d -DOUT_DTYPE=%d", wg,
-             (int)d->dtype, (int)d->dtype);
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "softmax.cl"};
+    launch_limits limits = launch_limits_of_device(&ctx->device);
+    char dtypes[64];
+    snprintf(dtypes, sizeof dtypes, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)d->dtype, (int)d->dtype);
+    size_t wg = 1;
     cl_kernel kernel = NULL;
-    status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "softmax_rows", &kernel);
+    status = softmax_kernel_get(ctx, &limits, tuning.wg_size ? tuning.wg_size : 1, "softmax_rows",
+                                dtypes, &wg, &kernel);
     if (status != CLATTN_SUCCESS) return status;
 
     cl_ulong in_offset = d->in_offset, in_stride = d->in_row_stride;

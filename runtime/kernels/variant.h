@@ -29,6 +29,7 @@ typedef struct variant_plan {
     tuning_params tuning;
     tuning_source tuning_from;
     int write_lse;
+    launch_limits limits;  /* what a work-group may use: the device's, or lower (tests) */
     uint64_t device_bytes; /* about what the call will allocate on the device (plan sets it) */
     void *state;           /* the variant's, released by its release() */
 } variant_plan;
@@ -60,10 +61,15 @@ const attn_variant *const *variant_table(size_t *count);
 /* The row of a variant, or NULL. */
 const attn_variant *variant_find(clattn_variant id);
 
-/* Looks up the tuning of `variant` on ctx's device into the plan, plans, and on failure
- * releases what planning made. */
+/* Looks up the tuning of `variant` on ctx's device into the plan, plans against the device's
+ * launch limits, and on failure releases what planning made. */
 clattn_status variant_plan_make(clattn_context *ctx, const attn_variant *variant,
                                 const attn_problem *pb, int write_lse, variant_plan *plan);
+/* The same against `limits` (at most the device's): a work-group limit or local memory below
+ * the device's, as a kernel or another device may have them. */
+clattn_status variant_plan_make_limited(clattn_context *ctx, const attn_variant *variant,
+                                        const attn_problem *pb, int write_lse,
+                                        const launch_limits *limits, variant_plan *plan);
 void variant_plan_release(variant_plan *plan);
 
 /* The rows (each in its own file). */

@@ -29,10 +29,18 @@ const attn_variant *variant_find(clattn_variant id) {
 
 clattn_status variant_plan_make(clattn_context *ctx, const attn_variant *variant,
                                 const attn_problem *pb, int write_lse, variant_plan *plan) {
+    launch_limits limits = launch_limits_of_device(&ctx->device);
+    return variant_plan_make_limited(ctx, variant, pb, write_lse, &limits, plan);
+}
+
+clattn_status variant_plan_make_limited(clattn_context *ctx, const attn_variant *variant,
+                                        const attn_problem *pb, int write_lse,
+                                        const launch_limits *limits, variant_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->variant = variant;
     plan->problem = pb;
     plan->write_lse = write_lse;
+    plan->limits = *limits;
     plan->tuning_from = tuning_lookup_context(ctx, variant->name, &plan->tuning);
     clattn_status status = variant->plan(ctx, plan);
     if (status != CLATTN_SUCCESS) variant_plan_release(plan);

@@ -1,8 +1,9 @@
 /*
  * The CPU reference: SPEC section 1 in plain C with double accumulation, asking mask.h which
- * keys a query may see (SPEC section 2). Every device and path is compared against it, so it
- * favours being obviously right over being fast: one query row at a time, two passes over
- * its allowed keys, no online softmax.
+ * keys a query may see (SPEC section 2). Scores are float32, rounded step by step where the
+ * kernels round them; the softmax and O are summed in double. Every device and path is
+ * compared against it, so it favours being obviously right over being fast: one query row at
+ * a time, two passes over its allowed keys, no online softmax.
  */
 #include "reference/reference.h"
 
@@ -43,29 +44,39 @@ static size_t row_start(const clattn_tensor *t, size_t b, size_t head, size_t ro
     return t->offset + b * t->stride_batch + head * t->stride_head + row * t->stride_seq;
 }
 
-/* Scores are float32 on every device (README, "Values near the float32 maximum"): a score
- * scale * q.k beyond the float32 range is an infinity, as float32 arithmetic makes it (enormous
- * inputs: Inf in, Inf out), while a finite bias added to a finite score saturates at +-FLT_MAX,
- * so that only -inf masks. */
-static double beyond_float32_is_infinite(double s) {
-    return isfinite(s) && isinf((float)s) ? copysign(INFINITY, s) : s;
-}
+/* One allowed pair (b, h, i, j) of a row, with the K/V head kvh that h reads. */
+typedef struct score_pair {
+    size_t b, h, kvh, i, j;
+} score_pair;
 
-static double add_saturating(double score, double bias) {
-    double s = score + bias;
-    return isfinite(score) && isfinite(bias) && isinf((float)s) ? copysign(FLT_MAX, s) : s;
-}
-
-/* scale * dot(Q[b,h,i,:], K[b,kvh,j,:]) + bias[b,h,i,j]. */
-static double score(const reference_call *c, size_t b, size_t h, size_t kvh, size_t i, size_t j) {
+/* t = float32(scale * dot(Q[b,h,i,:], K[b,kvh,j,:])). The dot product is summed in double and
+ * rounded once: the kernels sum in float32, in orders of their own, and the tolerance covers
+ * that difference; what it cannot cover is a rounding step that only one side takes. A
+ * product beyond the float32 range rounds to an infinity, as in the kernels (enormous
+ * inputs: Inf in, Inf out). */
+static float scaled_dot(const reference_call *c, const score_pair *p) {
     const attn_problem *d = c->pb;
-    size_t qi = row_start(&d->q, b, h, i), kj = row_start(&d->k, b, kvh, j);
+    size_t qi = row_start(&d->q, p->b, p->h, p->i), kj = row_start(&d->k, p->b, p->kvh, p->j);
     double dot = 0.0;
     for (size_t x = 0; x < d->dim_qk; x++)
         dot += load(c->q, d->dtype, qi + x) * load(c->k, d->kv.dtype, kj + x);
-    double s = beyond_float32_is_infinite(c->scale * dot);
-    if (c->bias) s = add_saturating(s, c->bias[row_start(&d->bias, b, h, i) + j]);
-    return s;
+    return (float)(c->scale * dot);
+}
+
+/* s = float32(t + bias[b,h,i,j]), as the kernels add it (common.cl, add_saturating): a finite
+ * sum beyond the float32 range saturates at +-FLT_MAX, so that only -inf masks. */
+static float add_bias(const reference_call *c, const score_pair *p, float t) {
+    float bias = c->bias[row_start(&c->pb->bias, p->b, p->h, p->i) + p->j];
+    float s = t + bias;
+    return isfinite(t) && isfinite(bias) && isinf(s) ? copysignf(FLT_MAX, s) : s;
+}
+
+/* The score of an allowed pair, one float32 step at a time, in the order the kernels take
+ * them (README, Semantics: scores are float32, and the reference rounds where the kernels
+ * do). A modifier of t (soft-capping, then ALiBi) is one more step between the two. */
+static float score(const reference_call *c, const score_pair *p) {
+    float t = scaled_dot(c, p);
+    return c->bias ? add_bias(c, p, t) : t;
 }
 
 /* Pass 1: the scores of the allowed keys of row (b, h, i) into c->scores / c->keys, and their
@@ -73,14 +84,15 @@ static double score(const reference_call *c, size_t b, size_t h, size_t kvh, siz
  * every output of the row. @return how many keys are allowed. */
 static size_t score_row(const reference_call *c, size_t b, size_t h, size_t i, double *max) {
     const attn_problem *d = c->pb;
-    size_t kvh = h / (d->heads_q / d->heads_kv), n = 0;
+    score_pair p = {b, h, h / (d->heads_q / d->heads_kv), i, 0};
+    size_t n = 0;
     double m = -INFINITY;
-    for (size_t j = 0; j < d->len_k; j++) {
-        if (!mask_allowed(c->mask, (int64_t)h, (int64_t)i, (int64_t)j)) continue;
-        double s = score(c, b, h, kvh, i, j);
+    for (p.j = 0; p.j < d->len_k; p.j++) {
+        if (!mask_allowed(c->mask, (int64_t)h, (int64_t)i, (int64_t)p.j)) continue;
+        double s = score(c, &p);
         if (s > m || isnan(s)) m = isnan(m) ? m : s;
         c->scores[n] = s;
-        c->keys[n] = (int64_t)j;
+        c->keys[n] = (int64_t)p.j;
         n++;
     }
     *max = m;
@@ -255,10 +267,11 @@ clattn_status reference_attention_store(const attn_problem *pb, const void *q, c
 
 /* ---------------------------------------------------------------- softmax */
 
-/* scale * x as clattn_softmax computes it: a finite product saturates at +-FLT_MAX. */
+/* scale * x as clattn_softmax computes it: one float32 product (exact in double, then rounded
+ * once), where a finite product saturates at +-FLT_MAX. */
 static double scaled(double scale, float x) {
-    double s = scale * x;
-    return isfinite(x) && isinf((float)s) ? copysign(FLT_MAX, s) : s;
+    float s = (float)(scale * x);
+    return isfinite(x) && isinf(s) ? copysignf(FLT_MAX, s) : s;
 }
 
 /* One row: out = exp(scale*x - m) / sum, lse = m + log(sum); a row whose maximum is -inf

@@ -7,7 +7,8 @@
 
 #include "plan/problem.h"
 
-/* Computes attention in double precision.
+/* Computes attention: scores rounded to float32 at each step as the kernels round them
+ * (t = scale * q.k, then t + bias), the softmax and O in double.
  * q, k, v: host arrays laid out as pb->q/k/v say (offsets, strides, pb->dtype; float16 is
  *          read as uint16_t bits and widened exactly).
  * bias:    float32 at pb->bias (zero strides broadcast), when pb->has_bias.
