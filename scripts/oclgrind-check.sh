@@ -82,4 +82,4 @@ if ! CLATTN_TEST_FLASH_SUBGROUPS=emulate oclgrind --data-races --check-api \
 fi
 report "$logs/subgroups.log" "flash's emulated subgroup path"
 [ "$failed" -eq 0 ] && echo "oclgrind: no reports"
-exit "$failed"
+exit $((failed != 0))

@@ -67,5 +67,4 @@ expect 1 "driver search: off (CLATTN_NO_DRIVER_SEARCH is set)" -- \
 expect 1 "no OpenCL device found: install an OpenCL driver" -- \
   env CLATTN_NO_DRIVER_SEARCH=1 "$clattn" check --quick
 
-[ "$failures" -eq 0 ] && echo "the bundle works from $bundle"
-exit $((failures > 0))
+finish "the bundle in $bundle"

@@ -97,5 +97,4 @@ expect 1 "row 8 has no page" -- "$clattn" run --q "$work/q1.npy" --k "$work/pool
   --k-new "$work/kn1.npy" --v-new "$work/kn1.npy" --out "$out"
 [ -e "$out" ] && fail "a refused run wrote its output"
 
-[ "$failures" -eq 0 ] && echo "cli_cache: all passed"
-[ "$failures" -eq 0 ]
+finish cli_cache
