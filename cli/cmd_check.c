@@ -75,6 +75,9 @@ static void add_dense_cases(sweep *s, int quick) {
         c->layout = i == 2 ? CLATTN_LAYOUT_BHSD : CLATTN_LAYOUT_BSHD;
         c->offset = 3 * (size_t)i;
     }
+    /* Dv=17 pads unlike Dqk=64 (the 64/48 cases above pad both to 64) */
+    attn_case *c = add_case(s, 2, 4, 2, 45, 67, 64, 17);
+    c->causal = 1;
 }
 
 /* Windows, dilation, global tokens, block layouts, bias, and NaN inputs. */
