@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A harness that can fail: `clattn check --quick` fails on a kernel that leaves empty rows
-# unwritten (O and LSE start as NaN, not zeros), and the test scripts' exit status is a
-# failure whatever the number of failures.
+# unwritten (O and LSE start as NaN, not zeros), `check --require` fails when a listed variant
+# does not run (and "all passed" is never said while a variant was not run), and the test
+# scripts' exit status is a failure whatever the number of failures.
 # Usage: cli_check.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
@@ -44,6 +45,41 @@ if [ -f "$here/../cl/fused_cpu.cl" ]; then
     fail "check --quick --variant cpu fails with the kernels as they are: $(tail -n 5 out)"
 else
   echo "cli_check: the source tree's cl/ is not at $here/../cl: the planted bug is not checked"
+fi
+
+# ---- --require: a listed variant left out by --path fails the check
+"$clattn" check --quick --case 0 --device 0 --path reference --require reference,cpu \
+  > out 2> err
+status=$?
+[ "$status" -eq 1 ] || fail "--require cpu with --path reference exited $status, not 1"
+grep -qF "clattn check: --require cpu: not run on device 0: its path, fused, is not among --path" \
+  err || fail "--require cpu: no line names the variant not run: $(cat err)"
+grep -q "all passed" out && fail "check said all passed with cpu required and not run"
+"$clattn" check --quick --case 0 --device 0 --path reference --require reference > out 2>&1 ||
+  fail "--require reference with --path reference: $(cat out)"
+grep -q "^all passed" out || fail "every required variant ran, yet not all passed: $(cat out)"
+
+# ---- a variant the device refuses (PoCL's work-groups limited below the gpu variant's 8)
+small=(env POCL_MAX_WORK_GROUP_SIZE=4)
+if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +gpu +no '; then
+  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference > out 2>&1 ||
+    fail "a refused variant that is not required fails the check: $(cat out)"
+  grep -qE "^0 +fused +gpu +not run: work-groups of 4 work-items" out ||
+    fail "the refused variant is not listed with its reason: $(cat out)"
+  grep -q "^passed where run: 0 failing runs, not run: 1 (required: 0)" out ||
+    fail "the summary does not say a variant was not run: $(tail -n 1 out)"
+  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference \
+    --require gpu --json "$work/check.json" > out 2> err
+  status=$?
+  [ "$status" -eq 1 ] || fail "--require gpu, refused by the device, exited $status, not 1"
+  grep -q "^clattn check: --require gpu: not run on device 0: work-groups of 4" err ||
+    fail "--require gpu: no line names the refusal: $(cat err)"
+  grep -q "^FAILED: 0 failing runs, not run: 1 (required: 1)" out ||
+    fail "--require gpu, refused: the summary does not fail: $(tail -n 1 out)"
+  grep -q '"required_not_run": 1' check.json || fail "--json lacks required_not_run: $(cat check.json)"
+else
+  echo "cli_check: POCL_MAX_WORK_GROUP_SIZE=4 does not make device 0 refuse the gpu variant" \
+    "(not PoCL?): the refused variant is not checked"
 fi
 
 finish cli_check
