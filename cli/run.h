@@ -14,6 +14,7 @@ struct cache_run; /* run_cache.c: the cache inputs and outputs */
 typedef struct run_state {
     npy_array q, k, v, bias, layout;
     npy_array ref;      /* --compare REF.npy, read and checked before computing */
+    npy_array ref_lse;  /* --compare-lse REF.npy, likewise */
     float *bias_f32;    /* the bias widened to float32, when it was stored as float16 */
     uint8_t *layout_u8; /* the layout as 0/1 bytes */
     int64_t *globals;

@@ -2,9 +2,10 @@
 # How the clattn program fails, each check a regression test of a fixed defect: an option never
 # swallows the next option or takes an empty value; outputs that collide with each other or
 # with an input are refused; a failing run writes nothing (all outputs or none, --compare read
-# first); --compare names shapes and reports on stderr; check --dump failures and --quick replay
-# hints; the reference path names zero sizes; bench refuses what run and pattern refuse and
-# checks its folder first; device specs with colons. Usage: cli_errors.sh PATH/TO/clattn
+# first); --compare and --compare-lse name shapes and report on stderr; check --dump failures
+# and --quick replay hints; the reference path names zero sizes; bench refuses what run and
+# pattern refuse and checks its folder first; device specs with colons.
+# Usage: cli_errors.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
 work="$(mktemp -d)"
@@ -76,6 +77,33 @@ grep -q "outside" stdout && fail "--compare reported its mismatch on stdout"
 cmp -s o.npy ref.npy || fail "O was not written when --compare found values outside the tolerance"
 "$clattn" "${run[@]}" --out o2.npy --compare ref.npy > stdout 2> stderr || fail "--compare ref.npy"
 grep -q "within the tolerance" stdout || fail "--compare: no line on stdout when it passes"
+
+# ---- --compare-lse: LSE [B,Hq,Nq] against a saved one, |lse - ref| <= 1e-4*max(1,|ref|), -inf
+# exactly; read first like --compare; --compare with --lse alone says LSE was not compared
+"$clattn" "${run[@]}" --out ref.npy --lse ref-lse.npy > /dev/null || fail "the reference's LSE"
+make_npy lse-zeros.npy "(1, 2, 5)" "$zero"
+make_npy lse-empty.npy "(1, 2, 5)" '\x00\x00\x80\xff' # -inf: rows with no key
+"$clattn" run --q q.npy --k k.npy --v v.npy --out o3.npy --lse l3.npy --compare ref.npy \
+  --compare-lse ref-lse.npy > stdout 2> stderr || fail "--compare-lse ref-lse.npy: $(cat stderr)"
+grep -q "^compare LSE with ref-lse.npy: all 10 values within the tolerance" stdout ||
+  fail "--compare-lse: no line on stdout when it passes: $(cat stdout)"
+for bad in lse-zeros lse-empty; do
+  rm -f o3.npy l3.npy
+  expect 1 "--compare-lse $bad.npy: 10 of 10 values outside the tolerance" -- \
+    "$clattn" "${run[@]}" --out o3.npy --lse l3.npy --compare-lse "$bad.npy"
+  cmp -s l3.npy ref-lse.npy || fail "--compare-lse $bad.npy: LSE not written"
+done
+grep -q "LSE element 0: got 3.79" stderr || fail "--compare-lse: the first mismatch: $(cat stderr)"
+echo old > o3.npy
+expect 1 "--compare-lse ref.npy: shape [1, 5, 2, 4] differs from LSE's [1, 2, 5]" -- \
+  "$clattn" "${run[@]}" --out o3.npy --compare-lse ref.npy
+cmp -s o3.npy <(echo old) || fail "a run with a misshapen --compare-lse replaced o3.npy"
+expect 2 "--lse and --compare-lse" -- \
+  "$clattn" "${run[@]}" --out o3.npy --lse ref-lse.npy --compare-lse ref-lse.npy
+"$clattn" "${run[@]}" --out o3.npy --lse l3.npy --compare ref.npy > stdout 2>&1 ||
+  fail "--compare with --lse: $(cat stdout)"
+grep -q "^LSE not compared: --compare checks O; --compare-lse REF.npy checks LSE" stdout ||
+  fail "--compare with --lse did not say that LSE was not compared: $(cat stdout)"
 
 # ---- 8: the reference path names zero sizes as the device paths do
 make_npy q0.npy "(1, 5, 0, 4)" "$zero"
