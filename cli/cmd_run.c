@@ -358,57 +358,51 @@ void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) 
     if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-/* Reports a failed write of `out` under its own name (npy_write names the file it wrote). */
-static void report_write(const char *command, const run_output *out, const char *err) {
-    const char *written = out->target.in_place ? out->target.path : out->tmp;
-    size_t len = strlen(written);
-    cli_error(command, "--%s %s%s", out->option, out->path,
-              strncmp(err, written, len) == 0 ? err + len : err);
+/* Resolves where an output goes (outfile_prepare); a folder, block device or socket is
+ * refused. @return 0 or 1 (said). */
+static int prepare_output(const char *command, const run_output *o, outfile_staged *file) {
+    int e = outfile_prepare(o->path, file);
+    if (e == 0) return 0;
+    cli_error(command, "--%s %s: %s", o->option, o->path,
+              e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+    return 1;
 }
 
-/* Where each output goes; a folder, block device or socket is refused before anything is
- * written. @return 0 or 1. */
-static int resolve_outputs(const char *command, run_output *outs, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        int e = outfile_resolve(outs[i].path, &outs[i].target);
-        if (e == 0) continue;
-        cli_error(command, "--%s %s: %s", outs[i].option, outs[i].path,
-                  e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+/* Writes one output into its temporary, or in place (outfile_stage). @return 0 or 1 (said). */
+static int stage_output(const char *command, const run_output *o, outfile_staged *file) {
+    char err[PATH_MAX + 512];
+    unsigned char preamble[NPY_PREAMBLE_MAX];
+    outfile_part parts[2];
+    if (npy_parts(o->path, o->dtype, o->ndim, o->shape, o->data, preamble, parts, err,
+                  sizeof err) != CLATTN_SUCCESS) {
+        cli_error(command, "--%s %s", o->option, err); /* err starts with the path */
         return 1;
     }
-    return 0;
+    int e = outfile_stage(file, parts, 2);
+    if (e != 0)
+        cli_error(command, "--%s %s: cannot write: %s", o->option, o->path, outfile_strerror(e));
+    return e != 0;
 }
 
-int run_write_all(const char *command, run_output *outs, size_t n) {
-    char err[PATH_MAX + 512];
-    int ok = resolve_outputs(command, outs, n) == 0;
-    for (size_t i = 0; ok && i < n; i++) {
-        run_output *o = &outs[i];
-        if (o->target.in_place) continue;
-        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->target.path, (long)getpid());
-        o->staged = npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
-                    CLATTN_SUCCESS;
-        if (!(ok = o->staged)) report_write(command, o, err);
+int run_write_all(const char *command, const run_output *outs, size_t n) {
+    outfile_staged files[RUN_MAX_OUTPUTS];
+    size_t prepared = 0, failed = 0;
+    int ok = n <= RUN_MAX_OUTPUTS;
+    while (ok && prepared < n) {
+        ok = prepare_output(command, &outs[prepared], &files[prepared]) == 0;
+        prepared++;
     }
-    for (size_t i = 0; ok && i < n; i++) {
-        run_output *o = &outs[i];
-        if (!o->target.in_place) continue;
-        ok = npy_write(o->target.path, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
-             CLATTN_SUCCESS;
-        if (!ok) report_write(command, o, err);
-    }
-    for (size_t i = 0; ok && i < n; i++) {
-        if (!outs[i].staged) continue;
-        ok = rename(outs[i].tmp, outs[i].target.path) == 0;
-        if (ok)
-            outs[i].staged = 0;
-        else
-            cli_error(command, "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
-                      strerror(errno));
-    }
-    for (size_t i = 0; i < n; i++)
-        if (outs[i].staged) remove(outs[i].tmp);
-    return ok ? 0 : 1;
+    /* regular files to their temporaries first, then devices and FIFOs in place */
+    for (int in_place = 0; in_place < 2; in_place++)
+        for (size_t i = 0; ok && i < n; i++)
+            if (files[i].target.in_place == in_place)
+                ok = stage_output(command, &outs[i], &files[i]) == 0;
+    int e = ok ? outfile_commit(files, n, &failed) : 0;
+    if (e != 0)
+        cli_error(command, "--%s %s: cannot write: %s", outs[failed].option, outs[failed].path,
+                  strerror(e));
+    outfile_discard(files, prepared);
+    return ok && e == 0 ? 0 : 1;
 }
 
 static int write_outputs(const cli_args *args, const run_state *s) {

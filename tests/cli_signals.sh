@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# SIGINT and SIGTERM sent to the clattn program at many moments: while it computes, while it
+# stages its outputs (a temporary beside one has appeared), while it renames them. Each time
+# it exits with 130 or 143 (or 0 when it had finished), the outputs are all old or all new
+# (`run`'s O and LSE), and no temporary is left. Then what SIGKILL leaves: the next run that
+# writes the same output removes the temporaries of processes that are gone, never a live
+# process's, nor a file that is not a temporary. Usage: cli_signals.sh PATH/TO/clattn
+set -uo pipefail
+clattn="$(realpath "$1")"
+work="$(mktemp -d)"
+trap '[ "$BASHPID" = "$$" ] && rm -rf "$work"' EXIT # not in a subshell that a signal ends
+# fail, finish, npy_header
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
+cd "$work" || exit 1
+
+# const_npy FILE SHAPE FILL: a <f4 array of SHAPE holding the 4 bytes FILL in every element
+const_npy() {
+  local count=1 d
+  for d in $(tr -c '0-9' ' ' <<< "$2"); do count=$((count * d)); done
+  printf "$3" > unit
+  while [ "$(stat -c %s unit)" -lt $((count * 4)) ]; do cat unit unit > unit2 && mv unit2 unit; done
+  { npy_header '<f4' "$2"; head -c $((count * 4)) unit; } > "$1"
+  rm -f unit
+}
+
+# start COMMAND...: runs it in the background with SIGINT handled as in a terminal (a shell
+# without job control would start it with SIGINT ignored); its pid in $pid, stderr in err.
+# Returns once the program runs (a signal before would end the subshell, not the program).
+start() {
+  (trap - INT; exec "$@" > /dev/null 2> err) &
+  pid=$!
+  running "${1##*/}"
+}
+
+# running NAME: returns once process $pid runs the program NAME, or has ended
+running() {
+  local comm=""
+  while [ "$comm" != "$1" ] && [ -e "/proc/$pid" ]; do read -r comm 2> /dev/null < "/proc/$pid/comm"; done
+}
+
+# wait_for_temporary NAME...: returns once one of the files NAME.tmp.* exists, or $pid ended
+wait_for_temporary() {
+  local state name
+  while read -r _ _ state _ 2> /dev/null < "/proc/$pid/stat" && [ "$state" != Z ]; do
+    for name in "$@"; do compgen -G "$name.tmp.*" > /dev/null && return 0; done
+  done
+}
+
+# finished SIGNAL: waits for $pid; checks its status is 0 or 128 + the signal, with the
+# line on stderr that names the signal; sets $interrupted to 1 when the signal ended it
+finished() {
+  local sig="$1" status number
+  wait "$pid"
+  status=$?
+  number=$(kill -l "$sig")
+  interrupted=$((status == 128 + number))
+  if [ "$interrupted" -eq 1 ]; then
+    grep -qE "^clattn: (interrupted \(SIGINT\)|terminated \(SIGTERM\))$" err ||
+      fail "SIG$sig: exit $status without the line that names the signal: $(cat err)"
+  elif [ "$status" -ne 0 ]; then
+    fail "SIG$sig: exit $status, neither 0 nor $((128 + number)): $(cat err)"
+  fi
+}
+
+# no_temporaries NAME...: nothing named NAME?* is left beside the outputs
+no_temporaries() {
+  local name left
+  for name in "$@"; do
+    left=$(compgen -G "$name?*")
+    [ -z "$left" ] || fail "temporaries left: $left"
+    rm -f $left
+  done
+}
+
+# ---- clattn run: O [1, 2048, 8, 64] (4 MiB) and LSE; the old ones from other inputs
+const_npy q.npy "(1, 2048, 8, 64)" '\x00\x00\x00\x00'
+const_npy v.npy "(1, 2048, 8, 64)" '\x00\x00\x80\x3f'
+const_npy k-old.npy "(1, 1024, 8, 64)" '\x00\x00\x00\x00'
+const_npy v-old.npy "(1, 1024, 8, 64)" '\x00\x00\x00\x40'
+run=("$clattn" run --q q.npy --k q.npy --v v.npy --out o.npy --lse l.npy)
+"$clattn" run --q q.npy --k k-old.npy --v v-old.npy --out old-o.npy --lse old-l.npy > /dev/null ||
+  fail "the old outputs"
+"$clattn" run --q q.npy --k q.npy --v v.npy --out new-o.npy --lse new-l.npy > /dev/null ||
+  fail "the new outputs"
+cmp -s old-o.npy new-o.npy || cmp -s old-l.npy new-l.npy && fail "old and new outputs are alike"
+
+interrupted_by=()
+outcomes=() # "interrupted old", "interrupted new" (the signal came during the commit), "finished"
+for ((trial = 0; trial < 36; trial++)); do
+  sig=$([ $((trial % 2)) -eq 0 ] && echo INT || echo TERM)
+  cp old-o.npy o.npy && cp old-l.npy l.npy
+  start "${run[@]}"
+  if [ $((trial % 3)) -eq 0 ]; then # as soon as an output is being staged
+    wait_for_temporary o.npy l.npy
+  else # anywhere from the start to the end, in steps of 20 ms
+    sleep "0.$(printf %03d $((trial * 7 % 18 * 20)))"
+  fi
+  kill -s "$sig" "$pid" 2> /dev/null
+  finished "$sig"
+  [ "$interrupted" -eq 1 ] && interrupted_by+=("$sig")
+  if cmp -s o.npy old-o.npy && cmp -s l.npy old-l.npy; then
+    [ "$interrupted" -eq 1 ] || fail "trial $trial: a run that finished left the old outputs"
+    outcomes+=("interrupted-old")
+  elif cmp -s o.npy new-o.npy && cmp -s l.npy new-l.npy; then
+    outcomes+=("$([ "$interrupted" -eq 1 ] && echo interrupted-new || echo finished)")
+  else
+    fail "trial $trial (SIG$sig): O and LSE are not both old or both new" \
+      "(O $(cmp -s o.npy new-o.npy && echo new || echo old), LSE $(cmp -s l.npy new-l.npy && echo new || echo old))"
+  fi
+  no_temporaries o.npy l.npy
+done
+for sig in INT TERM; do
+  [[ " ${interrupted_by[*]} " == *" $sig "* ]] || fail "no trial was interrupted by SIG$sig"
+done
+echo "clattn run, 36 trials:" $(printf '%s\n' "${outcomes[@]}" | sort | uniq -c | tr '\n' ' ')
+
+# ---- a signal during a long computation ends it at once (not when the kernel is done)
+const_npy q-long.npy "(1, 16384, 8, 64)" '\x00\x00\x00\x00'
+start "$clattn" run --q q-long.npy --k q-long.npy --v q-long.npy --out o-long.npy
+sleep 1
+signalled=$(date +%s%N)
+kill -s INT "$pid"
+finished INT
+elapsed_ms=$((($(date +%s%N) - signalled) / 1000000))
+[ "$interrupted" -eq 1 ] || fail "a 16384-query run was not interrupted after 1 s"
+[ "$elapsed_ms" -lt 3000 ] || fail "SIGINT took $elapsed_ms ms to end a computation"
+[ -e o-long.npy ] && fail "an interrupted computation wrote its output"
+no_temporaries o-long.npy
+
+# ---- SIGINT ignored when the program starts (nohup, a background job) stays ignored
+cp old-o.npy o.npy && cp old-l.npy l.npy
+"${run[@]}" > /dev/null 2> err &
+pid=$!
+running clattn
+kill -s INT "$pid"
+wait "$pid" || fail "a run with SIGINT ignored from the start exited $?: $(cat err)"
+cmp -s o.npy new-o.npy && cmp -s l.npy new-l.npy || fail "a run with SIGINT ignored: not written"
+
+# ---- SIGKILL while staging: the next run removes what a process that is gone left
+cp old-o.npy o.npy && cp old-l.npy l.npy
+start "${run[@]}"
+wait_for_temporary o.npy
+kill -s KILL "$pid" 2> /dev/null # (unless it has finished)
+{ wait "$pid"; } 2> /dev/null # (bash would say "Killed")
+sh -c 'exit 0' &
+dead=$!
+wait "$dead"
+kill -0 "$dead" 2> /dev/null && fail "process $dead still exists"
+sleep 60 &
+live=$!
+for name in o.npy.tmp.$dead.0 o.npy.run-$dead o.npy.run-$dead.tmp.$dead.7 l.npy.tmp.$dead.3 \
+  o.npy.tmp.$live.0 o.npy.tmp.$dead.x o.npy.run-$dead.tmp.$live.1 o.npy.bak.$dead; do
+  echo stale > "$name"
+done
+"${run[@]}" > /dev/null || fail "the run after SIGKILL"
+left=$(compgen -G "[ol].npy?*" | sort | tr '\n' ' ')
+[ "$left" = "o.npy.bak.$dead o.npy.run-$dead.tmp.$live.1 o.npy.tmp.$dead.x o.npy.tmp.$live.0 " ] ||
+  fail "after SIGKILL, the next run left: $left (expected only a live process's and other files)"
+cmp -s o.npy new-o.npy && cmp -s l.npy new-l.npy || fail "the run after SIGKILL: outputs not new"
+
+kill "$live"
+
+finish cli_signals
