@@ -153,6 +153,26 @@ for pattern in window:-2,0 window:-5,-5 dilated:4,4,0 dilated:4,4,-1 bigbird:16,
   expect 2 "--pattern $pattern" -- "$clattn" bench --pattern "$pattern" --nq 8 --hq 1 --d 8
 done
 
+# ---- bench --out: its files are written together, plot.png drawn by gnuplot from the same
+# data first; without gnuplot the rest is written, plot.png stays as it was, and the exit is 1
+bench=(bench --nq 16,32 --hq 1 --d 8 --repeat 1 --path fused --out plots)
+if command -v gnuplot > /dev/null; then
+  "$clattn" "${bench[@]}" > stdout 2> stderr || fail "bench --out plots: $(cat stderr)"
+  for file in bench.csv bench.json plot.gp series-0.dat plot.png; do
+    [ -s "plots/$file" ] || fail "bench --out plots did not write $file"
+  done
+  [ "$(head -c 4 plots/plot.png | tail -c 3)" = PNG ] || fail "plots/plot.png is not a PNG"
+  grep -q "plot 'plots/series-0.dat' using 1:2" plots/plot.gp ||
+    fail "plot.gp does not read series-0.dat: $(cat plots/plot.gp)"
+  echo old > plots/plot.png && echo old > plots/bench.csv
+  expect 1 "gnuplot failed or is missing" -- env PATH=/nonexistent "$clattn" "${bench[@]}"
+  cmp -s plots/plot.png <(echo old) || fail "plot.png was replaced although gnuplot is missing"
+  cmp -s plots/bench.csv <(echo old) && fail "bench.csv was not written when gnuplot is missing"
+  ls plots/*.tmp.* 2> /dev/null && fail "bench left temporaries"
+else
+  echo "cli_errors: gnuplot is not installed: bench --out's plot is not checked"
+fi
+
 # ---- 12, 13: a spec with a colon that is not P:D is a name, and names no device here (exit 1)
 for spec in "gfx90a:sramecc+:xnack-" "0:" ":0" "a:b"; do
   expect 1 "no device matches '$spec'" -- "$clattn" run --q q.npy --k k.npy --v v.npy \

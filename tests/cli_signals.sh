@@ -2,9 +2,10 @@
 # SIGINT and SIGTERM sent to the clattn program at many moments: while it computes, while it
 # stages its outputs (a temporary beside one has appeared), while it renames them. Each time
 # it exits with 130 or 143 (or 0 when it had finished), the outputs are all old or all new
-# (`run`'s O and LSE), and no temporary is left. Then what SIGKILL leaves: the next run that
-# writes the same output removes the temporaries of processes that are gone, never a live
-# process's, nor a file that is not a temporary. Usage: cli_signals.sh PATH/TO/clattn
+# (`run`'s O and LSE, `bench`'s CSV and JSON), and no temporary is left. Then what SIGKILL
+# leaves: the next run that writes the same output removes the temporaries of processes that
+# are gone, never a live process's, nor a file that is not a temporary.
+# Usage: cli_signals.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
 work="$(mktemp -d)"
@@ -135,6 +136,24 @@ running clattn
 kill -s INT "$pid"
 wait "$pid" || fail "a run with SIGINT ignored from the start exited $?: $(cat err)"
 cmp -s o.npy new-o.npy && cmp -s l.npy new-l.npy || fail "a run with SIGINT ignored: not written"
+
+# ---- clattn bench: --csv and --json both old or both new
+bench=("$clattn" bench --nq 512 --hq 8 --d 64 --warmup 1 --repeat 3 --path fused --csv b.csv
+  --json b.json)
+"${bench[@]}" > /dev/null || fail "clattn bench"
+echo old > b.csv && echo old > b.json
+for ((trial = 0; trial < 8; trial++)); do
+  sig=$([ $((trial % 2)) -eq 0 ] && echo INT || echo TERM)
+  start "${bench[@]}"
+  if [ $((trial % 2)) -eq 0 ]; then wait_for_temporary b.csv b.json; else sleep "0.$((trial * 5))"; fi
+  kill -s "$sig" "$pid" 2> /dev/null
+  finished "$sig"
+  csv_old=$(cmp -s b.csv <(echo old) && echo 1 || echo 0)
+  json_old=$(cmp -s b.json <(echo old) && echo 1 || echo 0)
+  [ "$csv_old" = "$json_old" ] || fail "bench trial $trial (SIG$sig): CSV and JSON differ in age"
+  [ "$csv_old" = 0 ] && { echo old > b.csv && echo old > b.json; }
+  no_temporaries b.csv b.json
+done
 
 # ---- SIGKILL while staging: the next run removes what a process that is gone left
 cp old-o.npy o.npy && cp old-l.npy l.npy
