@@ -4,8 +4,8 @@
 # it exits with 130 or 143 (or 0 when it had finished), the outputs are all old or all new
 # (`run`'s O and LSE, `bench`'s CSV and JSON), and no temporary is left. Then what SIGKILL
 # leaves: the next run that writes the same output removes the temporaries of processes that
-# are gone, never a live process's, nor a file that is not a temporary.
-# Usage: cli_signals.sh PATH/TO/clattn
+# are gone, never a live process's, nor a file that is not a temporary; the program cache's
+# likewise. Usage: cli_signals.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
 work="$(mktemp -d)"
@@ -177,6 +177,16 @@ left=$(compgen -G "[ol].npy?*" | sort | tr '\n' ' ')
   fail "after SIGKILL, the next run left: $left (expected only a live process's and other files)"
 cmp -s o.npy new-o.npy && cmp -s l.npy new-l.npy || fail "the run after SIGKILL: outputs not new"
 
+# ---- the program cache: temporaries of processes that are gone are removed at the next use
+mkdir -m 700 cache
+for name in 0123456789abcdef.clbin.tmp.$dead.0 tuning.json.tmp.$dead.2 \
+  fedcba9876543210.clbin.tmp.$live.0 notes.tmp.$dead.0 0123456789abcdef.clbin.tmp.$dead.y; do
+  echo stale > "cache/$name"
+done
+CLATTN_CACHE_DIR="$work/cache" "$clattn" devices --variants > /dev/null || fail "clattn devices"
+left=$(ls cache | sort | tr '\n' ' ')
+[ "$left" = "0123456789abcdef.clbin.tmp.$dead.y fedcba9876543210.clbin.tmp.$live.0 notes.tmp.$dead.0 " ] ||
+  fail "the cache folder after its next use holds: $left"
 kill "$live"
 
 finish cli_signals
