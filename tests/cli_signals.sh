@@ -2,7 +2,8 @@
 # SIGINT and SIGTERM sent to the clattn program at many moments: while it computes, while it
 # stages its outputs (a temporary beside one has appeared), while it renames them. Each time
 # it exits with 130 or 143 (or 0 when it had finished), the outputs are all old or all new
-# (`run`'s O and LSE, `bench`'s CSV and JSON), and no temporary is left. Then what SIGKILL
+# (`run`'s O and LSE, `bench`'s CSV and JSON), and no temporary is left; `run` and `tune` end
+# within 3 s of a signal while they compute. Then what SIGKILL
 # leaves: the next run that writes the same output removes the temporaries of processes that
 # are gone, never a live process's, nor a file that is not a temporary; the program cache's
 # likewise. Usage: cli_signals.sh PATH/TO/clattn
@@ -154,6 +155,18 @@ for ((trial = 0; trial < 8; trial++)); do
   [ "$csv_old" = 0 ] && { echo old > b.csv && echo old > b.json; }
   no_temporaries b.csv b.json
 done
+
+# ---- clattn tune, stopped while it searches: nothing written into its cache folder
+mkdir -m 700 tune-cache
+CLATTN_CACHE_DIR="$work/tune-cache" start "$clattn" tune --variant cpu --time 60 --n 256
+sleep 1
+signalled=$(date +%s%N)
+kill -s TERM "$pid"
+finished TERM
+elapsed_ms=$((($(date +%s%N) - signalled) / 1000000))
+[ "$interrupted" -eq 1 ] || fail "clattn tune was not terminated after 1 s"
+[ "$elapsed_ms" -lt 3000 ] || fail "SIGTERM took $elapsed_ms ms to end clattn tune"
+compgen -G "tune-cache/tuning.json*" && fail "an interrupted clattn tune wrote tuning.json"
 
 # ---- SIGKILL while staging: the next run removes what a process that is gone left
 cp old-o.npy o.npy && cp old-l.npy l.npy
