@@ -264,17 +264,20 @@ static int write_decode_outputs(const decode_config *c, const decode_record *r, 
         csv_path = csv, json_path = json;
     }
     textbuf t = {0};
+    output_set set; /* committed together */
     int rc = 0;
+    output_set_init(&set, "bench");
     if (csv_path) {
         decode_csv(&t, r, n);
-        rc |= textbuf_write(&t, csv_path, "bench");
+        rc |= output_set_text(&set, csv_path, &t);
         textbuf_free(&t);
     }
     if (json_path) {
         decode_json(&t, r, n, c);
-        rc |= textbuf_write(&t, json_path, "bench");
+        rc |= output_set_text(&set, json_path, &t);
         textbuf_free(&t);
     }
+    rc |= output_set_commit(&set);
     if (!rc && c->out) printf("wrote %s and %s\n", csv_path, json_path);
     return rc;
 }

@@ -237,17 +237,20 @@ static int write_layer_outputs(const layer_bench_config *c, const layer_record *
         csv_path = csv, json_path = json;
     }
     textbuf t = {0};
+    output_set set; /* committed together */
     int rc = 0;
+    output_set_init(&set, "bench");
     if (csv_path) {
         layer_csv(&t, r, n);
-        rc |= textbuf_write(&t, csv_path, "bench");
+        rc |= output_set_text(&set, csv_path, &t);
         textbuf_free(&t);
     }
     if (json_path) {
         layer_json(&t, r, n, c);
-        rc |= textbuf_write(&t, json_path, "bench");
+        rc |= output_set_text(&set, json_path, &t);
         textbuf_free(&t);
     }
+    rc |= output_set_commit(&set);
     if (!rc && c->out) printf("wrote %s and %s\n", csv_path, json_path);
     return rc;
 }

@@ -2,10 +2,20 @@
 #include "bench.h"
 
 #include "args.h"
+#include "interrupt.h"
+#include "outfile.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
 
 const char *bench_path_name(bench_path path) {
     static const char *const names[] = {"fused", "gemm", "host", "reference"};
@@ -132,68 +142,141 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
 
 /* ---------------------------------------------------------------- plots */
 
-/* Series are (device, path, pattern); each becomes DIR/series-K.dat with "nq ms_median". */
-static size_t write_series(const bench_record *records, size_t count, const char *dir,
-                           textbuf *plot) {
-    size_t series = 0;
-    char *done = calloc(count ? count : 1, 1);
-    for (size_t i = 0; done && i < count; i++) {
-        if (done[i]) continue;
-        textbuf data = {0};
-        for (size_t j = i; j < count; j++) {
-            const bench_record *a = &records[i], *b = &records[j];
-            if (done[j] || a->device != b->device || a->path != b->path ||
-                strcmp(a->pattern, b->pattern) != 0)
-                continue;
-            done[j] = 1;
-            textbuf_printf(&data, "%zu %.4f\n", b->nq, b->ms_median);
-        }
-        char path[1024];
-        snprintf(path, sizeof path, "%s/series-%zu.dat", dir, series);
-        if (textbuf_write(&data, path, "bench") == 0)
-            textbuf_printf(plot, "%s'%s' using 1:2 with linespoints title '%s %s'",
-                           series ? ", \\\n     " : "plot ", path, bench_path_name(records[i].path),
-                           records[i].pattern);
-        textbuf_free(&data);
-        series++;
+/* Numbers the series, (device, path, pattern), in order of first appearance: series[i] is
+ * record i's. @return the number of series. */
+static size_t number_series(const bench_record *r, size_t count, size_t *series) {
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t j = 0;
+        while (j < i && !(r[j].device == r[i].device && r[j].path == r[i].path &&
+                          strcmp(r[j].pattern, r[i].pattern) == 0))
+            j++;
+        series[i] = j < i ? series[j] : n++;
     }
-    free(done);
-    return series;
+    return n;
 }
 
-int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title) {
-    textbuf plot = {0};
-    char script[1024], cmd[1200];
-    textbuf_printf(&plot,
-                   "set terminal png size 1000,650\nset output '%s/plot.png'\n"
+/* Series k as gnuplot data: "nq ms_median" a line. */
+static void series_data(const bench_record *r, size_t count, const size_t *series, size_t k,
+                        textbuf *t) {
+    for (size_t i = 0; i < count; i++)
+        if (series[i] == k) textbuf_printf(t, "%zu %.4f\n", r[i].nq, r[i].ms_median);
+}
+
+/* The plot's gnuplot commands, drawing into `png`: the series read from DIR/series-K.dat
+ * (plot.gp, for a reader), or given inline (what gnuplot itself is fed, before those files
+ * are in place). */
+static void plot_commands(const bench_record *r, size_t count, const size_t *series,
+                          size_t num_series, const char *dir, const char *title, const char *png,
+                          int inline_data, textbuf *t) {
+    textbuf_printf(t,
+                   "set terminal png size 1000,650\nset output '%s'\n"
                    "set title 'clattn bench: %s (median time per call)'\nset logscale xy\n"
                    "set xlabel 'sequence length (Nq = Nk)'\nset ylabel 'ms'\nset grid\n"
-
                    "set key left top\n",
-                   dir, title);
+                   png, title);
     size_t lengths = 0;
-    textbuf_printf(&plot, "set xtics (");
+    textbuf_printf(t, "set xtics (");
     for (size_t i = 0; i < count; i++) { /* a tick at each length measured */
         size_t j = 0;
-        while (j < i && records[j].nq != records[i].nq) j++;
-        if (j == i) textbuf_printf(&plot, "%s%zu", lengths++ ? ", " : "", records[i].nq);
+        while (j < i && r[j].nq != r[i].nq) j++;
+        if (j == i) textbuf_printf(t, "%s%zu", lengths++ ? ", " : "", r[i].nq);
     }
-    textbuf_printf(&plot, ")\n");
+    textbuf_printf(t, ")\n");
     if (lengths > 1) /* the x range is the lengths measured (a single one keeps the default) */
-        textbuf_printf(&plot, "set autoscale xfix\nset offsets graph 0.04, graph 0.04, 0, 0\n");
-    size_t series = write_series(records, count, dir, &plot);
-    textbuf_printf(&plot, "\n");
-    snprintf(script, sizeof script, "%s/plot.gp", dir);
-    int rc = series == 0 || textbuf_write(&plot, script, "bench");
-    textbuf_free(&plot);
-    if (rc) return series == 0 ? 0 : 1;
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' > /dev/null 2>&1", script);
-    if (system(cmd) != 0) {
-        cli_error("bench",
-                  "gnuplot failed or is missing (apt-get install gnuplot-nox); run "
-                  "gnuplot %s to see why",
-                  script);
-        return 1;
+        textbuf_printf(t, "set autoscale xfix\nset offsets graph 0.04, graph 0.04, 0, 0\n");
+    for (size_t k = 0; inline_data && k < num_series; k++) {
+        textbuf_printf(t, "$series%zu << EOD\n", k);
+        series_data(r, count, series, k, t);
+        textbuf_printf(t, "EOD\n");
     }
-    return 0;
+    for (size_t k = 0, i = 0; k < num_series; k++) {
+        while (series[i] != k) i++; /* the series' first record */
+        textbuf_printf(t, k ? ", \\\n     " : "plot ");
+        if (inline_data)
+            textbuf_printf(t, "$series%zu", k);
+        else
+            textbuf_printf(t, "'%s/series-%zu.dat'", dir, k);
+        textbuf_printf(t, " using 1:2 with linespoints title '%s %s'", bench_path_name(r[i].path),
+                       r[i].pattern);
+    }
+    textbuf_printf(t, "\n");
+}
+
+/* Runs gnuplot on `commands` (its standard input), its output thrown away; a signal stops it
+ * (interrupt_child). @return 0, or the errno or exit status that says it failed. */
+static int run_gnuplot(const textbuf *commands) {
+    if (commands->failed) return ENOMEM;
+    int fds[2]; /* gnuplot's stdin: [0] read (dup2'ed to its stdin), [1] write */
+    if (pipe(fds) != 0) return errno;
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC), fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE); /* ignored here, not in gnuplot */
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[0], STDIN_FILENO);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigmask(&attr, &none); /* not the section's blocked signals */
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char *argv[] = {"gnuplot", NULL};
+    pid_t pid = 0;
+    interrupt_section section; /* the child is known to the handler from its start */
+    interrupt_defer_begin(&section);
+    int e = posix_spawnp(&pid, "gnuplot", &actions, &attr, argv, environ);
+    if (e == 0) interrupt_child(pid);
+    interrupt_defer_end(&section);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    close(fds[0]);
+    for (size_t at = 0; e == 0 && at < commands->len;) {
+        ssize_t n = write(fds[1], commands->data + at, commands->len - at);
+        if (n < 0 && errno != EINTR) break; /* gnuplot left early: its status says why */
+        if (n > 0) at += (size_t)n;
+    }
+    close(fds[1]);
+    int status = 0;
+    while (e == 0 && waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) e = errno;
+    interrupt_child(0);
+    if (e == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) e = -1;
+    return e;
+}
+
+int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title,
+               output_set *set) {
+    size_t *series = malloc((count ? count : 1) * sizeof *series);
+    if (!series) return 1;
+    size_t num_series = number_series(records, count, series);
+    char path[1024], png[1024];
+    int rc = 0;
+    for (size_t k = 0; k < num_series && !rc; k++) {
+        textbuf data = {0};
+        series_data(records, count, series, k, &data);
+        snprintf(path, sizeof path, "%s/series-%zu.dat", dir, k);
+        rc = output_set_text(set, path, &data);
+        textbuf_free(&data);
+    }
+    textbuf script = {0}, draw = {0};
+    snprintf(png, sizeof png, "%s/plot.png", dir);
+    plot_commands(records, count, series, num_series, dir, title, png, 0, &script);
+    snprintf(path, sizeof path, "%s/plot.gp", dir);
+    if (!rc && num_series) rc = output_set_text(set, path, &script);
+    const char *drawn = !rc && num_series ? output_set_reserve(set, png) : NULL;
+    if (drawn) plot_commands(records, count, series, num_series, dir, title, drawn, 1, &draw);
+    int e = drawn ? run_gnuplot(&draw) : 0;
+    if (drawn && e == 0) output_set_made(set);
+    if (drawn && e != 0)
+        cli_error("bench",
+                  "gnuplot failed or is missing (apt-get install gnuplot-nox; %s): %s was not "
+                  "drawn; run gnuplot %s to see why",
+                  e > 0 ? strerror(e) : "it exited with an error", png, path);
+    textbuf_free(&script), textbuf_free(&draw);
+    free(series);
+    return rc || (drawn && e != 0) || (num_series && !drawn);
 }

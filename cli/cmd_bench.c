@@ -621,32 +621,48 @@ static int run_layer(const bench_config *c) {
 
 /* ---------------------------------------------------------------- outputs */
 
-static int write_outputs(const bench_run *run, const char *csv, const char *json) {
+/* Stages `text` as `path` in the set and frees it. @return 0 or 1 (said). */
+static int stage_text(output_set *set, const char *path, textbuf *text) {
+    int rc = output_set_text(set, path, text);
+    textbuf_free(text);
+    return rc;
+}
+
+/* The table as CSV and JSON, each when its path is given. @return 0 or 1 (said). */
+static int stage_tables(const bench_run *run, output_set *set, const char *csv, const char *json) {
     textbuf t = {0};
     int rc = 0;
     if (csv) {
         bench_csv(&t, run->records, run->num_records);
-        rc |= textbuf_write(&t, csv, "bench");
-        textbuf_free(&t);
+        rc |= stage_text(set, csv, &t);
     }
     if (json) {
         bench_json(&t, run->records, run->num_records, run->config->devices,
                    run->config->num_devices);
-        rc |= textbuf_write(&t, json, "bench");
-        textbuf_free(&t);
+        rc |= stage_text(set, json, &t);
     }
     return rc;
 }
 
-/* A preset's folder (made by parse_config): bench.csv, bench.json and plot.png. */
-static int write_preset(const bench_run *run, const char *dir, const char *title) {
-    char csv[1024], json[1024];
-    snprintf(csv, sizeof csv, "%s/bench.csv", dir);
-    snprintf(json, sizeof json, "%s/bench.json", dir);
-    int rc = write_outputs(run, csv, json);
-    if (!rc) rc = bench_plot(run->records, run->num_records, dir, title);
-    if (!rc) printf("wrote %s/bench.csv, %s/bench.json and %s/plot.png\n", dir, dir, dir);
-    return rc;
+/* --csv, --json and a preset's folder (made by parse_config: bench.csv, bench.json, the
+ * plot's data, plot.gp and plot.png), committed together. @return 0 or 1 (said). */
+static int write_outputs(const bench_run *run, const char *csv, const char *json, const char *dir,
+                         const char *title) {
+    char dir_csv[1024], dir_json[1024];
+    output_set set;
+    output_set_init(&set, "bench");
+    int rc = stage_tables(run, &set, csv, json), plot_rc = 0;
+    if (dir) {
+        snprintf(dir_csv, sizeof dir_csv, "%s/bench.csv", dir);
+        snprintf(dir_json, sizeof dir_json, "%s/bench.json", dir);
+        rc |= stage_tables(run, &set, dir_csv, dir_json);
+        if (!rc) plot_rc = bench_plot(run->records, run->num_records, dir, title, &set);
+    }
+    rc |= output_set_commit(&set);
+    if (dir && !rc)
+        printf("wrote %s and %s%s\n", dir_csv, dir_json,
+               plot_rc ? "" : ", with the plot (plot.gp, plot.png)");
+    return rc || plot_rc;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -674,9 +690,7 @@ int cmd_bench(int argc, char **argv) {
         if (!run.failed) cli_error("bench", "nothing was measured");
         return 1;
     }
-    rc = write_outputs(&run, config.csv, config.json);
-    if (config.out && !rc)
-        rc = write_preset(&run, config.out,
-                          args_has(&args, "preset") ? args_get(&args, "preset") : "clattn bench");
+    rc = write_outputs(&run, config.csv, config.json, config.out,
+                       args_has(&args, "preset") ? args_get(&args, "preset") : "clattn bench");
     return rc || run.failed ? 1 : 0;
 }

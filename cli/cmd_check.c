@@ -3,7 +3,10 @@
  * Criterion) on every selected device, for each path and fused kernel variant, against the
  * CPU reference with SPEC section 4's tolerances. Prints a table (device, path, variant,
  * cases passed and failed, worst error as a fraction of the tolerance, time), optionally JSON,
- * and for each failing case its description, the first mismatch and how to replay it.
+ * and for each failing case its description, the first mismatch and how to replay it. A
+ * variant that does not run (refused by the device, or left out by the options) is listed
+ * with the reason and keeps "all passed" from being said; one that --require names fails
+ * the check.
  */
 #include "args.h"
 #include "common.h"
@@ -29,6 +32,7 @@ static const cli_option check_options[] = {
     {"path", "LIST", "paths to check: fused,gemm,reference (default fused,gemm)"},
     {"variant", "LIST",
      "variants to run: cpu,gpu,split,flash,gemm,reference (default: every one on --path)"},
+    {"require", "LIST", "fail unless each of these variants runs on every device checked"},
     {"case", "N", "run only case N of the sweep (see --list)"},
     {"list", NULL, "list the cases of the sweep and exit"},
     {"dump", "DIR", "write failing cases' inputs (with --case: that case's) to DIR/case-N"},
@@ -75,6 +79,9 @@ static void add_dense_cases(sweep *s, int quick) {
         c->layout = i == 2 ? CLATTN_LAYOUT_BHSD : CLATTN_LAYOUT_BSHD;
         c->offset = 3 * (size_t)i;
     }
+    /* Dv=17 pads unlike Dqk=64 (the 64/48 cases above pad both to 64) */
+    attn_case *c = add_case(s, 2, 4, 2, 45, 67, 64, 17);
+    c->causal = 1;
 }
 
 /* Windows, dilation, global tokens, block layouts, bias, and NaN inputs. */
@@ -138,17 +145,29 @@ typedef struct run_row {
     double worst, ms;
 } run_row;
 
+/* A (device, variant) that was not run: the device refused it, or the options left it out. */
+typedef struct not_run_row {
+    size_t device;
+    clattn_variant variant;
+    int required; /* named by --require: the check fails */
+    char reason[256];
+} not_run_row;
+
 typedef struct check_plan {
     size_t devices[MAX_DEVICES], num_devices;
     clattn_path paths[3];
     size_t num_paths;
     int variants[MAX_VARIANTS]; /* by clattn_variant: chosen with --variant (all when none) */
+    int required[MAX_VARIANTS]; /* by clattn_variant: named by --require */
     long only_case;             /* -1: all */
     int quick;                  /* the quick sweep: its case numbers differ from the full one's */
     int verbose;
     const char *dump_dir;
     run_row rows[MAX_RUNS];
     size_t num_rows;
+    not_run_row not_run[MAX_RUNS];
+    size_t num_not_run;
+    size_t required_not_run; /* rows of not_run that --require named */
     size_t failures;
     size_t dump_failures; /* inputs --dump could not write */
 } check_plan;
@@ -185,23 +204,32 @@ static int parse_paths(const cli_args *args, check_plan *plan) {
     return 0;
 }
 
-/* --variant NAME,...: rows of the variant table (clattn devices --variants lists them). */
-static int parse_variants(const cli_args *args, check_plan *plan) {
+/* --OPTION NAME,...: rows of the variant table (clattn devices --variants lists them), marked
+ * in chosen[] by clattn_variant. */
+static int parse_variant_list(const cli_args *args, const char *option, int chosen[MAX_VARIANTS]) {
     char words[MAX_VARIANTS][64];
     size_t n = 0;
-    for (int v = 0; v < MAX_VARIANTS; v++) plan->variants[v] = !args_has(args, "variant");
-    if (!args_has(args, "variant")) return 0;
-    if (parse_word_list(args, "variant", words, MAX_VARIANTS, &n) != 0) return EXIT_USAGE;
+    if (parse_word_list(args, option, words, MAX_VARIANTS, &n) != 0) return EXIT_USAGE;
     for (size_t i = 0; i < n; i++) {
         clattn_variant v = CLATTN_VARIANT_AUTO;
         if (clattn_variant_from_name(words[i], &v) != CLATTN_SUCCESS || v == CLATTN_VARIANT_AUTO ||
             v >= MAX_VARIANTS) {
-            cli_error("check", "--variant: '%s' is no variant (see clattn devices --variants)",
+            cli_error("check", "--%s: '%s' is no variant (see clattn devices --variants)", option,
                       words[i]);
             return EXIT_USAGE;
         }
-        plan->variants[v] = 1;
+        chosen[v] = 1;
     }
+    return 0;
+}
+
+/* --variant (every variant when absent) and --require (none when absent). */
+static int parse_variants(const cli_args *args, check_plan *plan) {
+    for (int v = 0; v < MAX_VARIANTS; v++) plan->variants[v] = !args_has(args, "variant");
+    if (args_has(args, "variant") && parse_variant_list(args, "variant", plan->variants) != 0)
+        return EXIT_USAGE;
+    if (args_has(args, "require") && parse_variant_list(args, "require", plan->required) != 0)
+        return EXIT_USAGE;
     return 0;
 }
 
@@ -316,6 +344,42 @@ static int path_chosen(const check_plan *plan, clattn_path path) {
     return 0;
 }
 
+/* Records a variant that was not run on a device, with the reason. */
+static void note_not_run(check_plan *plan, size_t device, clattn_variant variant, int required,
+                         const char *reason) {
+    if (plan->num_not_run == MAX_RUNS) return;
+    not_run_row *row = &plan->not_run[plan->num_not_run++];
+    row->device = device, row->variant = variant, row->required = required;
+    snprintf(row->reason, sizeof row->reason, "%s", reason);
+    if (!required) return;
+    plan->required_not_run++;
+    cli_error("check", "--require %s: not run on device %zu: %s", variant_name(variant), device,
+              reason);
+}
+
+/* Every variant --require names that did not run on the device (ran[], by clattn_variant):
+ * refused by the device, or left out by --path or --variant. */
+static void note_required_not_run(check_plan *plan, clattn_context *ctx, size_t device,
+                                  const int ran[MAX_VARIANTS]) {
+    for (int v = 1; v < MAX_VARIANTS; v++) {
+        if (!plan->required[v] || ran[v]) continue;
+        clattn_variant_info info;
+        clattn_variant_info_init(&info);
+        char why[300];
+        if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS)
+            snprintf(why, sizeof why, "not a variant of this library");
+        else if (!info.supported)
+            snprintf(why, sizeof why, "%s", info.reason);
+        else if (!plan->variants[v])
+            snprintf(why, sizeof why, "not among --variant");
+        else if (!path_chosen(plan, info.path))
+            snprintf(why, sizeof why, "its path, %s, is not among --path", path_name(info.path));
+        else
+            snprintf(why, sizeof why, "more than %d runs were asked for", MAX_RUNS);
+        note_not_run(plan, device, (clattn_variant)v, 1, why);
+    }
+}
+
 /* Every chosen row of the variant table on one device, sharing one context (CLBlast compiles
  * once); a row the device cannot run is listed with the reason, not run. */
 static int check_device(check_plan *plan, const sweep *s, size_t device) {
@@ -326,6 +390,7 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
         plan->failures++;
         return 1;
     }
+    int ran[MAX_VARIANTS] = {0};
     for (size_t p = 0; p < plan->num_paths; p++)
         for (int v = 1; v < MAX_VARIANTS; v++) {
             clattn_variant_info info;
@@ -336,9 +401,11 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
             if (!info.supported) {
                 printf("%-3zu %-36s %-9s %-7s not run: %s\n", device, "", path_name(info.path),
                        info.name, info.reason);
+                if (!plan->required[v]) note_not_run(plan, device, info.variant, 0, info.reason);
                 continue;
             }
             if (plan->num_rows == MAX_RUNS) break;
+            ran[v] = 1;
             run_row *row = &plan->rows[plan->num_rows++];
             memset(row, 0, sizeof *row);
             row->device = device;
@@ -347,6 +414,8 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
             run_row_cases(plan, ctx, s, row);
             print_row(plan, row);
         }
+    fflush(stdout); /* the table before the lines on stderr */
+    note_required_not_run(plan, ctx, device, ran);
     clattn_context_destroy(ctx);
     return 0;
 }
@@ -376,10 +445,34 @@ static int write_json(const check_plan *plan, const char *path) {
                        i ? "," : "", r->device, path_name(r->path), variant_name(r->variant),
                        r->passed, r->failed, r->worst, r->ms / 1e3);
     }
-    textbuf_printf(&t, "\n  ],\n  \"failures\": %zu\n}\n", plan->failures);
+    textbuf_printf(&t, "\n  ],\n  \"not_run\": [");
+    for (size_t i = 0; i < plan->num_not_run; i++) {
+        const not_run_row *r = &plan->not_run[i];
+        textbuf_printf(&t,
+                       "%s\n    {\"device\": %zu, \"variant\": \"%s\", \"required\": %s, "
+                       "\"reason\": ",
+                       i ? "," : "", r->device, variant_name(r->variant),
+                       r->required ? "true" : "false");
+        textbuf_json_string(&t, r->reason);
+        textbuf_printf(&t, "}");
+    }
+    textbuf_printf(&t, "\n  ],\n  \"failures\": %zu,\n  \"required_not_run\": %zu\n}\n",
+                   plan->failures, plan->required_not_run);
     int rc = textbuf_write(&t, path, "check");
     textbuf_free(&t);
     return rc;
+}
+
+/* The last line: "all passed" only when every run passed and nothing was left unrun; a
+ * variant --require names that did not run fails the check. */
+static void print_summary(const check_plan *plan) {
+    const char *verdict = plan->failures || plan->required_not_run ? "FAILED"
+                          : plan->num_not_run                      ? "passed where run"
+                                                                   : "all passed";
+    printf("%s: %zu failing runs", verdict, plan->failures);
+    if (plan->num_not_run)
+        printf(", not run: %zu (required: %zu)", plan->num_not_run, plan->required_not_run);
+    printf("; worst is the largest |error| / tolerance (<= 1 passes)\n");
 }
 
 static void list_cases(const sweep *s) {
@@ -413,8 +506,7 @@ int cmd_check(int argc, char **argv) {
     printf("%-3s %-36s %-9s %-7s %6s %6s %9s %10s\n", "#", "device", "path", "variant", "passed",
            "failed", "worst", "seconds");
     for (size_t i = 0; i < plan.num_devices; i++) check_device(&plan, &s, plan.devices[i]);
-    printf("%s: %zu failing runs; worst is the largest |error| / tolerance (<= 1 passes)\n",
-           plan.failures ? "FAILED" : "all passed", plan.failures);
+    print_summary(&plan);
     if (args_has(&args, "json") && write_json(&plan, args_get(&args, "json"))) return 1;
-    return plan.failures || plan.dump_failures ? 1 : 0;
+    return plan.failures || plan.dump_failures || plan.required_not_run ? 1 : 0;
 }

@@ -46,6 +46,7 @@ static const cli_option run_options[] = {
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
     {"compare", "REF.npy", "check O against REF.npy (O's shape) with SPEC's tolerance"},
+    {"compare-lse", "REF.npy", "check LSE against REF.npy (<f4 [B,Hq,Nq]) with SPEC's tolerance"},
     CACHE_RUN_OPTIONS,
     {"help", NULL, "show this help"},
 };
@@ -58,6 +59,7 @@ void run_release(run_state *s) {
     npy_free(&s->bias);
     npy_free(&s->layout);
     npy_free(&s->ref);
+    npy_free(&s->ref_lse);
     free(s->bias_f32);
     free(s->layout_u8);
     free(s->globals);
@@ -389,57 +391,51 @@ void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) 
     if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-/* Reports a failed write of `out` under its own name (npy_write names the file it wrote). */
-static void report_write(const char *command, const run_output *out, const char *err) {
-    const char *written = out->target.in_place ? out->target.path : out->tmp;
-    size_t len = strlen(written);
-    cli_error(command, "--%s %s%s", out->option, out->path,
-              strncmp(err, written, len) == 0 ? err + len : err);
+/* Resolves where an output goes (outfile_prepare); a folder, block device or socket is
+ * refused. @return 0 or 1 (said). */
+static int prepare_output(const char *command, const run_output *o, outfile_staged *file) {
+    int e = outfile_prepare(o->path, file);
+    if (e == 0) return 0;
+    cli_error(command, "--%s %s: %s", o->option, o->path,
+              e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+    return 1;
 }
 
-/* Where each output goes; a folder, block device or socket is refused before anything is
- * written. @return 0 or 1. */
-static int resolve_outputs(const char *command, run_output *outs, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        int e = outfile_resolve(outs[i].path, &outs[i].target);
-        if (e == 0) continue;
-        cli_error(command, "--%s %s: %s", outs[i].option, outs[i].path,
-                  e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+/* Writes one output into its temporary, or in place (outfile_stage). @return 0 or 1 (said). */
+static int stage_output(const char *command, const run_output *o, outfile_staged *file) {
+    char err[PATH_MAX + 512];
+    unsigned char preamble[NPY_PREAMBLE_MAX];
+    outfile_part parts[2];
+    if (npy_parts(o->path, o->dtype, o->ndim, o->shape, o->data, preamble, parts, err,
+                  sizeof err) != CLATTN_SUCCESS) {
+        cli_error(command, "--%s %s", o->option, err); /* err starts with the path */
         return 1;
     }
-    return 0;
+    int e = outfile_stage(file, parts, 2);
+    if (e != 0)
+        cli_error(command, "--%s %s: cannot write: %s", o->option, o->path, outfile_strerror(e));
+    return e != 0;
 }
 
-int run_write_all(const char *command, run_output *outs, size_t n) {
-    char err[PATH_MAX + 512];
-    int ok = resolve_outputs(command, outs, n) == 0;
-    for (size_t i = 0; ok && i < n; i++) {
-        run_output *o = &outs[i];
-        if (o->target.in_place) continue;
-        snprintf(o->tmp, sizeof o->tmp, "%s.run-%ld", o->target.path, (long)getpid());
-        o->staged = npy_write(o->tmp, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
-                    CLATTN_SUCCESS;
-        if (!(ok = o->staged)) report_write(command, o, err);
+int run_write_all(const char *command, const run_output *outs, size_t n) {
+    outfile_staged files[RUN_MAX_OUTPUTS];
+    size_t prepared = 0, failed = 0;
+    int ok = n <= RUN_MAX_OUTPUTS;
+    while (ok && prepared < n) {
+        ok = prepare_output(command, &outs[prepared], &files[prepared]) == 0;
+        prepared++;
     }
-    for (size_t i = 0; ok && i < n; i++) {
-        run_output *o = &outs[i];
-        if (!o->target.in_place) continue;
-        ok = npy_write(o->target.path, o->dtype, o->ndim, o->shape, o->data, err, sizeof err) ==
-             CLATTN_SUCCESS;
-        if (!ok) report_write(command, o, err);
-    }
-    for (size_t i = 0; ok && i < n; i++) {
-        if (!outs[i].staged) continue;
-        ok = rename(outs[i].tmp, outs[i].target.path) == 0;
-        if (ok)
-            outs[i].staged = 0;
-        else
-            cli_error(command, "--%s %s: cannot write: %s", outs[i].option, outs[i].path,
-                      strerror(errno));
-    }
-    for (size_t i = 0; i < n; i++)
-        if (outs[i].staged) remove(outs[i].tmp);
-    return ok ? 0 : 1;
+    /* regular files to their temporaries first, then devices and FIFOs in place */
+    for (int in_place = 0; in_place < 2; in_place++)
+        for (size_t i = 0; ok && i < n; i++)
+            if (files[i].target.in_place == in_place)
+                ok = stage_output(command, &outs[i], &files[i]) == 0;
+    int e = ok ? outfile_commit(files, n, &failed) : 0;
+    if (e != 0)
+        cli_error(command, "--%s %s: cannot write: %s", outs[failed].option, outs[failed].path,
+                  strerror(e));
+    outfile_discard(files, prepared);
+    return ok && e == 0 ? 0 : 1;
 }
 
 static int write_outputs(const cli_args *args, const run_state *s) {
@@ -466,9 +462,33 @@ static int write_outputs(const cli_args *args, const run_state *s) {
     return run_write_all("run", outs, n);
 }
 
+/* --compare-lse REF.npy: <f4 [B,Hq,Nq], read before computing as --compare's REF is. */
+static int load_lse_reference(const cli_args *args, run_state *s) {
+    if (!args_has(args, "compare-lse")) return 0;
+    if (run_load(args, "compare-lse", &s->ref_lse)) return 1;
+    const clattn_attention_desc *d = &s->desc;
+    size_t shape[3] = {d->batch, d->heads_q, d->len_q};
+    char want[128], got[128];
+    run_format_shape(shape, 3, want, sizeof want);
+    run_format_shape(s->ref_lse.shape, s->ref_lse.ndim, got, sizeof got);
+    const char *file = args_get(args, "compare-lse");
+    if (s->ref_lse.ndim != 3 || memcmp(s->ref_lse.shape, shape, sizeof shape) != 0) {
+        cli_error("run", "--compare-lse %s: shape %s differs from LSE's %s ([B,Hq,Nq])", file, got,
+                  want);
+        return 1;
+    }
+    if (s->ref_lse.dtype != NPY_F32) {
+        cli_error("run", "--compare-lse %s: dtype %s is not supported (LSE is <f4)", file,
+                  npy_dtype_name(s->ref_lse.dtype));
+        return 1;
+    }
+    return 0;
+}
+
 /* --compare REF.npy: read before computing, so that a missing or mismatched reference fails
  * without writing anything. REF must have O's shape and a float dtype. */
 static int load_reference(const cli_args *args, run_state *s) {
+    if (load_lse_reference(args, s)) return 1;
     if (!args_has(args, "compare")) return 0;
     if (run_load(args, "compare", &s->ref)) return 1;
     const char *file = args_get(args, "compare");
@@ -531,13 +551,49 @@ static int compare_with(const cli_args *args, const run_state *s) {
     return ok && !result.mismatches ? 0 : 1;
 }
 
+/* LSE against --compare-lse's file with SPEC section 4's LSE tolerance (-inf exactly);
+ * reported as compare_with reports O. */
+static int compare_lse_with(const cli_args *args, const run_state *s) {
+    const char *file = args_get(args, "compare-lse");
+    size_t count = s->ref_lse.count;
+    double *want = malloc(count * sizeof *want + 1);
+    case_result result = {0};
+    for (size_t i = 0; want && i < count; i++) want[i] = ((const float *)s->ref_lse.data)[i];
+    if (want) compare_lse_values(s->lse, want, count, &result);
+    free(want);
+    if (!want)
+        cli_error("run", "--compare-lse %s: out of host memory for %zu values", file, count);
+    else if (result.mismatches)
+        cli_error("run",
+                  "--compare-lse %s: %zu of %zu values outside the tolerance (worst %.3g of it; "
+                  "first: %s); %s was written",
+                  file, result.mismatches, result.checked, result.worst, result.message,
+                  args_get(args, "out"));
+    else
+        printf("compare LSE with %s: all %zu values within the tolerance; worst %.3g of it\n", file,
+               result.checked, result.worst);
+    return want && !result.mismatches ? 0 : 1;
+}
+
+/* --compare and --compare-lse, after the outputs are written; with --lse but without
+ * --compare-lse, a line says that LSE was not compared. @return 0, or 1 when a check failed. */
+static int compare_outputs(const cli_args *args, const run_state *s) {
+    int rc = 0;
+    if (args_has(args, "compare")) rc |= compare_with(args, s);
+    if (args_has(args, "compare-lse"))
+        rc |= compare_lse_with(args, s);
+    else if (args_has(args, "compare") && args_has(args, "lse"))
+        printf("LSE not compared: --compare checks O; --compare-lse REF.npy checks LSE\n");
+    return rc;
+}
+
 /* Options present and outputs distinct from each other and from every input. */
 static int check_run_args(const cli_args *args, run_state *s) {
     static const char *const required[] = {"q", "k", "v", "out"};
     static const char *const outputs[] = {"out", "lse", "k-cache-out", "v-cache-out"};
-    static const char *const inputs[] = {"q",       "k",         "v",     "bias",  "block-layout",
-                                         "compare", "cache-len", "k-new", "v-new", "new-len",
-                                         "q-len",   "page-table"};
+    static const char *const inputs[] = {
+        "q",         "k",     "v",     "bias",    "block-layout", "compare",   "compare-lse",
+        "cache-len", "k-new", "v-new", "new-len", "q-len",        "page-table"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!args_has(args, required[i])) {
             cli_error("run", "--%s is required (see clattn help run)", required[i]);
@@ -572,7 +628,7 @@ static int run_with_args(const cli_args *args, run_state *s) {
     printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
            args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv, s->desc.len_q,
            s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where, elapsed * 1e3);
-    return args_has(args, "compare") ? compare_with(args, s) : 0;
+    return compare_outputs(args, s);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -582,9 +638,10 @@ int cmd_run(int argc, char **argv) {
     if (parsed == 1) {
         args_usage("run", "--q Q.npy --k K.npy --v V.npy --out O.npy [options]", run_options, n);
         printf("\nOutputs are written only when everything succeeded, all or none (each to a "
-               "temporary name,\nthen renamed). --compare reads and checks REF before computing; "
-               "values outside the\ntolerance still write O (the computation succeeded), print "
-               "one line on stderr and exit 1.\n");
+               "temporary name,\nthen renamed). --compare (O) and --compare-lse (LSE, "
+               "|lse - ref| <= 1e-4*max(1,|ref|), -inf\nexactly) read and check REF before "
+               "computing; values outside the tolerance still write the\noutputs (the "
+               "computation succeeded), print one line on stderr and exit 1.\n");
         return 0;
     }
     if (parsed) return parsed;

@@ -15,6 +15,7 @@
 #include "common.h"
 #include "commands.h"
 #include "conformance.h"
+#include "interrupt.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -398,7 +399,12 @@ static int save_winner(tuner *t, const tune_options_values *o, const clattn_tuni
         printf("--dry-run: tuning.json not written\n");
         return 0;
     }
+    /* tuning.json is written through a temporary and a rename inside the library: SIGINT and
+     * SIGTERM wait for it, so that neither half a file nor the temporary is left */
+    interrupt_section section;
+    interrupt_defer_begin(&section);
     clattn_status status = clattn_tuning_save(t->ctx, o->variant, best);
+    interrupt_defer_end(&section);
     if (status != CLATTN_SUCCESS) {
         cli_report("tune", "saving the winner", status, t->ctx);
         return 1;

@@ -93,6 +93,14 @@ static void fill_tensor(void *data, size_t bytes, clattn_dtype dtype, uint64_t *
     }
 }
 
+/* NaN in every element of `bytes` of storage: the sentinel O and LSE start as, so that an
+ * element the call never writes fails the comparison (zeros would pass for an empty row). */
+static void fill_nan(void *data, size_t bytes, clattn_dtype dtype) {
+    const float nan = NAN;
+    for (size_t i = 0; i < bytes / dtype_bytes(dtype); i++)
+        clattn_convert(CLATTN_F32, &nan, dtype, (char *)data + i * dtype_bytes(dtype), 1);
+}
+
 /* Stores one value of storage dtype at element `index`. */
 static void store_value(void *data, clattn_dtype dtype, size_t index, float value) {
     clattn_convert(CLATTN_F32, &value, dtype, (char *)data + index * dtype_bytes(dtype), 1);
@@ -201,12 +209,14 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     if (status != CLATTN_SUCCESS) return status;
     size_t rows = c->b * c->hq * c->nq;
     data->q = malloc(data->ext.q), data->k = malloc(data->ext.k), data->v = malloc(data->ext.v);
-    data->o = calloc(data->ext.o, 1), data->lse = malloc(rows * sizeof(float));
+    data->o = malloc(data->ext.o), data->lse = malloc(rows * sizeof(float));
     data->ref_o = malloc(rows * c->dv * sizeof(double));
     data->ref_lse = malloc(rows * sizeof(double));
     if (!data->q || !data->k || !data->v || !data->o || !data->lse || !data->ref_o ||
         !data->ref_lse || (c->bias && !data->bias) || (c->block_layout && !data->layout))
         return CLATTN_ERR_OUT_OF_MEMORY;
+    fill_nan(data->o, data->ext.o, c->out_dtype);
+    fill_nan(data->lse, rows * sizeof(float), CLATTN_F32);
     fill_tensor(data->q, data->ext.q, c->dtype, &state);
     fill_tensor(data->k, data->ext.k, c->dtype, &state);
     fill_tensor(data->v, data->ext.v, c->dtype, &state);

@@ -65,7 +65,8 @@ void case_init(attn_case *c, size_t b, size_t hq, size_t hkv, size_t nq, size_t 
                size_t dv);
 
 /* Runs the case through clattn_attention_host with `path` and `variant` and compares O and LSE
- * with the reference. Returns the call's status (the comparison is in *result). */
+ * with the reference. O and LSE start as NaN, so that an element the call leaves unwritten
+ * fails. Returns the call's status (the comparison is in *result). */
 clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path,
                        clattn_variant variant, case_result *result);
 

@@ -1,6 +1,7 @@
 /* The clattn program: dispatches to a subcommand, and answers --help and --version. */
 #include "args.h"
 #include "commands.h"
+#include "interrupt.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -43,6 +44,9 @@ int main(int argc, char **argv) {
     /* A FIFO or pipe whose reader leaves makes a write fail (EPIPE, reported as such) instead of
      * killing the program half-way through its outputs. */
     signal(SIGPIPE, SIG_IGN);
+    /* SIGINT and SIGTERM remove the temporaries and exit with 130 or 143, after a commit of
+     * outputs that is under way (interrupt.h, outfile.h) */
+    interrupt_install();
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

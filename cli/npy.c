@@ -21,6 +21,8 @@
 #define NPY_MAX_HEADER    1048576 /* bound for a header read from a pipe; NumPy's own is 10000 */
 #define SHAPE_TEXT_MAX    200     /* "(" + 8 * "<20 digits>, " + ")" */
 #define TOKEN_TEXT_MAX    40      /* how much of a key or descr an error message quotes */
+/* the longest preamble: magic, version, length, the dictionary, its padding */
+_Static_assert(SHAPE_TEXT_MAX + 128 + 2 * NPY_ALIGN <= NPY_PREAMBLE_MAX, "npy preamble");
 
 static const struct {
     const char *name;
@@ -486,17 +488,28 @@ static size_t format_preamble(npy_dtype dtype, size_t ndim, const size_t *shape,
     return prefix + header_len;
 }
 
-clattn_status npy_write(const char *path, npy_dtype dtype, size_t ndim, const size_t *shape,
-                        const void *data, char *err, size_t err_size) {
-    unsigned char preamble[SHAPE_TEXT_MAX + 128 + 2 * NPY_ALIGN];
+clattn_status npy_parts(const char *path, npy_dtype dtype, size_t ndim, const size_t *shape,
+                        const void *data, unsigned char preamble[NPY_PREAMBLE_MAX],
+                        outfile_part parts[2], char *err, size_t err_size) {
     size_t bytes = 0;
     if (err && err_size) err[0] = '\0';
     clattn_status status = check_write_args(path, dtype, ndim, shape, data, &bytes, err, err_size);
     if (status != CLATTN_SUCCESS) return status;
-    size_t preamble_len = format_preamble(dtype, ndim, shape, preamble, sizeof preamble);
+    size_t preamble_len = format_preamble(dtype, ndim, shape, preamble, NPY_PREAMBLE_MAX);
     if (preamble_len == 0)
         return report(err, err_size, path, CLATTN_ERR_INVALID_ARGUMENT, "header too long");
-    outfile_part parts[2] = {{preamble, preamble_len}, {data, bytes}};
+    parts[0] = (outfile_part){preamble, preamble_len};
+    parts[1] = (outfile_part){data, bytes};
+    return CLATTN_SUCCESS;
+}
+
+clattn_status npy_write(const char *path, npy_dtype dtype, size_t ndim, const size_t *shape,
+                        const void *data, char *err, size_t err_size) {
+    unsigned char preamble[NPY_PREAMBLE_MAX];
+    outfile_part parts[2];
+    clattn_status status =
+        npy_parts(path, dtype, ndim, shape, data, preamble, parts, err, err_size);
+    if (status != CLATTN_SUCCESS) return status;
     int e = outfile_write(path, parts, 2);
     if (e != 0)
         return report(err, err_size, path, CLATTN_ERR_IO, "cannot write: %s", outfile_strerror(e));

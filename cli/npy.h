@@ -9,6 +9,7 @@
 #define CLATTN_NPY_H
 
 #include "clattn.h"
+#include "outfile.h"
 
 #include <stddef.h>
 
@@ -36,6 +37,14 @@ clattn_status npy_read(const char *path, npy_array *out, char *err, size_t err_s
  * @return CLATTN_SUCCESS, CLATTN_ERR_IO or CLATTN_ERR_INVALID_ARGUMENT. */
 clattn_status npy_write(const char *path, npy_dtype dtype, size_t ndim, const size_t *shape,
                         const void *data, char *err, size_t err_size);
+
+/* An .npy file as two parts for outfile_stage: a preamble (formatted into `preamble`, which
+ * holds NPY_PREAMBLE_MAX bytes) and the data. @return what npy_write returns before writing;
+ * `err` names `path`. */
+#define NPY_PREAMBLE_MAX 512
+clattn_status npy_parts(const char *path, npy_dtype dtype, size_t ndim, const size_t *shape,
+                        const void *data, unsigned char preamble[NPY_PREAMBLE_MAX],
+                        outfile_part parts[2], char *err, size_t err_size);
 
 void npy_free(npy_array *a);
 

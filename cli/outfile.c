@@ -1,11 +1,16 @@
-/* Output files: replaced atomically when regular, written in place when a device or FIFO (see
- * outfile.h). */
+/* Output files: replaced atomically when regular, written in place when a device or FIFO, a
+ * command's outputs committed together, stale temporaries removed (see outfile.h). */
 #define _XOPEN_SOURCE 700 /* realpath, beside the build's _POSIX_C_SOURCE */
 
 #include "outfile.h"
 
+#include "interrupt.h"
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,29 +99,117 @@ static int write_new_file(const char *path, const outfile_part *parts, size_t nu
     return e;
 }
 
-/* `path.tmp.<pid>.<n>`, n counting this process's writes so that threads writing the same path
- * never share a temporary file, renamed over `path` once complete. */
-static int write_replacing(const char *path, const outfile_part *parts, size_t num_parts) {
-    static atomic_uint writes;
-    size_t len = strlen(path) + 48;
-    char *tmp = malloc(len);
-    if (!tmp) return ENOMEM;
-    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&writes, 1));
-    int e = write_new_file(tmp, parts, num_parts);
-    if (e == 0 && rename(tmp, path) != 0) {
-        e = errno;
-        unlink(tmp);
+/* ---------------------------------------------------------------- stale temporaries */
+
+/* Decimal digits at s (at most 10, the value <= INT_MAX) into *value. @return the end, or
+ * NULL when there are none. */
+static const char *read_number(const char *s, long *value) {
+    size_t n = 0;
+    *value = 0;
+    while (n < 10 && s[n] >= '0' && s[n] <= '9') *value = *value * 10 + (s[n++] - '0');
+    return n == 0 || *value > INT_MAX || (s[n] >= '0' && s[n] <= '9') ? NULL : s + n;
+}
+
+/* The process that made a temporary whose name is its target's followed by `suffix`:
+ * ".tmp.PID.N", ".run-PID" or ".run-PID.tmp.PID.N" (the same PID twice). @return PID, or 0
+ * when the suffix is none of these. */
+static long temporary_owner(const char *suffix) {
+    long run_pid = 0, pid = 0, n = 0;
+    if (strncmp(suffix, ".run-", 5) == 0) {
+        if (!(suffix = read_number(suffix + 5, &run_pid))) return 0;
+        if (!*suffix) return run_pid;
     }
-    free(tmp);
+    if (strncmp(suffix, ".tmp.", 5) != 0 || !(suffix = read_number(suffix + 5, &pid))) return 0;
+    if (*suffix != '.' || !(suffix = read_number(suffix + 1, &n)) || *suffix) return 0;
+    return run_pid && run_pid != pid ? 0 : pid;
+}
+
+/* No process `pid` exists (another user's live process answers EPERM, not ESRCH). */
+static int process_gone(long pid) {
+    return pid > 0 && kill((pid_t)pid, 0) == -1 && errno == ESRCH;
+}
+
+/* Removes the temporaries that processes now gone left beside `target` (a regular file's
+ * path): regular files of this user, named as temporary_owner reads them. */
+static void remove_stale_temporaries(const char *target) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(target, '/'), *name = slash ? slash + 1 : target;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - target) + 1 : 1, slash ? target : ".");
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t len = strlen(name);
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        struct stat st;
+        if (strncmp(e->d_name, name, len) != 0) continue;
+        long pid = temporary_owner(e->d_name + len);
+        if (!process_gone(pid)) continue;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid())
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* ---------------------------------------------------------------- staging and committing */
+
+int outfile_prepare(const char *path, outfile_staged *s) {
+    static atomic_uint writes; /* n of path.tmp.<pid>.<n>: threads never share a name */
+    memset(s, 0, sizeof *s);
+    s->registration = -1;
+    int e = outfile_resolve(path, &s->target);
+    if (e != 0 || s->target.in_place) return e;
+    remove_stale_temporaries(s->target.path);
+    snprintf(s->tmp, sizeof s->tmp, "%s.tmp.%ld.%u", s->target.path, (long)getpid(),
+             atomic_fetch_add(&writes, 1));
+    s->registration = interrupt_track(s->tmp);
+    return 0;
+}
+
+int outfile_stage(outfile_staged *s, const outfile_part *parts, size_t num_parts) {
+    for (size_t i = 0; i < num_parts; i++)
+        if (parts[i].size && !parts[i].data) return EINVAL;
+    if (s->target.in_place) return write_in_place(s->target.path, parts, num_parts);
+    int e = write_new_file(s->tmp, parts, num_parts);
+    s->pending = e == 0;
     return e;
 }
 
+void outfile_mark_staged(outfile_staged *s) {
+    s->pending = !s->target.in_place;
+}
+
+int outfile_commit(outfile_staged *s, size_t n, size_t *failed) {
+    interrupt_section section;
+    int e = 0;
+    interrupt_defer_begin(&section);
+    for (size_t i = 0; i < n && e == 0; i++) {
+        if (!s[i].pending) continue;
+        if (rename(s[i].tmp, s[i].target.path) != 0) {
+            e = errno;
+            *failed = i;
+            break;
+        }
+        s[i].pending = 0;
+    }
+    interrupt_defer_end(&section);
+    return e;
+}
+
+void outfile_discard(outfile_staged *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].pending) unlink(s[i].tmp);
+        s[i].pending = 0;
+        interrupt_untrack(s[i].registration);
+        s[i].registration = -1;
+    }
+}
+
 int outfile_write(const char *path, const outfile_part *parts, size_t num_parts) {
-    outfile_target target;
-    for (size_t i = 0; i < num_parts; i++)
-        if (parts[i].size && !parts[i].data) return EINVAL;
-    int e = outfile_resolve(path, &target);
-    if (e != 0) return e;
-    return target.in_place ? write_in_place(target.path, parts, num_parts)
-                           : write_replacing(target.path, parts, num_parts);
+    outfile_staged s;
+    size_t failed = 0;
+    int e = outfile_prepare(path, &s);
+    if (e == 0) e = outfile_stage(&s, parts, num_parts);
+    if (e == 0) e = outfile_commit(&s, 1, &failed);
+    outfile_discard(&s, 1);
+    return e;
 }

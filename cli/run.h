@@ -14,6 +14,7 @@ struct cache_run; /* run_cache.c: the cache inputs and outputs */
 typedef struct run_state {
     npy_array q, k, v, bias, layout;
     npy_array ref;      /* --compare REF.npy, read and checked before computing */
+    npy_array ref_lse;  /* --compare-lse REF.npy, likewise */
     float *bias_f32;    /* the bias widened to float32, when it was stored as float16 */
     uint8_t *layout_u8; /* the layout as 0/1 bytes */
     int64_t *globals;
@@ -31,10 +32,9 @@ typedef struct run_output {
     size_t ndim;
     const size_t *shape;
     const void *data;
-    outfile_target target;   /* where and how it is written (outfile.h) */
-    char tmp[PATH_MAX + 32]; /* a regular file's temporary name: written first, renamed last */
-    int staged;              /* tmp holds the output, not yet renamed */
 } run_output;
+
+#define RUN_MAX_OUTPUTS 4 /* --out, --lse, --k-cache-out, --v-cache-out */
 
 /* run_inputs.c: reads the file of an option (one line naming the problem on failure); a 4-D
  * tensor's sizes in the layout; an array's storage type (<u2: bfloat16 bits); an array rounded
@@ -50,11 +50,12 @@ int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
  * `clattn layer` takes them as `clattn run` does. @return 0, 1 or EXIT_USAGE. */
 int run_setup_mask(const cli_args *args, run_state *s);
 /* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
- * place (outfile.h), then renames the temporaries: a failure before the renames removes them
- * and leaves existing files untouched; a folder, block device or socket is refused before
- * anything is written. Only a rename failing after another succeeded (not seen on one file
- * system) leaves the earlier ones. Messages start "clattn COMMAND:". @return 0 or 1. */
-int run_write_all(const char *command, run_output *outs, size_t n);
+ * place (outfile.h), then renames the temporaries in one section that SIGINT and SIGTERM wait
+ * for (interrupt.h): a failure before the renames removes them and leaves existing files
+ * untouched; a folder, block device or socket is refused before anything is written. Only a
+ * rename failing after another succeeded (not seen on one file system) leaves the earlier
+ * ones. At most RUN_MAX_OUTPUTS. Messages start "clattn COMMAND:". @return 0 or 1. */
+int run_write_all(const char *command, const run_output *outs, size_t n);
 /* "[2, 37, 2, 32]" into buf. */
 void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size);
 /* Frees what a run_state holds. */

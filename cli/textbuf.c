@@ -95,6 +95,75 @@ int textbuf_write(const textbuf *t, const char *path, const char *command) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- sets of outputs */
+
+void output_set_init(output_set *set, const char *command) {
+    memset(set, 0, sizeof *set);
+    set->command = command;
+}
+
+/* The next file of the set, prepared (outfile_prepare). NULL after a failure (said). */
+static outfile_staged *set_prepare(output_set *set, const char *path) {
+    if (set->failed) return NULL;
+    if (set->count == set->capacity) {
+        size_t capacity = set->capacity ? 2 * set->capacity : 8;
+        outfile_staged *files = realloc(set->files, capacity * sizeof *files);
+        if (files) set->files = files;
+        char **paths = files ? realloc(set->paths, capacity * sizeof *paths) : NULL;
+        if (paths) set->paths = paths, set->capacity = capacity;
+        if (!paths) {
+            cli_error(set->command, "%s: out of memory", path);
+            set->failed = 1;
+            return NULL;
+        }
+    }
+    outfile_staged *file = &set->files[set->count];
+    int e = outfile_prepare(path, file);
+    set->paths[set->count++] = strdup(path); /* file: prepared, or cleared: discardable */
+    if (e == 0) return file;
+    cli_error(set->command, "%s: cannot write: %s", path,
+              e == EISDIR ? "is a folder, not a file" : outfile_strerror(e));
+    set->failed = 1;
+    return NULL;
+}
+
+int output_set_text(output_set *set, const char *path, const textbuf *text) {
+    outfile_staged *file = set_prepare(set, path);
+    if (!file) return 1;
+    outfile_part part = {text->data ? text->data : "", text->len};
+    int e = text->failed ? ENOMEM : outfile_stage(file, &part, 1);
+    if (e == 0) return 0;
+    cli_error(set->command, "%s: %s", path,
+              text->failed ? "out of memory while formatting" : outfile_strerror(e));
+    set->failed = 1;
+    return 1;
+}
+
+const char *output_set_reserve(output_set *set, const char *path) {
+    outfile_staged *file = set_prepare(set, path);
+    if (!file) return NULL;
+    return file->target.in_place ? file->target.path : file->tmp;
+}
+
+void output_set_made(output_set *set) {
+    if (set->count) outfile_mark_staged(&set->files[set->count - 1]);
+}
+
+int output_set_commit(output_set *set) {
+    size_t failed = 0;
+    int e = set->failed ? 0 : outfile_commit(set->files, set->count, &failed);
+    if (e != 0)
+        cli_error(set->command, "%s: cannot write: %s",
+                  set->paths[failed] ? set->paths[failed] : "an output", strerror(e));
+    outfile_discard(set->files, set->count);
+    int rc = set->failed || e != 0;
+    for (size_t i = 0; i < set->count; i++) free(set->paths[i]);
+    free(set->files);
+    free(set->paths);
+    memset(set, 0, sizeof *set);
+    return rc;
+}
+
 int check_output_file(const char *command, const char *option, const char *path) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {

@@ -1,6 +1,6 @@
 /* A growable text buffer for the program's CSV and JSON outputs, written whole and atomically
- * (a temporary file renamed into place) so that no output is ever half-written; and the folders
- * outputs go into. */
+ * (a temporary file renamed into place) so that no output is ever half-written, alone or as a
+ * set committed together; and the folders outputs go into. */
 #ifndef CLATTN_CLI_TEXTBUF_H
 #define CLATTN_CLI_TEXTBUF_H
 
@@ -28,6 +28,30 @@ void textbuf_json_device(textbuf *t, size_t index);
  * @return 0 or 1. */
 int textbuf_write(const textbuf *t, const char *path, const char *command);
 void textbuf_free(textbuf *t);
+
+/* Outputs of one command written together, all or none (outfile.h): each staged beside its
+ * target, then all renamed in one section that SIGINT and SIGTERM wait for. A file may also
+ * come from another program (output_set_reserve names where it writes). After a failure,
+ * said on stderr as "clattn CMD: PATH: why", nothing more is staged. */
+typedef struct output_set {
+    const char *command;
+    struct outfile_staged *files;
+    char **paths; /* copies of the paths, for messages */
+    size_t count, capacity;
+    int failed;
+} output_set;
+
+void output_set_init(output_set *set, const char *command);
+/* Stages `text` as PATH's new content. @return 0 or 1 (said). */
+int output_set_text(output_set *set, const char *path, const textbuf *text);
+/* Prepares PATH for another program to write: @return the name it should write (a
+ * temporary, or PATH itself when a device or FIFO), or NULL (said). output_set_made then
+ * marks it written; a file reserved and not made is left out of the commit. */
+const char *output_set_reserve(output_set *set, const char *path);
+void output_set_made(output_set *set);
+/* Commits what is staged (unless something failed), removes what is left, frees the set.
+ * @return 0, or 1 when anything failed (said). */
+int output_set_commit(output_set *set);
 
 /* Creates the folder `dir` named by --`option` (its parent must exist), or accepts it when it
  * already is one; prints "clattn CMD: --OPTION DIR: why" otherwise. Outputs call it before the

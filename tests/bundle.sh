@@ -51,7 +51,8 @@ grep -qE 'glibc [0-9]+\.[0-9]+ or newer' "$bundle/README.txt" ||
 "$clattn" devices > devices.txt 2> devices.err || fail "clattn devices: $(cat devices.txt devices.err)"
 grep -qE '^    found by search: /.*/libpocl\.so\.2 \(PoCL\), .*echo /.*/libpocl\.so\.2 > /etc/OpenCL/vendors/pocl\.icd$' devices.txt ||
   fail "clattn devices does not list PoCL as found by search: $(cat devices.txt)"
-"$clattn" check --quick --device 0 > check.txt 2>&1 || fail "clattn check --quick --device 0: $(tail -n 20 check.txt)"
+"$clattn" check --quick --device 0 --require cpu,gpu,split,flash,gemm > check.txt 2>&1 ||
+  fail "clattn check --quick --device 0: $(tail -n 20 check.txt)"
 LD_DEBUG=files "$clattn" bench --path fused,gemm,host --b 1 --hq 2 --nq 128 --d 32 --warmup 1 \
   --repeat 2 --device 0 --csv bench.csv > bench.txt 2> bench.err ||
   fail "clattn bench: $(tail -n 20 bench.txt bench.err)"
@@ -67,5 +68,4 @@ expect 1 "driver search: off (CLATTN_NO_DRIVER_SEARCH is set)" -- \
 expect 1 "no OpenCL device found: install an OpenCL driver" -- \
   env CLATTN_NO_DRIVER_SEARCH=1 "$clattn" check --quick
 
-[ "$failures" -eq 0 ] && echo "the bundle works from $bundle"
-exit $((failures > 0))
+finish "the bundle in $bundle"

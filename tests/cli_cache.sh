@@ -123,5 +123,4 @@ npy_set_1e7 "$work/kn-unused.npy" $(( ((0 * 41 + 10) * 2 + 0) * 32 + 5 ))
   --k-new "$work/kn-unused.npy" --v-new "$rows/v.npy" --new-len "$work/new.npy" --kv-storage q8_0 \
   --out "$work/unused.npy" > "$work/out" 2>&1 || fail "a row that is not appended was checked: $(cat "$work/out")"
 
-[ "$failures" -eq 0 ] && echo "cli_cache: all passed"
-[ "$failures" -eq 0 ]
+finish cli_cache

@@ -2,6 +2,18 @@
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# finish NAME: a script's last line. Prints "NAME: all passed" or the count of failures and
+# exits 0 or 1; never `exit "$failures"`, since an exit status keeps 8 bits and 256 failures
+# would read as success.
+finish() {
+  if [ "$failures" -eq 0 ]; then
+    echo "$1: all passed"
+    exit 0
+  fi
+  echo "$1: $failures checks failed"
+  exit 1
+}
+
 # expect STATUS TEXT -- COMMAND...: the command exits with STATUS and stderr is one line that
 # mentions TEXT (SPEC section 5: every failure prints one clear line).
 expect() {

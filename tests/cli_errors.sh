@@ -2,11 +2,11 @@
 # How the clattn program fails, each check a regression test of a fixed defect: an option never
 # swallows the next option or takes an empty value; outputs that collide with each other or
 # with an input are refused; a failing run writes nothing (all outputs or none, --compare read
-# first); --compare names shapes and reports on stderr; check --dump failures and --quick replay
-# hints; the reference path names zero sizes; bench refuses what run and pattern refuse and
-# checks its folder first; device specs with colons. Usage: cli_errors.sh PATH/TO/clattn
-# PATH/TO/clattn-testing (the test build's copy of the program, whose library has the test
-# hooks: a build made to fail)
+# first); --compare and --compare-lse name shapes and report on stderr; check --dump failures
+# and --quick replay hints; the reference path names zero sizes; bench refuses what run and
+# pattern refuse and checks its folder first; device specs with colons. Usage: cli_errors.sh
+# PATH/TO/clattn PATH/TO/clattn-testing (the test build's copy of the program, whose library has
+# the test hooks: a build made to fail)
 set -uo pipefail
 clattn="$(realpath "$1")" clattn_hooked="$(realpath "$2")"
 work="$(mktemp -d)"
@@ -79,6 +79,33 @@ cmp -s o.npy ref.npy || fail "O was not written when --compare found values outs
 "$clattn" "${run[@]}" --out o2.npy --compare ref.npy > stdout 2> stderr || fail "--compare ref.npy"
 grep -q "within the tolerance" stdout || fail "--compare: no line on stdout when it passes"
 
+# ---- --compare-lse: LSE [B,Hq,Nq] against a saved one, |lse - ref| <= 1e-4*max(1,|ref|), -inf
+# exactly; read first like --compare; --compare with --lse alone says LSE was not compared
+"$clattn" "${run[@]}" --out ref.npy --lse ref-lse.npy > /dev/null || fail "the reference's LSE"
+make_npy lse-zeros.npy "(1, 2, 5)" "$zero"
+make_npy lse-empty.npy "(1, 2, 5)" '\x00\x00\x80\xff' # -inf: rows with no key
+"$clattn" run --q q.npy --k k.npy --v v.npy --out o3.npy --lse l3.npy --compare ref.npy \
+  --compare-lse ref-lse.npy > stdout 2> stderr || fail "--compare-lse ref-lse.npy: $(cat stderr)"
+grep -q "^compare LSE with ref-lse.npy: all 10 values within the tolerance" stdout ||
+  fail "--compare-lse: no line on stdout when it passes: $(cat stdout)"
+for bad in lse-zeros lse-empty; do
+  rm -f o3.npy l3.npy
+  expect 1 "--compare-lse $bad.npy: 10 of 10 values outside the tolerance" -- \
+    "$clattn" "${run[@]}" --out o3.npy --lse l3.npy --compare-lse "$bad.npy"
+  cmp -s l3.npy ref-lse.npy || fail "--compare-lse $bad.npy: LSE not written"
+done
+grep -q "LSE element 0: got 3.79" stderr || fail "--compare-lse: the first mismatch: $(cat stderr)"
+echo old > o3.npy
+expect 1 "--compare-lse ref.npy: shape [1, 5, 2, 4] differs from LSE's [1, 2, 5]" -- \
+  "$clattn" "${run[@]}" --out o3.npy --compare-lse ref.npy
+cmp -s o3.npy <(echo old) || fail "a run with a misshapen --compare-lse replaced o3.npy"
+expect 2 "--lse and --compare-lse" -- \
+  "$clattn" "${run[@]}" --out o3.npy --lse ref-lse.npy --compare-lse ref-lse.npy
+"$clattn" "${run[@]}" --out o3.npy --lse l3.npy --compare ref.npy > stdout 2>&1 ||
+  fail "--compare with --lse: $(cat stdout)"
+grep -q "^LSE not compared: --compare checks O; --compare-lse REF.npy checks LSE" stdout ||
+  fail "--compare with --lse did not say that LSE was not compared: $(cat stdout)"
+
 # ---- 8: the reference path names zero sizes as the device paths do
 make_npy q0.npy "(1, 5, 0, 4)" "$zero"
 make_npy k0.npy "(1, 6, 0, 4)" "$zero"
@@ -127,6 +154,26 @@ for pattern in window:-2,0 window:-5,-5 dilated:4,4,0 dilated:4,4,-1 bigbird:16,
   expect 2 "--pattern $pattern" -- "$clattn" bench --pattern "$pattern" --nq 8 --hq 1 --d 8
 done
 
+# ---- bench --out: its files are written together, plot.png drawn by gnuplot from the same
+# data first; without gnuplot the rest is written, plot.png stays as it was, and the exit is 1
+bench=(bench --nq 16,32 --hq 1 --d 8 --repeat 1 --path fused --out plots)
+if command -v gnuplot > /dev/null; then
+  "$clattn" "${bench[@]}" > stdout 2> stderr || fail "bench --out plots: $(cat stderr)"
+  for file in bench.csv bench.json plot.gp series-0.dat plot.png; do
+    [ -s "plots/$file" ] || fail "bench --out plots did not write $file"
+  done
+  [ "$(head -c 4 plots/plot.png | tail -c 3)" = PNG ] || fail "plots/plot.png is not a PNG"
+  grep -q "plot 'plots/series-0.dat' using 1:2" plots/plot.gp ||
+    fail "plot.gp does not read series-0.dat: $(cat plots/plot.gp)"
+  echo old > plots/plot.png && echo old > plots/bench.csv
+  expect 1 "gnuplot failed or is missing" -- env PATH=/nonexistent "$clattn" "${bench[@]}"
+  cmp -s plots/plot.png <(echo old) || fail "plot.png was replaced although gnuplot is missing"
+  cmp -s plots/bench.csv <(echo old) && fail "bench.csv was not written when gnuplot is missing"
+  ls plots/*.tmp.* 2> /dev/null && fail "bench left temporaries"
+else
+  echo "cli_errors: gnuplot is not installed: bench --out's plot is not checked"
+fi
+
 # ---- 12, 13: a spec with a colon that is not P:D is a name, and names no device here (exit 1)
 for spec in "gfx90a:sramecc+:xnack-" "0:" ":0" "a:b"; do
   expect 1 "no device matches '$spec'" -- "$clattn" run --q q.npy --k k.npy --v v.npy \
@@ -134,5 +181,4 @@ for spec in "gfx90a:sramecc+:xnack-" "0:" ":0" "a:b"; do
 done
 "$clattn" run --q q.npy --k k.npy --v v.npy --out d.npy --device 0:0 > /dev/null || fail "--device 0:0"
 
-[ "$failures" -eq 0 ] && echo "cli_errors: all passed"
-exit "$failures"
+finish cli_errors

@@ -42,8 +42,7 @@ cross=(layer --x "$work/x.npy" --x-kv "$work/xkv.npy" --wq "$work/wq.npy" --wk "
 grep -q "3 of 4 heads kept (attention Hq=3 Hkv=3)" "$work/out" ||
   fail "the head mask did not prune: $(cat "$work/out")"
 if [ ${#runner[@]} -gt 0 ]; then # under a simulator: this one call only
-  [ "$failures" -eq 0 ] && echo "cli_layer: all passed"
-  exit "$failures"
+  finish cli_layer
 fi
 for path in fused gemm; do
   "$clattn" "${self[@]}" --out "$work/y-$path.npy" --path "$path" --compare "$work/ref.npy" \
@@ -81,5 +80,4 @@ expect 2 "same file" -- "$clattn" "${self[@]}" --out "$work/x.npy"
 [ -e "$out" ] && fail "a refused run wrote its output"
 "$clattn" help layer | grep -q "usage: clattn layer" || fail "help layer"
 
-[ "$failures" -eq 0 ] && echo "cli_layer: all passed"
-exit "$failures"
+finish cli_layer

@@ -153,4 +153,4 @@ expect_status 0 "run with a layout per head" -- "${RUN[@]}" --block-layout "$WOR
     fail "run accepted a [4, 4] layout for blocks 4,4 (expected [2, 3])"
 
 [ "$FAILED" -eq 0 ] && echo "cli_pattern: all checks passed"
-exit "$FAILED"
+exit $((FAILED != 0)) # 0 or 1: an exit status keeps only 8 bits of a count

@@ -53,5 +53,4 @@ grep -qF "$expected" "$work/run.txt" ||
 expect 2 "--variant" -- "$clattn" tune --variant cuda
 expect 2 "--time" -- "$clattn" tune --time 0
 expect 1 "no device matches" -- "$clattn" tune --device no-such-device
-[ "$failures" -eq 0 ] && echo "cli_tune: all checks passed"
-exit $((failures > 0))
+finish cli_tune

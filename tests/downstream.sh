@@ -34,4 +34,4 @@ test -x "$work/prefix/bin/clattn" && "$work/prefix/bin/clattn" --version
 cmake -S "$source/cli" -B "$work/cli" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
 cmake --build "$work/cli" > /dev/null
 "$work/cli/clattn" --version
-"$work/cli/clattn" check --quick --device 0 --variant cpu > /dev/null
+"$work/cli/clattn" check --quick --device 0 --variant cpu --require cpu > /dev/null

@@ -3,7 +3,8 @@
  * rebuilt (never trusted), "off" disables it, the folder follows the environment, builds that
  * fail keep their log, and CLATTN_KERNEL_DIR replaces the embedded sources. Only regular files
  * are read (a FIFO or link named like an entry is skipped), and only in a private folder (made
- * 0700; one others can write to, or another user's, is refused with a message).
+ * 0700; one others can write to, or another user's, is refused with a message). Temporaries
+ * that killed writers left are removed by the next process.
  */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -11,10 +12,12 @@
 #include "core/core.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char cache_dir[128];
@@ -351,5 +354,48 @@ Test(cache, the_folders_it_makes_are_private) {
     cr_assert_eq(stat(inner, &st), 0);
     cr_expect_eq(st.st_mode & 0777, 0700, "%s: mode %03o", inner, st.st_mode & 0777);
     expect_counts(0, 1);
+    remove_dir(cache_dir);
+}
+
+/* Writes "stale" into cache_dir/NAME, NAME a printf format of one process id. */
+static void plant(const char *format, int pid) {
+    char name[128], path[300];
+    snprintf(name, sizeof name, format, pid);
+    snprintf(path, sizeof path, "%s/%s", cache_dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs("stale", f);
+    fclose(f);
+}
+
+static int planted_exists(const char *format, int pid) {
+    char name[128], path[300];
+    snprintf(name, sizeof name, format, pid);
+    snprintf(path, sizeof path, "%s/%s", cache_dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* What writers killed while writing left (a kernel binary's temporary, tuning.json's) is
+ * removed at the folder's first use by a later process; a live process's temporary, and
+ * names that are not the folder's temporaries, stay. */
+Test(cache, temporaries_of_processes_that_are_gone_are_removed) {
+    use_fresh_cache();
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    cr_assert(gone > 0);
+    cr_assert_eq(waitpid(gone, NULL, 0), gone);
+    cr_assert(kill(gone, 0) != 0, "process %d still exists", (int)gone);
+    static const char *const removed[] = {"0123456789abcdef.clbin.tmp.%d.0",
+                                          "tuning.json.tmp.%d.3"};
+    static const char *const kept[] = {"0123456789abcdef.clbin.tmp.%d.x", "notes.tmp.%d.0",
+                                       "0123456789abcdef.clbin.tmp.%d.1.2", "x.clbin.tmp.%d.0"};
+    for (size_t i = 0; i < 2; i++) plant(removed[i], gone);
+    for (size_t i = 0; i < 4; i++) plant(kept[i], gone);
+    plant("fedcba9876543210.clbin.tmp.%d.0", getpid()); /* alive: this process */
+    expect_counts(1, 0);
+    for (size_t i = 0; i < 2; i++) cr_expect(!planted_exists(removed[i], gone), "%s", removed[i]);
+    for (size_t i = 0; i < 4; i++) cr_expect(planted_exists(kept[i], gone), "%s", kept[i]);
+    cr_expect(planted_exists("fedcba9876543210.clbin.tmp.%d.0", getpid()),
+              "a live process's temporary was removed");
     remove_dir(cache_dir);
 }

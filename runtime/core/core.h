@@ -210,6 +210,11 @@ const char *program_cache_trusted_dir(char *buf, size_t size, int create);
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
  * that a reader never sees half a file (file.c). @return 0, or errno. */
 int write_file_atomic(const char *path, const void *data, size_t size);
+/* Removes from `dir` what write_file_atomic's writers left there when they were killed: files
+ * named TARGET.tmp.PID.N where is_target(TARGET, its length) accepts TARGET, regular files of
+ * this process's user, and PID a process that does not exist (kill(PID, 0) fails with ESRCH;
+ * a live process's file is never touched). @return how many were removed. */
+size_t remove_stale_temporaries(const char *dir, int (*is_target)(const char *name, size_t len));
 /* Reads a whole regular file (NUL-terminated; *size bytes) of at most max_size bytes. The open
  * never blocks (a FIFO named like the file is refused, not waited on) and, unless
  * follow_links, never goes through a symbolic link. @return the data, or NULL with errno. */

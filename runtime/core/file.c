@@ -1,11 +1,15 @@
 /* Whole files, for the cache folder (program.c, plan/tuning.c): written atomically, read only
- * when regular, and the folder itself trusted only when no one else can write to it. */
+ * when regular, the temporaries of killed writers removed, and the folder itself trusted only
+ * when no one else can write to it. */
 #define _XOPEN_SOURCE 700 /* realpath, beside the build's _POSIX_C_SOURCE */
 
 #include "core.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +53,42 @@ int write_file_atomic(const char *path, const void *data, size_t size) {
     }
     free(tmp);
     return e;
+}
+
+/* Decimal digits at s (at most 10, the value <= INT_MAX) into *value. @return the end, or
+ * NULL when there are none. */
+static const char *read_number(const char *s, long *value) {
+    size_t n = 0;
+    *value = 0;
+    while (n < 10 && s[n] >= '0' && s[n] <= '9') *value = *value * 10 + (s[n++] - '0');
+    return n == 0 || *value > INT_MAX || (s[n] >= '0' && s[n] <= '9') ? NULL : s + n;
+}
+
+/* The process that wrote `name`, a temporary of write_file_atomic (TARGET.tmp.PID.N) for a
+ * TARGET that is_target accepts. @return PID, or 0 when the name is not such a temporary. */
+static long temporary_owner(const char *name, int (*is_target)(const char *, size_t)) {
+    const char *tmp = strstr(name, ".tmp.");
+    long pid = 0, n = 0;
+    if (!tmp || !is_target(name, (size_t)(tmp - name))) return 0;
+    const char *at = read_number(tmp + 5, &pid);
+    if (!at || *at != '.' || !(at = read_number(at + 1, &n)) || *at) return 0;
+    return pid;
+}
+
+size_t remove_stale_temporaries(const char *dir, int (*is_target)(const char *name, size_t len)) {
+    DIR *d = opendir(dir);
+    size_t removed = 0;
+    if (!d) return 0;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        struct stat st;
+        long pid = temporary_owner(e->d_name, is_target);
+        if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid() && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 /* Reads at most max_size bytes of an open file descriptor that is a regular file. */

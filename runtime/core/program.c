@@ -12,12 +12,15 @@
  * where the key spells out everything the binary depends on (library version, source hash,
  * options, device, driver and platform version) and the checksum (FNV-1a 64) covers key and
  * binary. An entry that is short, damaged or made for another key is ignored and rewritten.
- * Writes go to a temporary file that is renamed into place.
+ * Writes go to a temporary file that is renamed into place; the temporaries of processes killed
+ * while writing are removed at the folder's first use by a later process.
  */
 #include "core.h"
 #include "embedded.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +146,30 @@ const char *program_cache_dir(char *buf, size_t size) {
     return buf;
 }
 
+/* The files of the cache folder: kernel binaries (16 hex digits, ".clbin", cache_entry_init)
+ * and tuning.json (plan/tuning.c). */
+static int is_cache_file(const char *name, size_t len) {
+    if (len == 11 && strncmp(name, "tuning.json", 11) == 0) return 1;
+    if (len != 22 || strncmp(name + 16, ".clbin", 6) != 0) return 0;
+    for (size_t i = 0; i < 16; i++)
+        if (!isxdigit((unsigned char)name[i])) return 0;
+    return 1;
+}
+
+/* Once per folder and process, at its first use: the temporaries that killed processes left
+ * there (a build whose binary was being written, a `clattn tune` saving tuning.json). */
+static void sweep_cache_dir(const char *dir) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static char swept[4096];
+    pthread_mutex_lock(&lock);
+    if (strcmp(swept, dir) != 0) {
+        size_t removed = remove_stale_temporaries(dir, is_cache_file);
+        if (removed) log_msg("removed %zu temporaries of dead processes from %s", removed, dir);
+        snprintf(swept, sizeof swept, "%s", dir);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 const char *program_cache_trusted_dir(char *buf, size_t size, int create) {
     static atomic_int warned;
     char why[512];
@@ -153,7 +180,10 @@ const char *program_cache_trusted_dir(char *buf, size_t size, int create) {
     }
     struct stat st;
     if (!create && stat(buf, &st) != 0 && errno == ENOENT) return NULL; /* nothing cached yet */
-    if (folder_is_private(buf, why, sizeof why)) return buf;
+    if (folder_is_private(buf, why, sizeof why)) {
+        sweep_cache_dir(buf);
+        return buf;
+    }
     log_msg("not using the cache folder %s: %s", buf, why);
     if (!atomic_exchange(&warned, 1)) /* said once: a cache that never warms up, with the cause */
         fprintf(stderr,
