@@ -32,7 +32,7 @@
  * reads V with those rows zeroed (a float32 copy, or the widened scratch of 16-bit V), and
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
-#include "kernels/blas.h"
+#include "core/blas.h"
 #include "kernels/softmax.h"
 #include "kernels/variant.h"
 #include "plan/params.h"

@@ -17,7 +17,7 @@
 #include "mha/mha.h"
 
 #include "api/dispatch.h"
-#include "kernels/blas.h"
+#include "core/blas.h"
 
 #include <stdio.h>
 #include <stdlib.h>

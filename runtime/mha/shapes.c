@@ -2,7 +2,7 @@
  * The multi-head attention layer's checks, once at its entry points: the layer's desc into a
  * shape, a head mask into the heads the attention runs, and a call's desc against the layer.
  */
-#include "plan/mha.h"
+#include "mha/shapes.h"
 #include "plan/problem.h"
 
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * every head; a pruned head's O is set to zero before W_o, which is what pruning means. It
  * never packs weights, so it checks the layer's packing rather than sharing it.
  */
-#include "plan/mha.h"
+#include "mha/shapes.h"
 #include "reference/reference.h"
 
 #include "core/half.h"

@@ -1,5 +1,5 @@
 /* CLBlast's statuses, events and process-wide program cache (blas.h). */
-#include "kernels/blas.h"
+#include "core/blas.h"
 
 #include <pthread.h>
 #include <string.h>

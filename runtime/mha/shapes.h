@@ -1,11 +1,11 @@
 /*
- * The multi-head attention layer as everything below its entry points sees it: the layer's desc
- * checked once into a shape (sizes, which weights are given, their element counts), the heads
- * that pruning keeps and how the attention reads them, and one call's desc checked against the
- * layer. Host-only; the device side is runtime/mha/, the reference runtime/reference/.
+ * The multi-head attention layer's shapes, host-only: the layer's desc checked once into a shape
+ * (sizes, which weights are given, their element counts), the heads that pruning keeps and how
+ * the attention reads them, and one call's desc checked against the layer. layer.c and
+ * forward.c run the layer on the device, reference.c on the host.
  */
-#ifndef CLATTN_PLAN_MHA_H
-#define CLATTN_PLAN_MHA_H
+#ifndef CLATTN_MHA_SHAPES_H
+#define CLATTN_MHA_SHAPES_H
 
 #include "core/core.h"
 
