@@ -91,7 +91,7 @@ static void add_sparse_cases(sweep *s, int quick) {
         attn_case *c = add_case(s, 1, 2, 1, 70, 90, 32, 32);
         c->left = windows[i][0], c->right = windows[i][1], c->causal = (int)windows[i][2];
     }
-    /* 20 keys a dilation class: tested pair by pair; then 40: grouped by class (fused.c) */
+    /* 20 keys a dilation class: tested pair by pair; then 40: grouped by class (packed.c) */
     attn_case *c = add_case(s, 1, 2, 2, 60, 60, 32, 32);
     c->left = 12, c->right = 12, c->dilation = 3;
     c = add_case(s, 1, 2, 2, 80, 80, 32, 32);

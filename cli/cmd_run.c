@@ -309,12 +309,8 @@ static int setup_options(const cli_args *args, run_state *s) {
         if (parse_choice(args, "path", paths, &choice) != 0) return EXIT_USAGE;
         d->path = (clattn_path)choice;
     }
-    if (args_has(args, "variant") &&
-        clattn_variant_from_name(args_get(args, "variant"), &d->variant) != CLATTN_SUCCESS) {
-        cli_error(args->command, "--variant: '%s' is no variant (see clattn devices --variants)",
-                  args_get(args, "variant"));
+    if (args_has(args, "variant") && parse_variant(args, "variant", &d->variant) != 0)
         return EXIT_USAGE;
-    }
     if (d->variant == CLATTN_VARIANT_REFERENCE) d->path = CLATTN_PATH_REFERENCE; /* on the host */
     return 0;
 }

@@ -396,10 +396,12 @@ typedef enum clattn_path {
  *  desc->path when that is not AUTO); $CLATTN_KERNEL=NAME names a row for calls that leave
  *  variant at AUTO. New rows are only ever appended. `clattn devices --variants` lists them. */
 typedef enum clattn_variant {
-    CLATTN_VARIANT_AUTO = 0, /* "auto" */
-    CLATTN_VARIANT_CPU = 1,  /* "cpu": fused; register-tiled, wide vectors, a tile a work-item */
-    CLATTN_VARIANT_GPU = 2,  /* "gpu": fused; local-memory tiles, a row a work-item */
-    CLATTN_VARIANT_GEMM = 3, /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
+    CLATTN_VARIANT_AUTO = 0,      /* "auto" */
+    CLATTN_VARIANT_LANES = 1,     /* "lanes": fused; a query tile a work-item, its rows in the lanes
+                                     of 16-wide vectors (CPU compilers vectorise them) */
+    CLATTN_VARIANT_ROWWISE = 2,   /* "rowwise": fused; a query row a work-item, K/V tiles in
+                                     local memory */
+    CLATTN_VARIANT_GEMM = 3,      /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
     CLATTN_VARIANT_REFERENCE = 4, /* "reference": the CPU reference on host copies */
     CLATTN_VARIANT_SPLIT = 5,     /* "split": K/V read in place, key chunks side by side and
                                      merged (decoding, KV caches) */
@@ -407,10 +409,18 @@ typedef enum clattn_variant {
                                      work-item, K/V tiles double-buffered in local memory (0.2) */
 } clattn_variant;
 
-/** @return the variant's name ("cpu", "gemm", ...), or "unknown" for a value not in the table. */
+/* The names of 0.2, which named two variants like device types; they stay until 0.4, and the
+ * names "cpu" and "gpu" are read as "lanes" and "rowwise" (clattn_variant_from_name,
+ * $CLATTN_KERNEL, --variant, tuning.json). */
+#define CLATTN_VARIANT_CPU CLATTN_VARIANT_LANES
+#define CLATTN_VARIANT_GPU CLATTN_VARIANT_ROWWISE
+
+/** @return the variant's name ("lanes", "gemm", ...), or "unknown" for a value not in the
+ *  table. */
 CLATTN_API const char *clattn_variant_name(clattn_variant variant);
 
-/** Looks a variant up by name (case-sensitive; "auto" gives CLATTN_VARIANT_AUTO).
+/** Looks a variant up by name (case-sensitive; "auto" gives CLATTN_VARIANT_AUTO; the old names
+ *  "cpu" and "gpu" give LANES and ROWWISE).
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for a name that is no row. */
 CLATTN_API clattn_status clattn_variant_from_name(const char *name, clattn_variant *variant);
 
@@ -584,17 +594,32 @@ CLATTN_API clattn_status clattn_variant_supported(clattn_context *ctx, clattn_va
 /** What a variant is and how it stands on one device, for listings (clattn devices
  *  --variants). Variants are numbered from 1 up without gaps: iterate until
  *  clattn_variant_describe returns CLATTN_ERR_INVALID_ARGUMENT. */
+/** One field of clattn_tuning that `clattn tune` searches for a variant, with the values it
+ *  tries (from 0.3). */
+typedef struct clattn_tuning_axis {
+    const char *field; /* the field's name in clattn_tuning: "block_m", "tile_n", ... */
+    unsigned count;    /* values[0 .. count) */
+    unsigned values[8];
+} clattn_tuning_axis;
+
 typedef struct clattn_variant_info {
     size_t struct_size; /* sizeof(clattn_variant_info): clattn_variant_info_init */
     clattn_variant variant;
     clattn_path path;
-    const char *name;    /* "cpu", "gemm", ... (static storage) */
+    const char *name;    /* "lanes", "gemm", ... (static storage) */
     const char *summary; /* one line (static storage) */
     int supported;       /* it can run on the context's device */
     int used_by_auto;    /* `auto` tries it on this device (in the table's order) */
     char reason[256];    /* why it is not supported, or why `auto` passes it over; or "" */
     char tuning[32];     /* where its parameters come from: default, built-in, tuning.json */
+    /* from 0.3 */
+    const char *old_name; /* the name of 0.2 that is still read until 0.4, or NULL */
+    size_t num_axes;      /* what `clattn tune` searches: axes[0 .. num_axes); 0: not tunable */
+    clattn_tuning_axis axes[8];
 } clattn_variant_info;
+
+/** The size of 0.2's clattn_variant_info, which clattn_variant_describe still fills. */
+#define CLATTN_VARIANT_INFO_BASE_SIZE offsetof(clattn_variant_info, old_name)
 
 /** Zeroes `struct_size` bytes of *info and sets info->struct_size. */
 CLATTN_API clattn_status clattn_variant_info_init_sized(clattn_variant_info *info,
@@ -645,10 +670,14 @@ CLATTN_API clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t 
 CLATTN_API clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
                                               clattn_tuning *params, clattn_tuning_source *source);
 
+/** The field of `params` named `field` ("block_m", ... as clattn_tuning_axis names them), or
+ *  NULL for a name that is no field (from 0.3). */
+CLATTN_API unsigned *clattn_tuning_field(clattn_tuning *params, const char *field);
+
 /** Makes this context's calls to `variant` take `params` (a full set, as clattn_device_tuning
  *  gives it), ahead of the database; NULL returns to the database. For tuners: the planner
- *  still shrinks tiles that do not fit the device, and a value the variant cannot take fails
- *  its calls with CLATTN_ERR_INVALID_ARGUMENT naming the field.
+ *  still shrinks tiles that do not fit the device. A set the variant's kernel cannot take
+ *  (out of range, or tiles its micro-tiles do not divide) is refused here, naming the field.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
 CLATTN_API clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
                                                    const clattn_tuning *params);
@@ -749,8 +778,8 @@ CLATTN_API clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *cache,
 
 /** New rows to append: K_new [B, len, Hkv, Dqk] and V_new [B, len, Hkv, Dv] at their tensors'
  *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype`, a float type
- *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host [B], may be NULL for `len` each) says how many of the len rows
- *  sequence b appends. */
+ *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host
+ *  [B], may be NULL for `len` each) says how many of the len rows sequence b appends. */
 typedef struct clattn_kv_rows {
     cl_mem k, v;
     clattn_tensor k_tensor, v_tensor;
@@ -888,11 +917,11 @@ typedef struct clattn_mha_param {
 
 /** A layer's shape, weights and head mask. */
 typedef struct clattn_mha_desc {
-    size_t struct_size; /* sizeof(clattn_mha_desc): clattn_mha_desc_init */
-    size_t d_model;     /* width of X and Y */
+    size_t struct_size;                      /* sizeof(clattn_mha_desc): clattn_mha_desc_init */
+    size_t d_model;                          /* width of X and Y */
     size_t heads_q, heads_kv, dim_qk, dim_v; /* heads_q a multiple of heads_kv */
     size_t d_kv; /* width of X_kv; 0: d_model (a layer with another width is cross-attention) */
-    clattn_dtype weight_dtype;          /* storage of every weight and bias: f32, f16 or bf16 */
+    clattn_dtype weight_dtype;           /* storage of every weight and bias: f32, f16 or bf16 */
     clattn_mha_param w_q, w_k, w_v, w_o; /* required, shapes as above */
     clattn_mha_param b_q, b_k, b_v, b_o; /* optional, each on its own */
     const uint8_t *head_mask;            /* host [heads_q]: nonzero keeps the head; NULL: all */
@@ -901,8 +930,8 @@ typedef struct clattn_mha_desc {
 /** Fills *desc with the sizes, float32 weights, none given yet, every head kept.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size below the first layout). */
 CLATTN_API clattn_status clattn_mha_desc_init_sized(clattn_mha_desc *desc, size_t struct_size,
-                                                    size_t d_model, size_t heads_q,
-                                                    size_t heads_kv, size_t dim_qk, size_t dim_v);
+                                                    size_t d_model, size_t heads_q, size_t heads_kv,
+                                                    size_t dim_qk, size_t dim_v);
 #define clattn_mha_desc_init(desc, ...)                                                            \
     clattn_mha_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
 

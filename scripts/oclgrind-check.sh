@@ -2,7 +2,7 @@
 # Runs clattn's own kernels on oclgrind, the OpenCL device simulator, and fails if it reports
 # anything (oclgrind itself exits 0 even when it finds errors, so its logs are inspected), or if
 # a variant that must run there does not (`clattn check --require`):
-#  1. the whole quick conformance sweep in one process, fused (every variant: cpu, gpu, split and
+#  1. the whole quick conformance sweep in one process, fused (every variant: lanes, rowwise, split and
 #     flash) and gemm paths, checking invalid accesses, data races and API misuse, and that every
 #     result is right;
 #  2. a KV cache through `clattn run --cache-len` (tests/cli_cache.sh), contiguous and paged;
@@ -36,7 +36,7 @@ report() { # LOG WHAT: prints and counts a non-empty oclgrind log
 
 echo "-- quick sweep in one simulator process (memory, races, API)"
 if ! oclgrind --data-races --check-api --log "$logs/sweep.log" \
-     "$clattn" check --quick --device 0 --path fused,gemm --require cpu,gpu,split,flash,gemm; then
+     "$clattn" check --quick --device 0 --path fused,gemm --require lanes,rowwise,split,flash,gemm; then
   echo "clattn check failed on the simulator"
   failed=1
 fi
@@ -66,7 +66,7 @@ for log in "$logs"/layer-*.log; do report "$log" "the layer"; done
 cases=$("$clattn" check --quick --list | wc -l)
 echo "-- $cases quick cases x 4 fused variants, each in its own process (+ uninitialized values)"
 for ((i = 0; i < cases; i++)); do
-  for variant in cpu gpu split flash; do
+  for variant in lanes rowwise split flash; do
     log="$logs/case-$i-$variant.log"
     if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
          --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \

@@ -51,7 +51,7 @@ grep -qE 'glibc [0-9]+\.[0-9]+ or newer' "$bundle/README.txt" ||
 "$clattn" devices > devices.txt 2> devices.err || fail "clattn devices: $(cat devices.txt devices.err)"
 grep -qE '^    found by search: /.*/libpocl\.so\.2 \(PoCL\), .*echo /.*/libpocl\.so\.2 > /etc/OpenCL/vendors/pocl\.icd$' devices.txt ||
   fail "clattn devices does not list PoCL as found by search: $(cat devices.txt)"
-"$clattn" check --quick --device 0 --require cpu,gpu,split,flash,gemm > check.txt 2>&1 ||
+"$clattn" check --quick --device 0 --require lanes,rowwise,split,flash,gemm > check.txt 2>&1 ||
   fail "clattn check --quick --device 0: $(tail -n 20 check.txt)"
 LD_DEBUG=files "$clattn" bench --path fused,gemm,host --b 1 --hq 2 --nq 128 --d 32 --warmup 1 \
   --repeat 2 --device 0 --csv bench.csv > bench.txt 2> bench.err ||

@@ -22,18 +22,18 @@ if grep -nE '^\s*exit "?\$\{?[A-Za-z_]+\}?"?\s*$' "$here"/*.sh "$here"/../script
   fail "a script exits with a variable (above): a count wraps to 0 at 256; use finish"
 fi
 
-# ---- a planted bug: the cpu variant skips O's store for rows with no allowed key. The
+# ---- a planted bug: the lanes variant skips O's store for rows with no allowed key. The
 # kernels come from a patched copy of cl/ ($CLATTN_KERNEL_DIR) built into a cache of its own.
-if [ -f "$here/../cl/fused_cpu.cl" ]; then
+if [ -f "$here/../cl/lanes.cl" ]; then
   cp -r "$here/../cl" planted
   sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16) {/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16) {/' \
-    planted/fused_cpu.cl
-  if cmp -s "$here/../cl/fused_cpu.cl" planted/fused_cpu.cl; then
-    fail "the planted bug no longer applies to cl/fused_cpu.cl's store_rows: update this test"
+    planted/lanes.cl
+  if cmp -s "$here/../cl/lanes.cl" planted/lanes.cl; then
+    fail "the planted bug no longer applies to cl/lanes.cl's store_rows: update this test"
   else
     mkdir planted-cache
     CLATTN_KERNEL_DIR="$work/planted" CLATTN_CACHE_DIR="$work/planted-cache" \
-      "$clattn" check --quick --device 0 --variant cpu > out 2> err
+      "$clattn" check --quick --device 0 --variant lanes > out 2> err
     status=$?
     [ "$status" -eq 1 ] ||
       fail "check --quick passed a kernel that skips empty rows (exit $status): $(tail -n 2 out)"
@@ -41,20 +41,20 @@ if [ -f "$here/../cl/fused_cpu.cl" ]; then
       fail "the planted bug's failure does not name an unwritten O: $(head -n 4 err)"
     grep -q "all passed" out && fail "check said all passed on the planted bug: $(tail -n 1 out)"
   fi
-  "$clattn" check --quick --device 0 --variant cpu > out 2>&1 ||
-    fail "check --quick --variant cpu fails with the kernels as they are: $(tail -n 5 out)"
+  "$clattn" check --quick --device 0 --variant lanes > out 2>&1 ||
+    fail "check --quick --variant lanes fails with the kernels as they are: $(tail -n 5 out)"
 else
   echo "cli_check: the source tree's cl/ is not at $here/../cl: the planted bug is not checked"
 fi
 
 # ---- --require: a listed variant left out by --path fails the check
-"$clattn" check --quick --case 0 --device 0 --path reference --require reference,cpu \
+"$clattn" check --quick --case 0 --device 0 --path reference --require reference,lanes \
   > out 2> err
 status=$?
-[ "$status" -eq 1 ] || fail "--require cpu with --path reference exited $status, not 1"
-grep -qF "clattn check: --require cpu: not run on device 0: its path, fused, is not among --path" \
-  err || fail "--require cpu: no line names the variant not run: $(cat err)"
-grep -q "all passed" out && fail "check said all passed with cpu required and not run"
+[ "$status" -eq 1 ] || fail "--require lanes with --path reference exited $status, not 1"
+grep -qF "clattn check: --require lanes: not run on device 0: its path, fused, is not among --path" \
+  err || fail "--require lanes: no line names the variant not run: $(cat err)"
+grep -q "all passed" out && fail "check said all passed with lanes required and not run"
 "$clattn" check --quick --case 0 --device 0 --path reference --require reference > out 2>&1 ||
   fail "--require reference with --path reference: $(cat out)"
 grep -q "^all passed" out || fail "every required variant ran, yet not all passed: $(cat out)"
@@ -64,18 +64,18 @@ small=(env POCL_MAX_WORK_GROUP_SIZE=4)
 if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +gpu +no '; then
   "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference > out 2>&1 ||
     fail "a refused variant that is not required fails the check: $(cat out)"
-  grep -qE "^0 +fused +gpu +not run: work-groups of 4 work-items" out ||
+  grep -qE "^0 +fused +rowwise +not run: work-groups of 4 work-items" out ||
     fail "the refused variant is not listed with its reason: $(cat out)"
   grep -q "^passed where run: 0 failing runs, not run: 1 (required: 0)" out ||
     fail "the summary does not say a variant was not run: $(tail -n 1 out)"
   "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference \
-    --require gpu --json "$work/check.json" > out 2> err
+    --require rowwise --json "$work/check.json" > out 2> err
   status=$?
-  [ "$status" -eq 1 ] || fail "--require gpu, refused by the device, exited $status, not 1"
-  grep -q "^clattn check: --require gpu: not run on device 0: work-groups of 4" err ||
-    fail "--require gpu: no line names the refusal: $(cat err)"
+  [ "$status" -eq 1 ] || fail "--require rowwise, refused by the device, exited $status, not 1"
+  grep -q "^clattn check: --require rowwise: not run on device 0: work-groups of 4" err ||
+    fail "--require rowwise: no line names the refusal: $(cat err)"
   grep -q "^FAILED: 0 failing runs, not run: 1 (required: 1)" out ||
-    fail "--require gpu, refused: the summary does not fail: $(tail -n 1 out)"
+    fail "--require rowwise, refused: the summary does not fail: $(tail -n 1 out)"
   grep -q '"required_not_run": 1' check.json || fail "--json lacks required_not_run: $(cat check.json)"
 else
   echo "cli_check: POCL_MAX_WORK_GROUP_SIZE=4 does not make device 0 refuse the gpu variant" \

@@ -125,8 +125,8 @@ expect 1 "/nonexistent/d" -- "$clattn" check --quick --case 0 --path reference -
 expect 1 "not a folder" -- "$clattn" check --quick --case 0 --path reference --dump junk.npy
 
 # ---- 7: a failing case of the quick sweep is replayed with --quick, under its own number
-CLATTN_CACHE_DIR=off CLATTN_TEST_FAIL_BUILD=fused_cpu.cl \
-  "$clattn_hooked" check --quick --path fused --variant cpu > stdout 2> stderr
+CLATTN_CACHE_DIR=off CLATTN_TEST_FAIL_BUILD=lanes.cl \
+  "$clattn_hooked" check --quick --path fused --variant lanes > stdout 2> stderr
 hint=$(grep -m1 "replay with:" stderr)
 case=$(grep -m1 "^FAIL case" stderr)
 [[ "$hint" == *"clattn check --quick --case"* ]] || fail "the replay hint lacks --quick: $hint"

@@ -173,7 +173,7 @@ done
 
 # ---- clattn tune, stopped while it searches: nothing written into its cache folder
 mkdir -m 700 tune-cache
-CLATTN_CACHE_DIR="$work/tune-cache" start "$clattn" tune --variant cpu --time 60 --n 256
+CLATTN_CACHE_DIR="$work/tune-cache" start "$clattn" tune --variant lanes --time 60 --n 256
 sleep 1
 signalled=$(date +%s%N)
 kill -s TERM "$pid"

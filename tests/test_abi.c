@@ -51,7 +51,19 @@ typedef struct old_stats {
     char kernel[96];
 } old_stats;
 
+/* clattn_variant_info as 0.2 declared it. */
+typedef struct old_variant_info {
+    size_t struct_size;
+    clattn_variant variant;
+    clattn_path path;
+    const char *name, *summary;
+    int supported, used_by_auto;
+    char reason[256], tuning[32];
+} old_variant_info;
+
 /* The copies are true prefixes of today's structs. */
+_Static_assert(sizeof(old_variant_info) == CLATTN_VARIANT_INFO_BASE_SIZE,
+               "0.2's variant info ends with tuning");
 _Static_assert(sizeof(old_desc) == CLATTN_ATTENTION_DESC_BASE_SIZE,
                "the desc's first layout ends with gemm_budget_bytes");
 _Static_assert(offsetof(old_desc, gemm_budget_bytes) ==
@@ -112,6 +124,34 @@ Test(abi, a_caller_built_against_the_first_layout_still_works) {
                  (unsigned long long)s.stats.pairs);
     cr_expect_neq(s.stats.path, CLATTN_PATH_AUTO);
     cr_expect_neq(s.stats.kernel[0], '\0');
+}
+
+/* A caller of 0.2 asks for a variant's description: it gets 0.2's fields, and the old name and
+ * tuning axes (0.3) stay outside its struct. */
+Test(abi, a_variant_info_of_0_2_is_filled_and_nothing_past_it) {
+    struct {
+        old_variant_info info;
+        unsigned char canary[sizeof(clattn_variant_info)];
+    } g;
+    memset(&g, CANARY, sizeof g);
+    cr_assert_eq(clattn_variant_info_init_sized((clattn_variant_info *)&g.info, sizeof g.info),
+                 CLATTN_SUCCESS);
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    ASSERT_OK(ctxs[0], clattn_variant_describe(ctxs[0], CLATTN_VARIANT_LANES,
+                                               (clattn_variant_info *)&g.info));
+    cr_expect_str_eq(g.info.name, "lanes");
+    cr_expect_eq(g.info.variant, CLATTN_VARIANT_LANES);
+    cr_assert(untouched(g.canary, sizeof g.canary), "describe wrote past 0.2's variant info");
+    clattn_variant_info now;
+    clattn_variant_info_init(&now);
+    ASSERT_OK(ctxs[0], clattn_variant_describe(ctxs[0], CLATTN_VARIANT_LANES, &now));
+    cr_expect_str_eq(now.old_name, "cpu");
+    cr_expect_gt(now.num_axes, 0, "lanes publishes what clattn tune searches");
+    ((clattn_variant_info *)&g.info)->struct_size = CLATTN_VARIANT_INFO_BASE_SIZE - 1;
+    cr_expect_eq(
+        clattn_variant_describe(ctxs[0], CLATTN_VARIANT_LANES, (clattn_variant_info *)&g.info),
+        CLATTN_ERR_INVALID_ARGUMENT);
 }
 
 Test(abi, sizes_below_the_first_layout_are_refused) {

@@ -94,10 +94,12 @@ Test(bias, one_row_means_down_to_the_float_minimum) {
     static const float values[] = {-1e38f, -2.3e38f, -2.4e38f, -FLT_MAX};
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
+    clattn_variant fused[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, fused, COUNT(fused));
     for (size_t dev = 0; dev < devices; dev++)
         for (size_t i = 0; i < COUNT(values); i++) {
-            expect_mean_of_v(ctxs[dev], CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU, values[i]);
-            expect_mean_of_v(ctxs[dev], CLATTN_PATH_FUSED, CLATTN_VARIANT_GPU, values[i]);
+            for (size_t v = 0; v < count; v++)
+                expect_mean_of_v(ctxs[dev], CLATTN_PATH_FUSED, fused[v], values[i]);
             expect_mean_of_v(ctxs[dev], CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO, values[i]);
             expect_mean_of_v(ctxs[dev], CLATTN_PATH_REFERENCE, CLATTN_VARIANT_AUTO, values[i]);
         }
@@ -110,14 +112,15 @@ Test(bias, huge_finite_scores_do_not_mask) {
     float q[2] = {2e19f, 2e19f}, k[NK], v[NK * DV], o[2 * DV], lse[2];
     for (int j = 0; j < NK; j++) k[j] = -1.5e19f;
     fill_uniform(v, NK * DV, 7);
-    clattn_path paths[] = {CLATTN_PATH_FUSED, CLATTN_PATH_FUSED, CLATTN_PATH_FUSED,
-                           CLATTN_PATH_GEMM};
-    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH,
-                                 CLATTN_VARIANT_AUTO};
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
+    clattn_variant variants[16];
+    clattn_path paths[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, COUNT(variants) - 1);
+    for (size_t p = 0; p < count; p++) paths[p] = CLATTN_PATH_FUSED;
+    paths[count] = CLATTN_PATH_GEMM, variants[count++] = CLATTN_VARIANT_AUTO;
     for (size_t dev = 0; dev < devices; dev++)
-        for (size_t p = 0; p < COUNT(paths); p++) {
+        for (size_t p = 0; p < count; p++) {
             clattn_attention_desc desc;
             cr_assert_eq(
                 clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, NK, 1, DV),

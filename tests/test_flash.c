@@ -241,7 +241,7 @@ Test(flash, tile_lists_are_built_once_per_pattern) {
 Test(flash, reads_k_and_v_in_place) {
     clattn_context *ctx = first_context();
     clattn_stats s[2];
-    const clattn_variant variants[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GPU};
+    const clattn_variant variants[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_ROWWISE};
     size_t n = 2048, count = 2 * n * 64;
     float *x = calloc(count, sizeof(float)), *o = calloc(count, sizeof(float));
     for (int v = 0; v < 2; v++) {

@@ -164,7 +164,7 @@ Test(fused, values_near_the_float_maximum_stay_finite) {
         d.path = CLATTN_PATH_REFERENCE;
         ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, ref, NULL));
         d.path = CLATTN_PATH_FUSED;
-        d.variant = CLATTN_VARIANT_CPU;
+        d.variant = CLATTN_VARIANT_LANES;
         ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, o, NULL));
         for (int x = 0; x < NQ * D; x++)
             cr_expect(isfinite(o[x]) && fabsf(o[x] - ref[x]) <= TOL_F32_RTOL * fabsf(ref[x]),
@@ -301,13 +301,17 @@ Test(fused, variant_choice_and_its_override) {
     clattn_device_info_init(&info);
     clattn_context_device_info(ctxs[0], &info);
     clattn_variant by_type =
-        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_CPU : CLATTN_VARIANT_FLASH;
+        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_LANES : CLATTN_VARIANT_FLASH;
     unsetenv("CLATTN_KERNEL");
     cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
-    setenv("CLATTN_KERNEL", "gpu", 1);
-    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_GPU);
+    setenv("CLATTN_KERNEL", "rowwise", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_ROWWISE);
+    setenv("CLATTN_KERNEL", "lanes", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_LANES);
+    setenv("CLATTN_KERNEL", "gpu", 1); /* the names of 0.2, read until 0.4 */
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_ROWWISE);
     setenv("CLATTN_KERNEL", "cpu", 1);
-    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_CPU);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_LANES);
     setenv("CLATTN_KERNEL", "flash", 1);
     cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_FLASH);
     setenv("CLATTN_KERNEL", "auto", 1);
@@ -353,7 +357,7 @@ static clattn_stats run_cpu_variant(size_t heads, size_t n) {
     clattn_attention_desc d;
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, heads, heads, n, n, 64, 64);
     d.path = CLATTN_PATH_FUSED;
-    d.variant = CLATTN_VARIANT_CPU;
+    d.variant = CLATTN_VARIANT_LANES;
     size_t count = heads * n * 64;
     float *x = calloc(count, sizeof(float)), *o = calloc(count, sizeof(float));
     ASSERT_OK(ctx, clattn_attention_host(ctx, &d, x, x, x, o, NULL));

@@ -384,14 +384,14 @@ static void expect_fallback_on_build_failure(clattn_context *ctx, const attn_cas
     static const struct {
         clattn_variant variant;
         const char *file;
-    } variants[] = {{CLATTN_VARIANT_CPU, "fused_cpu.cl"},
-                    {CLATTN_VARIANT_GPU, "fused_gpu.cl"},
+    } variants[] = {{CLATTN_VARIANT_LANES, "lanes.cl"},
+                    {CLATTN_VARIANT_ROWWISE, "rowwise.cl"},
                     {CLATTN_VARIANT_FLASH, "flash.cl"}};
     clattn_device_info info;
     clattn_device_info_init(&info);
     clattn_context_device_info(ctx, &info);
-    static const clattn_variant on_cpus[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GEMM},
-                                elsewhere[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GPU,
+    static const clattn_variant on_cpus[] = {CLATTN_VARIANT_LANES, CLATTN_VARIANT_GEMM},
+                                elsewhere[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_ROWWISE,
                                                CLATTN_VARIANT_GEMM};
     int cpu = (info.type & CL_DEVICE_TYPE_CPU) != 0;
     const clattn_variant *order = cpu ? on_cpus : elsewhere;

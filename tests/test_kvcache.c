@@ -404,12 +404,13 @@ static void expect_every_pattern(clattn_context *ctx, clattn_dtype dtype, clattn
 }
 
 Test(kvcache, every_16_bit_pattern_is_read_exactly) {
-    clattn_variant variants[] = {CLATTN_VARIANT_SPLIT, CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU,
-                                 CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GEMM};
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
+    clattn_variant variants[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, COUNT(variants) - 1);
+    variants[count++] = CLATTN_VARIANT_GEMM;
     for (size_t dev = 0; dev < devices; dev++)
-        for (size_t i = 0; i < COUNT(variants); i++) {
+        for (size_t i = 0; i < count; i++) {
             expect_every_pattern(ctxs[dev], CLATTN_F16, variants[i]);
             expect_every_pattern(ctxs[dev], CLATTN_BF16, variants[i]);
         }

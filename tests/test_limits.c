@@ -116,12 +116,12 @@ Test(limits, gpu_tiles_shrink_to_limits_below_the_device) {
     low.work_group_size = 16, low.local_mem_bytes = 6144;
     cr_assert_lt(low.work_group_size, device.work_group_size);
     clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], &variant_fused_gpu, &pb, &low, &stats));
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], &variant_rowwise, &pb, &low, &stats));
     cr_expect_leq(stats.block_m, 16, "%s", stats.kernel);
     cr_expect_leq((size_t)(D + D) * stats.block_n * 4 + 1024, 6144, "%s", stats.kernel);
     expect_reference("gpu against low limits");
     low.work_group_size = 4; /* the kernel needs 8 rows a work-group at least */
-    cr_expect_eq(plan_and_run(ctxs[0], &variant_fused_gpu, &pb, &low, &stats),
+    cr_expect_eq(plan_and_run(ctxs[0], &variant_rowwise, &pb, &low, &stats),
                  CLATTN_ERR_UNSUPPORTED);
     cr_expect(strstr(clattn_context_last_error(ctxs[0]), "work-groups of 4 work-items") != NULL,
               "%s", clattn_context_last_error(ctxs[0]));

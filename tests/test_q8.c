@@ -163,7 +163,7 @@ Test(q8, paths_and_shapes_without_q8_0_are_refused) {
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 64, 64);
     d.kv_q8_0 = 1, d.path = CLATTN_PATH_GEMM;
     expect_refused(ctxs[0], &d, k, CLATTN_ERR_UNSUPPORTED, "not q8_0");
-    d.path = CLATTN_PATH_AUTO, d.variant = CLATTN_VARIANT_CPU;
+    d.path = CLATTN_PATH_AUTO, d.variant = CLATTN_VARIANT_LANES;
     expect_refused(ctxs[0], &d, k, CLATTN_ERR_UNSUPPORTED, "not q8_0");
     d.variant = CLATTN_VARIANT_FLASH;
     expect_refused(ctxs[0], &d, k, CLATTN_ERR_UNSUPPORTED, "not q8_0");

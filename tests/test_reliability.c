@@ -348,31 +348,18 @@ static size_t big_mismatches(big_case which, clattn_path path, clattn_variant va
     return off;
 }
 
-Test(overflow, the_gemm_path_and_the_gpu_variant_agree_with_the_reference) {
-    for (big_case c = 0; c < BIG_CASES; c++) {
-        cr_expect_eq(big_mismatches(c, CLATTN_PATH_GEMM, CLATTN_VARIANT_GEMM), 0, "gemm: %s",
-                     big_names[c]);
-        cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_GPU), 0, "gpu: %s",
-                     big_names[c]);
-    }
-}
-
-Test(overflow, the_flash_variant_agrees_with_the_reference) {
-    for (big_case c = 0; c < BIG_CASES; c++)
-        cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_FLASH), 0, "flash: %s",
-                     big_names[c]);
-}
-
-Test(overflow, the_split_variant_agrees_with_the_reference) {
-    for (big_case c = 0; c < BIG_CASES; c++)
-        cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_SPLIT), 0, "split: %s",
-                     big_names[c]);
-}
-
-/* The cpu variant rescores overflowed scores too, and keeps O a combination of V rows with
- * weights summing to at most 1 (cl/fused_cpu.cl, softmax_update). */
-Test(overflow, the_cpu_variant_agrees_with_the_reference) {
-    for (big_case c = 0; c < BIG_CASES; c++)
-        cr_expect_eq(big_mismatches(c, CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU), 0, "cpu: %s",
-                     big_names[c]);
+/* Every fused variant (each rescores overflowed scores and keeps O a combination of V rows with
+ * weights summing to at most 1) and the gemm path. */
+Test(overflow, every_variant_agrees_with_the_reference) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_variant variants[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, 15);
+    variants[count++] = CLATTN_VARIANT_GEMM;
+    for (size_t v = 0; v < count; v++)
+        for (big_case c = 0; c < BIG_CASES; c++) {
+            clattn_path path = v + 1 == count ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED;
+            cr_expect_eq(big_mismatches(c, path, variants[v]), 0, "%s: %s",
+                         clattn_variant_name(variants[v]), big_names[c]);
+        }
 }

@@ -123,8 +123,11 @@ static void window_covering_everything(clattn_attention_desc *d) {
 /* Every fused variant gives bit-identical O and LSE, and the same pair count, for two setups. */
 static void expect_same(void (*setup_a)(clattn_attention_desc *),
                         void (*setup)(clattn_attention_desc *), const char *what) {
-    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
-    for (int v = 0; v < 3; v++) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_variant variants[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, COUNT(variants));
+    for (size_t v = 0; v < count; v++) {
         dense_run a = run_fused(variants[v], setup_a), b = run_fused(variants[v], setup);
         cr_expect_eq(memcmp(a.o, b.o, 200 * 4 * 64 * sizeof(float)), 0, "%s: O differs", what);
         cr_expect_eq(memcmp(a.lse, b.lse, 4 * 200 * sizeof(float)), 0, "%s: LSE differs", what);
@@ -156,7 +159,7 @@ static void globals_with_zero_window(clattn_attention_desc *d) {
 }
 
 Test(sparse, global_tokens_with_a_zero_window_see_only_globals_and_themselves) {
-    dense_run r = run_fused(CLATTN_VARIANT_CPU, globals_with_zero_window);
+    dense_run r = run_fused(CLATTN_VARIANT_LANES, globals_with_zero_window);
     /* 197 ordinary rows: themselves + 3 globals; 3 global rows: all 200 keys */
     uint64_t expected = 4ull * (197 * 4 + 3 * 200);
     cr_expect_eq(r.stats.pairs, expected, "pairs %llu, expected %llu",
@@ -182,7 +185,7 @@ static void dilation_int64_max(clattn_attention_desc *d) {
 
 Test(sparse, a_dilation_beyond_every_distance_keeps_only_the_diagonal) {
     expect_same(dilation_200, dilation_int64_max, "dilation INT64_MAX");
-    dense_run r = run_fused(CLATTN_VARIANT_CPU, dilation_int64_max);
+    dense_run r = run_fused(CLATTN_VARIANT_LANES, dilation_int64_max);
     cr_expect_eq(r.stats.pairs, 4ull * 200, "pairs %llu", (unsigned long long)r.stats.pairs);
     free(r.o), free(r.lse);
 }
@@ -190,8 +193,8 @@ Test(sparse, a_dilation_beyond_every_distance_keeps_only_the_diagonal) {
 /* Classes shorter than a key tile are not worth their padding: such a dilation costs the
  * memory and tiles of the undilated pattern, no more. */
 Test(sparse, a_large_dilation_costs_no_more_than_no_dilation) {
-    dense_run full = run_fused(CLATTN_VARIANT_CPU, no_mask);
-    dense_run dilated = run_fused(CLATTN_VARIANT_CPU, dilation_200);
+    dense_run full = run_fused(CLATTN_VARIANT_LANES, no_mask);
+    dense_run dilated = run_fused(CLATTN_VARIANT_LANES, dilation_200);
     cr_expect_leq(dilated.stats.device_bytes, full.stats.device_bytes, "%llu bytes against %llu",
                   (unsigned long long)dilated.stats.device_bytes,
                   (unsigned long long)full.stats.device_bytes);
@@ -235,9 +238,9 @@ static uint64_t diagonal_tiles(unsigned block_m, unsigned block_n) {
 }
 
 Test(sparse, tiles_visited_follow_the_allowed_pairs) {
-    dense_run full = run_fused(CLATTN_VARIANT_CPU, no_mask);
-    dense_run band = run_fused(CLATTN_VARIANT_CPU, window_16);
-    dense_run diag = run_fused(CLATTN_VARIANT_CPU, block_diagonal);
+    dense_run full = run_fused(CLATTN_VARIANT_LANES, no_mask);
+    dense_run band = run_fused(CLATTN_VARIANT_LANES, window_16);
+    dense_run diag = run_fused(CLATTN_VARIANT_LANES, block_diagonal);
     expect_counted_as_planned(&full, "no mask");
     expect_counted_as_planned(&band, "window 16");
     expect_counted_as_planned(&diag, "block diagonal");
@@ -277,7 +280,8 @@ static void per_head_blocks(clattn_attention_desc *d) {
     d->block_layout_per_head = 1, d->causal = 1;
 }
 
-/* Every pass and kind of walk, every fused variant: counted = listed. */
+/* Every pass and kind of walk, every fused variant that walks key tiles (it reports the tiles
+ * a dense walk would take; split walks key chunks instead): counted = listed. */
 Test(sparse, kernels_count_the_tiles_the_planner_lists) {
     static void (*const setups[])(clattn_attention_desc *) = {
         causal_window_8,           dilated_window, dilation_200,   window_and_globals,
@@ -285,14 +289,26 @@ Test(sparse, kernels_count_the_tiles_the_planner_lists) {
     static const char *const names[] = {"causal window",  "dilated window", "dilation 200",
                                         "globals",        "causal globals", "block diagonal",
                                         "per-head layout"};
-    clattn_variant variants[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
-    for (size_t v = 0; v < COUNT(variants); v++)
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_variant variants[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, COUNT(variants));
+    size_t walkers = 0;
+    for (size_t v = 0; v < count; v++) {
+        dense_run probe = run_fused(variants[v], setups[0]);
+        int walks_tiles = probe.stats.tiles_total > 0;
+        free(probe.o), free(probe.lse);
+        if (!walks_tiles) continue;
+        walkers++;
         for (size_t i = 0; i < COUNT(setups); i++) {
             dense_run r = run_fused(variants[v], setups[i]);
             expect_counted_as_planned(&r, names[i]);
             cr_expect_gt(r.stats.tiles_counted, 0, "%s: no tile visited", names[i]);
             free(r.o), free(r.lse);
         }
+    }
+    cr_expect_geq(walkers, 3, "only %zu fused variants walk key tiles (lanes, rowwise, flash do)",
+                  walkers);
 }
 
 /* ---------------------------------------------------------------- bad patterns */

@@ -56,7 +56,7 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
     clattn_device_info info;
     clattn_device_info_init(&info);
     clattn_context_device_info(ctx, &info);
-    clattn_stats before = run_variant(ctx, CLATTN_VARIANT_CPU);
+    clattn_stats before = run_variant(ctx, CLATTN_VARIANT_LANES);
     cr_assert_eq(before.block_m, 16, "the built-in 32 rows, split finer for a call of 90 rows");
 
     char text[1024];
@@ -67,17 +67,17 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
              "   \"comment\": \"block_n stays built in\"}]}\n",
              info.name, info.driver_version);
     write_tuning(text);
-    clattn_stats tuned = run_variant(ctx, CLATTN_VARIANT_CPU);
+    clattn_stats tuned = run_variant(ctx, CLATTN_VARIANT_LANES);
     cr_expect_eq(tuned.block_m, 48, "tuning.json's block_m, taken as it is");
     cr_expect_eq(tuned.block_n, before.block_n, "a field the entry leaves out stays built in");
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_GPU).block_m, 64, "other variants untouched");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_ROWWISE).block_m, 64, "other variants untouched");
     clattn_variant_info vi;
     clattn_variant_info_init(&vi);
-    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_CPU, &vi), CLATTN_SUCCESS);
+    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_LANES, &vi), CLATTN_SUCCESS);
     cr_expect_str_eq(vi.tuning, "tuning.json");
 
     write_tuning("{\"entries\": [{\"device\": \""); /* cut short: ignored */
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 16);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16);
     clattn_context_destroy(ctx);
 }
 
@@ -96,7 +96,7 @@ Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
     attn_case c;
     case_init(&c, 1, 1, 1, 8, 8, 16, 16);
     case_result r;
-    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_CPU, &r);
+    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
     cr_expect_eq(r.status, CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(r.message, "block_n 24") != NULL, "%s", r.message);
     clattn_context_destroy(ctx);
@@ -154,6 +154,40 @@ Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardow
     clattn_context_destroy(ctx);
 }
 
+/* A tuner's candidate that the kernel cannot take, or not as given on this device, is refused
+ * when it is set, naming why; the context keeps what it had. */
+Test(tuning, a_candidate_the_kernel_cannot_take_is_refused, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
+    t.block_m = 32, t.tile_m = 3; /* micro-tiles that do not divide the tile */
+    cr_expect_eq(clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &t),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "block_m is out of range") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    t.tile_m = t.tile_n = 1; /* as many work-items as scores: more than any device runs */
+    t.block_m = 128, t.block_n = 128;
+    if (info.max_work_group_size < 128 * 128) {
+        cr_expect_eq(clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &t),
+                     CLATTN_ERR_INVALID_ARGUMENT);
+        cr_expect(strstr(clattn_context_last_error(ctx), "16384 work-items") != NULL, "%s",
+                  clattn_context_last_error(ctx));
+    }
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_FLASH, &vi), CLATTN_SUCCESS);
+    cr_expect_str_neq(vi.tuning, "context");
+    unsigned *field = clattn_tuning_field(&t, "tile_n");
+    cr_expect(field == &t.tile_n, "clattn_tuning_field names the field");
+    cr_expect_null(clattn_tuning_field(&t, "tile"));
+    clattn_context_destroy(ctx);
+}
+
 Test(tuning, nothing_is_written_with_the_cache_folder_off) {
     clattn_context *ctx = NULL;
     setenv("CLATTN_CACHE_DIR", "off", 1);
@@ -176,23 +210,24 @@ Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini =
     clattn_context_device_info(ctx, &info);
     char text[512], path[128], real[128];
     snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_m\": 48}]}",
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"lanes\", \"block_m\": 48}]}",
              info.name);
     write_tuning(text);
     snprintf(path, sizeof path, "%s/tuning.json", folder);
     snprintf(real, sizeof real, "%s/real.json", folder);
     cr_assert_eq(rename(path, real), 0);
     cr_assert_eq(symlink(real, path), 0);
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 16, "read through a link");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16, "read through a link");
     cr_assert_eq(unlink(path), 0);
     cr_assert_eq(rename(real, path), 0);
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 48, "the regular file");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 48, "the regular file");
     cr_assert_eq(chmod(folder, 0777), 0);
-    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_CPU).block_m, 16, "read in a folder others write");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16,
+                 "read in a folder others write");
     clattn_tuning t; /* nor written there */
     clattn_tuning_init(&t);
-    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_CPU, &t, NULL), CLATTN_SUCCESS);
-    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_CPU, &t), CLATTN_ERR_IO, "%s",
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL), CLATTN_SUCCESS);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t), CLATTN_ERR_IO, "%s",
                  clattn_context_last_error(ctx));
     cr_assert_eq(chmod(folder, 0700), 0);
     clattn_context_destroy(ctx);

@@ -44,9 +44,14 @@ cl_int caller_objects_create(caller_objects *c, cl_command_queue_properties prop
 /* Releases the queue and the context, the caller's references. */
 void caller_objects_release(caller_objects *c);
 
-/* Runs every case on every device through `path` with `variant` (AUTO: every fused variant
- * for the fused path: cpu, gpu, flash) and fails the test, naming the case, device and first
- * mismatch, when a case errs or leaves the tolerance. Returns the number of failing runs. */
+/* The rows of the variant table on `path` (every row there: clattn_variant_describe), at most
+ * `cap` of them into out. @return how many. */
+size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *out, size_t cap);
+
+/* Runs every case on every device through `path` with `variant` (AUTO on the fused path: every
+ * row of the variant table on that path, split included) and fails the test, naming the case,
+ * device and first mismatch, when a case errs or leaves the tolerance. Returns the number of
+ * failing runs. */
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant);
 
 /* Criterion assertion on a status, printing the context's last error when it fails. */

@@ -88,7 +88,7 @@ class LayerStats:
     projection_ms: float  # X widened, Q/K/V GEMMs (and the append to a KV cache), when timing
     attention_ms: float  # the attention, when timing (Context.set_timing), else 0
     output_ms: float  # the output GEMM and Y narrowed, when timing
-    variant: str  # the attention's variant ("cpu", "gpu", "split", ...)
+    variant: str  # the attention's variant ("lanes", "rowwise", "split", ...)
     kernel: str  # the attention's kernel and its specialisation
     attention_heads_q: int
     attention_heads_kv: int

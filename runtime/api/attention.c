@@ -178,7 +178,7 @@ static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const
 
 /* AUTO: the rows of the table in order, those on the desc's path that support the call and suit
  * the device; when the desc names a path, then also its rows that do not suit the device (the
- * reference, the gpu variant on a CPU). A row that cannot plan the call, or whose kernel fails
+ * reference, rowwise on a CPU). A row that cannot plan the call, or whose kernel fails
  * to build, hands it on. Other failures are the caller's to see. */
 static clattn_status run_auto(clattn_context *ctx, const attn_problem *pb, const attn_buffers *b,
                               cl_event *event) {
@@ -353,7 +353,7 @@ clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant varia
 clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
     clattn_variant_info local;
     memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
+    return struct_init(info, struct_size, &local, sizeof local, CLATTN_VARIANT_INFO_BASE_SIZE)
                ? CLATTN_ERR_INVALID_ARGUMENT
                : CLATTN_SUCCESS;
 }
@@ -364,9 +364,9 @@ static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_varian
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
-    if (!info || info->struct_size < sizeof *info)
+    if (!info || info->struct_size < CLATTN_VARIANT_INFO_BASE_SIZE)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "info is NULL or its struct_size is below sizeof(clattn_variant_info): "
+                         "info is NULL or its struct_size is below 0.2's clattn_variant_info: "
                          "start from clattn_variant_info_init");
     clattn_variant_info d;
     memset(&d, 0, sizeof d);
@@ -374,13 +374,16 @@ static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_varian
     d.variant = row->id;
     d.path = row->path;
     d.name = row->name;
+    d.old_name = row->old_name;
     d.summary = row->summary;
     d.supported = row->supports(ctx, NULL, d.reason, sizeof d.reason);
     d.used_by_auto = d.supported && row->suits(&ctx->device, NULL, d.reason, sizeof d.reason);
     tuning_params unused;
     snprintf(d.tuning, sizeof d.tuning, "%s",
-             tuning_source_name(tuning_lookup_context(ctx, row->name, &unused)));
-    struct_write(info, &d, sizeof d, sizeof d);
+             tuning_source_name(variant_tuning(ctx, row, &unused)));
+    d.num_axes = row->num_axes < ARRAY_LEN(d.axes) ? row->num_axes : ARRAY_LEN(d.axes);
+    for (size_t i = 0; i < d.num_axes; i++) d.axes[i] = row->axes[i];
+    struct_write(info, &d, sizeof d, CLATTN_VARIANT_INFO_BASE_SIZE);
     return CLATTN_SUCCESS;
 }
 

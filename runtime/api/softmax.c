@@ -1,8 +1,7 @@
 /* clattn_softmax: the public row softmax over a matrix in a buffer, checked here and run by the
  * row softmax kernel (kernels/softmax.h) with the gemm path's work-group rule. */
 #include "kernels/softmax.h"
-#include "plan/problem.h"
-#include "plan/tuning.h"
+#include "kernels/variant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -78,7 +77,7 @@ static clattn_status softmax_in_call(clattn_context *ctx, const clattn_softmax_d
     if (status != CLATTN_SUCCESS) return status;
 
     tuning_params tuning; /* the gemm path's softmax is the same kernel: one work-group rule */
-    tuning_lookup(&ctx->device, "gemm", &tuning);
+    variant_tuning_on(&ctx->device, &variant_gemm, &tuning);
     launch_limits limits = launch_limits_of_device(&ctx->device);
     char dtypes[64];
     snprintf(dtypes, sizeof dtypes, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)d->dtype, (int)d->dtype);

@@ -919,14 +919,22 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
     return 1;
 }
 
+/* The masked softmax's work-group: a power of two up to wg_size. */
+static const tuning_default defaults[] = {
+    {CL_DEVICE_TYPE_ALL, "", "", {.wg_size = 256, .vector = 1}},
+};
+
 const attn_variant variant_gemm = {
-    CLATTN_VARIANT_GEMM,
-    "gemm",
-    CLATTN_PATH_GEMM,
-    "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
-    supports,
-    suits,
-    plan,
-    run,
-    release,
+    .id = CLATTN_VARIANT_GEMM,
+    .name = "gemm",
+    .path = CLATTN_PATH_GEMM,
+    .summary =
+        "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
+    .defaults = defaults,
+    .num_defaults = ARRAY_LEN(defaults),
+    .supports = supports,
+    .suits = suits,
+    .plan = plan,
+    .run = run,
+    .release = release,
 };

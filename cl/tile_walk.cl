@@ -1,5 +1,5 @@
 /*
- * What both fused attention variants (fused_cpu.cl, fused_gpu.cl) share: which query rows a
+ * What both fused attention variants (lanes.cl, rowwise.cl) share: which query rows a
  * tile owns, the key range each row may see, and the masks.
  *
  * A call runs up to three passes, which together cover SPEC's allowed set, each pair once:
@@ -29,7 +29,7 @@
 #endif
 
 /* COUNT_TILES=1 (desc.count_tiles): the kernels count the key tiles they visit into one
- * global counter, an extra last argument (runtime/kernels/fused.c compares it with its plan). */
+ * global counter, an extra last argument (runtime/kernels/packed.c compares it with its plan). */
 #ifndef COUNT_TILES
 #define COUNT_TILES 0
 #endif
@@ -43,7 +43,7 @@
 #define COUNT_TILE(counter) ((void)0)
 #endif
 
-/* The arguments of both variants' kernels, in the order runtime/kernels/fused.c sets them. */
+/* The arguments of both variants' kernels, in the order runtime/kernels/packed.c sets them. */
 #define ATTENTION_KERNEL_ARGS                                                                      \
     __constant attn_params *P, __global const IN_T *Q, __global const float *Kp,                   \
         __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,            \

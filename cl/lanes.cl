@@ -21,8 +21,8 @@
  * Q^T, O^T and S^T live in private memory (L1): Q^T and O^T are [DQK_PAD or DV_PAD][BLOCK_M],
  * S^T (then P^T) is [BLOCK_N][BLOCK_M].
  *
- * Built after common.cl and fused_common.cl. BLOCK_M is 16, 32 or 48 (the tuning table's 32,
- * or fewer for calls with few rows: runtime/kernels/fused_cpu.c); BLOCK_N is a multiple of
+ * Built after common.cl and tile_walk.cl. BLOCK_M is 16, 32 or 48 (the tuning table's 32,
+ * or fewer for calls with few rows: runtime/kernels/lanes.c); BLOCK_N is a multiple of
  * KEY_BLOCK; DV_PAD is a multiple of 16.
  *
  * What PoCL 3.1 (LLVM 15) does with this, and why the code reads as it does: vload16/vstore16
@@ -375,7 +375,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
  * or the tile of listed rows (row_mode 1). */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_cpu(ATTENTION_KERNEL_ARGS) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_lanes(ATTENTION_KERNEL_ARGS) {
     query_tile t;
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */

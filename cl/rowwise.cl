@@ -6,7 +6,7 @@
  * local word at once: a broadcast), updates its online softmax and accumulates P V. One row
  * per work-item needs no reductions, so no subgroup operations are required.
  *
- * Built after common.cl and fused_common.cl; the planner sizes BLOCK_N so both tiles fit the
+ * Built after common.cl and tile_walk.cl; the planner sizes BLOCK_N so both tiles fit the
  * device's local memory and BLOCK_M to its work-group limit.
  */
 
@@ -153,7 +153,7 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
 
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */
 __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
-attention_gpu(ATTENTION_KERNEL_ARGS) {
+attention_rowwise(ATTENTION_KERNEL_ARGS) {
     __local float kt[DQK_PAD * BLOCK_N]; /* K^T tile */
     __local float vt[BLOCK_N * DV_PAD];  /* V tile */
     const long tile = get_group_id(0), bh = get_group_id(1);

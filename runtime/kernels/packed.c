@@ -1,5 +1,5 @@
-/* The fused variants' shared host code (fused.h): planning, buffers, packing and launches. */
-#include "kernels/fused.h"
+/* The fused variants' shared host code (packed.h): planning, buffers, packing and launches. */
+#include "kernels/packed.h"
 
 #include "plan/params.h"
 
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int fused_supports(const attn_problem *pb, char *why, size_t size) {
+int packed_supports(const attn_problem *pb, char *why, size_t size) {
     if (pb && problem_is_cache(pb)) {
         snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
         return 0;
@@ -24,9 +24,9 @@ int fused_supports(const attn_problem *pb, char *why, size_t size) {
 
 /* ---------------------------------------------------------------- planning */
 
-static uint64_t device_bytes(const attn_problem *pb, const fused_state *st);
-static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const fused_state *st,
-                                 cl_kernel *pack, cl_kernel *attention);
+static uint64_t device_bytes(const attn_problem *pb, const packed_state *st);
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention);
 
 /* Rounds of fitting against a kernel's own limits before the plan gives up. */
 #define FIT_ROUNDS 8
@@ -35,8 +35,9 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
  * kernel allows fewer work-items a work-group than the tile has rows, or uses more local
  * memory than the limits, the limits are narrowed and the tuned tile fitted again (the kernels
  * are built here; run() finds them in the context's cache). A tile of one work-item without
- * local memory (cpu) fits every kernel, and is not built here. */
-static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan, fused_state *st) {
+ * local memory (lanes) fits every kernel, and is not built here. */
+static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan,
+                                   packed_state *st) {
     launch_limits limits = plan->limits;
     for (int round = 0; round < FIT_ROUNDS; round++) {
         st->block_m = plan->tuning.block_m, st->block_n = plan->tuning.block_n;
@@ -62,9 +63,9 @@ static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan
                      (unsigned long long)limits.local_mem_bytes);
 }
 
-clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_kind *kind) {
+clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_kind *kind) {
     const attn_problem *pb = plan->problem;
-    fused_state *st = calloc(1, sizeof *st);
+    packed_state *st = calloc(1, sizeof *st);
     if (!st) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: plan");
     plan->state = st;
     st->kind = kind;
@@ -86,8 +87,8 @@ clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_ki
     return status;
 }
 
-void fused_release(variant_plan *plan) {
-    fused_state *st = plan->state;
+void packed_release(variant_plan *plan) {
+    packed_state *st = plan->state;
     if (!st) return;
     tiles_release_lists(&st->lists);
     free(st);
@@ -95,11 +96,11 @@ void fused_release(variant_plan *plan) {
 
 /* ---------------------------------------------------------------- device buffers */
 
-typedef struct fused_buffers {
+typedef struct packed_buffers {
     buffer_set set;
     cl_mem params, params_rows, kp, vp, vbad, kg, vg, vbad_g, gpos, is_global, layout, tile_ptr,
         tile_idx, row_list, tile_count;
-} fused_buffers;
+} packed_buffers;
 
 /* Packed key bytes: B*Hkv*slots*pad floats, checked for overflow. */
 static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) {
@@ -112,7 +113,7 @@ static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) 
 
 /* About what a call allocates: the packed K and V with their flags (the global keys' too) and
  * the lists; saturating. */
-static uint64_t device_bytes(const attn_problem *pb, const fused_state *st) {
+static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
     const tile_geometry *g = &st->geometry;
     const tile_lists *l = &st->lists;
     int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
@@ -124,8 +125,8 @@ static uint64_t device_bytes(const attn_problem *pb, const fused_state *st) {
 }
 
 /* The packed K, V and V flags of the class-grouped keys and of the global keys. */
-static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb, const fused_state *st,
-                                 int64_t global_slots, fused_buffers *fb) {
+static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, int64_t global_slots, packed_buffers *fb) {
     buffer_set *set = &fb->set;
     int64_t slots = st->geometry.classes * st->geometry.class_slots;
     size_t kv = pb->batch * pb->heads_kv;
@@ -150,9 +151,9 @@ static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb, co
 }
 
 /* The parameter blocks, the mask's lists and the tile counter. */
-static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, const fused_state *st,
+static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, const packed_state *st,
                                 const attn_params *P, const attn_params *P_rows,
-                                fused_buffers *fb) {
+                                packed_buffers *fb) {
     const mask_spec *m = &pb->mask;
     const tile_lists *l = &st->lists;
     buffer_set *set = &fb->set;
@@ -185,7 +186,7 @@ static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, con
 
 /* ---------------------------------------------------------------- launching */
 
-static void fill_params(const variant_plan *plan, const fused_state *st, attn_params *P,
+static void fill_params(const variant_plan *plan, const packed_state *st, attn_params *P,
                         attn_params *P_rows) {
     const attn_problem *pb = plan->problem;
     const tile_geometry *g = &st->geometry;
@@ -202,11 +203,11 @@ static void fill_params(const variant_plan *plan, const fused_state *st, attn_pa
     P_rows->num_listed_rows = (cl_long)st->lists.num_rows;
 }
 
-static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const fused_state *st,
-                                 cl_kernel *pack, cl_kernel *attention) {
-    const char *pack_files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "fused_common.cl",
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
+    const char *pack_files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "tile_walk.cl",
                                 "pack.cl"};
-    const char *files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "fused_common.cl",
+    const char *files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "tile_walk.cl",
                            st->kind->kernel_file};
     char pack_defines[160], defines[256];
     snprintf(pack_defines, sizeof pack_defines,
@@ -220,7 +221,7 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
 }
 
-static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const fused_buffers *fb,
+static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const packed_buffers *fb,
                                  const attn_buffers *buf, const attn_problem *pb, int from_list,
                                  int64_t slots, cl_mem kp, cl_mem vp, cl_mem vbad) {
     cl_int list = from_list;
@@ -240,8 +241,8 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const fu
     return kernel_launch(ctx, kernel, 2, global, NULL, NULL, "fused: packing K and V");
 }
 
-static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, const fused_state *st,
-                                      const fused_buffers *fb, const attn_buffers *buf,
+static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, const packed_state *st,
+                                      const packed_buffers *fb, const attn_buffers *buf,
                                       cl_mem params, size_t tiles, size_t heads, float q_scale,
                                       cl_event *event) {
     cl_mem lse = buf->lse ? buf->lse : fb->set.placeholder;
@@ -271,9 +272,9 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     return kernel_launch(ctx, kernel, 2, global, local, event, "fused: attention");
 }
 
-static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb, const fused_state *st,
-                                 const fused_buffers *fb, const attn_params *P,
-                                 const attn_buffers *buf, cl_event *event) {
+static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, const packed_buffers *fb,
+                                 const attn_params *P, const attn_buffers *buf, cl_event *event) {
     cl_kernel pack = NULL, attention = NULL;
     clattn_status status = get_kernels(ctx, pb, st, &pack, &attention);
     const tile_geometry *g = &st->geometry;
@@ -299,7 +300,7 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb, co
 /* ---------------------------------------------------------------- statistics */
 
 /* The kernels' own count of the tiles they visited (waits for the call). */
-static clattn_status read_tile_count(clattn_context *ctx, const fused_buffers *fb,
+static clattn_status read_tile_count(clattn_context *ctx, const packed_buffers *fb,
                                      uint64_t *count) {
     cl_uint value = 0;
     cl_int err = clEnqueueReadBuffer(ctx->queue, fb->tile_count, CL_TRUE, 0, sizeof value, &value,
@@ -308,7 +309,7 @@ static clattn_status read_tile_count(clattn_context *ctx, const fused_buffers *f
     return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(ctx, err, "fused: reading tile count");
 }
 
-static void fill_stats(const variant_plan *plan, const fused_state *st, uint64_t bytes,
+static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_t bytes,
                        clattn_stats *s) {
     const attn_problem *pb = plan->problem;
     uint64_t walked = 0, groups = pb->batch * pb->heads_q;
@@ -326,11 +327,11 @@ static void fill_stats(const variant_plan *plan, const fused_state *st, uint64_t
              st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
 }
 
-clattn_status fused_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
-                        cl_event *event, clattn_stats *stats) {
+clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats) {
     const attn_problem *pb = plan->problem;
-    const fused_state *st = plan->state;
-    fused_buffers fb;
+    const packed_state *st = plan->state;
+    packed_buffers fb;
     attn_params P, P_rows;
     memset(&fb, 0, sizeof fb);
     fill_params(plan, st, &P, &P_rows);

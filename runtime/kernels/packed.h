@@ -1,5 +1,5 @@
 /*
- * What the fused variants (fused_cpu.c, fused_gpu.c) share: one tiled kernel with an online
+ * What the fused variants (lanes.c, rowwise.c) share: one tiled kernel with an online
  * softmax that never holds the Nq x Nk scores, after K and V are packed into float32 tiles
  * (cl/pack.cl). A variant is its kernel file and the way its tiles fit a device; the planning of
  * the tiles (plan/tiles.h), the packing, the buffers and the launches are common.
@@ -8,41 +8,41 @@
  * context between calls), the global keys, flags and lists: nothing grows with Nq*Nk except a
  * block layout's tile list.
  */
-#ifndef CLATTN_FUSED_H
-#define CLATTN_FUSED_H
+#ifndef CLATTN_PACKED_H
+#define CLATTN_PACKED_H
 
 #include "kernels/variant.h"
 #include "plan/tiles.h"
 
-struct fused_state;
+struct packed_state;
 
-typedef struct fused_kind {
-    const char *kernel_file; /* "fused_cpu.cl" */
-    const char *kernel_name; /* "attention_cpu" */
+typedef struct packed_kind {
+    const char *kernel_file; /* "lanes.cl" */
+    const char *kernel_name; /* "attention_lanes" */
     int key_rows;            /* K packed as rows like V (cl/pack.cl KEY_ROWS), not as K^T tiles */
     /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
      * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or
      * INVALID_ARGUMENT for a tuning entry the kernel cannot take) with the reason on ctx when
      * no tile fits. */
     clattn_status (*fit)(clattn_context *ctx, const variant_plan *plan, const launch_limits *limits,
-                         struct fused_state *st);
-} fused_kind;
+                         struct packed_state *st);
+} packed_kind;
 
-typedef struct fused_state {
-    const fused_kind *kind;
+typedef struct packed_state {
+    const packed_kind *kind;
     unsigned block_m, block_n; /* query rows and keys of a tile */
     unsigned dqk_pad, dv_pad;  /* head-dim buckets the kernels are compiled for */
     size_t group_size;         /* work-items a work-group */
     uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
     tile_geometry geometry;
     tile_lists lists;
-} fused_state;
+} packed_state;
 
 /* Head dims the fused kernels serve (up to 256); writes why not. */
-int fused_supports(const attn_problem *pb, char *why, size_t size);
-clattn_status fused_plan(clattn_context *ctx, variant_plan *plan, const fused_kind *kind);
-clattn_status fused_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
-                        cl_event *event, clattn_stats *stats);
-void fused_release(variant_plan *plan);
+int packed_supports(const attn_problem *pb, char *why, size_t size);
+clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_kind *kind);
+clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats);
+void packed_release(variant_plan *plan);
 
 #endif
