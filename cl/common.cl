@@ -146,7 +146,7 @@ inline void store_bf16x16(float16 x, __global ushort *ptr, long index) {
 /*
  * The parameter block attn_params comes from "attn_params.cl", generated at build time from the
  * one list of its fields (runtime/plan/params.h), and the mask rules from "mask_rules.h"
- * (runtime/plan/mask_rules.h), both built ahead of this file.
+ * (cl/mask_rules.h, which the host includes too), both built ahead of this file.
  * Positions: query i sits at key position p = i + offset (offset = len_k - len_q).
  * Classes: keys of class r are j = r + m*classes (m = 0, 1, ...); a query at p belongs to
  * class p mod classes. With classes = dilation (the planner's choice while a class holds at

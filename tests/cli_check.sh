@@ -41,6 +41,18 @@ if [ -f "$here/../cl/lanes.cl" ]; then
       fail "the planted bug's failure does not name an unwritten O: $(head -n 4 err)"
     grep -q "all passed" out && fail "check said all passed on the planted bug: $(tail -n 1 out)"
   fi
+  # the mask rules, shared with the host, come from $CLATTN_KERNEL_DIR too: causality turned
+  # around there fails the causal cases (the reference, on the host, keeps the real rule)
+  cp -r "$here/../cl" planted-rules
+  sed -i 's/return !causal || j <= p;/return !causal || j >= p;/' planted-rules/mask_rules.h
+  if cmp -s "$here/../cl/mask_rules.h" planted-rules/mask_rules.h; then
+    fail "the planted rule no longer applies to cl/mask_rules.h: update this test"
+  else
+    mkdir planted-rules-cache
+    CLATTN_KERNEL_DIR="$work/planted-rules" CLATTN_CACHE_DIR="$work/planted-rules-cache" \
+      "$clattn" check --quick --device 0 --variant lanes > out 2> err
+    [ $? -eq 1 ] || fail "CLATTN_KERNEL_DIR's mask_rules.h was not read: $(tail -n 2 out)"
+  fi
   "$clattn" check --quick --device 0 --variant lanes > out 2>&1 ||
     fail "check --quick --variant lanes fails with the kernels as they are: $(tail -n 5 out)"
 else

@@ -18,14 +18,18 @@ trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# the files of flash.c's get_kernel, in order ("attn_params.cl" is generated in the build)
-files=$(awk '/files\[\] = \{/,/\};/' "$source/runtime/kernels/flash.c" | grep -o '"[^"]*"' | tr -d '"')
+# the files of flash.c's get_kernel, in order: the prelude (ATTN_PRELUDE, plan/params.h), then
+# its own ("attn_params.cl" is generated in the build)
+prelude=$(grep -m1 '#define ATTN_PRELUDE' "$source/runtime/plan/params.h" | grep -o '"[^"]*"' | tr -d '"')
+own=$(awk '/files\[\] = \{/,/\};/' "$source/runtime/kernels/flash.c" | grep -o '"[^"]*"' | tr -d '"')
+grep -A2 'files\[\] = {' "$source/runtime/kernels/flash.c" | grep -q ATTN_PRELUDE ||
+  { echo "flash.c's file list no longer starts with ATTN_PRELUDE"; exit 1; }
+files="$prelude $own"
 [ "$(wc -w <<< "$files")" -ge 4 ] || { echo "cannot read the file list of flash.c: $files"; exit 1; }
 : > "$work/flash_all.cl"
 for f in $files; do
   case "$f" in
     attn_params.cl) path="$params" ;;
-    *.h) path="$source/runtime/plan/$f" ;;
     *) path="$source/cl/$f" ;;
   esac
   [ -f "$path" ] || { echo "no $path"; exit 1; }

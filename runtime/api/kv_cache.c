@@ -354,8 +354,7 @@ typedef struct append_call {
 
 static clattn_status append_kernel(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
                                    const int32_t *counts, const char *name, append_call *call) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "kv_cache.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "kv_cache.cl"};
     const clattn_kv_cache_desc *d = &c->desc;
     int q8 = d->dtype == CLATTN_Q8_0, writes = strcmp(name, "append_rows") == 0;
     attn_params P;
@@ -612,7 +611,7 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_BUFFER, &pb);
     if (s == CLATTN_SUCCESS) {
         attn_buffers b = {
-            q,    c->k,        c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
+            q,    c->k,         c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
             NULL, c->table_buf, 0};
         s = attention_on_buffers(c->ctx, &pb, &b, event);
     }

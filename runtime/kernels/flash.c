@@ -282,8 +282,7 @@ static void kernel_defines(const clattn_context *ctx, const attn_problem *pb, co
 /* The kernel; a device whose compiler refuses the subgroup path gets the local-memory one. */
 static clattn_status get_kernel(clattn_context *ctx, const attn_problem *pb, const flash_state *st,
                                 cl_kernel *kernel) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h",  "common.cl",
-                                        "tile_walk.cl",   "flash_team.cl", "flash.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "tile_walk.cl", "flash_team.cl", "flash.cl"};
     char defines[512];
     kernel_defines(ctx, pb, st, st->subgroups, defines, sizeof defines);
     clattn_status status =

@@ -507,8 +507,7 @@ typedef struct gemm_kernels {
 /* A kernel of cl/convert.cl, specialised for the call's storage types. */
 static clattn_status convert_kernel(clattn_context *ctx, const attn_problem *pb, const char *name,
                                     cl_kernel *kernel) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "convert.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "convert.cl"};
     char defines[64];
     snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)pb->dtype,
              (int)pb->out_dtype);
@@ -517,8 +516,7 @@ static clattn_status convert_kernel(clattn_context *ctx, const attn_problem *pb,
 
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const gemm_plan *p,
                                  gemm_kernels *k) {
-    static const char *const softmax_files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                                "softmax.cl"};
+    static const char *const softmax_files[] = {ATTN_PRELUDE, "softmax.cl"};
     char defines[96];
     memset(k, 0, sizeof *k);
     /* float32 scores out: clattn_softmax's defines for Q's storage, so both share one build;

@@ -205,10 +205,8 @@ static void fill_params(const variant_plan *plan, const packed_state *st, attn_p
 
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
-    const char *pack_files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "tile_walk.cl",
-                                "pack.cl"};
-    const char *files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "tile_walk.cl",
-                           st->kind->kernel_file};
+    const char *pack_files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl"};
+    const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", st->kind->kernel_file};
     char pack_defines[160], defines[256];
     snprintf(pack_defines, sizeof pack_defines,
              "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKEY_ROWS=%d", st->block_n,

@@ -1,6 +1,7 @@
 /* The row softmax kernels' work-group fit (softmax.h), shared by clattn_softmax (api/softmax.c)
  * and the gemm path's masked softmax. */
 #include "kernels/softmax.h"
+#include "plan/params.h"
 
 #include <stdio.h>
 
@@ -14,8 +15,7 @@ static size_t pow2_at_most(uint64_t n) {
 clattn_status softmax_kernel_get(clattn_context *ctx, const launch_limits *limits, size_t cap,
                                  const char *name, const char *dtypes, size_t *wg,
                                  cl_kernel *kernel) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "softmax.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "softmax.cl"};
     launch_limits lim = *limits;
     for (;;) {
         /* a work-item's scratch float in local memory; cap and limits as they stand */

@@ -156,7 +156,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
 
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const split_plan *p,
                                  cl_kernel *attention, cl_kernel *merge) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "split.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "split.cl"};
     char defines[192];
     snprintf(defines, sizeof defines,
              "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKV_DTYPE=%d -DOUT_DTYPE=%d",

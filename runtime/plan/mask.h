@@ -7,7 +7,7 @@
 #define CLATTN_MASK_H
 
 #define MASK_RULES_HOST
-#include "plan/mask_rules.h"
+#include "cl/mask_rules.h"
 
 #include "clattn.h"
 

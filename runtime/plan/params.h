@@ -72,6 +72,10 @@
     X(chunk_len, "split: keys a chunk")                                                            \
     X(row_blocks, "split: blocks of query rows of one (b, kv head)")
 
+/* The sources that every attention kernel program starts with, in this order: the parameter
+ * block, the mask rules (cl/mask_rules.h) and cl/common.cl. A kernel's own files follow. */
+#define ATTN_PRELUDE "attn_params.cl", "mask_rules.h", "common.cl"
+
 #define ATTN_PARAM_FIELD(name, comment) cl_long name;
 typedef struct attn_params {
     ATTN_PARAMS(ATTN_PARAM_FIELD)
