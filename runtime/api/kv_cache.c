@@ -8,7 +8,7 @@
  * Every change is checked in full before anything is written, so a refused call leaves the
  * cache exactly as it was.
  */
-#include "api/dispatch.h"
+#include "api/calls.h"
 #include "plan/params.h"
 #include "reference/reference.h"
 

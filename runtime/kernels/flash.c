@@ -362,6 +362,7 @@ static void fill_stats(const variant_plan *plan, const flash_state *st, uint64_t
                        clattn_stats *s) {
     const attn_problem *pb = plan->problem;
     s->tiles_visited = st->lists->walk_tiles * pb->batch;
+    s->pairs = st->lists->pairs * pb->batch;
     s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
     s->block_m = st->block_m;
     s->block_n = st->block_n;

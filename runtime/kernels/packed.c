@@ -82,15 +82,15 @@ clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_
     clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
-    status = tiles_build_lists(pb, &st->geometry, &ctx->error, &st->lists);
-    plan->device_bytes = device_bytes(pb, st);
+    status = tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
+    if (status == CLATTN_SUCCESS) plan->device_bytes = device_bytes(pb, st);
     return status;
 }
 
 void packed_release(variant_plan *plan) {
     packed_state *st = plan->state;
     if (!st) return;
-    tiles_release_lists(&st->lists);
+    tile_cache_put(st->entry);
     free(st);
 }
 
@@ -111,17 +111,15 @@ static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) 
     return n;
 }
 
-/* About what a call allocates: the packed K and V with their flags (the global keys' too) and
- * the lists; saturating. */
+/* About what a call allocates: the packed K and V with their flags (the global keys' too);
+ * saturating. The lists are the context's, made while planning. */
 static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
     const tile_geometry *g = &st->geometry;
-    const tile_lists *l = &st->lists;
     int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
     size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
-    uint64_t lists = 4 * ((uint64_t)l->num_lists + l->num_entries + l->num_rows);
     uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
     if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
-    return (uint64_t)k + v + flags + lists + (uint64_t)pb->mask.len_k;
+    return (uint64_t)k + v + flags;
 }
 
 /* The packed K, V and V flags of the class-grouped keys and of the global keys. */
@@ -151,32 +149,16 @@ static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
 }
 
 /* The parameter blocks, the mask's lists and the tile counter. */
+/* The parameter blocks and the tile counter; the lists are the cached entry's. */
 static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, const packed_state *st,
                                 const attn_params *P, const attn_params *P_rows,
                                 packed_buffers *fb) {
-    const mask_spec *m = &pb->mask;
-    const tile_lists *l = &st->lists;
+    const device_lists *l = st->lists;
     buffer_set *set = &fb->set;
-    size_t layout_bytes =
-        m->layout
-            ? (size_t)((m->layout_per_head ? (int64_t)pb->heads_q : 1) * m->blocks_q * m->blocks_k)
-            : 0;
-    int globals = st->geometry.globals_matter;
+    fb->gpos = l->gpos, fb->is_global = l->is_global, fb->layout = l->layout;
+    fb->tile_ptr = l->tile_ptr, fb->tile_idx = l->tile_idx, fb->row_list = l->row_list;
     clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &fb->params, "parameters");
     if (!s) s = buffer_set_add(ctx, set, 1, sizeof *P_rows, P_rows, &fb->params_rows, "parameters");
-    if (!s)
-        s = buffer_set_add(ctx, set, globals ? (size_t)m->num_globals : 0, 4, l->gpos, &fb->gpos,
-                           "global list");
-    if (!s)
-        s = buffer_set_add(ctx, set, globals ? (size_t)m->len_k : 0, 1, m->is_global,
-                           &fb->is_global, "global flags");
-    if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &fb->layout, "block layout");
-    if (!s)
-        s = buffer_set_add(ctx, set, l->tile_ptr ? l->num_lists + 1 : 0, 4, l->tile_ptr,
-                           &fb->tile_ptr, "tile lists");
-    if (!s)
-        s = buffer_set_add(ctx, set, l->num_entries, 4, l->tile_idx, &fb->tile_idx, "tile lists");
-    if (!s) s = buffer_set_add(ctx, set, l->num_rows, 4, l->row_list, &fb->row_list, "global rows");
     if (!s && pb->count_tiles) {
         cl_uint zero = 0;
         s = buffer_set_add(ctx, set, 1, sizeof zero, &zero, &fb->tile_count, "tile counter");
@@ -200,7 +182,7 @@ static void fill_params(const variant_plan *plan, const packed_state *st, attn_p
     P->use_tile_list = pb->mask.layout != NULL;
     *P_rows = *P;
     P_rows->row_mode = 1;
-    P_rows->num_listed_rows = (cl_long)st->lists.num_rows;
+    P_rows->num_listed_rows = (cl_long)st->lists->host->num_rows;
 }
 
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
@@ -276,7 +258,7 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
     cl_kernel pack = NULL, attention = NULL;
     clattn_status status = get_kernels(ctx, pb, st, &pack, &attention);
     const tile_geometry *g = &st->geometry;
-    int global_rows = g->globals_matter && st->lists.num_rows > 0;
+    int global_rows = g->globals_matter && st->lists->host->num_rows > 0;
     size_t heads = pb->batch * pb->heads_q;
     if (!status)
         status = launch_pack(ctx, pack, fb, buf, pb, 0, g->classes * g->class_slots, fb->kp, fb->vp,
@@ -290,7 +272,7 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
                                   global_rows ? NULL : event);
     if (!status && global_rows)
         status = launch_attention(ctx, attention, st, fb, buf, fb->params_rows,
-                                  (st->lists.num_rows + g->block_m - 1) / g->block_m, heads,
+                                  (st->lists->host->num_rows + g->block_m - 1) / g->block_m, heads,
                                   pb->scale, event);
     return status;
 }
@@ -310,17 +292,12 @@ static clattn_status read_tile_count(clattn_context *ctx, const packed_buffers *
 static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_t bytes,
                        clattn_stats *s) {
     const attn_problem *pb = plan->problem;
-    uint64_t walked = 0, groups = pb->batch * pb->heads_q;
-    if (pb->mask.layout_per_head)
-        for (size_t h = 0; h < pb->heads_q; h++)
-            walked += tiles_count_walk(pb, &st->geometry, &st->lists, (int64_t)h) * pb->batch;
-    else
-        walked = tiles_count_walk(pb, &st->geometry, &st->lists, 0) * groups;
-    s->tiles_visited = walked;
-    s->tiles_total = groups * tiles_dense_walk(pb, &st->geometry);
+    s->tiles_visited = st->lists->walk_tiles * pb->batch;
+    s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
+    s->pairs = st->lists->pairs * pb->batch;
     s->block_m = st->block_m;
     s->block_n = st->block_n;
-    s->device_bytes = bytes;
+    s->device_bytes = bytes + st->lists->bytes;
     snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s", plan->variant->name,
              st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
 }

@@ -4,15 +4,15 @@
  * (cl/pack.cl). A variant is its kernel file and the way its tiles fit a device; the planning of
  * the tiles (plan/tiles.h), the packing, the buffers and the launches are common.
  *
- * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded; kept in the
- * context between calls), the global keys, flags and lists: nothing grows with Nq*Nk except a
- * block layout's tile list.
+ * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
+ * keys and flags; the tile lists are the context's (tile_cache.h), built once per pattern.
+ * Nothing grows with Nq*Nk except a block layout's tile list.
  */
 #ifndef CLATTN_PACKED_H
 #define CLATTN_PACKED_H
 
+#include "kernels/tile_cache.h"
 #include "kernels/variant.h"
-#include "plan/tiles.h"
 
 struct packed_state;
 
@@ -35,7 +35,8 @@ typedef struct packed_state {
     size_t group_size;         /* work-items a work-group */
     uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
     tile_geometry geometry;
-    tile_lists lists;
+    tile_cache_entry *entry; /* the context's cached lists, held until release */
+    const device_lists *lists;
 } packed_state;
 
 /* Head dims the fused kernels serve (up to 256); writes why not. */

@@ -22,6 +22,9 @@ typedef struct attn_buffers {
 
 struct attn_variant;
 
+/* clattn_stats.pairs before the dispatcher knows them. */
+#define PAIRS_UNKNOWN UINT64_MAX
+
 /* A variant's plan of one call: the problem, its tuning entry, and the variant's own state. */
 typedef struct variant_plan {
     const struct attn_variant *variant;
@@ -65,7 +68,8 @@ typedef struct attn_variant {
     /* Plans the call into plan->state. May still find it cannot serve the call
      * (CLATTN_ERR_UNSUPPORTED, with the reason on ctx). */
     clattn_status (*plan)(clattn_context *ctx, variant_plan *plan);
-    /* Enqueues the call; fills the variant's part of *stats (tiles, block sizes, kernel). */
+    /* Enqueues the call; fills the variant's part of *stats (tiles, block sizes, kernel, and
+     * the pattern's pairs when it knows them: else they stay PAIRS_UNKNOWN and are counted). */
     clattn_status (*run)(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
                          cl_event *event, clattn_stats *stats);
     void (*release)(variant_plan *plan);

@@ -16,7 +16,7 @@
  */
 #include "mha/mha.h"
 
-#include "api/dispatch.h"
+#include "api/calls.h"
 #include "core/blas.h"
 #include "plan/params.h"
 

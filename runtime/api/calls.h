@@ -1,12 +1,12 @@
-/* What the API's entry points share: a checked problem, its buffers, and the dispatcher. */
-#ifndef CLATTN_DISPATCH_H
-#define CLATTN_DISPATCH_H
+/* What the API's entry points share: a checked problem run on its buffers, and a KV cache's
+ * accessors. */
+#ifndef CLATTN_API_CALLS_H
+#define CLATTN_API_CALLS_H
 
-#include "kernels/variant.h"
+#include "kernels/dispatch.h"
 
-/* Checks the buffers against the problem's extents, runs the variant the call names or the one
- * `auto` picks (the variant table), and records the statistics and, when timing, the kernel
- * time. @return the call's status; the message is on ctx. */
+/* Checks the buffers against the problem's extents, then hands the call to the dispatcher
+ * (kernels/dispatch.h). @return the call's status; the message is on ctx. */
 clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b, cl_event *event);
 
