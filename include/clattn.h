@@ -494,6 +494,15 @@ CLATTN_API clattn_status clattn_attention_desc_check(const clattn_attention_desc
                                                      clattn_attention_extents *extents,
                                                      char *message, size_t message_size);
 
+/** The tolerance that clattn's tests and `clattn check` hold every device to, against the
+ *  reference (docs/semantics.md, section 4), for a call storing Q, K and V as `dtype` and O as
+ *  `out_dtype` (the looser of the two; a quantised type counts as float16): a value of O passes
+ *  when |got - ref| <= atol + rtol * |ref|, a value of LSE when |got - ref| <= lse * max(1,
+ *  |ref|); NaN, infinities and -inf must match exactly. Any pointer may be NULL (from 0.3).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for a value that is no storage type. */
+CLATTN_API clattn_status clattn_tolerance(clattn_dtype dtype, clattn_dtype out_dtype, double *atol,
+                                          double *rtol, double *lse);
+
 /** Counts the (b, h, i, j) pairs the desc's mask allows (SPEC section 2; the bias is not
  *  counted), exactly and without visiting every pair.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */

@@ -104,8 +104,7 @@ static void token_by_token(clattn_context *ctx, const cache_case *cc) {
     clattn_attention_desc one;
     clattn_attention_desc_init(&one, cc->layout, B, HQ, HKV, 1, 1, D, D);
     one.dtype = cc->dtype, one.causal = 1;
-    double atol = cc->dtype == CLATTN_F32 ? TOL_F32_ATOL : 4e-3;
-    double rtol = cc->dtype == CLATTN_F32 ? TOL_F32_RTOL : 1e-2;
+    double atol = tolerance_atol(cc->dtype), rtol = tolerance_rtol(cc->dtype);
     for (size_t t = 0; t < T; t++) {
         take_token(q, qt, cc->layout, T, HQ, t, e);
         take_token(k, kt, cc->layout, T, HKV, t, e);

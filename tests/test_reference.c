@@ -796,3 +796,19 @@ Test(reference, huge_window_means_unbounded) {
     expect_keys(&d, NULL, rows);
     expect_pair_count(&d);
 }
+
+/* The contract's tolerances, one table that the tests and clattn check both read: a call takes
+ * the loosest of its storage types. */
+Test(reference, tolerances_follow_the_loosest_storage_type) {
+    double atol = 0, rtol = 0, lse = 0;
+    cr_assert_eq(clattn_tolerance(CLATTN_F32, CLATTN_F32, &atol, &rtol, &lse), CLATTN_SUCCESS);
+    cr_expect(atol == 2e-5 && rtol == 2e-4 && lse == 1e-4, "f32: %g %g %g", atol, rtol, lse);
+    cr_assert_eq(clattn_tolerance(CLATTN_F32, CLATTN_F16, &atol, &rtol, NULL), CLATTN_SUCCESS);
+    cr_expect(atol == 2e-3 && rtol == 4e-3, "f32 in, f16 out: %g %g", atol, rtol);
+    cr_assert_eq(clattn_tolerance(CLATTN_BF16, CLATTN_F16, &atol, &rtol, NULL), CLATTN_SUCCESS);
+    cr_expect(atol == 4e-3 && rtol == 1e-2, "bf16 in, f16 out: %g %g", atol, rtol);
+    cr_assert_eq(clattn_tolerance(CLATTN_Q8_0, CLATTN_F32, &atol, &rtol, NULL), CLATTN_SUCCESS);
+    cr_expect(atol == 2e-3 && rtol == 4e-3, "q8_0 K/V: float16's: %g %g", atol, rtol);
+    cr_expect_eq(clattn_tolerance((clattn_dtype)77, CLATTN_F32, &atol, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+}

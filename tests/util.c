@@ -27,6 +27,18 @@ void fill_uniform_f16(uint16_t *x, size_t n, uint64_t seed) {
         x[i] = float_to_half((float)((double)(splitmix64(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0));
 }
 
+double tolerance_atol(clattn_dtype dtype) {
+    double atol = 0;
+    clattn_tolerance(dtype, dtype, &atol, NULL, NULL);
+    return atol;
+}
+
+double tolerance_rtol(clattn_dtype dtype) {
+    double rtol = 0;
+    clattn_tolerance(dtype, dtype, NULL, &rtol, NULL);
+    return rtol;
+}
+
 size_t compare_outputs(const char *label, const float *got, const double *ref, size_t n,
                        double atol, double rtol) {
     case_result result;

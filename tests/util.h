@@ -11,11 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* SPEC section 4 tolerances: |got - ref| <= atol + rtol * |ref|. */
-#define TOL_F32_ATOL 2e-5
-#define TOL_F32_RTOL 2e-4
-#define TOL_F16_ATOL 2e-3
-#define TOL_F16_RTOL 4e-3
+/* The contract's tolerances, the library's (clattn_tolerance), which clattn check uses too:
+ * |got - ref| <= atol + rtol * |ref|. */
+double tolerance_atol(clattn_dtype dtype);
+double tolerance_rtol(clattn_dtype dtype);
+#define TOL_F32_ATOL tolerance_atol(CLATTN_F32)
+#define TOL_F32_RTOL tolerance_rtol(CLATTN_F32)
+#define TOL_F16_ATOL tolerance_atol(CLATTN_F16)
+#define TOL_F16_RTOL tolerance_rtol(CLATTN_F16)
 
 /* Uniform in [-1, 1], reproducible from the seed. */
 void fill_uniform(float *x, size_t n, uint64_t seed);
