@@ -23,9 +23,10 @@
  * barriers (three without subgroups) instead of three (four).
  *
  * Masks: the walk's tile kinds (tile_walk.cl): TILE_FULL tiles take no per-pair test,
- * TILE_BOUNDED tiles a per-row class-local range, TILE_GENERAL tiles SPEC's rule pair by pair;
- * a bias is added (saturating) where a pair is not masked. A V tile holding a NaN or an infinity
- * is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 * NaN).
+ * TILE_BOUNDED tiles a per-row class-local range, TILE_GENERAL tiles the contract's rule pair by
+ * pair; a bias is added (saturating) where a pair is not masked. A V tile holding a NaN or an
+ * infinity is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 *
+ * NaN).
  *
  * Values near FLT_MAX (README, Semantics): a score that came out non-finite from the pre-scaled
  * q is summed again without overflow on the way (common.cl, rescored), and O stays normalised

@@ -1,8 +1,8 @@
 /*
- * SPEC section 2, which keys a query may see, written once in the common subset of C99 and
- * OpenCL C. The host includes this file (runtime/plan/mask.h, with MASK_RULES_HOST defined); the
- * build embeds it into the kernel programs as "mask_rules.h", ahead of cl/common.cl. So the reference,
- * the planners, the pair counts and every kernel apply the same rules.
+ * docs/semantics.md section 2, which keys a query may see, written once in the common subset of C99
+ * and OpenCL C. The host includes this file (runtime/plan/mask.h, with MASK_RULES_HOST defined);
+ * the build embeds it into the kernel programs as "mask_rules.h", ahead of cl/common.cl. So the
+ * reference, the planners, the pair counts and every kernel apply the same rules.
  *
  * Positions: query i sits at key position p = i + offset, offset = len_k - len_q (queries are
  * aligned to the end of the keys). A window side of -1 is unbounded.

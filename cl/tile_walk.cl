@@ -2,7 +2,7 @@
  * What both fused attention variants (lanes.cl, rowwise.cl) share: which query rows a
  * tile owns, the key range each row may see, and the masks.
  *
- * A call runs up to three passes, which together cover SPEC's allowed set, each pair once:
+ * A call runs up to three passes, which together cover the contract's allowed set, each pair once:
  *  - the window pass (row_mode 0): query tiles of one class (common.cl) against the key tiles of
  *    that class inside the window: pairs with causal AND layout AND window;
  *  - the global-key pass (inside row_mode 0): the same rows against the packed global keys:

@@ -1,9 +1,9 @@
 /*
  * clattn check: a built-in conformance sweep (the shapes and masks of the tests, without
  * Criterion) on every selected device, for each path and fused kernel variant, against the
- * CPU reference with SPEC section 4's tolerances. Prints a table (device, path, variant,
- * cases passed and failed, worst error as a fraction of the tolerance, time), optionally JSON,
- * and for each failing case its description, the first mismatch and how to replay it. A
+ * CPU reference with docs/semantics.md section 4's tolerances. Prints a table (device, path,
+ * variant, cases passed and failed, worst error as a fraction of the tolerance, time), optionally
+ * JSON, and for each failing case its description, the first mismatch and how to replay it. A
  * variant that does not run (refused by the device, or left out by the options) is listed
  * with the reason and keeps "all passed" from being said; one that --require names fails
  * the check.

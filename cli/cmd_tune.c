@@ -8,8 +8,8 @@
  *
  * The search is coordinate descent from the parameters in effect: one field at a time through
  * its values, a candidate kept when it is correct on every shape (checked against the CPU
- * reference with SPEC section 4's tolerances) and at least 2% faster (geometric mean over the
- * shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
+ * reference with docs/semantics.md section 4's tolerances) and at least 2% faster (geometric mean
+ * over the shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
  * improves or --time runs out (a candidate is never started after that).
  */
 #include "args.h"
@@ -132,7 +132,7 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Whether O (read back) matches the reference within SPEC section 4's tolerance. */
+/* Whether O (read back) matches the reference within docs/semantics.md section 4's tolerance. */
 static int output_matches(clattn_context *ctx, const tune_shape *s, char *why, size_t size) {
     void *raw = malloc(s->o_bytes);
     float *got = malloc(s->o_count * sizeof *got);

@@ -1,4 +1,4 @@
-/* See conformance.h. Inputs are seeded uniform in [-1, 1] (SPEC section 4). */
+/* See conformance.h. Inputs are seeded uniform in [-1, 1] (docs/semantics.md section 4). */
 #include "conformance.h"
 
 #include "common.h"

@@ -5,7 +5,7 @@
  *
  *     O = softmax(scale * Q K^T + bias, over the allowed keys) V
  *
- * with the exact semantics of the project's SPEC (masks, bottom-right causal alignment,
+ * with the exact semantics of docs/semantics.md (masks, bottom-right causal alignment,
  * GQA/MQA, layouts, empty rows): see README.md.
  *
  * Conventions
@@ -435,7 +435,7 @@ typedef struct clattn_attention_desc {
     clattn_tensor q, k, v, o;
     float scale; /* 0 selects the default 1/sqrt(dim_qk) */
 
-    /* which keys a query may see (SPEC section 2); p = i + len_k - len_q */
+    /* which keys a query may see (docs/semantics.md section 2); p = i + len_k - len_q */
     int causal;                   /* j <= p */
     int64_t window_left;          /* p - left <= j; -1: unbounded */
     int64_t window_right;         /* j <= p + right; -1: unbounded */
@@ -503,8 +503,8 @@ CLATTN_API clattn_status clattn_attention_desc_check(const clattn_attention_desc
 CLATTN_API clattn_status clattn_tolerance(clattn_dtype dtype, clattn_dtype out_dtype, double *atol,
                                           double *rtol, double *lse);
 
-/** Counts the (b, h, i, j) pairs the desc's mask allows (SPEC section 2; the bias is not
- *  counted), exactly and without visiting every pair.
+/** Counts the (b, h, i, j) pairs the desc's mask allows (docs/semantics.md section 2; the bias is
+ * not counted), exactly and without visiting every pair.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t *pairs);
 
@@ -715,13 +715,14 @@ CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enab
  *  ran yet: clattn_context_last_error says which). */
 CLATTN_API clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats);
 
-/* ---------------------------------------------------------------- KV cache (SPEC section 6) */
+/* ---------------------------------------------------------------- KV cache (docs/semantics.md
+ * section 6) */
 
 /** The keys and values of B sequences kept on the device for decoding, FlashAttention-2's
  *  flash_attn_with_kvcache semantics: sequence b has len[b] rows filled; appending writes new
  *  rows after them; attention over the cache sees, for sequence b, its first len[b] rows, and
- *  its queries are the last q_len[b] positions (SPEC section 2 per sequence, with Nk = len[b]).
- *  Storage is contiguous, K [B, capacity, Hkv, Dqk] (or BHSD), or paged: a pool of pages
+ *  its queries are the last q_len[b] positions (docs/semantics.md section 2 per sequence, with Nk =
+ * len[b]). Storage is contiguous, K [B, capacity, Hkv, Dqk] (or BHSD), or paged: a pool of pages
  *  [num_pages, page_size, Hkv, D] (or [num_pages, Hkv, page_size, D]) and a block table
  *  [B, max_pages] of int32 page indices: row t of sequence b is row t % page_size of page
  *  table[b][t / page_size]. */
@@ -818,9 +819,10 @@ CLATTN_API clattn_status clattn_kv_cache_read_host(clattn_kv_cache *cache, void 
  *  describes them (desc->batch, heads_kv, dim_qk and dim_v must match the cache; desc->len_k is
  *  ignored: sequence b has len[b] keys; desc->dtype is Q's storage, the cache's dtype K's and
  *  V's). q_len (host [B], may be NULL for Nq each) gives each sequence's valid query rows; rows
- *  i >= q_len[b] get O = 0 and LSE = -inf, as does a sequence of length 0. Every mask of SPEC
- *  section 2 applies per sequence (a block layout is [ceil(Nq/BQ), ceil(capacity/BK)]; a bias
- *  [b, h, i, j] covers j < capacity). LSE (may be NULL) is float32 [B, Hq, Nq].
+ *  i >= q_len[b] get O = 0 and LSE = -inf, as does a sequence of length 0. Every mask of
+ * docs/semantics.md section 2 applies per sequence (a block layout is [ceil(Nq/BQ),
+ * ceil(capacity/BK)]; a bias [b, h, i, j] covers j < capacity). LSE (may be NULL) is float32 [B,
+ * Hq, Nq].
  *  @return as clattn_attention. */
 CLATTN_API clattn_status clattn_kv_cache_attention(clattn_kv_cache *cache,
                                                    const clattn_attention_desc *desc, cl_mem q,
@@ -892,7 +894,7 @@ CLATTN_API clattn_status clattn_pattern_layout(const clattn_pattern_desc *patter
  *      Q = X W_q^T + b_q        [B, N, Hq, Dqk]    W_q [Hq*Dqk, d_model],  b_q [Hq*Dqk]
  *      K = X_kv W_k^T + b_k     [B, Nk, Hkv, Dqk]  W_k [Hkv*Dqk, d_kv],    b_k [Hkv*Dqk]
  *      V = X_kv W_v^T + b_v     [B, Nk, Hkv, Dv]   W_v [Hkv*Dv, d_kv],     b_v [Hkv*Dv]
- *      O = attention(Q, K, V)   [B, N, Hq, Dv]     SPEC sections 1 and 2, every mask
+ *      O = attention(Q, K, V)   [B, N, Hq, Dv]     docs/semantics.md sections 1 and 2, every mask
  *      Y = O W_o^T + b_o        [B, N, d_model]    W_o [d_model, Hq*Dv],   b_o [d_model]
  *
  *  Weights are row-major [out, in], as nn.Linear stores them: query head h owns rows
@@ -988,8 +990,8 @@ CLATTN_API clattn_status clattn_mha_get_info(const clattn_mha *mha, clattn_mha_i
  *  with clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, B, Hq, Hkv, N, Nk, Dqk, Dv): its
  *  heads and dims must be the layer's; batch, len_q = N and len_k = Nk (= N without X_kv) give
  *  the shapes; dtype is the storage of X and X_kv, out_dtype Y's (f32, f16 or bf16); scale and
- *  every mask of SPEC section 2 apply, a per-head block layout or bias indexed by the layer's
- *  original heads (a pruned head's are not read); path and variant choose the attention's
+ *  every mask of docs/semantics.md section 2 apply, a per-head block layout or bias indexed by the
+ * layer's original heads (a pruned head's are not read); path and variant choose the attention's
  *  variant. Its layout and tensors are not read: the layer lays Q, K, V and O out itself, and
  *  its K and V are float32, so kv_q8_0 must be 0 (a q8_0 KV cache stores them in 8 bits).
  *  x: dense [B, N, d_model]; x_kv: dense [B, Nk, d_kv], or NULL for self-attention; y: dense
@@ -1011,8 +1013,8 @@ CLATTN_API clattn_status clattn_mha_forward_host(clattn_mha *mha, const clattn_a
                                                  const void *x, const void *x_kv, void *y);
 
 /** Runs the layer for N new tokens a sequence over a KV cache (self-attention decoding and
- *  prefill, SPEC section 6): K and V of the new tokens' X [B, N, d_model] are appended to the
- *  cache (sequence b appends new_len[b] of them; new_len host [B], NULL: N each), and their
+ *  prefill, docs/semantics.md section 6): K and V of the new tokens' X [B, N, d_model] are appended
+ * to the cache (sequence b appends new_len[b] of them; new_len host [B], NULL: N each), and their
  *  queries attend over the cache (the valid query rows of sequence b are its new_len[b]; rows
  *  past them are padding, with O = 0 and so Y = b_o). The cache must be on the layer's context
  *  with B sequences, attention_heads_kv heads and the layer's dims, of any storage type: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `clattn run --cache-len` (SPEC sections 5 and 6) end to end through .npy files: attention over
+# `clattn run --cache-len` (docs/semantics.md sections 5 and 6) end to end through .npy files: attention over
 # a contiguous cache and over the same cache as a page pool (identical results), with rows
 # appended and per-sequence query lengths, on the device against the reference; the caches
 # written after the append; q8_0 refusing a block whose scale overflows; and the usage errors. Inputs come from `clattn check --dump`, the

@@ -15,7 +15,7 @@ finish() {
 }
 
 # expect STATUS TEXT -- COMMAND...: the command exits with STATUS and stderr is one line that
-# mentions TEXT (SPEC section 5: every failure prints one clear line).
+# mentions TEXT (docs/semantics.md section 5: every failure prints one clear line).
 expect() {
   local want="$1" text="$2"
   shift 3

@@ -1,6 +1,6 @@
 /*
- * Finite biases and scores never mask (SPEC section 1: only -inf masks). Hugging Face models
- * write padding as torch.finfo(float32).min = -FLT_MAX; a row whose every key carries it is
+ * Finite biases and scores never mask (docs/semantics.md section 1: only -inf masks). Hugging Face
+ * models write padding as torch.finfo(float32).min = -FLT_MAX; a row whose every key carries it is
  * the plain mean of V with a finite LSE, on every path and variant, on every device, as in the
  * reference. Huge finite scores (scale * q.k near -FLT_MAX) do not mask either.
  */

@@ -1,4 +1,4 @@
-/* Device discovery, selection per SPEC section 5, and contexts (own and wrapped). */
+/* Device discovery, selection per docs/semantics.md section 5, and contexts (own and wrapped). */
 #include <criterion/criterion.h>
 
 #include "clattn.h"

@@ -1,8 +1,9 @@
 /*
  * The fused path on every device, every kernel variant (cpu, gpu, flash), against the CPU
- * reference (SPEC section 4 tolerances): lengths that are not tile multiples, head dims,
- * MHA/GQA/MQA, causal alignment with Nq != Nk, windows, float16, layouts, offsets, special values;
- * argument checks; memory that does not grow with Nq*Nk; causal and windowed calls skipping tiles.
+ * reference (docs/semantics.md section 4 tolerances): lengths that are not tile multiples, head
+ * dims, MHA/GQA/MQA, causal alignment with Nq != Nk, windows, float16, layouts, offsets, special
+ * values; argument checks; memory that does not grow with Nq*Nk; causal and windowed calls skipping
+ * tiles.
  */
 #include <criterion/criterion.h>
 

@@ -1,11 +1,11 @@
 /*
  * The gemm path (CLBlast GEMM, masked softmax, CLBlast GEMM) on every device against the CPU
- * reference (SPEC section 4 tolerances): the fused kernel's sweep, every mask kind of SPEC
- * section 2, the chunk boundaries of the score budget (and results that do not depend on
- * them), NaN and inf in V reaching only the rows that see them (SPEC section 1), AUTO
- * falling back to it (head dims beyond the fused kernel, a fused build failure), CLBlast errors
- * and budgets too small as clear statuses, statistics, timing and events, and a long sequence
- * in bounded memory.
+ * reference (docs/semantics.md section 4 tolerances): the fused kernel's sweep, every mask kind of
+ * docs/semantics.md section 2, the chunk boundaries of the score budget (and results that do not
+ * depend on them), NaN and inf in V reaching only the rows that see them (docs/semantics.md section
+ * 1), AUTO falling back to it (head dims beyond the fused kernel, a fused build failure), CLBlast
+ * errors and budgets too small as clear statuses, statistics, timing and events, and a long
+ * sequence in bounded memory.
  *
  * CLBlast compiles its GEMM kernels on first use in every process (about 30 s on PoCL when its
  * kernel cache is cold) and Criterion runs each Test in a process of its own, so the cases are
@@ -125,7 +125,7 @@ Test(gemm, fused_sweep_windows_storage_layouts_and_nan) {
     expect_all_pass(cases, n);
 }
 
-/* ---------------------------------------------------------------- SPEC section 2 */
+/* ---------------------------------------------------------------- docs/semantics.md section 2 */
 
 static attn_case mask_case(size_t hq, size_t hkv, size_t nq, size_t nk, uint64_t seed) {
     attn_case c;

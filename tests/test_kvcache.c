@@ -1,10 +1,10 @@
 /*
- * The KV cache (SPEC section 6) on every device: appending token by token and attending at
- * each step equals one causal call over the whole sequence; paged storage with scrambled pages
- * is bit-identical to contiguous storage; sequences of different lengths (0 and capacity among
- * them) and query lengths; every chunk count of the split variant, chunks without an allowed
- * key included; masks over a cache; and refused calls that leave the cache byte for byte as it
- * was.
+ * The KV cache (docs/semantics.md section 6) on every device: appending token by token and
+ * attending at each step equals one causal call over the whole sequence; paged storage with
+ * scrambled pages is bit-identical to contiguous storage; sequences of different lengths (0 and
+ * capacity among them) and query lengths; every chunk count of the split variant, chunks without an
+ * allowed key included; masks over a cache; and refused calls that leave the cache byte for byte as
+ * it was.
  */
 #include <criterion/criterion.h>
 

@@ -167,8 +167,8 @@ Test(aliasing, disjoint_parts_of_one_buffer_are_fine) {
 
 /* ---------------------------------------------------------------- gemm and CLBlast's copies */
 
-/* Expects O (n float32 values) within SPEC's float32 tolerance of the reference's result for
- * the same call. */
+/* Expects O (n float32 values) within the contract's float32 tolerance of the reference's result
+ * for the same call. */
 static void expect_reference_result(const clattn_attention_desc *desc, const float *q,
                                     const float *k, const float *v, const float *o, size_t n) {
     float *ref = malloc(n * sizeof *ref);
@@ -182,7 +182,7 @@ static void expect_reference_result(const clattn_attention_desc *desc, const flo
 }
 
 /* Runs one float32 call on the gemm path with the score budget set to the device's largest
- * allocation; expects success (O within SPEC's tolerance of the reference's) or
+ * allocation; expects success (O within the contract's tolerance of the reference's) or
  * CLATTN_ERR_OUT_OF_MEMORY. Before CLBlast's padded copies were budgeted, such calls aborted
  * the process inside CLBlast. */
 static void expect_gemm_runs_or_says_out_of_memory(size_t b, size_t hq, size_t hkv, size_t nq,
@@ -320,7 +320,7 @@ static void big_inputs(big_case which, clattn_attention_desc *d, float *q, float
     if (which == BIG_SCALE || which == BIG_SCALE_CANCELS) d->scale = 3e38f;
 }
 
-/* Values of one call on every device outside SPEC's float32 tolerance of the reference's
+/* Values of one call on every device outside the contract's float32 tolerance of the reference's
  * (NaN and infinities must match exactly), O and LSE. */
 static size_t big_mismatches(big_case which, clattn_path path, clattn_variant variant) {
     static float q[BIG_SIZE], k[BIG_SIZE], v[BIG_SIZE], o[BIG_SIZE], ref_o[BIG_SIZE];

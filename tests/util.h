@@ -1,6 +1,6 @@
 /*
- * Helpers shared by the Criterion tests: seeded inputs, SPEC section 4 comparisons that print
- * the first mismatches, and a context on every device found.
+ * Helpers shared by the Criterion tests: seeded inputs, docs/semantics.md section 4 comparisons
+ * that print the first mismatches, and a context on every device found.
  */
 #ifndef CLATTN_TEST_UTIL_H
 #define CLATTN_TEST_UTIL_H

@@ -1,6 +1,6 @@
 """clattn.attention: the C library's attention call on host arrays (NumPy or CPU torch).
 
-Semantics are the library's (SPEC.md): queries are aligned to the END of the keys
+Semantics are the library's (docs/semantics.md): queries are aligned to the END of the keys
 (p = i + Nk - Nq: bottom-right causal, as FlashAttention-2 >= 2.1), a row with no allowed key
 gives O = 0 and LSE = -inf, only -inf in a bias masks (a finite bias, however large, is added).
 """

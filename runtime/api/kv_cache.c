@@ -1,8 +1,8 @@
 /*
- * The KV cache object (SPEC section 6): it owns, or wraps, the device storage of B sequences'
- * keys and values - contiguous [B, capacity, Hkv, D], or a pool of pages with a block table -
- * and their lengths (host copy, and a device copy for the kernels). Appends write new rows after
- * each sequence's length (cl/kv_cache.cl); attention over the cache is a call like any other,
+ * The KV cache object (docs/semantics.md section 6): it owns, or wraps, the device storage of B
+ * sequences' keys and values - contiguous [B, capacity, Hkv, D], or a pool of pages with a block
+ * table - and their lengths (host copy, and a device copy for the kernels). Appends write new rows
+ * after each sequence's length (cl/kv_cache.cl); attention over the cache is a call like any other,
  * whose problem reads K and V through the cache's view, served by the variant table.
  *
  * Every change is checked in full before anything is written, so a refused call leaves the

@@ -1,7 +1,7 @@
 /*
  * Device discovery and selection. Every platform the ICD loader reports and every device of
  * each is flattened into one list (platform order, then device order); a device's index in
- * that list is what clattn_context_create takes. Selection follows SPEC section 5.
+ * that list is what clattn_context_create takes. Selection follows docs/semantics.md section 5.
  *
  * Discovery runs once per process, under a lock, and is kept: the platforms and devices do not
  * change while a process runs (POCL_DEVICES and the ICD files are read once by the drivers

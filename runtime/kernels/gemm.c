@@ -3,9 +3,8 @@
  * kernel cannot serve and as the baseline the benchmarks compare against:
  *
  *     S = scale * Q K^T       CLBlastSgemmBatched, one batch entry per (b, h) group of the chunk
- *     P = masked softmax(S)   softmax_masked (cl/softmax.cl): bias, every mask of SPEC section 2
- *                             and LSE; P overwrites S
- *     O = P V                 CLBlastSgemmBatched
+ *     P = masked softmax(S)   softmax_masked (cl/softmax.cl): bias, every mask of docs/semantics.md
+ * section 2 and LSE; P overwrites S O = P V                 CLBlastSgemmBatched
  *
  * Batched GEMM takes one element offset per entry and one leading dimension, so GQA (entry h
  * reads K/V head h / (Hq/Hkv)) and both layouts (ld = the sequence stride) read the caller's
@@ -25,8 +24,8 @@
  * (all keys with global tokens); the softmax applies the exact mask inside that range. Each
  * score and output row is computed the same way whatever chunk holds it.
  *
- * NaN and inf in V (SPEC section 1): inside O = P V, 0 * NaN and 0 * inf are NaN, so one bad
- * value in row j of V would reach every row of its (b, kv head), also the rows that do not
+ * NaN and inf in V (docs/semantics.md section 1): inside O = P V, 0 * NaN and 0 * inf are NaN, so
+ * one bad value in row j of V would reach every row of its (b, kv head), also the rows that do not
  * see key j. Every call therefore flags the rows of V holding a non-finite value (one pass over
  * V, B*Hkv*Nk bytes read back). With none, nothing else changes. With some, the second GEMM
  * reads V with those rows zeroed (a float32 copy, or the widened scratch of 16-bit V), and

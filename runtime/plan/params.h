@@ -44,7 +44,7 @@
     X(bias_stride_h, "")                                                                           \
     X(bias_stride_s, "")                                                                           \
     X(has_bias, "")                                                                                \
-    X(causal, "mask (SPEC section 2), resolved as in plan/mask.h")                                 \
+    X(causal, "mask (docs/semantics.md section 2), resolved as in plan/mask.h")                    \
     X(left, "window sides, -1 unbounded")                                                          \
     X(right, "")                                                                                   \
     X(dilation, "")                                                                                \
