@@ -5,6 +5,8 @@
 #   npy       the .npy reader (cli/npy.c)            args   the option parser (cli/args.c)
 #   kv_cache  the KV cache on the device: tables, lengths, appends (new_len), reads, attention
 #             over the cache (q_len, masks), checked against a model and the reference
+#   masks     block layouts and the pattern generators, global tokens, windows and dilation:
+#             the host's mask functions against each other, the device against the reference
 # The library targets link a copy of libclattn built here (build-fuzz/lib) with the same
 # sanitizers and libFuzzer's coverage, and run on PoCL ($POCL_DEVICES, default basic: its
 # single-threaded device; only PoCL's ICD is loaded) with a kernel cache in
@@ -15,7 +17,7 @@
 #        tests/fuzz/run.sh replay TARGET FILE...      runs inputs once, printing each call
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-all=(npy args kv_cache)
+all=(npy args kv_cache masks)
 out=build-fuzz
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -D_POSIX_C_SOURCE=200809L -Iinclude -Icli -std=c11 -Wall -Wextra
