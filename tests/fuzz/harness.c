@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,28 @@ size_t take_count(fuzz_input *in, size_t lo, size_t hi) {
 
 /* ---------------------------------------------------------------- checks */
 
+/* LLVM inside PoCL installs its own handlers for the crash signals when it first compiles (it
+ * prints its stack and dies), over libFuzzer's and ASan's, which record the input. The harness
+ * keeps theirs, from before the first OpenCL call, and puts them back after every input. */
+static const int crash_signals[] = {SIGABRT, SIGSEGV, SIGBUS, SIGILL,
+                                    SIGFPE,  SIGTRAP, SIGINT, SIGTERM};
+#define NUM_CRASH_SIGNALS (sizeof crash_signals / sizeof crash_signals[0])
+static struct sigaction fuzzer_handlers[NUM_CRASH_SIGNALS];
+static int handlers_saved;
+
+static void save_crash_handlers(void) {
+    for (size_t i = 0; i < NUM_CRASH_SIGNALS; i++)
+        sigaction(crash_signals[i], NULL, &fuzzer_handlers[i]);
+    handlers_saved = 1;
+}
+
+static void restore_crash_handlers(void) {
+    for (size_t i = 0; handlers_saved && i < NUM_CRASH_SIGNALS; i++)
+        sigaction(crash_signals[i], &fuzzer_handlers[i], NULL);
+}
+
 void fuzz_fail(const char *format, ...) {
+    restore_crash_handlers();
     va_list args;
     va_start(args, format);
     fputs("FUZZ FAILURE: ", stderr);
@@ -144,12 +166,14 @@ void *exact_copy(const void *data, size_t bytes) {
 clattn_context *fuzz_context(void) {
     static clattn_context *ctx;
     if (ctx) return ctx;
+    save_crash_handlers();
     size_t index = 0, count = 0;
     clattn_status s = clattn_device_select(NULL, &index, 1, &count);
     if (s == CLATTN_SUCCESS) s = clattn_context_create(&ctx, index);
     if (s != CLATTN_SUCCESS)
         fuzz_fail("no context on a device ($CLATTN_DEVICE, else the default): %s",
                   clattn_status_name(s));
+    restore_crash_handlers();
     return ctx;
 }
 
@@ -165,11 +189,13 @@ void fuzz_run(void (*run)(fuzz_input *in), const uint8_t *data, size_t size) {
     cl_uint before = context_references();
     fuzz_input_init(&in, data, size);
     run(&in);
+    restore_crash_handlers();
     cl_uint after = context_references();
     if (after == before) return;
     fuzz_trace("the context's references went from %u to %u: once more", before, after);
     fuzz_input_init(&in, data, size);
     run(&in);
+    restore_crash_handlers();
     cl_uint again = context_references();
     if (again != after)
         fuzz_fail("OpenCL objects leaked: the same input, run twice, took the context's "
