@@ -7,6 +7,7 @@
 #             over the cache (q_len, masks), checked against a model and the reference
 #   masks     block layouts and the pattern generators, global tokens, windows and dilation:
 #             the host's mask functions against each other, the device against the reference
+#   mha       the attention layer's shapes, weights, head masks and KV cache (clattn_mha_*)
 # The library targets link a copy of libclattn built here (build-fuzz/lib) with the same
 # sanitizers and libFuzzer's coverage, and run on PoCL ($POCL_DEVICES, default basic: its
 # single-threaded device; only PoCL's ICD is loaded) with a kernel cache in
@@ -17,7 +18,7 @@
 #        tests/fuzz/run.sh replay TARGET FILE...      runs inputs once, printing each call
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-all=(npy args kv_cache masks)
+all=(npy args kv_cache masks mha)
 out=build-fuzz
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -D_POSIX_C_SOURCE=200809L -Iinclude -Icli -std=c11 -Wall -Wextra
