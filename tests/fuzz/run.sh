@@ -8,6 +8,7 @@
 #   masks     block layouts and the pattern generators, global tokens, windows and dilation:
 #             the host's mask functions against each other, the device against the reference
 #   mha       the attention layer's shapes, weights, head masks and KV cache (clattn_mha_*)
+#   softmax   clattn_softmax's sizes, offsets and row strides, in place or not, and its LSE
 # The library targets link a copy of libclattn built here (build-fuzz/lib) with the same
 # sanitizers and libFuzzer's coverage, and run on PoCL ($POCL_DEVICES, default basic: its
 # single-threaded device; only PoCL's ICD is loaded) with a kernel cache in
@@ -18,7 +19,7 @@
 #        tests/fuzz/run.sh replay TARGET FILE...      runs inputs once, printing each call
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-all=(npy args kv_cache masks mha)
+all=(npy args kv_cache masks mha softmax)
 out=build-fuzz
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -D_POSIX_C_SOURCE=200809L -Iinclude -Icli -std=c11 -Wall -Wextra
