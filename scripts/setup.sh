@@ -2,8 +2,9 @@
 # Installs everything clattn needs from Debian's packages: the OpenCL ICD loader and headers,
 # PoCL (an OpenCL device on the CPU, present on every machine), CLBlast, Criterion, clinfo,
 # oclgrind, OpenBLAS (the benchmarks' host baseline, loaded at run time), gnuplot (plots),
-# patchelf (scripts/bundle.sh) and python3-venv (the Python package's tests build and install
-# its wheel in a virtual environment).
+# patchelf (scripts/bundle.sh), python3-venv (the Python package's tests build and install
+# its wheel in a virtual environment), and clang with its sanitizer and libFuzzer runtimes
+# (libclang-rt-14-dev), which tests/fuzz/run.sh builds the fuzzers with.
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ packages=(
   libclblast-dev libcriterion-dev oclgrind
   libopenblas0 gnuplot-nox patchelf
   python3 python3-venv
+  clang libclang-rt-14-dev
 )
 
 sudo_cmd=()
