@@ -364,7 +364,7 @@ typedef struct clattn_softmax_desc {
     clattn_dtype dtype;                /* storage of in and out */
     float scale;                       /* multiplies every input */
     size_t in_offset, in_row_stride;   /* elements */
-    size_t out_offset, out_row_stride; /* elements; out may be in (in place) */
+    size_t out_offset, out_row_stride; /* elements; out may be in, exactly (in place) */
 } clattn_softmax_desc;
 
 /** Fills *desc for a dense float32 [rows, cols] matrix softmaxed in place with scale 1.
@@ -376,9 +376,11 @@ CLATTN_API clattn_status clattn_softmax_desc_init_sized(clattn_softmax_desc *des
     clattn_softmax_desc_init_sized((desc), sizeof *(desc), (rows), (cols))
 
 /** Enqueues the softmax. `lse` may be NULL (float32, `rows` entries from offset 0). `event` may
- *  be NULL; otherwise it receives the kernel's event (the caller releases it).
- *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (sizes, strides, buffers too small),
- *  CLATTN_ERR_BUILD, or an OpenCL error. */
+ *  be NULL; otherwise it receives the kernel's event (the caller releases it). out may be in
+ *  exactly (the same memory, offset and row stride); otherwise, and for LSE, no two of them may
+ *  share a byte (compared as clattn_attention compares its tensors).
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (sizes, strides, buffers too small,
+ *  overlapping outputs), CLATTN_ERR_BUILD, or an OpenCL error. */
 CLATTN_API clattn_status clattn_softmax(clattn_context *ctx, const clattn_softmax_desc *desc,
                                         cl_mem in, cl_mem out, cl_mem lse, cl_event *event);
 

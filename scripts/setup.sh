@@ -3,8 +3,9 @@
 # PoCL (an OpenCL device on the CPU, present on every machine), CLBlast, Criterion, clinfo,
 # oclgrind, OpenBLAS (the benchmarks' host baseline, loaded at run time), gnuplot (plots),
 # patchelf (scripts/bundle.sh), python3-venv (the Python package's tests build and install
-# its wheel in a virtual environment) and clang (its OpenCL front end compiles flash's subgroup
-# branch, which no CI device runs: tests/flash_subgroups_cl.sh).
+# its wheel in a virtual environment), and clang with its sanitizer and libFuzzer runtimes
+# (libclang-rt-14-dev): tests/fuzz/run.sh builds the fuzzers with them, and its OpenCL front end
+# compiles flash's subgroup branch, which no CI device runs (tests/flash_subgroups_cl.sh).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -13,7 +14,8 @@ packages=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   libclblast-dev libcriterion-dev oclgrind
   libopenblas0 gnuplot-nox patchelf
-  python3 python3-venv clang
+  python3 python3-venv
+  clang libclang-rt-14-dev
 )
 
 sudo_cmd=()

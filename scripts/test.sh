@@ -9,10 +9,13 @@
 #  4. a build with -fsanitize=address,undefined and the suite again; any sanitizer report
 #     fails the run (Criterion does not fail a test whose worker only reports a leak at exit,
 #     so the log is searched);
-#  5. the threads test built with -fsanitize=thread, as a plain program (Criterion's runner does
+#  5. the libFuzzer targets of tests/fuzz (the .npy reader, the option parser, the KV cache, the
+#     masks, the attention layer, the softmax) under ASan and UBSan, 40 s each from the seeds in
+#     tests/fuzz/seeds (tests/fuzz/run.sh); a crash, a report or a failed check fails the run;
+#  6. the threads test built with -fsanitize=thread, as a plain program (Criterion's runner does
 #     not start under ThreadSanitizer), on both PoCL devices; any report fails the run;
-#  6. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
-#  7. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
+#  7. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
+#  8. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
 #     PoCL comes from the driver search (tests/bundle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +51,9 @@ if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
   exit 1
 fi
 echo "no sanitizer reports"
+
+section "fuzzers under AddressSanitizer and UndefinedBehaviorSanitizer"
+tests/fuzz/run.sh 40
 
 section "the threads test under ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCLATTN_TSAN=ON > /dev/null

@@ -450,3 +450,25 @@ Test(kvcache, an_append_into_a_missing_page_is_refused) {
     clattn_kv_cache_destroy(cache);
     free(k), free(v);
 }
+
+/* A paged cache's batch does not enter its storage size, but its lengths [B] and block table
+ * [B][max_pages] do: a batch that overflows them is refused as such (found by the fuzzer,
+ * tests/fuzz/fuzz_kv_cache.c: it was left to calloc to fail, as CLATTN_ERR_OUT_OF_MEMORY). */
+Test(kvcache, a_batch_whose_bookkeeping_overflows_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const size_t batches[] = {SIZE_MAX / 2 + 1, SIZE_MAX / 8 + 1, SIZE_MAX};
+    for (size_t i = 0; i < COUNT(batches); i++) {
+        clattn_kv_cache_desc d;
+        cr_assert_eq(clattn_kv_cache_desc_init(&d, batches[i], HKV, D, D, CAP), CLATTN_SUCCESS);
+        d.page_size = PAGE, d.num_pages = PAGES;
+        clattn_kv_cache *cache = NULL;
+        clattn_status status = clattn_kv_cache_create(ctx, &d, &cache);
+        cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "batch %zu: %s", batches[i],
+                     clattn_status_name(status));
+        cr_expect(strstr(clattn_context_last_error(ctx), "overflows") != NULL, "batch %zu: '%s'",
+                  batches[i], clattn_context_last_error(ctx));
+        cr_expect_null(cache);
+    }
+}

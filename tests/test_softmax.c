@@ -193,3 +193,44 @@ Test(softmax, bad_arguments_are_named) {
     clReleaseMemObject(small);
     clReleaseMemObject(tiny_lse);
 }
+
+/* An output that shares bytes with the input other than exactly in place, or an LSE that shares
+ * bytes with either, is refused: rows would be read after other rows' results were written over
+ * them (found by the fuzzer, tests/fuzz/fuzz_softmax.c: an in-place call with the output 3
+ * elements after the input ran, and gave wrong rows). Exactly in place still runs. */
+Test(softmax, overlapping_outputs_are_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    cl_context cl = clattn_context_cl_context(ctx);
+    cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, 64 * sizeof(float), NULL, NULL);
+    cl_buffer_region tail = {32 * sizeof(float), 32 * sizeof(float)};
+    cl_mem sub =
+        clCreateSubBuffer(buf, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &tail, NULL);
+    cr_assert_not_null(sub);
+    /* 3 rows of 5, 7 apart: in from element 1, out from 4 (overlapping) or 24 (disjoint) */
+    clattn_softmax_desc shifted = {sizeof(clattn_softmax_desc), 3, 5, CLATTN_F32, 1.0f, 1, 7, 4, 7};
+    cr_expect_eq(clattn_softmax(ctx, &shifted, buf, buf, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "overlap the input") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    clattn_softmax_desc strided = {sizeof(clattn_softmax_desc), 3, 5, CLATTN_F32, 1.0f, 1, 7, 1, 8};
+    cr_expect_eq(clattn_softmax(ctx, &strided, buf, buf, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT,
+                 "the same offset, another row stride");
+    clattn_softmax_desc into_sub = {
+        sizeof(clattn_softmax_desc), 3, 5, CLATTN_F32, 1.0f, 30, 7, 0, 7};
+    cr_expect_eq(clattn_softmax(ctx, &into_sub, buf, sub, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT,
+                 "an output in a sub-buffer over the input's bytes");
+    clattn_softmax_desc exact = {sizeof(clattn_softmax_desc), 3, 5, CLATTN_F32, 1.0f, 1, 7, 1, 7};
+    ASSERT_OK(ctx, clattn_softmax(ctx, &exact, buf, buf, NULL, NULL));
+    clattn_softmax_desc apart = {sizeof(clattn_softmax_desc), 3, 5, CLATTN_F32, 1.0f, 1, 7, 24, 7};
+    ASSERT_OK(ctx, clattn_softmax(ctx, &apart, buf, buf, NULL, NULL));
+    cr_expect_eq(clattn_softmax(ctx, &exact, buf, buf, buf, NULL), CLATTN_ERR_INVALID_ARGUMENT,
+                 "LSE over the input");
+    cr_expect(strstr(clattn_context_last_error(ctx), "LSE") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    clattn_softmax_desc late = {sizeof(clattn_softmax_desc), 3, 5, CLATTN_F32, 1.0f, 8, 7, 8, 7};
+    ASSERT_OK(ctx, clattn_softmax(ctx, &late, buf, buf, buf, NULL)); /* LSE in bytes [0, 12) */
+    clFinish(clattn_context_queue(ctx));
+    clReleaseMemObject(sub);
+    clReleaseMemObject(buf);
+}

@@ -11,42 +11,6 @@
 
 /* ---------------------------------------------------------------- buffers */
 
-/* The bytes a tensor occupies: [begin, end) of the memory object that owns them (a
- * sub-buffer's parent, at the sub-buffer's origin) and, for memory the caller lent with
- * CL_MEM_USE_HOST_PTR, of the host address space. */
-typedef struct byte_range {
-    cl_mem root;
-    size_t begin, end;
-    uintptr_t host_begin, host_end; /* 0, 0 without a host pointer */
-} byte_range;
-
-static byte_range tensor_bytes(cl_mem buffer, size_t first_byte, size_t extent) {
-    byte_range r = {buffer, first_byte, extent, 0, 0};
-    cl_mem parent = NULL;
-    size_t origin = 0;
-    cl_mem_flags flags = 0;
-    void *host = NULL;
-    if (clGetMemObjectInfo(buffer, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) ==
-            CL_SUCCESS &&
-        parent &&
-        clGetMemObjectInfo(buffer, CL_MEM_OFFSET, sizeof origin, &origin, NULL) == CL_SUCCESS) {
-        r.root = parent;
-        r.begin += origin, r.end += origin;
-    }
-    if (clGetMemObjectInfo(buffer, CL_MEM_FLAGS, sizeof flags, &flags, NULL) == CL_SUCCESS &&
-        (flags & CL_MEM_USE_HOST_PTR) &&
-        clGetMemObjectInfo(buffer, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS && host)
-        r.host_begin = (uintptr_t)host + first_byte, r.host_end = (uintptr_t)host + extent;
-    return r;
-}
-
-static int ranges_overlap(const byte_range *a, const byte_range *b) {
-    int device = a->root == b->root && a->begin < b->end && b->begin < a->end;
-    int host =
-        a->host_end && b->host_end && a->host_begin < b->host_end && b->host_begin < a->host_end;
-    return device || host;
-}
-
 /* Every buffer present and large enough for the extent its tensor spans; the outputs' bytes
  * (O, LSE) shared with no other tensor's, through sub-buffers and offsets too. */
 static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
@@ -80,12 +44,12 @@ static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
                              "Dv=%zu with its offset and strides; the buffer holds %zu",
                              list[i].name, list[i].need, pb->batch, pb->heads_q, pb->heads_kv,
                              pb->len_q, pb->len_k, pb->dim_qk, pb->dim_v, have);
-        range[i] = tensor_bytes(list[i].buffer, list[i].first, list[i].need);
+        range[i] = buffer_bytes(list[i].buffer, list[i].first, list[i].need);
     }
     /* The outputs (O at 3, LSE at 4) must not share a byte with anything else. */
     for (size_t o = 3; o <= 4; o++)
         for (size_t i = 0; list[o].buffer && i < ARRAY_LEN(list); i++)
-            if (i != o && list[i].buffer && ranges_overlap(&range[o], &range[i]))
+            if (i != o && list[i].buffer && byte_ranges_overlap(&range[o], &range[i]))
                 return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                                  "%s overlaps %s: bytes [%zu, %zu) and [%zu, %zu) of the same "
                                  "memory (a sub-buffer counts as its parent); an output must "

@@ -63,14 +63,17 @@ static clattn_status check_desc(clattn_context *ctx, const clattn_kv_cache_desc 
 }
 
 /* The storage's addressing and size: [entries][rows][Hkv][D] (or [entries][Hkv][rows][D]),
- * entries being sequences (contiguous) or pages. */
+ * entries being sequences (contiguous) or pages. The bookkeeping's size is checked too: a paged
+ * cache's batch does not enter its storage, but its lengths [B] and table [B][max_pages] do. */
 static clattn_status plan_storage(clattn_context *ctx, clattn_kv_cache *c) {
     const clattn_kv_cache_desc *d = &c->desc;
     size_t entries = d->page_size ? d->num_pages : d->batch;
     size_t rows = d->page_size ? d->page_size : d->capacity, elem = dtype_size(d->dtype);
     c->max_pages = d->page_size ? d->capacity / d->page_size : 0;
-    size_t k_elements = 0, v_elements = 0;
-    if (clattn_tensor_dense(&c->k_tensor, d->layout, d->heads_kv, rows, d->dim_qk, 0) ||
+    size_t k_elements = 0, v_elements = 0, table_entries = 0, table_bytes = 0;
+    if (size_mul(d->batch, c->max_pages ? c->max_pages : 1, &table_entries) ||
+        size_mul(table_entries, sizeof(int32_t), &table_bytes) ||
+        clattn_tensor_dense(&c->k_tensor, d->layout, d->heads_kv, rows, d->dim_qk, 0) ||
         clattn_tensor_dense(&c->v_tensor, d->layout, d->heads_kv, rows, d->dim_v, 0) ||
         size_mul(entries, c->k_tensor.stride_batch, &k_elements) ||
         size_mul(k_elements, elem, &c->k_bytes) ||

@@ -28,6 +28,32 @@ static size_t matrix_span(size_t rows, size_t cols, size_t offset, size_t row_st
     return bytes;
 }
 
+/* The output shares no byte with the input unless it is exactly the input (in place: the same
+ * memory, first element and row stride, so that each work-group reads its row before it writes
+ * it), and LSE shares none with either. A partial overlap would let a row be read after another
+ * row's results were written over it. */
+static clattn_status check_overlaps(clattn_context *ctx, const clattn_softmax_desc *d, cl_mem in,
+                                    cl_mem out, cl_mem lse, size_t need_in, size_t need_out) {
+    size_t elem = dtype_size(d->dtype);
+    byte_range x = buffer_bytes(in, d->in_offset * elem, need_in);
+    byte_range y = buffer_bytes(out, d->out_offset * elem, need_out);
+    int same_rows = d->rows == 1 || d->in_row_stride == d->out_row_stride;
+    int in_place = same_rows && x.root == y.root && x.begin == y.begin;
+    if (!in_place && byte_ranges_overlap(&x, &y))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: the output's bytes [%zu, %zu) overlap the input's [%zu, %zu) "
+                         "of the same memory (a sub-buffer counts as its parent); out may be in "
+                         "only exactly (the same offset and row stride)",
+                         y.begin, y.end, x.begin, x.end);
+    if (!lse) return CLATTN_SUCCESS;
+    byte_range l = buffer_bytes(lse, 0, d->rows * sizeof(float));
+    if (byte_ranges_overlap(&l, &x) || byte_ranges_overlap(&l, &y))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softmax: LSE's bytes [%zu, %zu) overlap the %s of the same memory",
+                         l.begin, l.end, byte_ranges_overlap(&l, &x) ? "input" : "output");
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_desc *d, cl_mem in,
                                    cl_mem out, cl_mem lse) {
     if (!d || !in || !out)
@@ -59,7 +85,7 @@ static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_des
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "softmax: the LSE buffer holds %zu floats, %zu rows need one each",
                          buffer_size(lse) / sizeof(float), d->rows);
-    return CLATTN_SUCCESS;
+    return check_overlaps(ctx, d, in, out, lse, need_in, need_out);
 }
 
 static clattn_status softmax_in_call(clattn_context *ctx, const clattn_softmax_desc *given,

@@ -11,6 +11,33 @@ size_t buffer_size(cl_mem buffer) {
     return size;
 }
 
+byte_range buffer_bytes(cl_mem buffer, size_t first_byte, size_t end_byte) {
+    byte_range r = {buffer, first_byte, end_byte, 0, 0};
+    cl_mem parent = NULL;
+    size_t origin = 0;
+    cl_mem_flags flags = 0;
+    void *host = NULL;
+    if (clGetMemObjectInfo(buffer, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) ==
+            CL_SUCCESS &&
+        parent &&
+        clGetMemObjectInfo(buffer, CL_MEM_OFFSET, sizeof origin, &origin, NULL) == CL_SUCCESS) {
+        r.root = parent;
+        r.begin += origin, r.end += origin;
+    }
+    if (clGetMemObjectInfo(buffer, CL_MEM_FLAGS, sizeof flags, &flags, NULL) == CL_SUCCESS &&
+        (flags & CL_MEM_USE_HOST_PTR) &&
+        clGetMemObjectInfo(buffer, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS && host)
+        r.host_begin = (uintptr_t)host + first_byte, r.host_end = (uintptr_t)host + end_byte;
+    return r;
+}
+
+int byte_ranges_overlap(const byte_range *a, const byte_range *b) {
+    int device = a->root == b->root && a->begin < b->end && b->begin < a->end;
+    int host =
+        a->host_end && b->host_end && a->host_begin < b->host_end && b->host_begin < a->host_end;
+    return device || host;
+}
+
 clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t bytes, void *host,
                             cl_mem *out, const char *what) {
     *out = NULL;

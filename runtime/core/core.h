@@ -296,6 +296,17 @@ clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem 
 
 /* Size of a buffer in bytes, or 0 for an invalid one. */
 size_t buffer_size(cl_mem buffer);
+/* The bytes [begin, end) of a buffer's range in the memory object that owns them (a sub-buffer's
+ * parent, at the sub-buffer's origin) and, for memory the caller lent with CL_MEM_USE_HOST_PTR,
+ * in the host address space, so that two ranges compare however the caller made them. */
+typedef struct byte_range {
+    cl_mem root;
+    size_t begin, end;
+    uintptr_t host_begin, host_end; /* 0, 0 without a host pointer */
+} byte_range;
+byte_range buffer_bytes(cl_mem buffer, size_t first_byte, size_t end_byte);
+/* Whether two ranges share a byte, on the device or in host memory. */
+int byte_ranges_overlap(const byte_range *a, const byte_range *b);
 /* Creates a buffer and records failures as "allocating <what> (<bytes> bytes)". */
 clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t bytes, void *host,
                             cl_mem *out, const char *what);
