@@ -5,8 +5,8 @@
 #  1. the whole quick conformance sweep in one process, fused (every variant: lanes, rowwise, split and
 #     flash) and gemm paths, checking invalid accesses, data races and API misuse, and that every
 #     result is right;
-#  2. a KV cache through `clattn run --cache-len` (tests/cli_cache.sh), contiguous and paged;
-#  3. one multi-head attention layer through `clattn layer` (tests/cli_layer.sh), with CLBlast's
+#  2. a KV cache through `clattn run --cache-len` (tests/cli/cli_cache.sh), contiguous and paged;
+#  3. one multi-head attention layer through `clattn layer` (tests/cli/cli_layer.sh), with CLBlast's
 #     GEMMs, a head mask and biases;
 #  4. each quick case of the fused path, for each fused variant, in its own process with the
 #     uninitialized-value check as well. Built with -cl-opt-disable there: oclgrind 21.10's
@@ -46,7 +46,7 @@ echo "-- a KV cache, contiguous and paged, with appends (memory, races, API)"
 printf '#!/usr/bin/env bash\nexec oclgrind --data-races --check-api --log "%s/cache-$$.log" "$@"\n' \
   "$logs" > "$logs/runner" # one log a process: several would overwrite one file
 chmod +x "$logs/runner"
-if ! bash "$(dirname "$0")/../tests/cli_cache.sh" "$clattn" "$logs/runner" > "$logs/out" 2>&1; then
+if ! bash "$(dirname "$0")/../tests/cli/cli_cache.sh" "$clattn" "$logs/runner" > "$logs/out" 2>&1; then
   echo "clattn run --cache-len failed on the simulator:"
   cat "$logs/out"
   failed=1
@@ -56,7 +56,7 @@ for log in "$logs"/cache-*.log; do report "$log" "the KV cache"; done
 echo "-- a multi-head attention layer, pruned, with CLBlast projections (memory, races, API)"
 sed 's/cache-/layer-/' "$logs/runner" > "$logs/layer-runner"
 chmod +x "$logs/layer-runner"
-if ! bash "$(dirname "$0")/../tests/cli_layer.sh" "$clattn" "$logs/layer-runner" > "$logs/out" 2>&1; then
+if ! bash "$(dirname "$0")/../tests/cli/cli_layer.sh" "$clattn" "$logs/layer-runner" > "$logs/out" 2>&1; then
   echo "clattn layer failed on the simulator:"
   cat "$logs/out"
   failed=1

@@ -3,7 +3,7 @@
  * struct below is generated from the list by the preprocessor, and the OpenCL C struct of the
  * kernels from the same list at build time (cmake/gen_params.cmake writes "attn_params.cl",
  * embedded with the kernels). Every field is a 64-bit integer, so both sides agree on the layout;
- * tests/test_params.c reads every field back from a kernel. Kernels read the block from a small
+ * tests/unit/test_params.c reads every field back from a kernel. Kernels read the block from a small
  * constant buffer. Positions: query i sits at key position p = i + offset.
  *
  * Each entry is X, then the field's name and a comment string; the build script reads the

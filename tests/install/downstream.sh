@@ -20,13 +20,13 @@ for file in $installed; do
   fi
 done
 [ "$hooks" -eq 0 ] || exit 1
-cmake -S "$source/tests/downstream" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
+cmake -S "$source/tests/install/downstream" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
 cmake --build "$work/build" > /dev/null
 export LD_LIBRARY_PATH="$work/prefix/lib:$work/prefix/lib64:$work/prefix/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$work/build/uses_shared"
 "$work/build/uses_static"
 pc_dir="$(dirname "$(find "$work/prefix" -name clattn.pc | head -n 1)")"
-cc -o "$work/uses_pkgconfig" "$source/tests/downstream/main.c" \
+cc -o "$work/uses_pkgconfig" "$source/tests/install/downstream/main.c" \
    $(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs clattn) -lm
 "$work/uses_pkgconfig"
 test -x "$work/prefix/bin/clattn" && "$work/prefix/bin/clattn" --version

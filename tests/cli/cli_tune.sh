@@ -14,7 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 # (tests/lsan-pocl.supp), which needs the slow unwinder to see PoCL's frames.
 if [ -n "${ASAN_OPTIONS:-}" ]; then
   export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-  export LSAN_OPTIONS="suppressions=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lsan-pocl.supp"
+  export LSAN_OPTIONS="suppressions=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../lsan-pocl.supp"
 fi
 export CLATTN_CACHE_DIR="$work/cache"
 mkdir -p "$CLATTN_CACHE_DIR"

@@ -6,13 +6,13 @@
 # pass `clattn check --quick` on it and run a bench of every path (the host path uses the
 # bundled OpenBLAS); with CLATTN_NO_DRIVER_SEARCH=1 it finds no device and says why in one
 # line. (PoCL's own kernel cache in ~/.cache/pocl stays: it is the driver's, not the bundle's.)
-# Usage: tests/bundle.sh dist/clattn-VERSION-linux-x86_64.tar.gz
+# Usage: tests/install/bundle.sh dist/clattn-VERSION-linux-x86_64.tar.gz
 set -uo pipefail
 tarball="$(realpath "$1")"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
-source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/cli_common.sh"
 cd "$work" || exit 1
 mkdir "un packed" empty-vendors
 tar -C "un packed" -xzf "$tarball" || { echo "FAIL: cannot unpack $tarball"; exit 1; }

@@ -7,6 +7,7 @@
 set -uo pipefail
 clattn="$(realpath "$1")"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+top="$(cd "$here/../.." && pwd)" # the source tree
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # fail, finish
@@ -18,17 +19,17 @@ cd "$work" || exit 1
 status=$?
 [ "$status" -eq 1 ] || fail "finish after 256 failures exited $status, not 1"
 (finish planted) > /dev/null || fail "finish without failures exited $?"
-if grep -nE '^\s*exit "?\$\{?[A-Za-z_]+\}?"?\s*$' "$here"/*.sh "$here"/../scripts/*.sh; then
+if grep -nE '^\s*exit "?\$\{?[A-Za-z_]+\}?"?\s*$' "$top"/tests/*/*.sh "$top"/scripts/*.sh; then
   fail "a script exits with a variable (above): a count wraps to 0 at 256; use finish"
 fi
 
 # ---- a planted bug: the lanes variant skips O's store for rows with no allowed key. The
 # kernels come from a patched copy of cl/ ($CLATTN_KERNEL_DIR) built into a cache of its own.
-if [ -f "$here/../cl/lanes.cl" ]; then
-  cp -r "$here/../cl" planted
+if [ -f "$top/cl/lanes.cl" ]; then
+  cp -r "$top/cl" planted
   sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16) {/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16) {/' \
     planted/lanes.cl
-  if cmp -s "$here/../cl/lanes.cl" planted/lanes.cl; then
+  if cmp -s "$top/cl/lanes.cl" planted/lanes.cl; then
     fail "the planted bug no longer applies to cl/lanes.cl's store_rows: update this test"
   else
     mkdir planted-cache
@@ -43,9 +44,9 @@ if [ -f "$here/../cl/lanes.cl" ]; then
   fi
   # the mask rules, shared with the host, come from $CLATTN_KERNEL_DIR too: causality turned
   # around there fails the causal cases (the reference, on the host, keeps the real rule)
-  cp -r "$here/../cl" planted-rules
+  cp -r "$top/cl" planted-rules
   sed -i 's/return !causal || j <= p;/return !causal || j >= p;/' planted-rules/mask_rules.h
-  if cmp -s "$here/../cl/mask_rules.h" planted-rules/mask_rules.h; then
+  if cmp -s "$top/cl/mask_rules.h" planted-rules/mask_rules.h; then
     fail "the planted rule no longer applies to cl/mask_rules.h: update this test"
   else
     mkdir planted-rules-cache
@@ -56,7 +57,7 @@ if [ -f "$here/../cl/lanes.cl" ]; then
   "$clattn" check --quick --device 0 --variant lanes > out 2>&1 ||
     fail "check --quick --variant lanes fails with the kernels as they are: $(tail -n 5 out)"
 else
-  echo "cli_check: the source tree's cl/ is not at $here/../cl: the planted bug is not checked"
+  echo "cli_check: the source tree's cl/ is not at $top/cl: the planted bug is not checked"
 fi
 
 # ---- --require: a listed variant left out by --path fails the check
