@@ -103,7 +103,7 @@ static clattn_status softmax_in_call(clattn_context *ctx, const clattn_softmax_d
     if (status != CLATTN_SUCCESS) return status;
 
     tuning_params tuning; /* the gemm path's softmax is the same kernel: one work-group rule */
-    variant_tuning_on(&ctx->device, &variant_gemm, &tuning);
+    variant_tuning_on(&ctx->device, variant_find(CLATTN_VARIANT_GEMM), &tuning);
     launch_limits limits = launch_limits_of_device(&ctx->device);
     char dtypes[64];
     snprintf(dtypes, sizeof dtypes, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)d->dtype, (int)d->dtype);

@@ -30,6 +30,8 @@ typedef struct split_plan {
 
 /* ---------------------------------------------------------------- the row */
 
+extern const attn_variant variant_split; /* the row, at the end of the file */
+
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
     snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,

@@ -100,12 +100,4 @@ clattn_status variant_plan_make_limited(clattn_context *ctx, const attn_variant 
                                         const launch_limits *limits, variant_plan *plan);
 void variant_plan_release(variant_plan *plan);
 
-/* The rows (each in its own file). */
-extern const attn_variant variant_lanes;
-extern const attn_variant variant_flash;
-extern const attn_variant variant_rowwise;
-extern const attn_variant variant_gemm;
-extern const attn_variant variant_reference;
-extern const attn_variant variant_split;
-
 #endif

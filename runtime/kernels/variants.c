@@ -1,11 +1,15 @@
 /*
  * The variant table. Its order is `auto`'s preference: the first row that supports the call
  * and suits the device runs; a row whose kernel fails to build hands the call to the next.
- * Adding a kernel variant adds a row here and nothing in the dispatcher.
+ * Adding a kernel variant adds a row here and nothing in the dispatcher (docs/variants.md).
  */
 #include "kernels/variant.h"
 
 #include <string.h>
+
+/* The rows, each defined in its own file (kernels/NAME.c). */
+extern const attn_variant variant_split, variant_lanes, variant_flash, variant_rowwise,
+    variant_gemm, variant_reference;
 
 static const attn_variant *const table[] = {
     &variant_split,     /* decoding and KV caches (auto: few query rows a kv head) */

@@ -116,12 +116,12 @@ Test(limits, gpu_tiles_shrink_to_limits_below_the_device) {
     low.work_group_size = 16, low.local_mem_bytes = 6144;
     cr_assert_lt(low.work_group_size, device.work_group_size);
     clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], &variant_rowwise, &pb, &low, &stats));
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_ROWWISE), &pb, &low, &stats));
     cr_expect_leq(stats.block_m, 16, "%s", stats.kernel);
     cr_expect_leq((size_t)(D + D) * stats.block_n * 4 + 1024, 6144, "%s", stats.kernel);
     expect_reference("gpu against low limits");
     low.work_group_size = 4; /* the kernel needs 8 rows a work-group at least */
-    cr_expect_eq(plan_and_run(ctxs[0], &variant_rowwise, &pb, &low, &stats),
+    cr_expect_eq(plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_ROWWISE), &pb, &low, &stats),
                  CLATTN_ERR_UNSUPPORTED);
     cr_expect(strstr(clattn_context_last_error(ctxs[0]), "work-groups of 4 work-items") != NULL,
               "%s", clattn_context_last_error(ctxs[0]));
@@ -135,13 +135,13 @@ Test(limits, flash_tiles_shrink_to_limits_below_the_device) {
     limited_desc(&pb);
     launch_limits low = {8, 8192};
     clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], &variant_flash, &pb, &low, &stats));
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats));
     unsigned bm, bn, tm, tn;
     flash_shape(stats.kernel, &bm, &bn, &tm, &tn);
     cr_expect_leq((bm / tm) * (bn / tn), 8, "work-items a work-group: %s", stats.kernel);
     expect_reference("flash against low limits");
     low.local_mem_bytes = 1024; /* the reserve alone: no tile */
-    cr_expect_eq(plan_and_run(ctxs[0], &variant_flash, &pb, &low, &stats), CLATTN_ERR_UNSUPPORTED);
+    cr_expect_eq(plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats), CLATTN_ERR_UNSUPPORTED);
     cr_expect(strstr(clattn_context_last_error(ctxs[0]), "no tile fits") != NULL, "%s",
               clattn_context_last_error(ctxs[0]));
     problem_release(&pb);
@@ -154,7 +154,7 @@ Test(limits, gemm_softmax_work_group_follows_the_limits) {
     limited_desc(&pb);
     launch_limits low = {24, 65536}; /* the tuning's 256 down to a power of two: 16 */
     clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], &variant_gemm, &pb, &low, &stats));
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_GEMM), &pb, &low, &stats));
     cr_expect(strstr(stats.kernel, "softmax wg16 ") != NULL, "%s", stats.kernel);
     expect_reference("gemm against low limits");
     problem_release(&pb);
