@@ -1,7 +1,7 @@
 /*
  * Shared by every attention kernel program: storage type macros and the per-pair masks of
- * SPEC section 2 over the parameter block (the rules themselves are mask_rules.h's, the same
- * file the host uses). The runtime builds it ahead of each kernel file.
+ * docs/semantics.md section 2 over the parameter block (the rules themselves are mask_rules.h's,
+ * the same file the host uses). The runtime builds it ahead of each kernel file.
  *
  * Storage: IN_DTYPE (Q, K, V) and OUT_DTYPE (O) are clattn_dtype values: float32, float16
  * (read and written with vload_half and vstore_half, which need no cl_khr_fp16) or bfloat16
@@ -146,7 +146,7 @@ inline void store_bf16x16(float16 x, __global ushort *ptr, long index) {
 /*
  * The parameter block attn_params comes from "attn_params.cl", generated at build time from the
  * one list of its fields (runtime/plan/params.h), and the mask rules from "mask_rules.h"
- * (runtime/plan/mask_rules.h), both built ahead of this file.
+ * (cl/mask_rules.h, which the host includes too), both built ahead of this file.
  * Positions: query i sits at key position p = i + offset (offset = len_k - len_q).
  * Classes: keys of class r are j = r + m*classes (m = 0, 1, ...); a query at p belongs to
  * class p mod classes. With classes = dilation (the planner's choice while a class holds at
@@ -155,8 +155,8 @@ inline void store_bf16x16(float16 x, __global ushort *ptr, long index) {
  */
 
 /* a + b and a * b where a finite result never overflows to an infinity: it saturates at
- * +-FLT_MAX. Only -inf masks (SPEC section 1), so a finite score or bias must stay finite
- * (a padding bias of -FLT_MAX plus a negative score would otherwise round to -inf). */
+ * +-FLT_MAX. Only -inf masks (docs/semantics.md section 1), so a finite score or bias must stay
+ * finite (a padding bias of -FLT_MAX plus a negative score would otherwise round to -inf). */
 inline float add_saturating(float a, float b) {
     const float x = a + b;
     return isinf(x) && isfinite(a) && isfinite(b) ? copysign(FLT_MAX, x) : x;
@@ -227,7 +227,8 @@ inline int layout_ok(__constant attn_params *P, __global const uchar *layout, lo
     return layout[(h * P->blocks_q + i / P->block_q) * P->blocks_k + j / P->block_k] != 0;
 }
 
-/* SPEC section 2 (mask_rules.h): causal_ok AND layout_ok AND (window_ok OR j in G OR p in G) */
+/* Whether query i may see key j (docs/semantics.md section 2, mask_rules.h):
+ * causal_ok AND layout_ok AND (window_ok OR j in G OR p in G) */
 inline int mask_allowed(__constant attn_params *P, __global const uchar *is_global,
                         __global const uchar *layout, long head, long i, long j) {
     long p = i + P->offset;
@@ -236,8 +237,8 @@ inline int mask_allowed(__constant attn_params *P, __global const uchar *is_glob
                         is_global_position(P, is_global, p));
 }
 
-/* Element index of row j of (b, kv head) in K or V (SPEC section 6): the tensor's row, or in a
- * paged cache through the block table (the pages are the pool tensor's batch entries). */
+/* Element index of row j of (b, kv head) in K or V (docs/semantics.md section 6): the tensor's row,
+ * or in a paged cache through the block table (the pages are the pool tensor's batch entries). */
 inline long kv_row(__constant attn_params *P, __global const int *block_table, long offset,
                    long stride_b, long stride_h, long stride_s, long b, long kvh, long j) {
     if (P->page_size == 0) return offset + b * stride_b + kvh * stride_h + j * stride_s;

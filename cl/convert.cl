@@ -10,8 +10,8 @@
  * A launch covers the groups [group0, group0 + G) and rows [row0, row0 + R) of each; scratch is
  * dense float [G][R][dim]. One work-item per element: global size (dim, R, G).
  *
- * The last four kernels keep NaN and inf in V where SPEC section 1 wants them (see their
- * section below).
+ * The last four kernels keep NaN and inf in V where docs/semantics.md section 1 wants them (see
+ * their section below).
  */
 
 /* Element index in the strided tensor of (group g of the launch, row r of the launch, x). */

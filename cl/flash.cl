@@ -2,8 +2,8 @@
  * Attention shaped like FlashAttention-2, in portable OpenCL C (the `flash` variant).
  *
  * Work partition: work-group (tile, b*Hq + h) owns a query tile of BLOCK_M rows (the rows of
- * fused_common.cl's tile_row: a dilation class's rows, or the listed global rows) and walks the
- * key tiles of fused_common.cl's walk, BLOCK_N keys at a time, with an online softmax. Its
+ * tile_walk.cl's tile_row: a dilation class's rows, or the listed global rows) and walks the
+ * key tiles of tile_walk.cl's walk, BLOCK_N keys at a time, with an online softmax. Its
  * TEAMS x TEAM work-items (flash_team.cl: local id = team * TEAM + lane) each own a register
  * micro-tile:
  *   scores s[TILE_M][TILE_N]:        rows team*TILE_M + r, keys lane + c*TEAM of the key tile
@@ -22,10 +22,11 @@
  * loaded into the other buffer while the current one is multiplied by V, so a tile costs two
  * barriers (three without subgroups) instead of three (four).
  *
- * Masks: the walk's tile kinds (fused_common.cl): TILE_FULL tiles take no per-pair test,
- * TILE_BOUNDED tiles a per-row class-local range, TILE_GENERAL tiles SPEC's rule pair by pair;
- * a bias is added (saturating) where a pair is not masked. A V tile holding a NaN or an infinity
- * is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 * NaN).
+ * Masks: the walk's tile kinds (tile_walk.cl): TILE_FULL tiles take no per-pair test,
+ * TILE_BOUNDED tiles a per-row class-local range, TILE_GENERAL tiles the contract's rule pair by
+ * pair; a bias is added (saturating) where a pair is not masked. A V tile holding a NaN or an
+ * infinity is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 *
+ * NaN).
  *
  * Values near FLT_MAX (README, Semantics): a score that came out non-finite from the pre-scaled
  * q is summed again without overflow on the way (common.cl, rescored), and O stays normalised
@@ -34,7 +35,7 @@
  *
  * Index arithmetic in the loops is 32-bit: local offsets, and global offsets within a tile (the
  * planner checks that a tile's span fits in 31 bits); 64-bit only for the base of a tensor, a
- * row or a tile. Built after common.cl, fused_common.cl and flash_team.cl.
+ * row or a tile. Built after common.cl, tile_walk.cl and flash_team.cl.
  */
 #ifndef VEC
 #define VEC 4 /* elements a work-item copies from global memory at once */

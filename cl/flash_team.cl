@@ -17,7 +17,7 @@
  *    EMULATED_SUBGROUP_SIZE consecutive work-items (TEAM unless the test says otherwise).
  *
  * Every work-item of the group calls these functions the same number of times (they may hold
- * a barrier). Built after common.cl and fused_common.cl, ahead of flash.cl.
+ * a barrier). Built after common.cl and tile_walk.cl, ahead of flash.cl.
  */
 #ifndef TILE_M
 #define TILE_M 4

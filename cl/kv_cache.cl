@@ -1,9 +1,9 @@
 /*
- * Appending rows to a KV cache (SPEC section 6): row t of sequence b of K_new and V_new goes to
- * row lengths[b] + t of the cache, for t < new_len[b] (the host has checked that every such row
- * fits its capacity and its pages). The cache's addressing - its tensors, contiguous or paged -
- * is the parameter block's k_* and v_* fields with page_size and max_pages; the new rows are
- * IN_DTYPE tensors [B, len, Hkv, D] at the offsets and strides given; the cache is OUT_DTYPE.
+ * Appending rows to a KV cache (docs/semantics.md section 6): row t of sequence b of K_new and
+ * V_new goes to row lengths[b] + t of the cache, for t < new_len[b] (the host has checked that
+ * every such row fits its capacity and its pages). The cache's addressing - its tensors, contiguous
+ * or paged - is the parameter block's k_* and v_* fields with page_size and max_pages; the new rows
+ * are IN_DTYPE tensors [B, len, Hkv, D] at the offsets and strides given; the cache is OUT_DTYPE.
  * Work-item (d, t, b * Hkv + kvh) over (max(Dqk, Dv), len, B * Hkv). Built after common.cl.
  *
  * A q8_0 cache (KV_DTYPE q8_0, OUT_DTYPE unused) is written a block at a time, each block

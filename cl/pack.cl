@@ -9,7 +9,7 @@
  *
  * Slot s holds key j = r + m*classes with r = s / class_slots, m = s % class_slots (keys
  * grouped by class, see common.cl), or, when from_list is set, j = gpos[s] (the global keys).
- * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after fused_common.cl.
+ * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after tile_walk.cl.
  * Packed rows start at multiples of 16 floats, so they are stored as whole float16 vectors
  * (PoCL splits vstore16 into four 16-byte stores).
  *

@@ -7,7 +7,8 @@
  * in/out: [rows][cols] at an element offset with a row stride; out may alias in.
  *
  * softmax_masked is the gemm path's step between its two GEMMs: the same three passes over a
- * chunk of attention scores, with the bias and every mask of SPEC section 2 (common.cl).
+ * chunk of attention scores, with the bias and every mask of docs/semantics.md section 2
+ * (common.cl).
  */
 #ifndef WG_SIZE
 #define WG_SIZE 256
@@ -85,8 +86,8 @@ softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride, __gl
  * scores: [G][R][keys] float, dense: G (b, h) groups of the chunk, the first being group0
  *         (b = group / heads_q, h = group % heads_q), R query rows of each from row0, and the
  *         keys [key0, key0 + keys) the chunk's rows may see (the GEMMs skip the others).
- * Adds bias[b, h, i, j] (zero strides broadcast), applies every mask of SPEC section 2 through
- * mask_allowed, and writes P over S. A disallowed key gets exactly 0 (never exp of NaN), so
+ * Adds bias[b, h, i, j] (zero strides broadcast), applies every mask of docs/semantics.md section 2
+ * through mask_allowed, and writes P over S. A disallowed key gets exactly 0 (never exp of NaN), so
  * that P V sums only allowed values; a row with no allowed key (or only -inf scores) gets
  * P = 0 and LSE = -inf; a NaN among the allowed scores makes the row's P and LSE NaN.
  * lse: [B][Hq][Nq] float, natural log, written when P->write_lse.

@@ -16,7 +16,7 @@
  *     LSE = log sum_c exp(LSE_c),  O = sum_c exp(LSE_c - LSE) O_c.
  * With one chunk the kernel writes O and LSE itself.
  *
- * Per sequence b (SPEC section 6): keys L_b = seq_len[b] (or len_k), valid query rows
+ * Per sequence b (docs/semantics.md section 6): keys L_b = seq_len[b] (or len_k), valid query rows
  * q_b = q_len[b] (or len_q), query i at key position p = i + L_b - q_b; rows i >= q_b are empty.
  * Scores stay in the natural domain (a finite score never becomes -inf), and one whose float32
  * sum overflowed on the way is summed again with scaled operands (rescore); exp(x) is

@@ -239,6 +239,11 @@ int parse_choice(const cli_args *args, const char *name, const char *const *choi
     return bad_value(args, name, why);
 }
 
+int parse_variant(const cli_args *args, const char *name, clattn_variant *variant) {
+    if (clattn_variant_from_name(args_get(args, name), variant) == CLATTN_SUCCESS) return 0;
+    return bad_value(args, name, "no variant (see clattn devices --variants)");
+}
+
 int parse_word_list(const cli_args *args, const char *name, char storage[][64], size_t cap,
                     size_t *count) {
     const char *s = args_get(args, name);

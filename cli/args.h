@@ -6,6 +6,8 @@
 #ifndef CLATTN_CLI_ARGS_H
 #define CLATTN_CLI_ARGS_H
 
+#include <clattn.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +69,8 @@ int parse_pair_range(const cli_args *args, const char *name, int64_t min, int64_
 int parse_index_list(const cli_args *args, const char *name, int64_t **list, size_t *count);
 /* One of `choices` (NULL-terminated); *index receives its position. */
 int parse_choice(const cli_args *args, const char *name, const char *const *choices, int *index);
+/* A row of the variant table by name (clattn devices --variants lists them), or "auto". */
+int parse_variant(const cli_args *args, const char *name, clattn_variant *variant);
 /* "a,b,c" split into up to `cap` strings copied into `storage` (each < 64 chars). */
 int parse_word_list(const cli_args *args, const char *name, char storage[][64], size_t cap,
                     size_t *count);

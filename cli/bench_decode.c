@@ -1,10 +1,11 @@
 /*
- * clattn bench --preset decode: decoding over a KV cache (SPEC section 6). For each storage
- * type of the cache (a q8_0 cache is read with float32 Q and O), cache length Nk and query block Nq
- * (1, and 4 for speculative decoding), one call of Nq queries over a full cache; it reports the
- * time and the K/V bytes read per second next to the device's memory bandwidth, measured in the
- * same run by a device-to-device copy (bytes read plus written, per second). A generation mode
- * appends one token a step to a growing cache and attends with it, and reports tokens per second.
+ * clattn bench --preset decode: decoding over a KV cache (docs/semantics.md section 6). For each
+ * storage type of the cache (a q8_0 cache is read with float32 Q and O), cache length Nk and query
+ * block Nq (1, and 4 for speculative decoding), one call of Nq queries over a full cache; it
+ * reports the time and the K/V bytes read per second next to the device's memory bandwidth,
+ * measured in the same run by a device-to-device copy (bytes read plus written, per second). A
+ * generation mode appends one token a step to a growing cache and attends with it, and reports
+ * tokens per second.
  */
 #include "args.h"
 #include "bench.h"

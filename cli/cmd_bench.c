@@ -230,12 +230,8 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         cli_error("bench", "--dtype q8_0 stores K and V only: it is measured by --preset decode");
         return EXIT_USAGE;
     }
-    if (args_has(args, "variant") &&
-        clattn_variant_from_name(args_get(args, "variant"), &c->variant) != CLATTN_SUCCESS) {
-        cli_error("bench", "--variant: '%s' is no variant (see clattn devices --variants)",
-                  args_get(args, "variant"));
+    if (args_has(args, "variant") && parse_variant(args, "variant", &c->variant) != 0)
         return EXIT_USAGE;
-    }
     if (args_has(args, "steps") && parse_size(args, "steps", 0, &c->steps) != 0) return EXIT_USAGE;
     if (args_has(args, "kept") &&
         parse_size_list(args, "kept", 1, c->kept, MAX_LIST, &c->num_kept) != 0)

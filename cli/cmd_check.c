@@ -1,9 +1,9 @@
 /*
  * clattn check: a built-in conformance sweep (the shapes and masks of the tests, without
  * Criterion) on every selected device, for each path and fused kernel variant, against the
- * CPU reference with SPEC section 4's tolerances. Prints a table (device, path, variant,
- * cases passed and failed, worst error as a fraction of the tolerance, time), optionally JSON,
- * and for each failing case its description, the first mismatch and how to replay it. A
+ * CPU reference with docs/semantics.md section 4's tolerances. Prints a table (device, path,
+ * variant, cases passed and failed, worst error as a fraction of the tolerance, time), optionally
+ * JSON, and for each failing case its description, the first mismatch and how to replay it. A
  * variant that does not run (refused by the device, or left out by the options) is listed
  * with the reason and keeps "all passed" from being said; one that --require names fails
  * the check.
@@ -91,7 +91,7 @@ static void add_sparse_cases(sweep *s, int quick) {
         attn_case *c = add_case(s, 1, 2, 1, 70, 90, 32, 32);
         c->left = windows[i][0], c->right = windows[i][1], c->causal = (int)windows[i][2];
     }
-    /* 20 keys a dilation class: tested pair by pair; then 40: grouped by class (fused.c) */
+    /* 20 keys a dilation class: tested pair by pair; then 40: grouped by class (packed.c) */
     attn_case *c = add_case(s, 1, 2, 2, 60, 60, 32, 32);
     c->left = 12, c->right = 12, c->dilation = 3;
     c = add_case(s, 1, 2, 2, 80, 80, 32, 32);

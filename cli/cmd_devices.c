@@ -103,6 +103,20 @@ static void print_drivers_without_devices(void) {
     }
 }
 
+/* Under a variant's line: its old name, and what `clattn tune` searches. */
+static void print_variant_notes(const clattn_variant_info *info) {
+    if (info->old_name)
+        printf("    %-10s old name \"%s\" still works until 0.4\n", "", info->old_name);
+    if (!info->num_axes) return;
+    printf("    %-10s clattn tune searches", "");
+    for (size_t a = 0; a < info->num_axes; a++) {
+        printf("%s %s ", a ? "," : "", info->axes[a].field);
+        for (unsigned i = 0; i < info->axes[a].count; i++)
+            printf("%s%u", i ? "/" : "", info->axes[a].values[i]);
+    }
+    printf("\n");
+}
+
 /* Every row of the variant table on one device: whether it runs there, whether `auto` tries
  * it, where its tuning comes from, and why not when it does not. */
 static int print_variants(size_t device) {
@@ -121,6 +135,7 @@ static int print_variants(size_t device) {
         printf("    %-10s %-4s %-4s %-11s %s\n", info.name, info.supported ? "yes" : "no",
                info.used_by_auto ? "yes" : "no", info.tuning,
                info.reason[0] ? info.reason : info.summary);
+        print_variant_notes(&info);
     }
     clattn_context_destroy(ctx);
     return 0;

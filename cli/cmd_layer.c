@@ -400,10 +400,11 @@ int cmd_layer(int argc, char **argv) {
                    "--x X.npy --wq WQ.npy --wk WK.npy --wv WV.npy --wo WO.npy --heads H "
                    "--out Y.npy [options]",
                    layer_options, n);
-        printf("\nY = attention(X W_q^T + b_q, X_kv W_k^T + b_k, X_kv W_v^T + b_v) W_o^T + b_o, "
-               "X_kv = X\nwithout --x-kv. Y is written only when everything succeeded. "
-               "--compare uses the layer's\ntolerance: SPEC's for Y's type, its absolute term "
-               "scaled by the largest |REF|.\n");
+        printf(
+            "\nY = attention(X W_q^T + b_q, X_kv W_k^T + b_k, X_kv W_v^T + b_v) W_o^T + b_o, "
+            "X_kv = X\nwithout --x-kv. Y is written only when everything succeeded. "
+            "--compare uses the layer's\ntolerance: the contract's for Y's type, its absolute term "
+            "scaled by the largest |REF|.\n");
         return 0;
     }
     if (parsed) return parsed;

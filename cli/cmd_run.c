@@ -1,6 +1,6 @@
 /*
- * clattn run: attention from .npy files (SPEC section 5). Q, K, V are 4-D in the chosen
- * layout; the bias is [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] whatever the layout (as PyTorch's
+ * clattn run: attention from .npy files (docs/semantics.md section 5). Q, K, V are 4-D in the
+ * chosen layout; the bias is [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk] whatever the layout (as PyTorch's
  * attn_mask; size-1 dimensions broadcast); a block layout is 2-D (shared) or 3-D (one per query
  * head). Outputs are written whole or not at all.
  */
@@ -45,8 +45,9 @@ static const cli_option run_options[] = {
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
-    {"compare", "REF.npy", "check O against REF.npy (O's shape) with SPEC's tolerance"},
-    {"compare-lse", "REF.npy", "check LSE against REF.npy (<f4 [B,Hq,Nq]) with SPEC's tolerance"},
+    {"compare", "REF.npy", "check O against REF.npy (O's shape) with the contract's tolerance"},
+    {"compare-lse", "REF.npy",
+     "check LSE against REF.npy (<f4 [B,Hq,Nq]) with the contract's tolerance"},
     CACHE_RUN_OPTIONS,
     {"help", NULL, "show this help"},
 };
@@ -309,12 +310,8 @@ static int setup_options(const cli_args *args, run_state *s) {
         if (parse_choice(args, "path", paths, &choice) != 0) return EXIT_USAGE;
         d->path = (clattn_path)choice;
     }
-    if (args_has(args, "variant") &&
-        clattn_variant_from_name(args_get(args, "variant"), &d->variant) != CLATTN_SUCCESS) {
-        cli_error(args->command, "--variant: '%s' is no variant (see clattn devices --variants)",
-                  args_get(args, "variant"));
+    if (args_has(args, "variant") && parse_variant(args, "variant", &d->variant) != 0)
         return EXIT_USAGE;
-    }
     if (d->variant == CLATTN_VARIANT_REFERENCE) d->path = CLATTN_PATH_REFERENCE; /* on the host */
     return 0;
 }
@@ -517,9 +514,9 @@ static float *as_floats(const void *data, size_t count, clattn_dtype dtype) {
     return out;
 }
 
-/* O against the saved output (of --path reference, or another device) with SPEC section 4's
- * tolerance for the storage types. Within it: a line on stdout; outside: one line on stderr
- * (O has been written: the computation itself succeeded) and 1. */
+/* O against the saved output (of --path reference, or another device) with docs/semantics.md
+ * section 4's tolerance for the storage types. Within it: a line on stdout; outside: one line on
+ * stderr (O has been written: the computation itself succeeded) and 1. */
 static int compare_with(const cli_args *args, const run_state *s) {
     const clattn_attention_desc *d = &s->desc;
     const char *file = args_get(args, "compare");
@@ -551,7 +548,7 @@ static int compare_with(const cli_args *args, const run_state *s) {
     return ok && !result.mismatches ? 0 : 1;
 }
 
-/* LSE against --compare-lse's file with SPEC section 4's LSE tolerance (-inf exactly);
+/* LSE against --compare-lse's file with docs/semantics.md section 4's LSE tolerance (-inf exactly);
  * reported as compare_with reports O. */
 static int compare_lse_with(const cli_args *args, const run_state *s) {
     const char *file = args_get(args, "compare-lse");

@@ -1,14 +1,15 @@
 /*
- * clattn tune: searches one device's kernel parameters for a fused variant (flash by default:
- * rows and keys a work-group, the micro-tile, vector width, local-memory staging, subgroups)
- * over a few representative shapes, and stores the winner in tuning.json in the cache folder,
+ * clattn tune: searches one device's kernel parameters for a variant (flash by default: rows
+ * and keys a work-group, the micro-tile, vector width, local-memory staging, subgroups; each
+ * variant's row publishes the fields and values it searches, clattn_variant_info's axes) over a
+ * few representative shapes, and stores the winner in tuning.json in the cache folder,
  * keyed by device and driver (clattn_tuning_save). Public API only: candidates are tried on
  * the context with clattn_context_set_tuning.
  *
  * The search is coordinate descent from the parameters in effect: one field at a time through
  * its values, a candidate kept when it is correct on every shape (checked against the CPU
- * reference with SPEC section 4's tolerances) and at least 2% faster (geometric mean over the
- * shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
+ * reference with docs/semantics.md section 4's tolerances) and at least 2% faster (geometric mean
+ * over the shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
  * improves or --time runs out (a candidate is never started after that).
  */
 #include "args.h"
@@ -22,13 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TUNE_SHAPES     3
-#define TUNE_MAX_VALUES 6
-#define TUNE_GAIN       0.98 /* a candidate must beat the best by 2% */
+#define TUNE_SHAPES 3
+#define TUNE_GAIN   0.98 /* a candidate must beat the best by 2% */
 
 static const cli_option tune_options[] = {
     {"device", "SPEC", "the device to tune (default: $CLATTN_DEVICE or the first GPU)"},
-    {"variant", "NAME", "the variant to tune: flash (default), gpu or cpu"},
+    {"variant", "NAME",
+     "the variant to tune (default flash): one with tuning axes in clattn devices --variants"},
     {"time", "SECONDS", "time budget of the search (default 120); no candidate starts after it"},
     {"n", "N", "sequence length of the shapes (default 1024)"},
     {"repeat", "N", "timed runs a candidate and shape, after one warm-up (default 3)"},
@@ -131,7 +132,7 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Whether O (read back) matches the reference within SPEC section 4's tolerance. */
+/* Whether O (read back) matches the reference within docs/semantics.md section 4's tolerance. */
 static int output_matches(clattn_context *ctx, const tune_shape *s, char *why, size_t size) {
     void *raw = malloc(s->o_bytes);
     float *got = malloc(s->o_count * sizeof *got);
@@ -181,41 +182,9 @@ static int measure(clattn_context *ctx, tune_shape *s, clattn_variant variant, s
 
 /* ---------------------------------------------------------------- candidates */
 
-/* The fields a variant's search walks, each with its values. */
-typedef struct tune_axis {
-    const char *name;
-    size_t offset; /* of the field in clattn_tuning */
-    unsigned values[TUNE_MAX_VALUES];
-    size_t count;
-} tune_axis;
-
-#define AXIS(field, ...)                                                                           \
-    {                                                                                              \
-#field, offsetof(clattn_tuning, field),                                                    \
-            {__VA_ARGS__ }, sizeof((unsigned[]){__VA_ARGS__}) / sizeof(unsigned)                   \
-    }
-
-static const tune_axis flash_axes[] = {
-    AXIS(block_m, 16, 32, 64, 128), AXIS(block_n, 16, 32, 64, 128), AXIS(tile_m, 1, 2, 4, 8),
-    AXIS(tile_n, 1, 2, 4, 8),       AXIS(vector, 1, 2, 4, 8),       AXIS(stages, 1, 2),
-    AXIS(subgroups, 0, 1),
-};
-static const tune_axis gpu_axes[] = {AXIS(block_m, 16, 32, 64, 128, 256),
-                                     AXIS(block_n, 16, 32, 64)};
-static const tune_axis cpu_axes[] = {AXIS(block_m, 16, 32, 48), AXIS(block_n, 16, 32, 64)};
-
-static unsigned *field_of(clattn_tuning *t, const tune_axis *axis) {
-    return (unsigned *)((char *)t + axis->offset);
-}
-
-/* Whether a candidate is worth a build: micro-tiles that divide the tiles, a work-group the
- * device allows, subgroups only where it has them. */
-static int candidate_valid(clattn_variant variant, const clattn_tuning *t,
-                           const clattn_device_info *dev) {
-    if (variant != CLATTN_VARIANT_FLASH) return 1;
-    if (t->block_m % t->tile_m || t->block_n % t->tile_n) return 0;
-    size_t items = (size_t)(t->block_m / t->tile_m) * (t->block_n / t->tile_n);
-    return items <= dev->max_work_group_size && (!t->subgroups || dev->has_subgroups);
+/* The field an axis walks. */
+static unsigned *field_of(clattn_tuning *t, const clattn_tuning_axis *axis) {
+    return clattn_tuning_field(t, axis->field);
 }
 
 typedef struct tuner {
@@ -243,7 +212,11 @@ static double evaluate(tuner *t, const clattn_tuning *c, char *kernel, size_t si
     char why[512] = "";
     double score = 0;
     t->tried++;
-    if (clattn_context_set_tuning(t->ctx, t->variant, c) != CLATTN_SUCCESS) return INFINITY;
+    if (clattn_context_set_tuning(t->ctx, t->variant, c) != CLATTN_SUCCESS) {
+        t->rejected++; /* the kernel cannot take it as given on this device */
+        if (t->verbose) printf("  refused: %s\n", clattn_context_last_error(t->ctx));
+        return INFINITY;
+    }
     for (size_t i = 0; i < TUNE_SHAPES; i++) {
         tune_shape *s = &t->shapes[i];
         if (measure(t->ctx, s, t->variant, t->repeat, kernel, size, why, sizeof why)) {
@@ -265,18 +238,18 @@ static void keep_times(tuner *t) {
     }
 }
 
-static void format_params(const clattn_tuning *p, const tune_axis *axes, size_t n, char *out,
-                          size_t size) {
+static void format_params(const clattn_tuning *p, const clattn_tuning_axis *axes, size_t n,
+                          char *out, size_t size) {
     size_t used = 0;
     out[0] = '\0';
     for (size_t a = 0; a < n && used < size; a++)
-        used += (size_t)snprintf(out + used, size - used, "%s%s %u", a ? ", " : "", axes[a].name,
+        used += (size_t)snprintf(out + used, size - used, "%s%s %u", a ? ", " : "", axes[a].field,
                                  *field_of((clattn_tuning *)p, &axes[a]));
 }
 
 /* Coordinate descent from *best: each field through its values, the best kept, in rounds
  * until a round improves nothing or the time is up. */
-static void search(tuner *t, const tune_axis *axes, size_t num_axes, clattn_tuning *best,
+static void search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes, clattn_tuning *best,
                    double *best_score) {
     for (int improved = 1; improved;) {
         improved = 0;
@@ -285,7 +258,7 @@ static void search(tuner *t, const tune_axis *axes, size_t num_axes, clattn_tuni
                 if (seconds_now() >= t->deadline) return;
                 clattn_tuning c = *best;
                 *field_of(&c, &axes[a]) = axes[a].values[v];
-                if (!candidate_valid(t->variant, &c, &t->device) || seen_before(t, &c)) continue;
+                if (seen_before(t, &c)) continue;
                 char kernel[96] = "", text[256];
                 double score = evaluate(t, &c, kernel, sizeof kernel);
                 int better = score < *best_score + log(TUNE_GAIN);
@@ -319,12 +292,6 @@ static void print_table(const tuner *t, const char *before, const char *after) {
            t->tried, t->rejected, t->repeat);
 }
 
-static const tune_axis *axes_of(clattn_variant variant, size_t *count) {
-    if (variant == CLATTN_VARIANT_GPU) return *count = ARRAY_LEN(gpu_axes), gpu_axes;
-    if (variant == CLATTN_VARIANT_CPU) return *count = ARRAY_LEN(cpu_axes), cpu_axes;
-    return *count = ARRAY_LEN(flash_axes), flash_axes;
-}
-
 /* ---------------------------------------------------------------- the command */
 
 typedef struct tune_options_values {
@@ -336,19 +303,15 @@ typedef struct tune_options_values {
 } tune_options_values;
 
 static int parse_tune(const cli_args *args, tune_options_values *o) {
-    static const char *const variants[] = {"flash", "gpu", "cpu", NULL};
-    static const clattn_variant ids[] = {CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GPU,
-                                         CLATTN_VARIANT_CPU};
     size_t seconds = 120;
-    int choice = 0;
     o->device = args_get(args, "device");
     o->n = 1024, o->repeat = 3;
-    if ((args_has(args, "variant") && parse_choice(args, "variant", variants, &choice)) ||
+    o->variant = CLATTN_VARIANT_FLASH;
+    if ((args_has(args, "variant") && parse_variant(args, "variant", &o->variant)) ||
         (args_has(args, "time") && parse_size(args, "time", 1, &seconds)) ||
         (args_has(args, "n") && parse_size(args, "n", 1, &o->n)) ||
         (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)))
         return EXIT_USAGE;
-    o->variant = ids[choice];
     o->seconds = (double)seconds;
     o->dry_run = args_has(args, "dry-run");
     o->verbose = args_has(args, "verbose");
@@ -363,12 +326,13 @@ static int setup_shapes(tuner *t, size_t n) {
 }
 
 /* Measures the parameters in effect, searches, prints; *best receives the winner. */
-static int run_search(tuner *t, const tune_options_values *o, clattn_tuning *best) {
+static int run_search(tuner *t, const tune_options_values *o, const clattn_variant_info *info,
+                      clattn_tuning *best) {
     static const char *const sources[] = {"class default", "built-in", "tuning.json", "context"};
     clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
     clattn_tuning before;
-    size_t num_axes = 0;
-    const tune_axis *axes = axes_of(o->variant, &num_axes);
+    const clattn_tuning_axis *axes = info->axes;
+    size_t num_axes = info->num_axes;
     clattn_tuning_init(&before);
     clattn_device_tuning(t->device.index, o->variant, &before, &source);
     char kernel[96] = "", text_before[512], text_after[512], params[256];
@@ -420,7 +384,7 @@ int cmd_tune(int argc, char **argv) {
     cli_args args;
     int rc = args_parse(&args, tune_options, n, "tune", argc, argv);
     if (rc == 1) {
-        args_usage("tune", "[--device SPEC] [--variant flash|gpu|cpu] [--time SECONDS] [options]",
+        args_usage("tune", "[--device SPEC] [--variant NAME] [--time SECONDS] [options]",
                    tune_options, n);
         return 0;
     }
@@ -433,7 +397,16 @@ int cmd_tune(int argc, char **argv) {
     t.variant = o.variant, t.repeat = o.repeat, t.verbose = o.verbose;
     t.deadline = seconds_now() + o.seconds;
     char why[256] = "";
-    if (clattn_variant_supported(t.ctx, o.variant, NULL, why, sizeof why) != CLATTN_SUCCESS) {
+    clattn_variant_info info;
+    clattn_variant_info_init(&info);
+    if (clattn_variant_describe(t.ctx, o.variant, &info) != CLATTN_SUCCESS || !info.num_axes) {
+        cli_error("tune",
+                  "%s has nothing to tune (see the tuning axes in clattn devices "
+                  "--variants)",
+                  clattn_variant_name(o.variant));
+        rc = EXIT_USAGE;
+    } else if (clattn_variant_supported(t.ctx, o.variant, NULL, why, sizeof why) !=
+               CLATTN_SUCCESS) {
         cli_error("tune", "%s does not run on %s: %s", clattn_variant_name(o.variant),
                   t.device.name, why);
         rc = 1;
@@ -441,10 +414,12 @@ int cmd_tune(int argc, char **argv) {
         cli_error("tune", "cannot set up the shapes on %s (out of memory?)", t.device.name);
         rc = 1;
     }
-    printf("tuning %s on %s (driver %s), %.0f s budget, N=%zu\n", clattn_variant_name(o.variant),
-           t.device.name, t.device.driver_version, o.seconds, o.n);
+    if (!rc)
+        printf("tuning %s on %s (driver %s), %.0f s budget, N=%zu\n",
+               clattn_variant_name(o.variant), t.device.name, t.device.driver_version, o.seconds,
+               o.n);
     clattn_tuning best;
-    if (!rc) rc = run_search(&t, &o, &best);
+    if (!rc) rc = run_search(&t, &o, &info, &best);
     if (!rc) rc = save_winner(&t, &o, &best);
     for (size_t i = 0; i < TUNE_SHAPES; i++) shape_free(&t.shapes[i]);
     clattn_context_destroy(t.ctx);

@@ -11,13 +11,6 @@
 #define PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
 #else
 #define PRINTF_LIKE(fmt, args)
-/* Seconds on a monotonic clock. */
-static inline double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #endif
 
 /* Checked size arithmetic: 1 on overflow. */

@@ -1,7 +1,7 @@
 /*
  * One attention case run on a device and compared with the CPU reference, element by element
- * with SPEC section 4's tolerances. Used by `clattn check` and by the Criterion tests, so both
- * check the same way.
+ * with docs/semantics.md section 4's tolerances. Used by `clattn check` and by the Criterion tests,
+ * so both check the same way.
  */
 #ifndef CLATTN_CONFORMANCE_H
 #define CLATTN_CONFORMANCE_H
@@ -84,13 +84,13 @@ void compare_values(const char *what, const float *got, const double *ref, size_
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
                         const char *device, char *cmd, size_t cmd_size, char *err, size_t err_size);
 
-/* SPEC section 4's tolerance for a call with these storage types: the loosest of them
+/* docs/semantics.md section 4's tolerance for a call with these storage types: the loosest of them
  * (bfloat16, then float16, then float32). */
 void tolerance_for(clattn_dtype in, clattn_dtype out, double *atol, double *rtol);
 
-/* The attention layer's tolerance (README, "The attention layer"): SPEC section 4's for Y's
- * storage type, its absolute term scaled by the largest finite |ref| of the output, since the
- * layer's output has no fixed magnitude and the float32 GEMMs' error follows the output's. */
+/* The attention layer's tolerance (README, "The attention layer"): docs/semantics.md section 4's
+ * for Y's storage type, its absolute term scaled by the largest finite |ref| of the output, since
+ * the layer's output has no fixed magnitude and the float32 GEMMs' error follows the output's. */
 void layer_tolerance(clattn_dtype y_dtype, const double *ref, size_t n, double *atol, double *rtol);
 
 /* The .npy dtype (npy_dtype) a storage type is written as: <f4, <f2, or <u2 for bfloat16 bit

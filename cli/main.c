@@ -30,8 +30,12 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(out, "\nenvironment: CLATTN_DEVICE (device spec), CLATTN_VERBOSE=1, CLATTN_CACHE_DIR "
-                 "(or off), CLATTN_KERNEL=cpu|flash|gpu,\n             CLATTN_NO_DRIVER_SEARCH=1 "
-                 "(use only the drivers the ICD loader registers)\n");
+                 "(or off),\n             CLATTN_KERNEL=");
+    const char *name;
+    for (int v = 1; strcmp(name = clattn_variant_name((clattn_variant)v), "unknown") != 0; v++)
+        fprintf(out, "%s%s", v > 1 ? "|" : "", name);
+    fprintf(out, " (the variant auto would otherwise choose),\n             "
+                 "CLATTN_NO_DRIVER_SEARCH=1 (use only the drivers the ICD loader registers)\n");
 }
 
 static const subcommand *find_subcommand(const char *name) {

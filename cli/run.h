@@ -22,7 +22,7 @@ typedef struct run_state {
     clattn_layout layout_kind;
     void *o;
     float *lse;
-    struct cache_run *cache; /* --cache-len: K and V are caches (SPEC section 6) */
+    struct cache_run *cache; /* --cache-len: K and V are caches (docs/semantics.md section 6) */
 } run_state;
 
 /* One file a run writes. */
@@ -63,7 +63,8 @@ void run_release(run_state *s);
 
 /* run_cache.c: the options of the cache mode, their checks, reading, computing and outputs. */
 #define CACHE_RUN_OPTIONS                                                                          \
-    {"cache-len", "L.npy", "<i4 [B]: K and V are caches of these lengths (SPEC section 6)"},       \
+    {"cache-len", "L.npy",                                                                         \
+     "<i4 [B]: K and V are caches of these lengths (docs/semantics.md section 6)"},                \
         {"k-new", "KN.npy", "with --cache-len: rows to append, [B,Nnew,Hkv,Dqk]"},                 \
         {"v-new", "VN.npy", "with --cache-len: rows to append, [B,Nnew,Hkv,Dv]"},                  \
         {"new-len", "NL.npy", "<i4 [B]: how many of the new rows each sequence appends"},          \

@@ -1,6 +1,6 @@
 /*
- * `clattn run --cache-len`: attention over a KV cache (SPEC sections 5 and 6), so that any
- * device can be checked against .npy files. --k and --v are the caches [B, capacity, Hkv, D]
+ * `clattn run --cache-len`: attention over a KV cache (docs/semantics.md sections 5 and 6), so that
+ * any device can be checked against .npy files. --k and --v are the caches [B, capacity, Hkv, D]
  * (in the layout), or with --page-table page pools [pages, page_size, Hkv, D]; --cache-len
  * gives each sequence's filled rows; --k-new/--v-new rows are appended first (--new-len of
  * them a sequence); --q-len the valid query rows. --k-cache-out/--v-cache-out write the

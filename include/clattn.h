@@ -5,7 +5,7 @@
  *
  *     O = softmax(scale * Q K^T + bias, over the allowed keys) V
  *
- * with the exact semantics of the project's SPEC (masks, bottom-right causal alignment,
+ * with the exact semantics of docs/semantics.md (masks, bottom-right causal alignment,
  * GQA/MQA, layouts, empty rows): see README.md.
  *
  * Conventions
@@ -398,10 +398,12 @@ typedef enum clattn_path {
  *  desc->path when that is not AUTO); $CLATTN_KERNEL=NAME names a row for calls that leave
  *  variant at AUTO. New rows are only ever appended. `clattn devices --variants` lists them. */
 typedef enum clattn_variant {
-    CLATTN_VARIANT_AUTO = 0, /* "auto" */
-    CLATTN_VARIANT_CPU = 1,  /* "cpu": fused; register-tiled, wide vectors, a tile a work-item */
-    CLATTN_VARIANT_GPU = 2,  /* "gpu": fused; local-memory tiles, a row a work-item */
-    CLATTN_VARIANT_GEMM = 3, /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
+    CLATTN_VARIANT_AUTO = 0,      /* "auto" */
+    CLATTN_VARIANT_LANES = 1,     /* "lanes": fused; a query tile a work-item, its rows in the lanes
+                                     of 16-wide vectors (CPU compilers vectorise them) */
+    CLATTN_VARIANT_ROWWISE = 2,   /* "rowwise": fused; a query row a work-item, K/V tiles in
+                                     local memory */
+    CLATTN_VARIANT_GEMM = 3,      /* "gemm": CLBlast GEMM, masked softmax, CLBlast GEMM */
     CLATTN_VARIANT_REFERENCE = 4, /* "reference": the CPU reference on host copies */
     CLATTN_VARIANT_SPLIT = 5,     /* "split": K/V read in place, key chunks side by side and
                                      merged (decoding, KV caches) */
@@ -409,10 +411,18 @@ typedef enum clattn_variant {
                                      work-item, K/V tiles double-buffered in local memory (0.2) */
 } clattn_variant;
 
-/** @return the variant's name ("cpu", "gemm", ...), or "unknown" for a value not in the table. */
+/* The names of 0.2, which named two variants like device types; they stay until 0.4, and the
+ * names "cpu" and "gpu" are read as "lanes" and "rowwise" (clattn_variant_from_name,
+ * $CLATTN_KERNEL, --variant, tuning.json). */
+#define CLATTN_VARIANT_CPU CLATTN_VARIANT_LANES
+#define CLATTN_VARIANT_GPU CLATTN_VARIANT_ROWWISE
+
+/** @return the variant's name ("lanes", "gemm", ...), or "unknown" for a value not in the
+ *  table. */
 CLATTN_API const char *clattn_variant_name(clattn_variant variant);
 
-/** Looks a variant up by name (case-sensitive; "auto" gives CLATTN_VARIANT_AUTO).
+/** Looks a variant up by name (case-sensitive; "auto" gives CLATTN_VARIANT_AUTO; the old names
+ *  "cpu" and "gpu" give LANES and ROWWISE).
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for a name that is no row. */
 CLATTN_API clattn_status clattn_variant_from_name(const char *name, clattn_variant *variant);
 
@@ -427,7 +437,7 @@ typedef struct clattn_attention_desc {
     clattn_tensor q, k, v, o;
     float scale; /* 0 selects the default 1/sqrt(dim_qk) */
 
-    /* which keys a query may see (SPEC section 2); p = i + len_k - len_q */
+    /* which keys a query may see (docs/semantics.md section 2); p = i + len_k - len_q */
     int causal;                   /* j <= p */
     int64_t window_left;          /* p - left <= j; -1: unbounded */
     int64_t window_right;         /* j <= p + right; -1: unbounded */
@@ -486,8 +496,17 @@ CLATTN_API clattn_status clattn_attention_desc_check(const clattn_attention_desc
                                                      clattn_attention_extents *extents,
                                                      char *message, size_t message_size);
 
-/** Counts the (b, h, i, j) pairs the desc's mask allows (SPEC section 2; the bias is not
- *  counted), exactly and without visiting every pair.
+/** The tolerance that clattn's tests and `clattn check` hold every device to, against the
+ *  reference (docs/semantics.md, section 4), for a call storing Q, K and V as `dtype` and O as
+ *  `out_dtype` (the looser of the two; a quantised type counts as float16): a value of O passes
+ *  when |got - ref| <= atol + rtol * |ref|, a value of LSE when |got - ref| <= lse * max(1,
+ *  |ref|); NaN, infinities and -inf must match exactly. Any pointer may be NULL (from 0.3).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for a value that is no storage type. */
+CLATTN_API clattn_status clattn_tolerance(clattn_dtype dtype, clattn_dtype out_dtype, double *atol,
+                                          double *rtol, double *lse);
+
+/** Counts the (b, h, i, j) pairs the desc's mask allows (docs/semantics.md section 2; the bias is
+ * not counted), exactly and without visiting every pair.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t *pairs);
 
@@ -586,17 +605,32 @@ CLATTN_API clattn_status clattn_variant_supported(clattn_context *ctx, clattn_va
 /** What a variant is and how it stands on one device, for listings (clattn devices
  *  --variants). Variants are numbered from 1 up without gaps: iterate until
  *  clattn_variant_describe returns CLATTN_ERR_INVALID_ARGUMENT. */
+/** One field of clattn_tuning that `clattn tune` searches for a variant, with the values it
+ *  tries (from 0.3). */
+typedef struct clattn_tuning_axis {
+    const char *field; /* the field's name in clattn_tuning: "block_m", "tile_n", ... */
+    unsigned count;    /* values[0 .. count) */
+    unsigned values[8];
+} clattn_tuning_axis;
+
 typedef struct clattn_variant_info {
     size_t struct_size; /* sizeof(clattn_variant_info): clattn_variant_info_init */
     clattn_variant variant;
     clattn_path path;
-    const char *name;    /* "cpu", "gemm", ... (static storage) */
+    const char *name;    /* "lanes", "gemm", ... (static storage) */
     const char *summary; /* one line (static storage) */
     int supported;       /* it can run on the context's device */
     int used_by_auto;    /* `auto` tries it on this device (in the table's order) */
     char reason[256];    /* why it is not supported, or why `auto` passes it over; or "" */
     char tuning[32];     /* where its parameters come from: default, built-in, tuning.json */
+    /* from 0.3 */
+    const char *old_name; /* the name of 0.2 that is still read until 0.4, or NULL */
+    size_t num_axes;      /* what `clattn tune` searches: axes[0 .. num_axes); 0: not tunable */
+    clattn_tuning_axis axes[8];
 } clattn_variant_info;
+
+/** The size of 0.2's clattn_variant_info, which clattn_variant_describe still fills. */
+#define CLATTN_VARIANT_INFO_BASE_SIZE offsetof(clattn_variant_info, old_name)
 
 /** Zeroes `struct_size` bytes of *info and sets info->struct_size. */
 CLATTN_API clattn_status clattn_variant_info_init_sized(clattn_variant_info *info,
@@ -647,10 +681,14 @@ CLATTN_API clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t 
 CLATTN_API clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
                                               clattn_tuning *params, clattn_tuning_source *source);
 
+/** The field of `params` named `field` ("block_m", ... as clattn_tuning_axis names them), or
+ *  NULL for a name that is no field (from 0.3). */
+CLATTN_API unsigned *clattn_tuning_field(clattn_tuning *params, const char *field);
+
 /** Makes this context's calls to `variant` take `params` (a full set, as clattn_device_tuning
  *  gives it), ahead of the database; NULL returns to the database. For tuners: the planner
- *  still shrinks tiles that do not fit the device, and a value the variant cannot take fails
- *  its calls with CLATTN_ERR_INVALID_ARGUMENT naming the field.
+ *  still shrinks tiles that do not fit the device. A set the variant's kernel cannot take
+ *  (out of range, or tiles its micro-tiles do not divide) is refused here, naming the field.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
 CLATTN_API clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
                                                    const clattn_tuning *params);
@@ -679,13 +717,14 @@ CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enab
  *  ran yet: clattn_context_last_error says which). */
 CLATTN_API clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats);
 
-/* ---------------------------------------------------------------- KV cache (SPEC section 6) */
+/* ---------------------------------------------------------------- KV cache (docs/semantics.md
+ * section 6) */
 
 /** The keys and values of B sequences kept on the device for decoding, FlashAttention-2's
  *  flash_attn_with_kvcache semantics: sequence b has len[b] rows filled; appending writes new
  *  rows after them; attention over the cache sees, for sequence b, its first len[b] rows, and
- *  its queries are the last q_len[b] positions (SPEC section 2 per sequence, with Nk = len[b]).
- *  Storage is contiguous, K [B, capacity, Hkv, Dqk] (or BHSD), or paged: a pool of pages
+ *  its queries are the last q_len[b] positions (docs/semantics.md section 2 per sequence, with Nk =
+ * len[b]). Storage is contiguous, K [B, capacity, Hkv, Dqk] (or BHSD), or paged: a pool of pages
  *  [num_pages, page_size, Hkv, D] (or [num_pages, Hkv, page_size, D]) and a block table
  *  [B, max_pages] of int32 page indices: row t of sequence b is row t % page_size of page
  *  table[b][t / page_size]. */
@@ -751,8 +790,8 @@ CLATTN_API clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *cache,
 
 /** New rows to append: K_new [B, len, Hkv, Dqk] and V_new [B, len, Hkv, Dv] at their tensors'
  *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype`, a float type
- *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host [B], may be NULL for `len` each) says how many of the len rows
- *  sequence b appends. */
+ *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host
+ *  [B], may be NULL for `len` each) says how many of the len rows sequence b appends. */
 typedef struct clattn_kv_rows {
     cl_mem k, v;
     clattn_tensor k_tensor, v_tensor;
@@ -782,9 +821,10 @@ CLATTN_API clattn_status clattn_kv_cache_read_host(clattn_kv_cache *cache, void 
  *  describes them (desc->batch, heads_kv, dim_qk and dim_v must match the cache; desc->len_k is
  *  ignored: sequence b has len[b] keys; desc->dtype is Q's storage, the cache's dtype K's and
  *  V's). q_len (host [B], may be NULL for Nq each) gives each sequence's valid query rows; rows
- *  i >= q_len[b] get O = 0 and LSE = -inf, as does a sequence of length 0. Every mask of SPEC
- *  section 2 applies per sequence (a block layout is [ceil(Nq/BQ), ceil(capacity/BK)]; a bias
- *  [b, h, i, j] covers j < capacity). LSE (may be NULL) is float32 [B, Hq, Nq].
+ *  i >= q_len[b] get O = 0 and LSE = -inf, as does a sequence of length 0. Every mask of
+ * docs/semantics.md section 2 applies per sequence (a block layout is [ceil(Nq/BQ),
+ * ceil(capacity/BK)]; a bias [b, h, i, j] covers j < capacity). LSE (may be NULL) is float32 [B,
+ * Hq, Nq].
  *  @return as clattn_attention. */
 CLATTN_API clattn_status clattn_kv_cache_attention(clattn_kv_cache *cache,
                                                    const clattn_attention_desc *desc, cl_mem q,
@@ -856,7 +896,7 @@ CLATTN_API clattn_status clattn_pattern_layout(const clattn_pattern_desc *patter
  *      Q = X W_q^T + b_q        [B, N, Hq, Dqk]    W_q [Hq*Dqk, d_model],  b_q [Hq*Dqk]
  *      K = X_kv W_k^T + b_k     [B, Nk, Hkv, Dqk]  W_k [Hkv*Dqk, d_kv],    b_k [Hkv*Dqk]
  *      V = X_kv W_v^T + b_v     [B, Nk, Hkv, Dv]   W_v [Hkv*Dv, d_kv],     b_v [Hkv*Dv]
- *      O = attention(Q, K, V)   [B, N, Hq, Dv]     SPEC sections 1 and 2, every mask
+ *      O = attention(Q, K, V)   [B, N, Hq, Dv]     docs/semantics.md sections 1 and 2, every mask
  *      Y = O W_o^T + b_o        [B, N, d_model]    W_o [d_model, Hq*Dv],   b_o [d_model]
  *
  *  Weights are row-major [out, in], as nn.Linear stores them: query head h owns rows
@@ -890,11 +930,11 @@ typedef struct clattn_mha_param {
 
 /** A layer's shape, weights and head mask. */
 typedef struct clattn_mha_desc {
-    size_t struct_size; /* sizeof(clattn_mha_desc): clattn_mha_desc_init */
-    size_t d_model;     /* width of X and Y */
+    size_t struct_size;                      /* sizeof(clattn_mha_desc): clattn_mha_desc_init */
+    size_t d_model;                          /* width of X and Y */
     size_t heads_q, heads_kv, dim_qk, dim_v; /* heads_q a multiple of heads_kv */
     size_t d_kv; /* width of X_kv; 0: d_model (a layer with another width is cross-attention) */
-    clattn_dtype weight_dtype;          /* storage of every weight and bias: f32, f16 or bf16 */
+    clattn_dtype weight_dtype;           /* storage of every weight and bias: f32, f16 or bf16 */
     clattn_mha_param w_q, w_k, w_v, w_o; /* required, shapes as above */
     clattn_mha_param b_q, b_k, b_v, b_o; /* optional, each on its own */
     const uint8_t *head_mask;            /* host [heads_q]: nonzero keeps the head; NULL: all */
@@ -903,8 +943,8 @@ typedef struct clattn_mha_desc {
 /** Fills *desc with the sizes, float32 weights, none given yet, every head kept.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size below the first layout). */
 CLATTN_API clattn_status clattn_mha_desc_init_sized(clattn_mha_desc *desc, size_t struct_size,
-                                                    size_t d_model, size_t heads_q,
-                                                    size_t heads_kv, size_t dim_qk, size_t dim_v);
+                                                    size_t d_model, size_t heads_q, size_t heads_kv,
+                                                    size_t dim_qk, size_t dim_v);
 #define clattn_mha_desc_init(desc, ...)                                                            \
     clattn_mha_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
 
@@ -952,8 +992,8 @@ CLATTN_API clattn_status clattn_mha_get_info(const clattn_mha *mha, clattn_mha_i
  *  with clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, B, Hq, Hkv, N, Nk, Dqk, Dv): its
  *  heads and dims must be the layer's; batch, len_q = N and len_k = Nk (= N without X_kv) give
  *  the shapes; dtype is the storage of X and X_kv, out_dtype Y's (f32, f16 or bf16); scale and
- *  every mask of SPEC section 2 apply, a per-head block layout or bias indexed by the layer's
- *  original heads (a pruned head's are not read); path and variant choose the attention's
+ *  every mask of docs/semantics.md section 2 apply, a per-head block layout or bias indexed by the
+ * layer's original heads (a pruned head's are not read); path and variant choose the attention's
  *  variant. Its layout and tensors are not read: the layer lays Q, K, V and O out itself, and
  *  its K and V are float32, so kv_q8_0 must be 0 (a q8_0 KV cache stores them in 8 bits).
  *  x: dense [B, N, d_model]; x_kv: dense [B, Nk, d_kv], or NULL for self-attention; y: dense
@@ -975,8 +1015,8 @@ CLATTN_API clattn_status clattn_mha_forward_host(clattn_mha *mha, const clattn_a
                                                  const void *x, const void *x_kv, void *y);
 
 /** Runs the layer for N new tokens a sequence over a KV cache (self-attention decoding and
- *  prefill, SPEC section 6): K and V of the new tokens' X [B, N, d_model] are appended to the
- *  cache (sequence b appends new_len[b] of them; new_len host [B], NULL: N each), and their
+ *  prefill, docs/semantics.md section 6): K and V of the new tokens' X [B, N, d_model] are appended
+ * to the cache (sequence b appends new_len[b] of them; new_len host [B], NULL: N each), and their
  *  queries attend over the cache (the valid query rows of sequence b are its new_len[b]; rows
  *  past them are padding, with O = 0 and so Y = b_o). The cache must be on the layer's context
  *  with B sequences, attention_heads_kv heads and the layer's dims, of any storage type: the

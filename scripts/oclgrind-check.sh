@@ -2,11 +2,11 @@
 # Runs clattn's own kernels on oclgrind, the OpenCL device simulator, and fails if it reports
 # anything (oclgrind itself exits 0 even when it finds errors, so its logs are inspected), or if
 # a variant that must run there does not (`clattn check --require`):
-#  1. the whole quick conformance sweep in one process, fused (every variant: cpu, gpu, split and
+#  1. the whole quick conformance sweep in one process, fused (every variant: lanes, rowwise, split and
 #     flash) and gemm paths, checking invalid accesses, data races and API misuse, and that every
 #     result is right;
-#  2. a KV cache through `clattn run --cache-len` (tests/cli_cache.sh), contiguous and paged;
-#  3. one multi-head attention layer through `clattn layer` (tests/cli_layer.sh), with CLBlast's
+#  2. a KV cache through `clattn run --cache-len` (tests/cli/cli_cache.sh), contiguous and paged;
+#  3. one multi-head attention layer through `clattn layer` (tests/cli/cli_layer.sh), with CLBlast's
 #     GEMMs, a head mask and biases;
 #  4. each quick case of the fused path, for each fused variant, in its own process with the
 #     uninitialized-value check as well. Built with -cl-opt-disable there: oclgrind 21.10's
@@ -36,7 +36,7 @@ report() { # LOG WHAT: prints and counts a non-empty oclgrind log
 
 echo "-- quick sweep in one simulator process (memory, races, API)"
 if ! oclgrind --data-races --check-api --log "$logs/sweep.log" \
-     "$clattn" check --quick --device 0 --path fused,gemm --require cpu,gpu,split,flash,gemm; then
+     "$clattn" check --quick --device 0 --path fused,gemm --require lanes,rowwise,split,flash,gemm; then
   echo "clattn check failed on the simulator"
   failed=1
 fi
@@ -46,7 +46,7 @@ echo "-- a KV cache, contiguous and paged, with appends (memory, races, API)"
 printf '#!/usr/bin/env bash\nexec oclgrind --data-races --check-api --log "%s/cache-$$.log" "$@"\n' \
   "$logs" > "$logs/runner" # one log a process: several would overwrite one file
 chmod +x "$logs/runner"
-if ! bash "$(dirname "$0")/../tests/cli_cache.sh" "$clattn" "$logs/runner" > "$logs/out" 2>&1; then
+if ! bash "$(dirname "$0")/../tests/cli/cli_cache.sh" "$clattn" "$logs/runner" > "$logs/out" 2>&1; then
   echo "clattn run --cache-len failed on the simulator:"
   cat "$logs/out"
   failed=1
@@ -56,7 +56,7 @@ for log in "$logs"/cache-*.log; do report "$log" "the KV cache"; done
 echo "-- a multi-head attention layer, pruned, with CLBlast projections (memory, races, API)"
 sed 's/cache-/layer-/' "$logs/runner" > "$logs/layer-runner"
 chmod +x "$logs/layer-runner"
-if ! bash "$(dirname "$0")/../tests/cli_layer.sh" "$clattn" "$logs/layer-runner" > "$logs/out" 2>&1; then
+if ! bash "$(dirname "$0")/../tests/cli/cli_layer.sh" "$clattn" "$logs/layer-runner" > "$logs/out" 2>&1; then
   echo "clattn layer failed on the simulator:"
   cat "$logs/out"
   failed=1
@@ -66,7 +66,7 @@ for log in "$logs"/layer-*.log; do report "$log" "the layer"; done
 cases=$("$clattn" check --quick --list | wc -l)
 echo "-- $cases quick cases x 4 fused variants, each in its own process (+ uninitialized values)"
 for ((i = 0; i < cases; i++)); do
-  for variant in cpu gpu split flash; do
+  for variant in lanes rowwise split flash; do
     log="$logs/case-$i-$variant.log"
     if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
          --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \

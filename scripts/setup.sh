@@ -5,7 +5,7 @@
 # patchelf (scripts/bundle.sh), python3-venv (the Python package's tests build and install
 # its wheel in a virtual environment), and clang with its sanitizer and libFuzzer runtimes
 # (libclang-rt-14-dev): tests/fuzz/run.sh builds the fuzzers with them, and its OpenCL front end
-# compiles flash's subgroup branch, which no CI device runs (tests/flash_subgroups_cl.sh).
+# compiles flash's subgroup branch, which no CI device runs (tests/unit/flash_subgroups_cl.sh).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 

@@ -16,7 +16,7 @@
 #     not start under ThreadSanitizer), on both PoCL devices; any report fails the run;
 #  7. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
 #  8. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
-#     PoCL comes from the driver search (tests/bundle.sh).
+#     PoCL comes from the driver search (tests/install/bundle.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -75,6 +75,6 @@ section "kernels under oclgrind"
 section "the bundle, as a machine with an unregistered driver runs it"
 ./scripts/bundle.sh build-bundle
 version="$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' build-bundle/CMakeCache.txt)"
-bash tests/bundle.sh "dist/clattn-$version-linux-$(uname -m).tar.gz"
+bash tests/install/bundle.sh "dist/clattn-$version-linux-$(uname -m).tar.gz"
 
 section "all tests passed"

@@ -27,6 +27,18 @@ void fill_uniform_f16(uint16_t *x, size_t n, uint64_t seed) {
         x[i] = float_to_half((float)((double)(splitmix64(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0));
 }
 
+double tolerance_atol(clattn_dtype dtype) {
+    double atol = 0;
+    clattn_tolerance(dtype, dtype, &atol, NULL, NULL);
+    return atol;
+}
+
+double tolerance_rtol(clattn_dtype dtype) {
+    double rtol = 0;
+    clattn_tolerance(dtype, dtype, NULL, &rtol, NULL);
+    return rtol;
+}
+
 size_t compare_outputs(const char *label, const float *got, const double *ref, size_t n,
                        double atol, double rtol) {
     case_result result;
@@ -102,16 +114,26 @@ static size_t check_one(clattn_context *ctx, size_t device, const attn_case *c, 
     return 1;
 }
 
+size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *out, size_t cap) {
+    size_t n = 0;
+    for (int v = 1; n < cap; v++) {
+        clattn_variant_info info;
+        clattn_variant_info_init(&info);
+        if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;
+        if (info.path == path) out[n++] = info.variant;
+    }
+    return n;
+}
+
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;
-    clattn_variant fused[] = {CLATTN_VARIANT_CPU, CLATTN_VARIANT_GPU, CLATTN_VARIANT_FLASH};
+    clattn_variant rows[16] = {variant};
     int sweep_variants = path == CLATTN_PATH_FUSED && variant == CLATTN_VARIANT_AUTO;
-    size_t variants = sweep_variants ? sizeof fused / sizeof fused[0] : 1;
+    size_t variants = sweep_variants ? variants_on_path(ctxs[0], path, rows, 16) : 1;
     for (size_t dev = 0; dev < devices; dev++)
         for (size_t i = 0; i < count; i++)
             for (size_t v = 0; v < variants; v++)
-                failed +=
-                    check_one(ctxs[dev], dev, &cases[i], path, sweep_variants ? fused[v] : variant);
+                failed += check_one(ctxs[dev], dev, &cases[i], path, rows[v]);
     return failed;
 }

@@ -1,6 +1,6 @@
 /*
- * Helpers shared by the Criterion tests: seeded inputs, SPEC section 4 comparisons that print
- * the first mismatches, and a context on every device found.
+ * Helpers shared by the Criterion tests: seeded inputs, docs/semantics.md section 4 comparisons
+ * that print the first mismatches, and a context on every device found.
  */
 #ifndef CLATTN_TEST_UTIL_H
 #define CLATTN_TEST_UTIL_H
@@ -11,11 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* SPEC section 4 tolerances: |got - ref| <= atol + rtol * |ref|. */
-#define TOL_F32_ATOL 2e-5
-#define TOL_F32_RTOL 2e-4
-#define TOL_F16_ATOL 2e-3
-#define TOL_F16_RTOL 4e-3
+/* The contract's tolerances, the library's (clattn_tolerance), which clattn check uses too:
+ * |got - ref| <= atol + rtol * |ref|. */
+double tolerance_atol(clattn_dtype dtype);
+double tolerance_rtol(clattn_dtype dtype);
+#define TOL_F32_ATOL tolerance_atol(CLATTN_F32)
+#define TOL_F32_RTOL tolerance_rtol(CLATTN_F32)
+#define TOL_F16_ATOL tolerance_atol(CLATTN_F16)
+#define TOL_F16_RTOL tolerance_rtol(CLATTN_F16)
 
 /* Uniform in [-1, 1], reproducible from the seed. */
 void fill_uniform(float *x, size_t n, uint64_t seed);
@@ -44,9 +47,14 @@ cl_int caller_objects_create(caller_objects *c, cl_command_queue_properties prop
 /* Releases the queue and the context, the caller's references. */
 void caller_objects_release(caller_objects *c);
 
-/* Runs every case on every device through `path` with `variant` (AUTO: every fused variant
- * for the fused path: cpu, gpu, flash) and fails the test, naming the case, device and first
- * mismatch, when a case errs or leaves the tolerance. Returns the number of failing runs. */
+/* The rows of the variant table on `path` (every row there: clattn_variant_describe), at most
+ * `cap` of them into out. @return how many. */
+size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *out, size_t cap);
+
+/* Runs every case on every device through `path` with `variant` (AUTO on the fused path: every
+ * row of the variant table on that path, split included) and fails the test, naming the case,
+ * device and first mismatch, when a case errs or leaves the tolerance. Returns the number of
+ * failing runs. */
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant);
 
 /* Criterion assertion on a status, printing the context's last error when it fails. */

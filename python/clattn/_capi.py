@@ -150,6 +150,10 @@ class Stats(Structure):
     ]
 
 
+class TuningAxis(Structure):
+    _fields_ = [("field", c_char_p), ("count", c_uint), ("values", c_uint * 8)]
+
+
 class VariantInfo(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -161,6 +165,9 @@ class VariantInfo(Structure):
         ("used_by_auto", c_int),
         ("reason", c_char * 256),
         ("tuning", c_char * 32),
+        ("old_name", c_char_p),
+        ("num_axes", c_size_t),
+        ("axes", TuningAxis * 8),
     ]
 
 

@@ -1,6 +1,6 @@
 """clattn.attention: the C library's attention call on host arrays (NumPy or CPU torch).
 
-Semantics are the library's (SPEC.md): queries are aligned to the END of the keys
+Semantics are the library's (docs/semantics.md): queries are aligned to the END of the keys
 (p = i + Nk - Nq: bottom-right causal, as FlashAttention-2 >= 2.1), a row with no allowed key
 gives O = 0 and LSE = -inf, only -inf in a bias masks (a finite bias, however large, is added).
 """
@@ -303,7 +303,8 @@ def attention(
         bias: float, broadcast to [B, Hq, Nq, Nk] and added to the scores; only -inf masks.
     scale: default 1/sqrt(Dqk).    storage: "f32", "f16" or "bf16": round the inputs to it
         (default: their own type); O is stored in it.    path: "auto", "fused", "gemm" or
-        "reference"; variant: a row of the variant table ("cpu", "gpu", "gemm", "reference").
+        "reference"; variant: a row of the variant table ("lanes", "rowwise", "flash",
+        "split", "gemm", "reference"; the names of 0.2, "cpu" and "gpu", still work).
     context: the Context to run on (default: clattn.default_context()).
     Raises clattn.Error for every bad argument, whether the package or the library finds it
     (its message names the problem).

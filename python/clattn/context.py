@@ -8,8 +8,8 @@ import contextvars
 import ctypes
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _capi, _checks
 from ._owned import _Handle
@@ -22,7 +22,7 @@ class Stats:
     """What the last attention call on a context did (clattn_stats)."""
 
     path: str  # "fused", "gemm" or "reference"
-    variant: str  # the row of the variant table that ran: "cpu", "gpu", "gemm", "reference"
+    variant: str  # the row of the variant table that ran: "lanes", "rowwise", "flash", "split", "gemm", ...
     pairs: int  # allowed (b, h, i, j) pairs of the mask (the bias not counted)
     density: float  # pairs / (B * Hq * Nq * Nk)
     tiles_visited: int  # key tiles the fused kernel walked, summed over query tiles
@@ -46,6 +46,8 @@ class Variant:
     used_by_auto: bool  # path="auto" tries it on this device
     reason: str  # why not supported, or why auto passes it over; or ""
     tuning: str  # where its parameters come from
+    old_name: Optional[str] = None  # the name of 0.2 still read until 0.4 ("cpu", "gpu")
+    tuning_axes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # what `clattn tune` searches
 
 
 _PATH_NAMES = {0: "auto", 1: "fused", 2: "gemm", 3: "reference"}
@@ -166,6 +168,11 @@ class Context(_Handle):
                         used_by_auto=bool(info.used_by_auto),
                         reason=_capi.text(info.reason),
                         tuning=_capi.text(info.tuning),
+                        old_name=_capi.text(info.old_name) if info.old_name else None,
+                        tuning_axes={
+                            _capi.text(axis.field): tuple(axis.values[: axis.count])
+                            for axis in info.axes[: info.num_axes]
+                        },
                     )
                 )
         return rows

@@ -1,10 +1,10 @@
-"""clattn.KVCache: the KV cache for decoding (SPEC.md section 6), over the C API's
+"""clattn.KVCache: the KV cache for decoding (docs/semantics.md section 6), over the C API's
 clattn_kv_cache_* functions.
 
 The semantics are FlashAttention-2's `flash_attn_with_kvcache`: each of B sequences holds
 lengths[b] key/value rows on the device; append() writes new rows after them and advances the
 lengths; attention() lets sequence b's queries, the last q_lengths[b] positions of that sequence,
-attend to its first lengths[b] rows, with every mask of SPEC section 2 applied per sequence.
+attend to its first lengths[b] rows, with every mask of docs/semantics.md section 2 applied per sequence.
 Storage is contiguous, K [B, capacity, Hkv, Dqk] and V [B, capacity, Hkv, Dv], or paged: pools of
 pages [num_pages, page_size, Hkv, D] and a block table [B, capacity / page_size] of int32 page
 indices (row t of sequence b is row t % page_size of page table[b][t // page_size]), vLLM's

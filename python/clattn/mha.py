@@ -88,7 +88,7 @@ class LayerStats:
     projection_ms: float  # X widened, Q/K/V GEMMs (and the append to a KV cache), when timing
     attention_ms: float  # the attention, when timing (Context.set_timing), else 0
     output_ms: float  # the output GEMM and Y narrowed, when timing
-    variant: str  # the attention's variant ("cpu", "gpu", "split", ...)
+    variant: str  # the attention's variant ("lanes", "rowwise", "split", ...)
     kernel: str  # the attention's kernel and its specialisation
     attention_heads_q: int
     attention_heads_kv: int
@@ -530,7 +530,7 @@ class MultiheadAttention(_OwnedHandle):
             info().attention_heads_kv heads and the layer's Dqk and Dv (layer.new_cache() makes
             one): the new tokens' K and V are appended to it (sequence b appends its first
             new_lengths[b] rows, int [B] or one int, default N), then their queries attend over
-            the cache (SPEC section 6; rows past new_lengths[b] are padding, with
+            the cache (docs/semantics.md section 6; rows past new_lengths[b] are padding, with
             Y = b_o). Masks see each sequence's cached rows as KVCache.attention does: a block
             layout is [ceil(N/BQ), ceil(capacity/BK)], a bias broadcasts to
             [B, Hq, N, capacity]. Appending a token at a time gives, row for row, one causal

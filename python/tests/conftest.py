@@ -54,5 +54,5 @@ def rng() -> np.random.Generator:
 
 
 def uniform(rng: np.random.Generator, *shape: int) -> np.ndarray:
-    """SPEC's test inputs: uniform in [-1, 1], float32."""
+    """the contract's test inputs: uniform in [-1, 1], float32."""
     return rng.uniform(-1, 1, size=shape).astype(np.float32)

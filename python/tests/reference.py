@@ -1,11 +1,11 @@
-"""Float64 NumPy references for the tests, written from SPEC.md and PyTorch's documentation,
+"""Float64 NumPy references for the tests, written from docs/semantics.md and PyTorch's documentation,
 independent of the C library's own reference.
 
-- attention_reference: SPEC sections 1 and 2 (bottom-right alignment, every mask kind, GQA).
+- attention_reference: docs/semantics.md sections 1 and 2 (bottom-right alignment, every mask kind, GQA).
 - torch_sdpa_reference: torch.nn.functional.scaled_dot_product_attention as PyTorch documents
   it (its reference code), with one documented deviation: a row that may see no key gives
   zeros, as PyTorch's kernels return since 2.5 (its reference code would give NaN).
-- bfloat16 rounding (round to nearest even) on uint16 bit patterns, and SPEC section 4's
+- bfloat16 rounding (round to nearest even) on uint16 bit patterns, and docs/semantics.md section 4's
   tolerances.
 """
 
@@ -16,7 +16,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-TOLERANCES = {  # SPEC section 4: (atol, rtol)
+TOLERANCES = {  # docs/semantics.md section 4: (atol, rtol)
     "float32": (2e-5, 2e-4),
     "float16": (2e-3, 4e-3),
     "bfloat16": (4e-3, 1e-2),
@@ -40,7 +40,7 @@ def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-# ---------------------------------------------------------------- SPEC section 2
+# ---------------------------------------------------------------- docs/semantics.md section 2
 
 
 def allowed_keys(
@@ -79,7 +79,7 @@ def allowed_keys(
     return allowed
 
 
-# ---------------------------------------------------------------- SPEC section 1
+# ---------------------------------------------------------------- docs/semantics.md section 1
 
 
 def _softmax_rows(scores: np.ndarray, allowed: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -179,7 +179,7 @@ def torch_sdpa_reference(
 
 
 def assert_close(got: np.ndarray, ref: np.ndarray, dtype: str, what: str = "O") -> None:
-    """Every element within SPEC's tolerance for `dtype`; NaN and infinities must match. Lists
+    """Every element within the contract's tolerance for `dtype`; NaN and infinities must match. Lists
     the first few mismatches with their index."""
     atol, rtol = TOLERANCES[dtype]
     got = np.asarray(got, dtype=np.float64)
@@ -202,7 +202,7 @@ def assert_close(got: np.ndarray, ref: np.ndarray, dtype: str, what: str = "O") 
 
 
 def assert_lse_close(got: np.ndarray, ref: np.ndarray) -> None:
-    """SPEC: |lse - ref| <= 1e-4 * max(1, |ref|); -inf rows exactly."""
+    """docs/semantics.md section 4: |lse - ref| <= 1e-4 * max(1, |ref|); -inf rows exactly."""
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     assert got.shape == ref.shape

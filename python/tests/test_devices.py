@@ -83,9 +83,12 @@ def test_environment_chooses_the_default(monkeypatch) -> None:
 
 
 def test_variants_and_stats(context) -> None:
-    names = [v.name for v in context.variants()]
-    assert names[:4] == ["cpu", "gpu", "gemm", "reference"]
-    assert any(v.used_by_auto for v in context.variants())
+    rows = {v.name: v for v in context.variants()}
+    assert list(rows)[:4] == ["lanes", "rowwise", "gemm", "reference"]
+    assert any(v.used_by_auto for v in rows.values())
+    assert rows["lanes"].old_name == "cpu" and rows["gemm"].old_name is None
+    assert rows["flash"].tuning_axes["stages"] == (1, 2)
+    assert rows["split"].tuning_axes == {}
     fresh = clattn.Context(context.device.index)
     with pytest.raises(clattn.Error, match="no attention call"):
         fresh.last_stats()

@@ -1,6 +1,6 @@
 """clattn.KVCache against the float64 NumPy reference: a prefill and decode steps into a cache of
 every storage type (float32, float16, bfloat16, q8_0) and both layouts, each step's attention
-compared with SPEC section 1 over the rows cached so far; paged storage through a shuffled
+compared with docs/semantics.md section 1 over the rows cached so far; paged storage through a shuffled
 block table (identical to contiguous storage); per-sequence appends and query lengths; masks
 and a bias over the cache; rolling back speculative rows; and the errors."""
 
@@ -115,7 +115,7 @@ def reference(
     bias: Optional[np.ndarray] = None,
     **mask: Any,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """SPEC section 6: sequence b's first q_lengths[b] query rows over its cached rows, the rest
+    """docs/semantics.md section 6: sequence b's first q_lengths[b] query rows over its cached rows, the rest
     O = 0 and LSE = -inf. q [B, Nq, Hq, D] (bshd); O [B, Nq, Hq, Dv], LSE [B, Hq, Nq]."""
     nq = q.shape[1]
     q_lengths = q_lengths or [nq] * B

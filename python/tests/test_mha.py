@@ -1,5 +1,5 @@
 """clattn.MultiheadAttention against a float64 NumPy implementation of the layer (projections,
-heads split, attention by reference.py's SPEC reference, heads concatenated, W_o): self- and
+heads split, attention by reference.py's reference, heads concatenated, W_o): self- and
 cross-attention, GQA/MQA, masks and a bias, pruned heads (equal to the unpruned layer with the
 pruned heads' O zeroed before W_o), float16 and bfloat16 weights and inputs, decoding over a
 KVCache (equal to one causal call), torch.nn.MultiheadAttention itself, and the errors."""
@@ -80,7 +80,7 @@ def layer_reference(
 
 
 def assert_layer_close(got: Any, ref: np.ndarray, dtype: str = "float32", what: str = "Y") -> None:
-    """README, "The attention layer": SPEC section 4's tolerance for Y's type, the absolute term
+    """README, "The attention layer": docs/semantics.md section 4's tolerance for Y's type, the absolute term
     scaled by the largest |Y| of the reference."""
     atol, rtol = TOLERANCES[dtype]
     got = np.asarray(got, dtype=np.float64)

@@ -1,11 +1,9 @@
 /*
  * The attention entry points. A call is checked once, here: the desc becomes the problem and
- * the buffers are checked against its extents. Then the dispatcher picks a row of the variant
- * table (kernels/variants.c): the one the caller named (desc->variant, else $CLATTN_KERNEL), or,
- * for `auto`, the first that serves the call on this device. It plans, runs and fills the
- * statistics; it never names a variant itself.
+ * the buffers are checked against its extents (and host arrays are copied to the device). Then
+ * the dispatcher (kernels/dispatch.h) picks a row of the variant table and runs it.
  */
-#include "api/dispatch.h"
+#include "api/calls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,132 +59,13 @@ static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
     return CLATTN_SUCCESS;
 }
 
-/* ---------------------------------------------------------------- choosing a row */
-
-/* The row the caller names: desc->variant, else $CLATTN_KERNEL when it names a row on a path
- * the desc allows. *row stays NULL for `auto`. */
-static clattn_status named_row(clattn_context *ctx, const attn_problem *pb,
-                               const attn_variant **row) {
-    *row = NULL;
-    if (pb->variant != CLATTN_VARIANT_AUTO) {
-        if (!(*row = variant_find(pb->variant)))
-            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "unknown variant %d",
-                             (int)pb->variant);
-        if (pb->path != CLATTN_PATH_AUTO && pb->path != (*row)->path)
-            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                             "variant %s is not on the path the desc asks for (%d)", (*row)->name,
-                             (int)pb->path);
-        return CLATTN_SUCCESS;
-    }
-    const char *env = getenv("CLATTN_KERNEL");
-    clattn_variant named = CLATTN_VARIANT_AUTO;
-    if (!env || !*env) return CLATTN_SUCCESS;
-    if (clattn_variant_from_name(env, &named) != CLATTN_SUCCESS)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "CLATTN_KERNEL=%s: expected auto or a variant (see clattn devices "
-                         "--variants)",
-                         env);
-    const attn_variant *found = variant_find(named);
-    if (found && (pb->path == CLATTN_PATH_AUTO || pb->path == found->path)) *row = found;
-    return CLATTN_SUCCESS;
-}
-
-/* The common part of the statistics: what ran, and the pattern's allowed pairs. */
-static void stats_begin(const attn_problem *pb, const attn_variant *row, clattn_stats *s) {
-    clattn_stats_init(s);
-    s->path = row->path;
-    s->variant = row->id;
-    s->pairs = mask_count_pairs(&pb->mask, (int64_t)pb->batch, (int64_t)pb->heads_q);
-    s->density = (double)s->pairs / ((double)pb->batch * pb->heads_q * pb->len_q * pb->len_k);
-}
-
-/* On a CPU device the device's memory is the process's own, and a driver that cannot get it
- * when it first touches a buffer aborts (PoCL 3.1: an assertion on mem_ptr). So before a call
- * runs there, the memory it is about to take is asked of the host first, and given back: a
- * process near its limit (ulimit -v) gets CLATTN_ERR_OUT_OF_MEMORY with the numbers instead. */
-static clattn_status probe_host_memory(clattn_context *ctx, const variant_plan *plan,
-                                       const attn_buffers *b) {
-    uint64_t bytes = plan->device_bytes + b->host_copies;
-    if (!(ctx->device.type & CL_DEVICE_TYPE_CPU) || bytes == 0) return CLATTN_SUCCESS;
-    void *probe = bytes <= SIZE_MAX ? malloc((size_t)bytes) : NULL;
-    free(probe);
-    if (probe) return CLATTN_SUCCESS;
-    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
-                     "%s: the call needs about %llu MiB of device memory (%llu MiB of it copies "
-                     "of the host arrays), which on this CPU device is the process's own, and "
-                     "the process cannot get it (a memory limit such as ulimit -v?)",
-                     plan->variant->name, (unsigned long long)(bytes >> 20),
-                     (unsigned long long)(b->host_copies >> 20));
-}
-
-/* Plans and runs one row. */
-static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const attn_problem *pb,
-                             const attn_buffers *b, cl_event *event) {
-    char why[256] = "";
-    if (!row->supports(ctx, pb, why, sizeof why))
-        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "%s: %s", row->name, why);
-    variant_plan plan;
-    clattn_status status = variant_plan_make(ctx, row, pb, b->lse != NULL, &plan);
-    if (status != CLATTN_SUCCESS) return status;
-    clattn_stats stats;
-    stats_begin(pb, row, &stats);
-    status = probe_host_memory(ctx, &plan, b);
-    if (status == CLATTN_SUCCESS) status = row->run(ctx, &plan, b, event, &stats);
-    variant_plan_release(&plan);
-    if (status == CLATTN_SUCCESS) {
-        ctx->stats = stats;
-        ctx->has_stats = 1;
-    }
-    return status;
-}
-
-/* AUTO: the rows of the table in order, those on the desc's path that support the call and suit
- * the device; when the desc names a path, then also its rows that do not suit the device (the
- * reference, the gpu variant on a CPU). A row that cannot plan the call, or whose kernel fails
- * to build, hands it on. Other failures are the caller's to see. */
-static clattn_status run_auto(clattn_context *ctx, const attn_problem *pb, const attn_buffers *b,
-                              cl_event *event) {
-    size_t count;
-    const attn_variant *const *table = variant_table(&count);
-    clattn_status status = CLATTN_ERR_UNSUPPORTED;
-    char tried[512] = "";
-    int rounds = pb->path == CLATTN_PATH_AUTO ? 1 : 2;
-    for (size_t n = 0; n < rounds * count; n++) {
-        const attn_variant *row = table[n % count];
-        char why[256] = "";
-        if (pb->path != CLATTN_PATH_AUTO && pb->path != row->path) continue;
-        if (row->suits(&ctx->device, pb, why, sizeof why) != (n < count)) continue;
-        status = run_row(ctx, row, pb, b, event);
-        if (status != CLATTN_ERR_UNSUPPORTED && status != CLATTN_ERR_BUILD) return status;
-        log_msg("auto: %s cannot serve the call (%s); trying the next variant", row->name,
-                ctx->error.text);
-        snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s", *tried ? "; " : "",
-                 ctx->error.text);
-        ctx_clear_error(ctx);
-    }
-    return ctx_error(ctx, status, "no variant serves the call%s%s", *tried ? ": " : "", tried);
-}
-
-static clattn_status dispatch(clattn_context *ctx, const attn_problem *pb, const attn_buffers *b,
-                              cl_event *event) {
-    const attn_variant *row = NULL;
-    clattn_status status = named_row(ctx, pb, &row);
-    if (status != CLATTN_SUCCESS) return status;
-    return row ? run_row(ctx, row, pb, b, event) : run_auto(ctx, pb, b, event);
-}
-
 /* ---------------------------------------------------------------- entry points */
 
 clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b, cl_event *event) {
     clattn_status status = check_buffers(ctx, pb, b);
     if (status != CLATTN_SUCCESS) return status;
-    ctx->in_attention = 1; /* timing keeps this call's events only */
-    status = dispatch(ctx, pb, b, event);
-    double kernel_ms = timing_finish(ctx); /* releases the kept events on failure too */
-    ctx->in_attention = 0;
-    if (status == CLATTN_SUCCESS) ctx->stats.kernel_ms = kernel_ms;
-    return status;
+    return dispatch_call(ctx, pb, b, event);
 }
 
 static clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc *d,
@@ -272,87 +151,6 @@ clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
     clattn_status status = attention_host_in_call(ctx, d, q, k, v, o, lse);
-    context_leave(ctx);
-    return status;
-}
-
-/* ---------------------------------------------------------------- what a variant serves */
-
-static clattn_status variant_supported_in_call(clattn_context *ctx, clattn_variant variant,
-                                               const clattn_attention_desc *desc, char *reason,
-                                               size_t reason_size) {
-    char why[512] = "";
-    const attn_variant *row = variant_find(variant);
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    ctx_clear_error(ctx);
-    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
-    attn_problem pb;
-    memset(&pb, 0, sizeof pb);
-    clattn_status status =
-        desc ? problem_build(desc, BIAS_FROM_EITHER, &ctx->error, &pb) : CLATTN_SUCCESS;
-    if (status == CLATTN_SUCCESS && !row->supports(ctx, desc ? &pb : NULL, why, sizeof why))
-        status = CLATTN_ERR_UNSUPPORTED;
-    if (status == CLATTN_SUCCESS && desc) { /* planning may still find it cannot */
-        variant_plan plan;
-        status = variant_plan_make(ctx, row, &pb, 1, &plan);
-        if (status == CLATTN_SUCCESS) variant_plan_release(&plan);
-        snprintf(why, sizeof why, "%s", ctx->error.text);
-    }
-    if (status != CLATTN_SUCCESS && reason && reason_size)
-        snprintf(reason, reason_size, "%s", *why ? why : ctx->error.text);
-    problem_release(&pb);
-    return status;
-}
-
-clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
-                                       const clattn_attention_desc *desc, char *reason,
-                                       size_t reason_size) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = variant_supported_in_call(ctx, variant, desc, reason, reason_size);
-    context_leave(ctx);
-    return status;
-}
-
-clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
-    clattn_variant_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
-}
-
-static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_variant variant,
-                                              clattn_variant_info *info) {
-    const attn_variant *row = variant_find(variant);
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    ctx_clear_error(ctx);
-    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no variant %d", (int)variant);
-    if (!info || info->struct_size < sizeof *info)
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "info is NULL or its struct_size is below sizeof(clattn_variant_info): "
-                         "start from clattn_variant_info_init");
-    clattn_variant_info d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.variant = row->id;
-    d.path = row->path;
-    d.name = row->name;
-    d.summary = row->summary;
-    d.supported = row->supports(ctx, NULL, d.reason, sizeof d.reason);
-    d.used_by_auto = d.supported && row->suits(&ctx->device, NULL, d.reason, sizeof d.reason);
-    tuning_params unused;
-    snprintf(d.tuning, sizeof d.tuning, "%s",
-             tuning_source_name(tuning_lookup_context(ctx, row->name, &unused)));
-    struct_write(info, &d, sizeof d, sizeof d);
-    return CLATTN_SUCCESS;
-}
-
-clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
-                                      clattn_variant_info *info) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = variant_describe_in_call(ctx, variant, info);
     context_leave(ctx);
     return status;
 }

@@ -1,6 +1,6 @@
 /*
- * The entry points that need no device: checking a desc, counting and drawing its mask, and the
- * CPU reference on host arrays. Each builds the problem the way clattn_attention does, so a desc
+ * The entry points that need no device: checking a desc, counting and drawing its mask, the
+ * tolerance of the contract, and the CPU reference on host arrays. Each builds the problem the way clattn_attention does, so a desc
  * is judged the same everywhere.
  */
 #include "reference/reference.h"
@@ -18,6 +18,28 @@ clattn_status clattn_attention_desc_check(const clattn_attention_desc *desc,
     if (message && message_size) snprintf(message, message_size, "%s", err.text);
     problem_release(&pb);
     return status;
+}
+
+clattn_status clattn_tolerance(clattn_dtype dtype, clattn_dtype out_dtype, double *atol,
+                               double *rtol, double *lse) {
+    /* |got - ref| <= atol + rtol * |ref|, by storage type; the loosest of the call's types */
+    static const struct {
+        clattn_dtype dtype;
+        double atol, rtol;
+    } table[] = {{CLATTN_F32, 2e-5, 2e-4},
+                 {CLATTN_F16, 2e-3, 4e-3},
+                 {CLATTN_Q8_0, 2e-3, 4e-3},
+                 {CLATTN_BF16, 4e-3, 1e-2}};
+    double a = -1, r = -1, a2 = -1, r2 = -1;
+    for (size_t i = 0; i < ARRAY_LEN(table); i++) {
+        if (table[i].dtype == dtype) a = table[i].atol, r = table[i].rtol;
+        if (table[i].dtype == out_dtype) a2 = table[i].atol, r2 = table[i].rtol;
+    }
+    if (a < 0 || a2 < 0) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (atol) *atol = a > a2 ? a : a2;
+    if (rtol) *rtol = r > r2 ? r : r2;
+    if (lse) *lse = 1e-4;
+    return CLATTN_SUCCESS;
 }
 
 clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t *pairs) {

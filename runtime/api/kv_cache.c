@@ -1,14 +1,14 @@
 /*
- * The KV cache object (SPEC section 6): it owns, or wraps, the device storage of B sequences'
- * keys and values - contiguous [B, capacity, Hkv, D], or a pool of pages with a block table -
- * and their lengths (host copy, and a device copy for the kernels). Appends write new rows after
- * each sequence's length (cl/kv_cache.cl); attention over the cache is a call like any other,
+ * The KV cache object (docs/semantics.md section 6): it owns, or wraps, the device storage of B
+ * sequences' keys and values - contiguous [B, capacity, Hkv, D], or a pool of pages with a block
+ * table - and their lengths (host copy, and a device copy for the kernels). Appends write new rows
+ * after each sequence's length (cl/kv_cache.cl); attention over the cache is a call like any other,
  * whose problem reads K and V through the cache's view, served by the variant table.
  *
  * Every change is checked in full before anything is written, so a refused call leaves the
  * cache exactly as it was.
  */
-#include "api/dispatch.h"
+#include "api/calls.h"
 #include "plan/params.h"
 #include "reference/reference.h"
 
@@ -357,8 +357,7 @@ typedef struct append_call {
 
 static clattn_status append_kernel(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
                                    const int32_t *counts, const char *name, append_call *call) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "kv_cache.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "kv_cache.cl"};
     const clattn_kv_cache_desc *d = &c->desc;
     int q8 = d->dtype == CLATTN_Q8_0, writes = strcmp(name, "append_rows") == 0;
     attn_params P;
@@ -615,7 +614,7 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_BUFFER, &pb);
     if (s == CLATTN_SUCCESS) {
         attn_buffers b = {
-            q,    c->k,        c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
+            q,    c->k,         c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
             NULL, c->table_buf, 0};
         s = attention_on_buffers(c->ctx, &pb, &b, event);
     }

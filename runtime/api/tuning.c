@@ -27,6 +27,14 @@ clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t struct_size
                : CLATTN_SUCCESS;
 }
 
+unsigned *clattn_tuning_field(clattn_tuning *params, const char *field) {
+#define FIELD_NAMED(name, meaning)                                                                 \
+    if (params && field && strcmp(field, #name) == 0) return &params->name;
+    TUNING_FIELDS(FIELD_NAMED)
+#undef FIELD_NAMED
+    return NULL;
+}
+
 clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
                                    clattn_tuning *params, clattn_tuning_source *source) {
     const attn_variant *row = variant_find(variant);
@@ -36,7 +44,7 @@ clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
         clattn_device_get_info(device_index, &info) != CLATTN_SUCCESS)
         return CLATTN_ERR_INVALID_ARGUMENT;
     tuning_params found;
-    tuning_source from = tuning_lookup(&info, row->name, &found);
+    tuning_source from = variant_tuning_on(&info, row, &found);
     clattn_tuning out;
     memset(&out, 0, sizeof out);
     out.struct_size = sizeof out;
@@ -66,6 +74,9 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_variant vari
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "params->struct_size is %zu: set it with clattn_tuning_init",
                          params->struct_size);
+    char why[512] = "";
+    if (params && row->tuning_valid && !row->tuning_valid(&p, &ctx->device, why, sizeof why))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", row->name, why);
     clattn_status status = tuning_set_context(ctx, row->name, params ? &p : NULL);
     return status ? ctx_error(ctx, status, "setting the tuning of %s", row->name) : status;
 }

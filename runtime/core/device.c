@@ -1,7 +1,7 @@
 /*
  * Device discovery and selection. Every platform the ICD loader reports and every device of
  * each is flattened into one list (platform order, then device order); a device's index in
- * that list is what clattn_context_create takes. Selection follows SPEC section 5.
+ * that list is what clattn_context_create takes. Selection follows docs/semantics.md section 5.
  *
  * Discovery runs once per process, under a lock, and is kept: the platforms and devices do not
  * change while a process runs (POCL_DEVICES and the ICD files are read once by the drivers
@@ -328,7 +328,7 @@ typedef struct device_spec {
 
 /* "P:D": exactly two decimal integers around one colon. Anything else with a colon is a name
  * substring (AMD names such as "gfx90a:sramecc+:xnack-"). @return 1 when it is a pair. */
-static int parse_pair(const char *text, device_spec *spec) {
+static int parse_platform_device(const char *text, device_spec *spec) {
     const char *colon = strchr(text, ':');
     char left[32];
     size_t len = colon ? (size_t)(colon - text) : 0;
@@ -358,7 +358,7 @@ static void parse_spec(const char *text, device_spec *spec) {
         spec->index = strtoul(text, NULL, 10);
         return;
     }
-    if (parse_pair(text, spec)) return;
+    if (parse_platform_device(text, spec)) return;
     for (size_t i = 0; i < ARRAY_LEN(types); i++) {
         if (equals_nocase(text, types[i].word)) {
             spec->kind = SPEC_TYPE;

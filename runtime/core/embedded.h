@@ -1,4 +1,5 @@
-/* The OpenCL sources of cl/, embedded at build time by cmake/embed_kernels.cmake. */
+/* The OpenCL sources of cl/, and those the build generates, embedded at build time by
+ * cmake/embed_kernels.cmake. */
 #ifndef CLATTN_EMBEDDED_H
 #define CLATTN_EMBEDDED_H
 
@@ -8,6 +9,7 @@ struct embedded_kernel {
     const char *name;   /* file name in cl/, e.g. "softmax.cl" */
     const char *source; /* NUL-terminated */
     size_t size;        /* bytes, without the NUL */
+    int generated;      /* made by the build, not a file of cl/ */
 };
 
 /* Terminated by an entry whose name is NULL. */

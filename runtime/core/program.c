@@ -57,35 +57,34 @@ static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
 #define MAX_SOURCE_BYTES ((size_t)64 << 20)
 #define MAX_ENTRY_BYTES  ((size_t)1 << 30)
 
-/* The embedded sources that are not files of cl/: the generated parameter block and the mask
- * rules the host shares (runtime/plan/). $CLATTN_KERNEL_DIR never replaces them. */
-static int outside_cl(const char *file) {
-    return strcmp(file, "attn_params.cl") == 0 || strcmp(file, "mask_rules.h") == 0;
+static const struct embedded_kernel *embedded(const char *file) {
+    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++)
+        if (strcmp(k->name, file) == 0) return k;
+    return NULL;
 }
 
-/* The text of one embedded source: a file of cl/ from $CLATTN_KERNEL_DIR when that is set. */
+/* The text of one source: from $CLATTN_KERNEL_DIR when that is set and holds it (a file of
+ * cl/ must be there; one the build generates may be, and is embedded otherwise), else the
+ * embedded copy. */
 static clattn_status kernel_source(clattn_context *ctx, const char *file, char **text) {
     *text = NULL;
+    const struct embedded_kernel *k = embedded(file);
     const char *dir = getenv("CLATTN_KERNEL_DIR");
-    if (dir && *dir && !outside_cl(file)) {
+    if (dir && *dir) {
         char path[4096];
         size_t size = 0;
         snprintf(path, sizeof path, "%s/%s", dir, file);
         *text = read_regular_file(path, MAX_SOURCE_BYTES, 1, &size);
-        if (!*text)
+        if (*text) return CLATTN_SUCCESS;
+        if (!k || !k->generated || errno != ENOENT)
             return ctx_error(ctx, CLATTN_ERR_IO, "CLATTN_KERNEL_DIR: cannot read %s: %s", path,
                              strerror(errno));
-        return CLATTN_SUCCESS;
     }
-    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
-        if (strcmp(k->name, file) == 0) {
-            *text = malloc(k->size + 1);
-            if (!*text) return CLATTN_ERR_OUT_OF_MEMORY;
-            memcpy(*text, k->source, k->size + 1);
-            return CLATTN_SUCCESS;
-        }
-    }
-    return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no embedded kernel file %s", file);
+    if (!k) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no embedded kernel file %s", file);
+    *text = malloc(k->size + 1);
+    if (!*text) return CLATTN_ERR_OUT_OF_MEMORY;
+    memcpy(*text, k->source, k->size + 1);
+    return CLATTN_SUCCESS;
 }
 
 /* Concatenates the sources of `files`, each starting on a new line. */

@@ -6,13 +6,13 @@
  * device has them and local memory where it does not (its sums each reads from the local P
  * tile). K and V are read in place, at their storage width: no packing pass, and no q8_0 or KV
  * cache (the split variant's). The walk (query tiles, dilation classes, passes, tile kinds,
- * lists) is the fused kernels' (plan/tiles.h, cl/fused_common.cl), so the planner's count of the
+ * lists) is the fused kernels' (plan/tiles.h, cl/tile_walk.cl), so the planner's count of the
  * tiles it visits holds for this kernel too; the lists live on the device in the context's
  * cache (tile_cache.h), built once per pattern.
  *
  * Every size comes from the tuning database (block_m, block_n, tile_m, tile_n, vector, stages,
  * subgroups); the planner only shrinks tiles that do not fit the local memory or work-group
- * limit of the device and of the compiled kernel, and hands the call on (to `gpu`, then
+ * limit of the device and of the compiled kernel, and hands the call on (to `rowwise`, then
  * `gemm`) when nothing fits.
  */
 #include "kernels/tile_cache.h"
@@ -63,8 +63,24 @@ static size_t local_bytes(const flash_state *st, const attn_problem *pb) {
     return floats * 4 + kv_size * st->stages * st->block_n * (st->dqk_pad + st->dv_pad);
 }
 
+/* Whether a tuner's candidate runs on the device as it is: its work-items within the device's
+ * work-group limit, subgroups only where the device has them. */
+static int runs_as_given(const tuning_params *t, const clattn_device_info *device, char *why,
+                         size_t size) {
+    size_t items = (size_t)(t->block_m / t->tile_m) * (t->block_n / t->tile_n);
+    if (items > device->max_work_group_size)
+        snprintf(why, size, "%zu work-items a work-group; the device runs at most %zu", items,
+                 device->max_work_group_size);
+    else if (t->subgroups && !device->has_subgroups)
+        snprintf(why, size, "subgroups: the device has none");
+    else
+        return 1;
+    return 0;
+}
+
 /* Whether the tuning entry's numbers are ones the kernel takes; names the first that is not. */
-static clattn_status check_tuning(clattn_context *ctx, const tuning_params *t) {
+static int tuning_valid(const tuning_params *t, const clattn_device_info *device, char *why,
+                        size_t size) {
     const char *bad =
         t->tile_m < 1 || t->tile_m > FLASH_MAX_MICRO_TILE   ? "tile_m"
         : t->tile_n < 1 || t->tile_n > FLASH_MAX_MICRO_TILE ? "tile_n"
@@ -77,14 +93,14 @@ static clattn_status check_tuning(clattn_context *ctx, const tuning_params *t) {
         : t->stages < 1 || t->stages > 2                                   ? "stages"
         : t->subgroups > 1                                                 ? "subgroups"
                                                                            : NULL;
-    if (!bad) return CLATTN_SUCCESS;
-    return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                     "flash: the tuning entry's %s is out of range (block_m %u, block_n %u, tile_m "
-                     "%u, tile_n %u, vector %u, stages %u, subgroups %u: tile_m and tile_n 1 to %d "
-                     "dividing block_m (up to %d) and block_n, vector 1 to 16 a power of two, "
-                     "stages 1 or 2, subgroups 0 or 1)",
-                     bad, t->block_m, t->block_n, t->tile_m, t->tile_n, t->vector, t->stages,
-                     t->subgroups, FLASH_MAX_MICRO_TILE, TILES_MAX_BLOCK_M);
+    if (!bad) return device ? runs_as_given(t, device, why, size) : 1;
+    snprintf(why, size,
+             "%s is out of range (block_m %u, block_n %u, tile_m %u, tile_n %u, vector %u, "
+             "stages %u, subgroups %u: tile_m and tile_n 1 to %d dividing block_m (up to %d) and "
+             "block_n, vector 1 to 16 a power of two, stages 1 or 2, subgroups 0 or 1)",
+             bad, t->block_m, t->block_n, t->tile_m, t->tile_n, t->vector, t->stages, t->subgroups,
+             FLASH_MAX_MICRO_TILE, TILES_MAX_BLOCK_M);
+    return 0;
 }
 
 /* One step smaller: single buffering first, then half the rows or half the keys of a tile,
@@ -161,7 +177,7 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
 
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
-    snprintf(why, size, "auto uses the cpu variant on CPU devices");
+    snprintf(why, size, "auto uses lanes on CPU devices");
     return 0;
 }
 
@@ -218,13 +234,11 @@ static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan
 static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
     const attn_problem *pb = plan->problem;
     const tuning_params *t = &plan->tuning;
-    clattn_status status = check_tuning(ctx, t);
-    if (status) return status;
     flash_state *st = calloc(1, sizeof *st);
     if (!st) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "flash: plan");
     plan->state = st;
     choose_subgroups(ctx, t, st);
-    status = fit_to_kernel(ctx, plan, st);
+    clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
     if (!tile_offsets_fit(pb, st))
@@ -268,8 +282,7 @@ static void kernel_defines(const clattn_context *ctx, const attn_problem *pb, co
 /* The kernel; a device whose compiler refuses the subgroup path gets the local-memory one. */
 static clattn_status get_kernel(clattn_context *ctx, const attn_problem *pb, const flash_state *st,
                                 cl_kernel *kernel) {
-    static const char *const files[] = {"attn_params.cl",  "mask_rules.h",  "common.cl",
-                                        "fused_common.cl", "flash_team.cl", "flash.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "tile_walk.cl", "flash_team.cl", "flash.cl"};
     char defines[512];
     kernel_defines(ctx, pb, st, st->subgroups, defines, sizeof defines);
     clattn_status status =
@@ -349,6 +362,7 @@ static void fill_stats(const variant_plan *plan, const flash_state *st, uint64_t
                        clattn_stats *s) {
     const attn_problem *pb = plan->problem;
     s->tiles_visited = st->lists->walk_tiles * pb->batch;
+    s->pairs = st->lists->pairs * pb->batch;
     s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
     s->block_m = st->block_m;
     s->block_n = st->block_n;
@@ -392,15 +406,52 @@ static clattn_status run(clattn_context *ctx, const variant_plan *plan, const at
     return s;
 }
 
+/* The GPU classes take the defaults of CLBlast's Xgemm database (single precision) read as the
+ * S = Q K^T product's: MWG -> block_m, NWG -> block_n, MWG/MDIMC x NWG/NDIMC -> the micro-tile,
+ * VWM -> vector; not measured on these devices. Subgroups where the vendor's OpenCL has them
+ * (AMD, Intel). The planner shrinks tiles that do not fit a device's local memory or work-group
+ * limit. CPUs: PoCL's pthread device, where `clattn tune` chose it (`auto` runs lanes there).
+ * Every other device: CLBlast's default of every device class. */
+#define FLASH_CLASS(type, vendor, bm, bn, tm, tn, vec, sub)                                        \
+    {                                                                                              \
+        (type), (vendor), "", {                                                                    \
+            .block_m = (bm), .block_n = (bn), .tile_m = (tm), .tile_n = (tn), .vector = (vec),     \
+            .stages = 2, .subgroups = (sub)                                                        \
+        }                                                                                          \
+    }
+
+static const tuning_default defaults[] = {
+    FLASH_CLASS(CL_DEVICE_TYPE_GPU, "NVIDIA", 32, 64, 4, 2, 4, 0),
+    FLASH_CLASS(CL_DEVICE_TYPE_GPU, "Advanced Micro Devices", 64, 64, 4, 8, 4, 1),
+    FLASH_CLASS(CL_DEVICE_TYPE_GPU, "AMD", 64, 64, 4, 8, 4, 1),
+    FLASH_CLASS(CL_DEVICE_TYPE_GPU, "Intel", 64, 64, 4, 8, 4, 1),
+    FLASH_CLASS(CL_DEVICE_TYPE_GPU, "ARM", 64, 32, 4, 4, 4, 0),
+    FLASH_CLASS(CL_DEVICE_TYPE_GPU, "QUALCOMM", 32, 32, 4, 4, 4, 0),
+    FLASH_CLASS(CL_DEVICE_TYPE_CPU, "", 32, 32, 4, 4, 4, 0),
+    FLASH_CLASS(CL_DEVICE_TYPE_ALL, "", 32, 32, 4, 2, 4, 1),
+};
+
+static const clattn_tuning_axis axes[] = {
+    TUNING_AXIS(block_m, 16, 32, 64, 128), TUNING_AXIS(block_n, 16, 32, 64, 128),
+    TUNING_AXIS(tile_m, 1, 2, 4, 8),       TUNING_AXIS(tile_n, 1, 2, 4, 8),
+    TUNING_AXIS(vector, 1, 2, 4, 8),       TUNING_AXIS(stages, 1, 2),
+    TUNING_AXIS(subgroups, 0, 1),
+};
+
 const attn_variant variant_flash = {
-    CLATTN_VARIANT_FLASH,
-    "flash",
-    CLATTN_PATH_FUSED,
-    "fused, FlashAttention-2's partition: micro-tiles a work-item, K/V double-buffered in local "
-    "memory (GPUs)",
-    supports,
-    suits,
-    plan,
-    run,
-    release,
+    .id = CLATTN_VARIANT_FLASH,
+    .name = "flash",
+    .path = CLATTN_PATH_FUSED,
+    .summary = "fused, FlashAttention-2's partition: micro-tiles a work-item, K/V double-buffered "
+               "in local memory (GPUs)",
+    .defaults = defaults,
+    .num_defaults = ARRAY_LEN(defaults),
+    .axes = axes,
+    .num_axes = ARRAY_LEN(axes),
+    .tuning_valid = tuning_valid,
+    .supports = supports,
+    .suits = suits,
+    .plan = plan,
+    .run = run,
+    .release = release,
 };

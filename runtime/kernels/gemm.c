@@ -3,9 +3,8 @@
  * kernel cannot serve and as the baseline the benchmarks compare against:
  *
  *     S = scale * Q K^T       CLBlastSgemmBatched, one batch entry per (b, h) group of the chunk
- *     P = masked softmax(S)   softmax_masked (cl/softmax.cl): bias, every mask of SPEC section 2
- *                             and LSE; P overwrites S
- *     O = P V                 CLBlastSgemmBatched
+ *     P = masked softmax(S)   softmax_masked (cl/softmax.cl): bias, every mask of docs/semantics.md
+ * section 2 and LSE; P overwrites S O = P V                 CLBlastSgemmBatched
  *
  * Batched GEMM takes one element offset per entry and one leading dimension, so GQA (entry h
  * reads K/V head h / (Hq/Hkv)) and both layouts (ld = the sequence stride) read the caller's
@@ -25,14 +24,14 @@
  * (all keys with global tokens); the softmax applies the exact mask inside that range. Each
  * score and output row is computed the same way whatever chunk holds it.
  *
- * NaN and inf in V (SPEC section 1): inside O = P V, 0 * NaN and 0 * inf are NaN, so one bad
- * value in row j of V would reach every row of its (b, kv head), also the rows that do not
+ * NaN and inf in V (docs/semantics.md section 1): inside O = P V, 0 * NaN and 0 * inf are NaN, so
+ * one bad value in row j of V would reach every row of its (b, kv head), also the rows that do not
  * see key j. Every call therefore flags the rows of V holding a non-finite value (one pass over
  * V, B*Hkv*Nk bytes read back). With none, nothing else changes. With some, the second GEMM
  * reads V with those rows zeroed (a float32 copy, or the widened scratch of 16-bit V), and
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
-#include "kernels/blas.h"
+#include "core/blas.h"
 #include "kernels/softmax.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
@@ -507,8 +506,7 @@ typedef struct gemm_kernels {
 /* A kernel of cl/convert.cl, specialised for the call's storage types. */
 static clattn_status convert_kernel(clattn_context *ctx, const attn_problem *pb, const char *name,
                                     cl_kernel *kernel) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "convert.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "convert.cl"};
     char defines[64];
     snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)pb->dtype,
              (int)pb->out_dtype);
@@ -517,8 +515,7 @@ static clattn_status convert_kernel(clattn_context *ctx, const attn_problem *pb,
 
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const gemm_plan *p,
                                  gemm_kernels *k) {
-    static const char *const softmax_files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                                "softmax.cl"};
+    static const char *const softmax_files[] = {ATTN_PRELUDE, "softmax.cl"};
     char defines[96];
     memset(k, 0, sizeof *k);
     /* float32 scores out: clattn_softmax's defines for Q's storage, so both share one build;
@@ -919,14 +916,22 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
     return 1;
 }
 
+/* The masked softmax's work-group: a power of two up to wg_size. */
+static const tuning_default defaults[] = {
+    {CL_DEVICE_TYPE_ALL, "", "", {.wg_size = 256, .vector = 1}},
+};
+
 const attn_variant variant_gemm = {
-    CLATTN_VARIANT_GEMM,
-    "gemm",
-    CLATTN_PATH_GEMM,
-    "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
-    supports,
-    suits,
-    plan,
-    run,
-    release,
+    .id = CLATTN_VARIANT_GEMM,
+    .name = "gemm",
+    .path = CLATTN_PATH_GEMM,
+    .summary =
+        "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
+    .defaults = defaults,
+    .num_defaults = ARRAY_LEN(defaults),
+    .supports = supports,
+    .suits = suits,
+    .plan = plan,
+    .run = run,
+    .release = release,
 };

@@ -67,13 +67,12 @@ static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
 }
 
 const attn_variant variant_reference = {
-    CLATTN_VARIANT_REFERENCE,
-    "reference",
-    CLATTN_PATH_REFERENCE,
-    "the CPU reference (double accumulation) on host copies of the buffers",
-    supports,
-    suits,
-    plan,
-    run,
-    NULL,
+    .id = CLATTN_VARIANT_REFERENCE,
+    .name = "reference",
+    .path = CLATTN_PATH_REFERENCE,
+    .summary = "the CPU reference (double accumulation) on host copies of the buffers",
+    .supports = supports,
+    .suits = suits,
+    .plan = plan,
+    .run = run,
 };

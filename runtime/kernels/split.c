@@ -30,6 +30,8 @@ typedef struct split_plan {
 
 /* ---------------------------------------------------------------- the row */
 
+extern const attn_variant variant_split; /* the row, at the end of the file */
+
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
     snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
@@ -42,14 +44,13 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
  * leave most of the device idle. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
-    tuning_lookup(device, "split", &tuning);
+    variant_tuning_on(device, &variant_split, &tuning);
     if (!pb || problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0 ||
         pb->len_q * pb->group <= tuning.block_m)
         return 1;
     snprintf(why, size,
              "auto uses it over KV caches, for q8_0 K/V and for at most %u query rows a kv head "
-             "(this call "
-             "has %zu)",
+             "(this call has %zu)",
              tuning.block_m, pb->len_q * pb->group);
     return 0;
 }
@@ -157,7 +158,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
 
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, const split_plan *p,
                                  cl_kernel *attention, cl_kernel *merge) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl", "split.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "split.cl"};
     char defines[192];
     snprintf(defines, sizeof defines,
              "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKV_DTYPE=%d -DOUT_DTYPE=%d",
@@ -244,14 +245,22 @@ static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn
     return status;
 }
 
+/* Up to block_m query rows a work-item (also the most a kv head may have for auto to pick it),
+ * chunks of at least block_n keys, wg_size work-items a compute unit. */
+static const tuning_default defaults[] = {
+    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 16, .block_n = 256, .wg_size = 4, .vector = 16}},
+};
+
 const attn_variant variant_split = {
-    CLATTN_VARIANT_SPLIT,
-    "split",
-    CLATTN_PATH_FUSED,
-    "K/V read in place (tensors or KV caches, paged), key chunks side by side, merged",
-    supports,
-    suits,
-    plan,
-    run,
-    release,
+    .id = CLATTN_VARIANT_SPLIT,
+    .name = "split",
+    .path = CLATTN_PATH_FUSED,
+    .summary = "K/V read in place (tensors or KV caches, paged), key chunks side by side, merged",
+    .defaults = defaults,
+    .num_defaults = ARRAY_LEN(defaults),
+    .supports = supports,
+    .suits = suits,
+    .plan = plan,
+    .run = run,
+    .release = release,
 };

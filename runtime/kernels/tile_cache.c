@@ -159,6 +159,7 @@ static clattn_status entry_build(clattn_context *ctx, const attn_problem *pb,
     }
     e->dev.host = &e->host;
     e->dev.walk_tiles = walk_tiles(pb, g, &e->host);
+    e->dev.pairs = mask_count_pairs(m, 1, (int64_t)pb->heads_q);
     *out = e;
     return CLATTN_SUCCESS;
 }

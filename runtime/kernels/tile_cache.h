@@ -5,7 +5,8 @@
  * rebuild the lists on the host nor upload them again. The context keeps TILE_CACHE_ENTRIES
  * entries and drops the least recently used; an entry is found by a hash of everything its
  * lists depend on (sizes, causality, window, dilation, global tokens, layout bytes and shape,
- * tile geometry) and then compared in full, never trusted on the hash alone.
+ * tile geometry) and then compared in full, never trusted on the hash alone. The entry also
+ * keeps the pattern's pair count, so that no call walks the mask again for its statistics.
  */
 #ifndef CLATTN_TILE_CACHE_H
 #define CLATTN_TILE_CACHE_H
@@ -21,6 +22,7 @@ typedef struct device_lists {
     const tile_lists *host;
     cl_mem gpos, is_global, layout, tile_ptr, tile_idx, row_list; /* a placeholder where absent */
     uint64_t walk_tiles; /* key tiles the passes visit for one batch entry, all query heads */
+    uint64_t pairs;      /* allowed pairs of one batch entry, all query heads (the statistics) */
     uint64_t bytes;      /* device memory the lists take */
 } device_lists;
 

@@ -22,6 +22,9 @@ typedef struct attn_buffers {
 
 struct attn_variant;
 
+/* clattn_stats.pairs before the dispatcher knows them. */
+#define PAIRS_UNKNOWN UINT64_MAX
+
 /* A variant's plan of one call: the problem, its tuning entry, and the variant's own state. */
 typedef struct variant_plan {
     const struct attn_variant *variant;
@@ -36,9 +39,24 @@ typedef struct variant_plan {
 
 typedef struct attn_variant {
     clattn_variant id;
-    const char *name; /* "cpu", "gemm", ...: clattn_variant_name, --variant, $CLATTN_KERNEL */
+    const char *name;     /* "lanes", "gemm", ...: clattn_variant_name, --variant, $CLATTN_KERNEL */
+    const char *old_name; /* the name of 0.2, still read until 0.4 (tuning.json too), or NULL */
     clattn_path path;
     const char *summary; /* one line for listings */
+
+    /* Its tuning: the built-in defaults by device class (the first entry that matches the
+     * device wins, and the last matches every device), and the fields `clattn tune` searches
+     * with the values it tries (none: nothing to tune). */
+    const tuning_default *defaults;
+    size_t num_defaults;
+    const clattn_tuning_axis *axes;
+    size_t num_axes;
+    /* Whether its kernel can take a tuning entry (NULL: any); writes why not. With a device,
+     * also whether the entry runs there as given, with no tile shrunk to fit (a tuner's
+     * candidate: clattn_context_set_tuning refuses what fails either); without one, the
+     * planner's check, which shrinks what does not fit later. */
+    int (*tuning_valid)(const tuning_params *t, const clattn_device_info *device, char *why,
+                        size_t size);
 
     /* Whether the variant can serve the problem (NULL: any call) on ctx's device. When it
      * cannot, writes why into `why` and returns 0. Cheap and host-only. */
@@ -50,7 +68,8 @@ typedef struct attn_variant {
     /* Plans the call into plan->state. May still find it cannot serve the call
      * (CLATTN_ERR_UNSUPPORTED, with the reason on ctx). */
     clattn_status (*plan)(clattn_context *ctx, variant_plan *plan);
-    /* Enqueues the call; fills the variant's part of *stats (tiles, block sizes, kernel). */
+    /* Enqueues the call; fills the variant's part of *stats (tiles, block sizes, kernel, and
+     * the pattern's pairs when it knows them: else they stay PAIRS_UNKNOWN and are counted). */
     clattn_status (*run)(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
                          cl_event *event, clattn_stats *stats);
     void (*release)(variant_plan *plan);
@@ -60,6 +79,15 @@ typedef struct attn_variant {
 const attn_variant *const *variant_table(size_t *count);
 /* The row of a variant, or NULL. */
 const attn_variant *variant_find(clattn_variant id);
+/* The row named `name` (or, until 0.4, its old name), or NULL. */
+const attn_variant *variant_named(const char *name);
+
+/* The variant's tuning on ctx's device: the context's own, else tuning.json's, else the row's
+ * built-in defaults. @return where it came from. */
+tuning_source variant_tuning(clattn_context *ctx, const attn_variant *variant, tuning_params *out);
+/* The same on a device, without a context. */
+tuning_source variant_tuning_on(const clattn_device_info *device, const attn_variant *variant,
+                                tuning_params *out);
 
 /* Looks up the tuning of `variant` on ctx's device into the plan, plans against the device's
  * launch limits, and on failure releases what planning made. */
@@ -71,13 +99,5 @@ clattn_status variant_plan_make_limited(clattn_context *ctx, const attn_variant 
                                         const attn_problem *pb, int write_lse,
                                         const launch_limits *limits, variant_plan *plan);
 void variant_plan_release(variant_plan *plan);
-
-/* The rows (each in its own file). */
-extern const attn_variant variant_fused_cpu;
-extern const attn_variant variant_flash;
-extern const attn_variant variant_fused_gpu;
-extern const attn_variant variant_gemm;
-extern const attn_variant variant_reference;
-extern const attn_variant variant_split;
 
 #endif

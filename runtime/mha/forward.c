@@ -16,8 +16,9 @@
  */
 #include "mha/mha.h"
 
-#include "api/dispatch.h"
-#include "kernels/blas.h"
+#include "api/calls.h"
+#include "core/blas.h"
+#include "plan/params.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,8 +166,7 @@ static void run_end(mha_run *r) {
 /* convert.cl's widen_rows or narrow_rows, specialised for the storage types. */
 static clattn_status convert_kernel(clattn_context *ctx, clattn_dtype in, clattn_dtype out,
                                     const char *name, cl_kernel *kernel) {
-    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
-                                        "convert.cl"};
+    static const char *const files[] = {ATTN_PRELUDE, "convert.cl"};
     char defines[64];
     snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -DOUT_DTYPE=%d", (int)in, (int)out);
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, name, kernel);

@@ -1,12 +1,12 @@
 /*
  * The multi-head attention layer, the runtime's top layer: it stands on the public entry points
- * of runtime/api (clattn_attention, the KV cache) and on CLBlast (kernels/blas.h), and nothing
+ * of runtime/api (clattn_attention, the KV cache) and on CLBlast (core/blas.h), and nothing
  * below includes it. layer.c creates a layer and packs its weights; forward.c runs it.
  */
 #ifndef CLATTN_MHA_H
 #define CLATTN_MHA_H
 
-#include "plan/mha.h"
+#include "mha/shapes.h"
 
 /* The kept heads' weights on the device, packed and widened to float32 (row-major [out, in]):
  *

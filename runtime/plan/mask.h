@@ -1,13 +1,13 @@
 /*
- * The mask of one call (SPEC section 2) on the host: its parameters, resolved once when the
- * problem is built, and the per-pair rule of mask_rules.h applied to them. The reference, the
- * planners and the pair counts all ask this file.
+ * The mask of one call (docs/semantics.md section 2) on the host: its parameters, resolved once
+ * when the problem is built, and the per-pair rule of mask_rules.h applied to them. The reference,
+ * the planners and the pair counts all ask this file.
  */
 #ifndef CLATTN_MASK_H
 #define CLATTN_MASK_H
 
 #define MASK_RULES_HOST
-#include "plan/mask_rules.h"
+#include "cl/mask_rules.h"
 
 #include "clattn.h"
 

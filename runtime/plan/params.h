@@ -3,7 +3,7 @@
  * struct below is generated from the list by the preprocessor, and the OpenCL C struct of the
  * kernels from the same list at build time (cmake/gen_params.cmake writes "attn_params.cl",
  * embedded with the kernels). Every field is a 64-bit integer, so both sides agree on the layout;
- * tests/test_params.c reads every field back from a kernel. Kernels read the block from a small
+ * tests/unit/test_params.c reads every field back from a kernel. Kernels read the block from a small
  * constant buffer. Positions: query i sits at key position p = i + offset.
  *
  * Each entry is X, then the field's name and a comment string; the build script reads the
@@ -44,7 +44,7 @@
     X(bias_stride_h, "")                                                                           \
     X(bias_stride_s, "")                                                                           \
     X(has_bias, "")                                                                                \
-    X(causal, "mask (SPEC section 2), resolved as in plan/mask.h")                                 \
+    X(causal, "mask (docs/semantics.md section 2), resolved as in plan/mask.h")                    \
     X(left, "window sides, -1 unbounded")                                                          \
     X(right, "")                                                                                   \
     X(dilation, "")                                                                                \
@@ -71,6 +71,10 @@
     X(chunks, "split: key chunks a row, merged afterwards (1: no merge)")                          \
     X(chunk_len, "split: keys a chunk")                                                            \
     X(row_blocks, "split: blocks of query rows of one (b, kv head)")
+
+/* The sources that every attention kernel program starts with, in this order: the parameter
+ * block, the mask rules (cl/mask_rules.h) and cl/common.cl. A kernel's own files follow. */
+#define ATTN_PRELUDE "attn_params.cl", "mask_rules.h", "common.cl"
 
 #define ATTN_PARAM_FIELD(name, comment) cl_long name;
 typedef struct attn_params {

@@ -11,7 +11,8 @@
 #include "plan/mask.h"
 
 /* Where K and V are, for kernels that read them in place: the call's own tensors, or a KV
- * cache's storage (contiguous or paged) with a length per sequence (SPEC section 6). */
+ * cache's storage (contiguous or paged) with a length per sequence (docs/semantics.md section 6).
+ */
 typedef struct kv_view {
     clattn_dtype dtype;         /* storage of K and V (the problem's dtype is Q's) */
     const int32_t *seq_len;     /* host [B]: keys of sequence b; NULL: len_k each */
@@ -22,7 +23,7 @@ typedef struct kv_view {
 } kv_view;
 
 typedef struct attn_problem {
-    /* SPEC section 1; all >= 1, lengths < 2^31, heads_q a multiple of heads_kv */
+    /* docs/semantics.md section 1; all >= 1, lengths < 2^31, heads_q a multiple of heads_kv */
     size_t batch, heads_q, heads_kv, len_q, len_k, dim_qk, dim_v;
     size_t group; /* heads_q / heads_kv: query heads that share a kv head */
     clattn_dtype dtype, out_dtype;
@@ -31,7 +32,7 @@ typedef struct attn_problem {
     int has_bias;                     /* the entry point has a bias (a cl_mem or a host array) */
     clattn_tensor bias;               /* its offset and strides; zero strides broadcast */
     const float *bias_host;           /* clattn_attention_host and the reference read this one */
-    mask_spec mask;                   /* SPEC section 2, resolved */
+    mask_spec mask;                   /* docs/semantics.md section 2, resolved */
     clattn_attention_extents extents; /* bytes each tensor spans */
     clattn_path path;
     clattn_variant variant;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PASS_WINDOW, PASS_GLOBAL_KEYS, PASS_GLOBAL_ROWS }; /* as cl/fused_common.cl */
+enum { PASS_WINDOW, PASS_GLOBAL_KEYS, PASS_GLOBAL_ROWS }; /* as cl/tile_walk.cl */
 
 unsigned tiles_head_dim_bucket(size_t dim) {
     static const unsigned buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, TILES_MAX_HEAD_DIM};

@@ -4,8 +4,8 @@
  * the mask, the lists the kernels read: for a block layout, the key tiles of each query tile that
  * hold an allowed pair (CSR); for global tokens, the global keys and the rows that sit on them.
  *
- * A call runs up to three passes, which together cover SPEC's allowed set, each pair once
- * (cl/fused_common.cl): the window pass (query tiles of a class against the key tiles of that
+ * A call runs up to three passes, which together cover the contract's allowed set, each pair once
+ * (cl/tile_walk.cl): the window pass (query tiles of a class against the key tiles of that
  * class inside the window, or the listed ones), the global-key pass (the same rows against the
  * packed global keys) and the global-row pass (the rows at global positions against every key).
  * tiles_count_walk counts the key tiles those passes visit exactly as the kernels do, which a

@@ -1,6 +1,6 @@
 /*
- * The tuning database (tuning.h): built-in entries, class defaults, and the user's tuning.json,
- * read with a small JSON reader and kept per process until the file changes.
+ * The tuning database (tuning.h): lookups through a variant's built-in class defaults, and the
+ * user's tuning.json, read with a small JSON reader and kept per process until the file changes.
  */
 #include "plan/tuning.h"
 
@@ -11,62 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* ---------------------------------------------------------------- built-in entries */
-
-/* A device matches when its type has a bit of `type` and its vendor and name contain the given
- * texts (empty matches all). The first match wins, so specific entries come first and each
- * variant ends with the default of every class. */
-typedef struct tuning_entry {
-    const char *variant;
-    cl_device_type type;
-    const char *vendor, *name;
-    tuning_params params;
-} tuning_entry;
-
-/* A flash entry for a device class: type and vendor, tiles, micro-tile, vector, subgroups;
- * double buffering. */
-#define FLASH_CLASS(type, vendor, bm, bn, tm, tn, vec, sub)                                        \
-    {                                                                                              \
-        "flash", (type), (vendor), "", {                                                           \
-            .block_m = (bm), .block_n = (bn), .tile_m = (tm), .tile_n = (tn), .vector = (vec),     \
-            .stages = 2, .subgroups = (sub)                                                        \
-        }                                                                                          \
-    }
-
-#define CPU   CL_DEVICE_TYPE_CPU
-#define GPU   CL_DEVICE_TYPE_GPU
-#define EVERY CL_DEVICE_TYPE_ALL
-
-static const tuning_entry built_in[] = {
-    /* fused cpu: BLOCK_M rows a work-item (the lanes of its 16-wide vectors; fewer for calls
-       with few rows), BLOCK_N keys a tile */
-    {"cpu", EVERY, "", "", {.block_m = 32, .block_n = 32, .wg_size = 1, .vector = 16}},
-    /* fused gpu: a row a work-item, BLOCK_M rows a work-group, K/V tiles in local memory */
-    {"gpu", EVERY, "", "", {.block_m = 64, .block_n = 32, .wg_size = 64, .vector = 1}},
-    /* flash: BLOCK_M x BLOCK_N tiles of (block_m / tile_m) x (block_n / tile_n) work-items,
-     * each a tile_m x tile_n micro-tile. The GPU classes take the defaults of CLBlast's Xgemm
-     * database (single precision) read as the S = Q K^T product's: MWG -> block_m,
-     * NWG -> block_n, MWG/MDIMC x NWG/NDIMC -> the micro-tile, VWM -> vector; not measured on
-     * these devices. Subgroups where the vendor's OpenCL has them (AMD, Intel). The planner
-     * shrinks tiles that do not fit a device's local memory or work-group limit. */
-    FLASH_CLASS(GPU, "NVIDIA", 32, 64, 4, 2, 4, 0),
-    FLASH_CLASS(GPU, "Advanced Micro Devices", 64, 64, 4, 8, 4, 1),
-    FLASH_CLASS(GPU, "AMD", 64, 64, 4, 8, 4, 1),
-    FLASH_CLASS(GPU, "Intel", 64, 64, 4, 8, 4, 1),
-    FLASH_CLASS(GPU, "ARM", 64, 32, 4, 4, 4, 0),
-    FLASH_CLASS(GPU, "QUALCOMM", 32, 32, 4, 4, 4, 0),
-    /* CPUs (PoCL's pthread device, where `clattn tune` chose it; `auto` runs cpu there) */
-    FLASH_CLASS(CPU, "", 32, 32, 4, 4, 4, 0),
-    /* every other device: CLBlast's default of every device class */
-    FLASH_CLASS(EVERY, "", 32, 32, 4, 2, 4, 1),
-    /* split: up to block_m query rows a work-item (also the most a kv head may have for auto to
-       pick it), chunks of at least block_n keys, wg_size work-items a compute unit */
-    {"split", EVERY, "", "", {.block_m = 16, .block_n = 256, .wg_size = 4, .vector = 16}},
-    /* gemm: the masked softmax's work-group (a power of two up to this) */
-    {"gemm", EVERY, "", "", {.wg_size = 256, .vector = 1}},
-    {"reference", EVERY, "", "", {0}},
-};
 
 static int contains(const char *text, const char *part) {
     return !*part || strstr(text, part) != NULL;
@@ -270,13 +214,15 @@ static void reload_if_changed(const char *path) {
 }
 
 static int entry_matches(const user_entry *e, const clattn_device_info *device,
-                         const char *variant) {
-    return strcmp(e->device, device->name) == 0 && strcmp(e->variant, variant) == 0 &&
+                         const tuning_subject *subject) {
+    int named = strcmp(e->variant, subject->name) == 0 ||
+                (subject->old_name && strcmp(e->variant, subject->old_name) == 0);
+    return named && strcmp(e->device, device->name) == 0 &&
            (!e->driver[0] || strcmp(e->driver, device->driver_version) == 0);
 }
 
 /* Applies the user's entry for this device, driver and variant, if any. @return 1 if one. */
-static int apply_user_entry(const clattn_device_info *device, const char *variant,
+static int apply_user_entry(const clattn_device_info *device, const tuning_subject *subject,
                             tuning_params *out) {
     char path[4200];
     int found = 0;
@@ -285,7 +231,7 @@ static int apply_user_entry(const clattn_device_info *device, const char *varian
     reload_if_changed(path);
     for (size_t i = 0; i < user_file.count && !found; i++) {
         const user_entry *e = &user_file.entries[i];
-        if (!entry_matches(e, device, variant)) continue;
+        if (!entry_matches(e, device, subject)) continue;
         for (size_t f = 0; f < ARRAY_LEN(param_names); f++)
             if (e->set & (1u << f)) *param_field(out, f) = param_value(&e->params, f);
         found = 1;
@@ -425,33 +371,34 @@ clattn_status tuning_set_context(clattn_context *ctx, const char *variant,
     return CLATTN_SUCCESS;
 }
 
-tuning_source tuning_lookup_context(clattn_context *ctx, const char *variant, tuning_params *out) {
+tuning_source tuning_lookup_context(clattn_context *ctx, const tuning_subject *subject,
+                                    tuning_params *out) {
     void **slot = context_data(ctx, context_tuning_release);
     const context_tuning *t = slot ? *slot : NULL;
     for (size_t i = 0; t && i < t->count; i++)
-        if (strcmp(t->entries[i].variant, variant) == 0) {
+        if (strcmp(t->entries[i].variant, subject->name) == 0) {
             *out = t->entries[i].params;
             return TUNING_CONTEXT;
         }
-    return tuning_lookup(&ctx->device, variant, out);
+    return tuning_lookup(&ctx->device, subject, out);
 }
 
 /* ---------------------------------------------------------------- lookup */
 
-tuning_source tuning_lookup(const clattn_device_info *device, const char *variant,
+tuning_source tuning_lookup(const clattn_device_info *device, const tuning_subject *subject,
                             tuning_params *out) {
     tuning_source source = TUNING_DEFAULT;
     memset(out, 0, sizeof *out);
-    for (size_t i = 0; i < ARRAY_LEN(built_in); i++) {
-        const tuning_entry *e = &built_in[i];
-        if (strcmp(e->variant, variant) != 0 || !(e->type & device->type) ||
-            !contains(device->vendor, e->vendor) || !contains(device->name, e->name))
+    for (size_t i = 0; i < subject->num_defaults; i++) {
+        const tuning_default *e = &subject->defaults[i];
+        if (!(e->type & device->type) || !contains(device->vendor, e->vendor) ||
+            !contains(device->name, e->name))
             continue;
         *out = e->params;
         source = *e->vendor || *e->name ? TUNING_BUILT_IN : TUNING_DEFAULT;
         break;
     }
-    if (apply_user_entry(device, variant, out)) source = TUNING_USER;
+    if (apply_user_entry(device, subject, out)) source = TUNING_USER;
     return source;
 }
 

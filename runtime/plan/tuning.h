@@ -1,7 +1,8 @@
 /*
- * The tuning database: tile sizes, work-group shapes, vector widths and the like of each kernel
- * variant, per device. Planners ask it and hard-code no number. Like CLBlast's database, it has
- * entries for device classes (vendor and type) and a default for every device; a user file,
+ * The tuning database's mechanism: tile sizes, work-group shapes, vector widths and the like of
+ * each kernel variant, per device. Planners ask it and hard-code no number. Like CLBlast's
+ * database, a variant has entries for device classes (vendor and type) and a default for every
+ * device, which its row keeps beside its kernel (kernels/); a user file,
  * tuning.json in the cache folder (written by `clattn tune` through tuning_save), overrides an
  * entry for one device and driver, and a context may override both for its own calls
  * (clattn_context_set_tuning, which the tuner uses to try candidates):
@@ -45,15 +46,41 @@ typedef enum tuning_source {
     TUNING_CONTEXT   /* set on the context (clattn_context_set_tuning) */
 } tuning_source;
 
-/* The parameters of `variant` (a row name: "cpu", "gpu", "flash", ...) on `device`, from the
- * database. @return where they came from. */
-tuning_source tuning_lookup(const clattn_device_info *device, const char *variant,
+/* An axis of the tuner's search: TUNING_AXIS(block_m, 16, 32, 64). */
+#define TUNING_AXIS(field, ...)                                                                    \
+    {                                                                                              \
+#field, sizeof((unsigned[]){__VA_ARGS__}) / sizeof(unsigned), {                            \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    }
+
+/* A variant's built-in parameters for a device class: a device matches when its type has a
+ * bit of `type` and its vendor and name contain the given texts (empty matches all). */
+typedef struct tuning_default {
+    cl_device_type type;
+    const char *vendor, *name;
+    tuning_params params;
+} tuning_default;
+
+/* What the database knows of a variant (its row, kernels/, holds these): its names, either of
+ * which a tuning.json entry may carry (the first is the one written), and its built-in
+ * defaults, the first that matches a device winning (the last should match every device). */
+typedef struct tuning_subject {
+    const char *name, *old_name;
+    const tuning_default *defaults;
+    size_t num_defaults;
+} tuning_subject;
+
+/* The subject's parameters on `device`: its built-in defaults, then tuning.json's entry for
+ * the device and driver. @return where they came from. */
+tuning_source tuning_lookup(const clattn_device_info *device, const tuning_subject *subject,
                             tuning_params *out);
 
 /* The same, with the context's own setting first. */
-tuning_source tuning_lookup_context(clattn_context *ctx, const char *variant, tuning_params *out);
+tuning_source tuning_lookup_context(clattn_context *ctx, const tuning_subject *subject,
+                                    tuning_params *out);
 
-/* Sets (params) or clears (NULL) the context's own parameters of `variant`.
+/* Sets (params) or clears (NULL) the context's own parameters of `variant` (its name).
  * @return CLATTN_SUCCESS or CLATTN_ERR_OUT_OF_MEMORY. */
 clattn_status tuning_set_context(clattn_context *ctx, const char *variant,
                                  const tuning_params *params);

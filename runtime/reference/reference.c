@@ -1,9 +1,9 @@
 /*
- * The CPU reference: SPEC section 1 in plain C with double accumulation, asking mask.h which
- * keys a query may see (SPEC section 2). Scores are float32, rounded step by step where the
- * kernels round them; the softmax and O are summed in double. Every device and path is
- * compared against it, so it favours being obviously right over being fast: one query row at
- * a time, two passes over its allowed keys, no online softmax.
+ * The CPU reference: docs/semantics.md section 1 in plain C with double accumulation, asking mask.h
+ * which keys a query may see (docs/semantics.md section 2). Scores are float32, rounded step by
+ * step where the kernels round them; the softmax and O are summed in double. Every device and path
+ * is compared against it, so it favours being obviously right over being fast: one query row at a
+ * time, two passes over its allowed keys, no online softmax.
  */
 #include "reference/reference.h"
 
@@ -146,7 +146,8 @@ done:
     return status;
 }
 
-/* ---------------------------------------------------------------- KV caches (SPEC section 6) */
+/* ---------------------------------------------------------------- KV caches (docs/semantics.md
+ * section 6) */
 
 /* Row j of sequence b, kv head kvh, of a cache's K or V storage: the tensor's row, or through
  * the block table (pages are the tensor's batch entries). */
@@ -172,8 +173,8 @@ static void *gather_rows(const attn_problem *pb, const void *storage, const clat
     return dense;
 }
 
-/* Sequence b as a call of its own (SPEC section 6: section 1 on its first L_b rows, with its
- * q_b queries the last positions): batch 1, Nq = q_b, Nk = L_b, K and V dense. */
+/* Sequence b as a call of its own (docs/semantics.md section 6: section 1 on its first L_b rows,
+ * with its q_b queries the last positions): batch 1, Nq = q_b, Nk = L_b, K and V dense. */
 static attn_problem sequence_problem(const attn_problem *pb, size_t b) {
     attn_problem sp = *pb;
     size_t keys = problem_keys(pb, b), queries = problem_queries(pb, b);

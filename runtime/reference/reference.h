@@ -1,6 +1,6 @@
 /*
- * The CPU reference: SPEC sections 1 and 2 in plain C with double accumulation. It is the
- * specification in code; every device and path is compared against it.
+ * The CPU reference: docs/semantics.md sections 1 and 2 in plain C with double accumulation. It is
+ * the specification in code; every device and path is compared against it.
  */
 #ifndef CLATTN_REFERENCE_H
 #define CLATTN_REFERENCE_H

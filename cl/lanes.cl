@@ -1,0 +1,402 @@
+/*
+ * Fused attention shaped for CPUs. One work-item (work-groups of one) owns a query tile of
+ * BLOCK_M rows (a multiple of 16) and walks its key tiles. The 16 lanes of every vector are 16
+ * query rows (GROUPS = BLOCK_M / 16 lane groups), so the online softmax is lane-wise: the row
+ * maxima, sums and rescale factors are vectors and no step reduces across lanes. CPU OpenCL
+ * compilers (PoCL's LLVM) turn the float16 code into AVX-512 (or pairs of AVX2) registers:
+ *
+ *   S^T tile [BLOCK_N][BLOCK_M] = K tile [BLOCK_N][DQK_PAD] x Q^T [DQK_PAD][BLOCK_M]
+ *       KEY_BLOCK keys x GROUPS vectors of accumulators at a time: per head-dim index, GROUPS
+ *       vector loads of Q^T and KEY_BLOCK broadcasts from the K rows (pack.cl's KEY_ROWS);
+ *   online softmax down each lane (q is pre-scaled by scale; scores stay in the natural domain,
+ *   so that a finite score is never -inf, and exp(x) is exp2((x - max) * log2(e)) with a
+ *   polynomial exp2 on whole vectors); P is scaled by 1 / bound, an upper bound of the new row
+ *   sum, so that the output accumulator stays a combination of V rows with weights summing to
+ *   at most 1 (V near FLT_MAX cannot overflow it);
+ *   O^T [DV_PAD][BLOCK_M] = O^T * keep + V tile^T [DV_PAD][BLOCK_N] x P^T [BLOCK_N][BLOCK_M]
+ *       VALUE_BLOCK value columns x GROUPS vectors of accumulators at a time: per key, GROUPS
+ *       vector loads of P^T and VALUE_BLOCK broadcasts of the V row [DV_PAD] (pack.cl).
+ *
+ * Register budget (32 zmm): at most 24 accumulators, GROUPS loaded vectors and a broadcast.
+ * Q^T, O^T and S^T live in private memory (L1): Q^T and O^T are [DQK_PAD or DV_PAD][BLOCK_M],
+ * S^T (then P^T) is [BLOCK_N][BLOCK_M].
+ *
+ * Built after common.cl and tile_walk.cl. BLOCK_M is 16, 32 or 48 (the tuning table's 32,
+ * or fewer for calls with few rows: runtime/kernels/lanes.c); BLOCK_N is a multiple of
+ * KEY_BLOCK; DV_PAD is a multiple of 16.
+ *
+ * What PoCL 3.1 (LLVM 15) does with this, and why the code reads as it does: vload16/vstore16
+ * become four 16-byte pieces (so private arrays are float16 arrays and packed rows are stored
+ * as float16); fmax and rint on float16 add NaN and range fix-ups (max_of, exp2_nonpositive);
+ * a transposing copy in a loop becomes scatters (store_column16); the OpenCL prefetch() builtin
+ * compiles to nothing.
+ */
+#define GROUPS (BLOCK_M / 16) /* lane groups: 16 query rows per vector */
+
+/* Accumulators of the two products: KEY_BLOCK (or VALUE_BLOCK) x GROUPS vectors, <= 24. */
+#if GROUPS == 1
+#define KEY_BLOCK   16
+#define VALUE_BLOCK 16
+#else
+#define KEY_BLOCK   8
+#define VALUE_BLOCK 8
+#endif
+
+/* 2^x on 16 lanes for x <= 0, -inf or NaN (what softmax needs: the maximum is subtracted
+ * first). 2^x = 2^k * 2^f with k = x rounded to an integer, f = x - k in [-0.5, 0.5] and 2^f
+ * from Cephes' exp2f polynomial (relative error below 2e-7); 2^k is added into the exponent
+ * bits. Adding 1.5 * 2^23 rounds x to an integer k and leaves k in the low bits of the sum, so
+ * that (bits << 23) is k << 23 (PoCL's rint() takes a dozen instructions). x <= -127 (-inf
+ * included) gives exactly 0 (k = -127, f = 0: the bits of 1.0 less 127 << 23); results between
+ * 2^-127 and 2^-125 are rounded towards 0, far below what a softmax row can notice. */
+ALWAYS_INLINE float16 exp2_nonpositive(float16 x) {
+    const float16 round = (float16)12582912.0f;     /* 1.5 * 2^23 */
+    const float16 xc = fmax(x, (float16)(-127.0f)); /* NaN becomes -127: restored below */
+    const float16 shifted = xc + round;
+    const float16 f = xc - (shifted - round);
+    float16 p = (float16)1.535336188319500e-4f;
+    p = fma(p, f, (float16)1.339887440266574e-3f);
+    p = fma(p, f, (float16)9.618437357674640e-3f);
+    p = fma(p, f, (float16)5.550332471162809e-2f);
+    p = fma(p, f, (float16)2.402264791363012e-1f);
+    p = fma(p, f, (float16)6.931472028550421e-1f);
+    p = fma(p, f, (float16)1.0f);
+    const float16 r = as_float16(as_int16(p) + (as_int16(shifted) << 23));
+    return select(r, x, isnan(x));
+}
+
+/* The larger of a and b, lane by lane, for a that is never NaN: b where b > a, so a NaN b
+ * leaves a (as fmax would) in one compare-free instruction (PoCL's fmax adds NaN tests). */
+ALWAYS_INLINE float16 max_of(float16 a, float16 b) {
+    return select(a, b, b > a);
+}
+
+/* A work-item's query tile and its running softmax state, lane m % 16 of group m / 16 holding
+ * row m. */
+typedef struct query_tile {
+    long b, h, kv_bh, r;
+    long row_i[BLOCK_M];           /* query row, or -1 past the end */
+    long lo[BLOCK_M], hi[BLOCK_M]; /* class-local key range of each row in the current pass */
+    float16 q_t[DQK_PAD][GROUPS];  /* Q^T [DQK_PAD][BLOCK_M], pre-scaled by scale; zero padded */
+    float16 o_t[DV_PAD][GROUPS];   /* O^T [DV_PAD][BLOCK_M], normalised by the running sum */
+    float16 row_max[GROUPS];       /* running maximum of the scores */
+    float16 row_sum[GROUPS];       /* running sum of exp(score - row_max) */
+    float16 row_bound[GROUPS];     /* what O^T is divided by: >= row_sum, < row_sum + BLOCK_N */
+    __global const IN_T *Q;        /* Q and the scale, for rescore */
+    float scale;
+    __global uint *tile_count;     /* COUNT_TILES: the key tiles visited, counted */
+} query_tile;
+
+/* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; k: K tile [BLOCK_N][DQK_PAD] (rows). */
+ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows,
+                               float16 s_t[BLOCK_N][GROUPS]) {
+    for (int j0 = 0; j0 < BLOCK_N; j0 += KEY_BLOCK) {
+        float16 s[KEY_BLOCK][GROUPS];
+#pragma unroll
+        for (int j = 0; j < KEY_BLOCK; j++)
+#pragma unroll
+            for (int g = 0; g < GROUPS; g++) s[j][g] = (float16)0.0f;
+        for (int d = 0; d < DQK_PAD; d++) {
+            float16 q[GROUPS];
+#pragma unroll
+            for (int g = 0; g < GROUPS; g++) q[g] = t->q_t[d][g];
+#pragma unroll
+            for (int j = 0; j < KEY_BLOCK; j++) {
+                const float16 k = (float16)k_rows[(j0 + j) * DQK_PAD + d];
+#pragma unroll
+                for (int g = 0; g < GROUPS; g++) s[j][g] = fma(q[g], k, s[j][g]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < KEY_BLOCK; j++)
+#pragma unroll
+            for (int g = 0; g < GROUPS; g++) s_t[j0 + j][g] = s[j][g];
+    }
+}
+
+/* Score (j, m) again without overflow on the way (common.cl, rescored): for a score that came
+ * out non-finite from the pre-scaled Q^T. NaN or an infinity in the inputs stays so. */
+ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t,
+                            __global const float *k_rows, int j, int m) {
+    const long i = t->row_i[m];
+    if (i < 0) return 0.0f;
+    const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
+    float dot = 0.0f;
+    for (int d = 0; d < P->dim_qk; d++)
+        dot = fma(LOAD_IN(t->Q, row + d) * RESCORE_DOWN, k_rows[j * DQK_PAD + d] * RESCORE_DOWN,
+                  dot);
+    return rescored(dot, t->scale);
+}
+
+/* Rescores the tile's non-finite scores: rare (huge inputs, or NaN and infinities in them), so
+ * one vector test per score vector, and plain code past it. */
+ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t,
+                                     __global const float *k_rows, float16 s_t[BLOCK_N][GROUPS]) {
+    int16 bad = (int16)0;
+    for (int j = 0; j < BLOCK_N; j++)
+        for (int g = 0; g < GROUPS; g++) bad |= isinf(s_t[j][g]) | isnan(s_t[j][g]);
+    if (!any(bad)) return;
+    float *s = (float *)s_t;
+    for (int j = 0; j < BLOCK_N; j++)
+        for (int m = 0; m < BLOCK_M; m++)
+            if (!isfinite(s[j * BLOCK_M + m])) s[j * BLOCK_M + m] = rescore(P, t, k_rows, j, m);
+}
+
+/* -inf outside each row's class-local range [lo, hi]; k0 is the tile's first class index. */
+ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_N][GROUPS]) {
+    for (int g = 0; g < GROUPS; g++) {
+        int16 lo, hi; /* the lanes' bounds relative to the tile, clamped to fit an int */
+        for (int l = 0; l < 16; l++) {
+            ((int *)&lo)[l] = (int)clamp(t->lo[g * 16 + l] - k0, -1L, (long)BLOCK_N);
+            ((int *)&hi)[l] = (int)clamp(t->hi[g * 16 + l] - k0, -1L, (long)BLOCK_N);
+        }
+        for (int j = 0; j < BLOCK_N; j++)
+            s_t[j][g] = select(s_t[j][g], (float16)(-INFINITY), (int16)j < lo || (int16)j > hi);
+    }
+}
+
+/* Online softmax on S^T, lane by lane: rescale the running state to the new maximum and turn
+ * the scores into P^T = exp(s - max) / bound, in place, where bound = old sum * alpha + BLOCK_N
+ * is known before the exponentials and is at least the new sum (each of them is at most 1). So
+ * O^T = (sum of p V) / bound stays a combination of V rows with weights summing to at most 1
+ * (V near FLT_MAX cannot overflow it), for one multiply per probability; store_rows turns it
+ * into (sum of p V) / sum. keep[g]: the factor the old output keeps. A row that has seen no
+ * allowed key keeps max = -inf and sum 0, and its output stays 0. */
+ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
+                                  float16 keep[GROUPS]) {
+    for (int g = 0; g < GROUPS; g++) {
+        float16 max_even = t->row_max[g], max_odd = max_even; /* two chains: half the latency */
+        for (int j = 0; j < BLOCK_N; j += 2) {
+            max_even = max_of(max_even, s_t[j][g]);
+            max_odd = max_of(max_odd, s_t[j + 1][g]);
+        }
+        const float16 old_max = t->row_max[g], new_max = max_of(max_even, max_odd);
+        /* base 0 where no allowed key was seen yet: avoids -inf - -inf */
+        const float16 base = select(new_max, (float16)0.0f, new_max == (float16)(-INFINITY));
+        const float16 alpha = exp2_nonpositive((old_max - base) * M_LOG2E_F);
+        const float16 old_sum = t->row_sum[g], bound = fma(old_sum, alpha, (float16)BLOCK_N);
+        const float16 inv = 1.0f / bound;
+        float16 sum_even = (float16)0.0f, sum_odd = (float16)0.0f;
+        for (int j = 0; j < BLOCK_N; j += 2) {
+            const float16 p_even = exp2_nonpositive((s_t[j][g] - base) * M_LOG2E_F);
+            const float16 p_odd = exp2_nonpositive((s_t[j + 1][g] - base) * M_LOG2E_F);
+            sum_even += p_even;
+            sum_odd += p_odd;
+            s_t[j][g] = p_even * inv;
+            s_t[j + 1][g] = p_odd * inv;
+        }
+        keep[g] = alpha * t->row_bound[g] * inv;
+        t->row_max[g] = new_max;
+        t->row_sum[g] = fma(old_sum, alpha, sum_even + sum_odd);
+        t->row_bound[g] = bound;
+    }
+}
+
+/* O^T = O^T * keep + V^T P^T for one key tile; vt: V tile [BLOCK_N][DV_PAD]. */
+ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GROUPS],
+                                   __global const float *vt, const float16 keep[GROUPS]) {
+    for (int c0 = 0; c0 < DV_PAD; c0 += VALUE_BLOCK) {
+        float16 o[VALUE_BLOCK][GROUPS];
+#pragma unroll
+        for (int c = 0; c < VALUE_BLOCK; c++)
+#pragma unroll
+            for (int g = 0; g < GROUPS; g++) o[c][g] = t->o_t[c0 + c][g] * keep[g];
+        for (int j = 0; j < BLOCK_N; j++) {
+            float16 p[GROUPS];
+#pragma unroll
+            for (int g = 0; g < GROUPS; g++) p[g] = p_t[j][g];
+#pragma unroll
+            for (int c = 0; c < VALUE_BLOCK; c++) {
+                const float16 v = (float16)vt[j * DV_PAD + c0 + c];
+#pragma unroll
+                for (int g = 0; g < GROUPS; g++) o[c][g] = fma(p[g], v, o[c][g]);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < VALUE_BLOCK; c++)
+#pragma unroll
+            for (int g = 0; g < GROUPS; g++) t->o_t[c0 + c][g] = o[c][g];
+    }
+}
+
+/* The same for a tile whose V holds a NaN or an infinity: a zero probability (a key the row
+ * does not see) adds nothing, instead of 0 * NaN. Rare, so plain. */
+ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float16 p_t[BLOCK_N][GROUPS],
+                                           __global const float *vt, const float16 keep[GROUPS]) {
+    for (int c = 0; c < DV_PAD; c++)
+        for (int g = 0; g < GROUPS; g++) {
+            float16 o = t->o_t[c][g] * keep[g];
+            for (int j = 0; j < BLOCK_N; j++) {
+                const float16 p = p_t[j][g];
+                o = select(fma(p, (float16)vt[j * DV_PAD + c], o), o, p == (float16)0.0f);
+            }
+            t->o_t[c][g] = o;
+        }
+}
+
+/* One key tile of a pass: scores, masks (and bias), softmax update, accumulation.
+ * kt: K tile [BLOCK_N][DQK_PAD]; vt: V tile [BLOCK_N][DV_PAD]; k0: first class index (or
+ * global-list index) of the tile's keys; careful: the V tile holds a NaN or an infinity. */
+ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
+                               __global const float *bias, __global const int *gpos, query_tile *t,
+                               int pass, int kind, long k0, __global const float *kt,
+                               __global const float *vt, int careful) {
+    float16 s_t[BLOCK_N][GROUPS]; /* S^T, then P^T: [BLOCK_N][BLOCK_M] */
+    float16 keep[GROUPS];
+    COUNT_TILE(t->tile_count);
+    tile_scores(t, kt, s_t);
+    rescore_overflows(P, t, kt, s_t);
+    if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
+    if (kind == TILE_GENERAL || P->has_bias) {
+        long kpos[BLOCK_N];
+        tile_key_positions(P, gpos, pass, t->r, k0, kpos);
+        mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M, kpos,
+                      (float *)s_t);
+    }
+    softmax_update(t, s_t, keep);
+    if (careful)
+        tile_accumulate_careful(t, s_t, vt, keep);
+    else
+        tile_accumulate(t, s_t, vt, keep);
+}
+
+/* 16 values down column `col` of a [rows][BLOCK_M] float array from row r0 on, written and
+ * read lane by lane: PoCL would otherwise make scatters and gathers of them, which AMD and
+ * Intel cores execute about an element at a time. */
+ALWAYS_INLINE void store_column16(float *a, int r0, int col, float16 x) {
+    float *c = a + r0 * BLOCK_M + col;
+    c[0 * BLOCK_M] = x.s0, c[1 * BLOCK_M] = x.s1, c[2 * BLOCK_M] = x.s2, c[3 * BLOCK_M] = x.s3;
+    c[4 * BLOCK_M] = x.s4, c[5 * BLOCK_M] = x.s5, c[6 * BLOCK_M] = x.s6, c[7 * BLOCK_M] = x.s7;
+    c[8 * BLOCK_M] = x.s8, c[9 * BLOCK_M] = x.s9, c[10 * BLOCK_M] = x.sa, c[11 * BLOCK_M] = x.sb;
+    c[12 * BLOCK_M] = x.sc, c[13 * BLOCK_M] = x.sd, c[14 * BLOCK_M] = x.se, c[15 * BLOCK_M] = x.sf;
+}
+
+ALWAYS_INLINE float16 load_column16(const float *a, int r0, int col) {
+    const float *c = a + r0 * BLOCK_M + col;
+    return (float16)(c[0 * BLOCK_M], c[1 * BLOCK_M], c[2 * BLOCK_M], c[3 * BLOCK_M], c[4 * BLOCK_M],
+                     c[5 * BLOCK_M], c[6 * BLOCK_M], c[7 * BLOCK_M], c[8 * BLOCK_M], c[9 * BLOCK_M],
+                     c[10 * BLOCK_M], c[11 * BLOCK_M], c[12 * BLOCK_M], c[13 * BLOCK_M],
+                     c[14 * BLOCK_M], c[15 * BLOCK_M]);
+}
+
+/* Loads the tile's query rows into Q^T, pre-scaled; zero past dim_qk and for rows past the end.
+ * Clears the output and the softmax state. */
+ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *Q, float q_scale,
+                                query_tile *t) {
+    for (int m = 0; m < BLOCK_M; m++) {
+        const long i = t->row_i[m];
+        const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
+                         (i < 0 ? 0 : i) * P->q_stride_s;
+        for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
+            store_column16((float *)t->q_t, d0, m,
+                           load_row16(Q, row, d0, P->dim_qk, i >= 0) * q_scale);
+    }
+    for (int g = 0; g < GROUPS; g++) {
+        for (int c = 0; c < DV_PAD; c++) t->o_t[c][g] = (float16)0.0f;
+        t->row_max[g] = (float16)(-INFINITY);
+        t->row_sum[g] = (float16)0.0f;
+        t->row_bound[g] = (float16)0.0f;
+    }
+}
+
+/* Walks the key tiles of class r for a pass (the tile list when the planner made one). */
+ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
+                              __global const float *Vp, __global const uchar *Vbad,
+                              __global const uchar *layout, __global const float *bias,
+                              __global const int *tile_ptr, __global const int *tile_idx,
+                              __global const int *row_list, long tile, long list_row, query_tile *t,
+                              int pass, long r) {
+    long first, last, full_lo, full_hi;
+    t->r = r;
+    if (!tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)) return;
+    for (int m = 0; m < BLOCK_M; m++) {
+        t->lo[m] = 0;
+        t->hi[m] = -1;
+        if (t->row_i[m] >= 0)
+            row_key_range(P, pass, r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
+    }
+    const long base = (t->kv_bh * P->classes + r) * P->class_slots; /* first slot of class r */
+    const int listed = P->use_tile_list && pass == PASS_WINDOW;
+    const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
+    for (long n = 0; n < count; n++) {
+        long k0;
+        const int kind =
+            tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
+        attend_tile(P, layout, bias, 0, t, pass, kind, k0, Kp + (base + k0) * DQK_PAD,
+                    Vp + (base + k0) * DV_PAD, tile_has_bad_values(Vbad + base + k0));
+    }
+}
+
+/* The global keys, packed like one class: every tile, masked pair by pair. Sorted positions
+ * let the walk stop at the first tile past every row's causal limit. */
+ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
+                                    __global const float *Vg, __global const uchar *Vbad_g,
+                                    __global const int *gpos, __global const uchar *layout,
+                                    __global const float *bias, __global const int *row_list,
+                                    long tile, query_tile *t) {
+    const long last_p = tile_last_position(P, row_list, tile);
+    const long base = t->kv_bh * P->global_slots;
+    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
+        if (P->causal && gpos[k0] > last_p) break;
+        attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0,
+                    Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD,
+                    tile_has_bad_values(Vbad_g + base + k0));
+    }
+}
+
+/* O rows = O^T * bound / sum (0 for empty rows) and LSE = max + log(sum) (-inf for an empty
+ * row; a row of NaN scores has max -inf but sum NaN and stays NaN). */
+ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
+                              __global OUT_T *O, __global float *LSE, const query_tile *t) {
+    const float *row_max = (const float *)t->row_max, *row_sum = (const float *)t->row_sum;
+    const float *row_bound = (const float *)t->row_bound;
+    for (int m = 0; m < BLOCK_M; m++) {
+        const long i = t->row_i[m];
+        if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
+        const long row =
+            P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
+        const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
+        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m]; /* in [1, 1 + BLOCK_N] */
+        for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
+            const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
+            if (d0 + 16 <= P->dim_v) {
+                STORE16_OUT(o, O, row + d0);
+            } else {
+                float lanes[16];
+                vstore16(o, 0, lanes);
+                for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
+            }
+        }
+        if (P->write_lse)
+            LSE[(t->b * P->heads_q + t->h) * P->len_q + i] =
+                empty ? -INFINITY : row_max[m] + log(row_sum[m]);
+    }
+}
+
+/* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
+ * or the tile of listed rows (row_mode 1). */
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_lanes(ATTENTION_KERNEL_ARGS) {
+    query_tile t;
+    const long tile = get_group_id(0), bh = get_group_id(1);
+    if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
+    t.b = div_rem(bh, P->heads_q, &t.h);
+    t.kv_bh = t.b * P->heads_kv + t.h / (P->heads_q / P->heads_kv);
+    TILE_COUNTER_INIT(t.tile_count);
+    t.Q = Q;
+    t.scale = q_scale;
+    for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
+    load_queries(P, Q, q_scale, &t);
+    if (P->row_mode == 1) {
+        for (long c = 0; c < P->classes; c++)
+            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, &t,
+                       PASS_GLOBAL_ROWS, c);
+    } else {
+        const long list_row =
+            (P->layout_per_head ? t.h : 0) * P->classes * P->tiles_per_class + tile;
+        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, &t,
+                   PASS_WINDOW, tile_class(P, tile));
+        if (P->has_global)
+            walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, &t);
+    }
+    store_rows(P, is_global, O, LSE, &t);
+}

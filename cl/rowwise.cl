@@ -1,0 +1,190 @@
+/*
+ * Fused attention shaped for GPUs. A work-group of BLOCK_M work-items owns a query tile, one
+ * row per work-item (q and the O row in registers); for each key tile the group copies the
+ * packed K^T tile [DQK_PAD][BLOCK_N] and V tile [BLOCK_N][DV_PAD] into local memory with
+ * coalesced loads, then every work-item scores its row against the tile (all read the same
+ * local word at once: a broadcast), updates its online softmax and accumulates P V. One row
+ * per work-item needs no reductions, so no subgroup operations are required.
+ *
+ * Built after common.cl and tile_walk.cl; the planner sizes BLOCK_N so both tiles fit the
+ * device's local memory and BLOCK_M to its work-group limit.
+ */
+
+/* One work-item's row and its running softmax state. */
+typedef struct row_state {
+    long i;           /* query row, or -1 past the end */
+    long lo, hi;      /* class-local key range in the current pass */
+    float q[DQK_PAD]; /* pre-scaled by scale */
+    float o[DV_PAD];  /* O row so far, normalised: the weighted mean of the V rows seen */
+    float max, sum;   /* running maximum and sum of exp(score - max) */
+    __global const IN_T *q_src; /* the row of Q unscaled (q_src + q_row), for rescore */
+    long q_row;
+    float scale;
+    __global uint *tile_count; /* COUNT_TILES: the key tiles visited, counted by work-item 0 */
+} row_state;
+
+/* Copies `count` floats from global to local memory, the group's work-items side by side. */
+ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, int count) {
+    for (int at = get_local_id(0); at < count; at += BLOCK_M) dst[at] = src[at];
+}
+
+/* Score c of the tile again, without overflow on the way (common.cl, rescored): a score that
+ * came out non-finite from the pre-scaled q. NaN or an infinity in the inputs stays so. */
+ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st,
+                            __local const float *kt, int c) {
+    float dot = 0.0f;
+    for (int d = 0; d < P->dim_qk; d++) {
+        const float q = LOAD_IN(st->q_src, st->q_row + d) * RESCORE_DOWN;
+        dot = fma(q, kt[d * BLOCK_N + c] * RESCORE_DOWN, dot);
+    }
+    return rescored(dot, st->scale);
+}
+
+/* The row against one key tile in local memory: scores, masks, softmax update, P V. O stays
+ * normalised, the old row weighted by kept/sum and each new row by p/sum: a weighted mean of V's
+ * rows never exceeds their largest magnitude, where the unnormalised sum of p*V overflowed for
+ * V near FLT_MAX.
+ * careful: the V tile holds a NaN or an infinity, so zero probabilities add nothing (instead of
+ * 0 * NaN). */
+ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *layout,
+                              __global const float *bias, __global const int *gpos, long b, long h,
+                              long r, row_state *st, int pass, int kind, long k0,
+                              __local const float *kt, __local const float *vt, int careful) {
+    float s[BLOCK_N];
+    if (get_local_id(0) == 0) COUNT_TILE(st->tile_count);
+    for (int c = 0; c < BLOCK_N; c++) s[c] = 0.0f;
+    for (int d = 0; d < DQK_PAD; d++) {
+        const float qd = st->q[d];
+        for (int c = 0; c < BLOCK_N; c++) s[c] = fma(qd, kt[d * BLOCK_N + c], s[c]);
+    }
+    if (st->i >= 0)
+        for (int c = 0; c < BLOCK_N; c++)
+            if (!isfinite(s[c])) s[c] = rescore(P, st, kt, c);
+    if (kind == TILE_BOUNDED)
+        for (int c = 0; c < BLOCK_N; c++)
+            if (k0 + c < st->lo || k0 + c > st->hi) s[c] = -INFINITY;
+    if (kind == TILE_GENERAL || P->has_bias) {
+        long kpos[BLOCK_N];
+        tile_key_positions(P, gpos, pass, r, k0, kpos);
+        mask_and_bias(P, layout, bias, pass, kind, b, h, &st->i, 1, BLOCK_N, 1, kpos, s);
+    }
+    float tile_max = -INFINITY;
+    for (int c = 0; c < BLOCK_N; c++) tile_max = fmax(tile_max, s[c]);
+    const float new_max = fmax(st->max, tile_max);
+    const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
+    const float alpha = exp2((st->max - base) * M_LOG2E_F);
+    float tile_sum = 0.0f;
+    for (int c = 0; c < BLOCK_N; c++) tile_sum += (s[c] = exp2((s[c] - base) * M_LOG2E_F));
+    const float kept = st->sum * alpha, sum = kept + tile_sum;
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum; /* a NaN sum stays NaN */
+    st->max = new_max;
+    st->sum = sum;
+    for (int e = 0; e < DV_PAD; e++) st->o[e] *= kept * inv;
+    for (int c = 0; c < BLOCK_N; c++) {
+        if (careful && s[c] == 0.0f) continue;
+        const float p = s[c] * inv;
+        for (int e = 0; e < DV_PAD; e++) st->o[e] = fma(p, vt[c * DV_PAD + e], st->o[e]);
+    }
+}
+
+/* Walks the key tiles of class r for a pass; every work-item of the group takes the same
+ * tiles, so the barriers are uniform. */
+ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
+                              __global const float *Vp, __global const uchar *Vbad,
+                              __global const uchar *layout, __global const float *bias,
+                              __global const int *tile_ptr, __global const int *tile_idx,
+                              __global const int *row_list, long tile, long list_row, long b,
+                              long h, long kv_bh, row_state *st, int pass, long r,
+                              __local float *kt, __local float *vt) {
+    long first, last, full_lo, full_hi;
+    if (!tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)) return;
+    st->lo = 0;
+    st->hi = -1;
+    if (st->i >= 0) row_key_range(P, pass, r, st->i + P->offset, &st->lo, &st->hi);
+    const long base = (kv_bh * P->classes + r) * P->class_slots;
+    const int listed = P->use_tile_list && pass == PASS_WINDOW;
+    const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
+    for (long n = 0; n < count; n++) {
+        long k0;
+        const int kind =
+            tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
+        copy_to_local(kt, Kp + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
+        copy_to_local(vt, Vp + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        attend_row(P, layout, bias, 0, b, h, r, st, pass, kind, k0, kt, vt,
+                   tile_has_bad_values(Vbad + base + k0));
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* The packed global keys, pair by pair; stops past every row's causal limit. */
+ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
+                                    __global const float *Vg, __global const uchar *Vbad_g,
+                                    __global const int *gpos, __global const uchar *layout,
+                                    __global const float *bias, __global const int *row_list,
+                                    long tile, long b, long h, long kv_bh, row_state *st,
+                                    __local float *kt, __local float *vt) {
+    const long last_p = tile_last_position(P, row_list, tile);
+    const long base = kv_bh * P->global_slots;
+    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
+        if (P->causal && gpos[k0] > last_p) break;
+        copy_to_local(kt, Kg + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
+        copy_to_local(vt, Vg + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        attend_row(P, layout, bias, gpos, b, h, 0, st, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, kt, vt,
+                   tile_has_bad_values(Vbad_g + base + k0));
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* O = o (normalised already) and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
+ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is_global,
+                             __global OUT_T *O, __global float *LSE, long b, long h,
+                             const row_state *st) {
+    if (st->i < 0 || row_left_to_global_pass(P, is_global, st->i)) return;
+    /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
+    const int empty = st->max == -INFINITY && st->sum == 0.0f;
+    const long row = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + st->i * P->o_stride_s;
+    for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e], O, row + e);
+    if (P->write_lse)
+        LSE[(b * P->heads_q + h) * P->len_q + st->i] =
+            empty ? -INFINITY : st->max + log(st->sum);
+}
+
+/* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */
+__kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
+attention_rowwise(ATTENTION_KERNEL_ARGS) {
+    __local float kt[DQK_PAD * BLOCK_N]; /* K^T tile */
+    __local float vt[BLOCK_N * DV_PAD];  /* V tile */
+    const long tile = get_group_id(0), bh = get_group_id(1);
+    if (tile_row(P, row_list, tile, 0) < 0) return; /* the whole group: a class's spare tile */
+    long h;
+    const long b = div_rem(bh, P->heads_q, &h);
+    const long kv_bh = b * P->heads_kv + h / (P->heads_q / P->heads_kv);
+    row_state st;
+    TILE_COUNTER_INIT(st.tile_count);
+    st.i = tile_row(P, row_list, tile, get_local_id(0));
+    const long q_row =
+        P->q_offset + b * P->q_stride_b + h * P->q_stride_h + (st.i < 0 ? 0 : st.i) * P->q_stride_s;
+    for (int d = 0; d < DQK_PAD; d++)
+        st.q[d] = (st.i >= 0 && d < P->dim_qk) ? LOAD_IN(Q, q_row + d) * q_scale : 0.0f;
+    st.q_src = Q;
+    st.q_row = q_row;
+    st.scale = q_scale;
+    for (int e = 0; e < DV_PAD; e++) st.o[e] = 0.0f;
+    st.max = -INFINITY;
+    st.sum = 0.0f;
+    if (P->row_mode == 1) {
+        for (long c = 0; c < P->classes; c++)
+            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b, h,
+                       kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
+    } else {
+        const long list_row = (P->layout_per_head ? h : 0) * P->classes * P->tiles_per_class + tile;
+        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b,
+                   h, kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
+        if (P->has_global)
+            walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, b, h, kv_bh,
+                             &st, kt, vt);
+    }
+    store_row(P, is_global, O, LSE, b, h, &st);
+}

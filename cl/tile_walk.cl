@@ -1,0 +1,214 @@
+/*
+ * What both fused attention variants (lanes.cl, rowwise.cl) share: which query rows a
+ * tile owns, the key range each row may see, and the masks.
+ *
+ * A call runs up to three passes, which together cover the contract's allowed set, each pair once:
+ *  - the window pass (row_mode 0): query tiles of one class (common.cl) against the key tiles of
+ *    that class inside the window: pairs with causal AND layout AND window;
+ *  - the global-key pass (inside row_mode 0): the same rows against the packed global keys:
+ *    pairs with causal AND layout AND NOT window (the global keys outside the window);
+ *  - the global-row pass (row_mode 1): the rows whose position is a global token, against every
+ *    key: pairs with causal AND layout. The window pass does not store these rows.
+ * Without global tokens (or when the window is unbounded and undilated, so that they change
+ * nothing) only the window pass runs.
+ *
+ * Keys are read from packed buffers (pack.cl): K tiles [DQK_PAD][BLOCK_N] (transposed) and V
+ * rows [DV_PAD], float32, zero-padded, grouped by class.
+ */
+#ifndef BLOCK_M
+#define BLOCK_M 8
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32
+#endif
+#ifndef DQK_PAD
+#define DQK_PAD 64
+#endif
+#ifndef DV_PAD
+#define DV_PAD 64
+#endif
+
+/* COUNT_TILES=1 (desc.count_tiles): the kernels count the key tiles they visit into one
+ * global counter, an extra last argument (runtime/kernels/packed.c compares it with its plan). */
+#ifndef COUNT_TILES
+#define COUNT_TILES 0
+#endif
+#if COUNT_TILES
+#define TILE_COUNTER_ARG , __global uint *tile_count
+#define TILE_COUNTER_INIT(counter) (counter) = tile_count
+#define COUNT_TILE(counter) atomic_inc(counter)
+#else
+#define TILE_COUNTER_ARG
+#define TILE_COUNTER_INIT(counter) (counter) = 0
+#define COUNT_TILE(counter) ((void)0)
+#endif
+
+/* The arguments of both variants' kernels, in the order runtime/kernels/packed.c sets them. */
+#define ATTENTION_KERNEL_ARGS                                                                      \
+    __constant attn_params *P, __global const IN_T *Q, __global const float *Kp,                   \
+        __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,            \
+        __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,          \
+        __global OUT_T *O, __global float *LSE, __global const float *bias,                        \
+        __global const uchar *is_global, __global const uchar *layout,                             \
+        __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
+        float q_scale TILE_COUNTER_ARG
+
+#define PASS_WINDOW      0
+#define PASS_GLOBAL_KEYS 1
+#define PASS_GLOBAL_ROWS 2
+
+/* Tile kinds: every pair allowed; a per-row class-local range [lo, hi]; per-pair rules. */
+#define TILE_FULL    0
+#define TILE_BOUNDED 1
+#define TILE_GENERAL 2
+
+#define NO_KEY (-1L)
+
+/* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
+ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim, int present) {
+    if (!present || d0 >= dim) return (float16)0.0f;
+    if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
+    float lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_IN(x, row + d0 + e) : 0.0f;
+    return vload16(0, lanes);
+}
+
+/* Row m of query tile `tile`: its index, or -1 past the end. row_mode 0: rows of one
+ * class (tile = class * tiles_per_class + t); row_mode 1: the rows listed in row_list. */
+ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,
+                            long m) {
+    if (P->row_mode == 1) {
+        long at = tile * BLOCK_M + m;
+        return at < P->num_listed_rows ? row_list[at] : -1;
+    }
+    long t, d = P->classes, r = div_rem(tile, P->tiles_per_class, &t);
+    long i = positive_mod(r - P->offset, d) + (t * BLOCK_M + m) * d; /* class r's rows */
+    return i < P->len_q ? i : -1;
+}
+
+/* The class of a tile's rows (row_mode 0). */
+ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
+    return P->row_mode == 1 ? 0 : tile / P->tiles_per_class;
+}
+
+/* Class-local key range [lo, hi] that a row at position p may see in class r (empty when
+ * lo > hi). The window pass bounds it by the window and causality; the global-row pass only by
+ * causality. */
+ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, long p, long *lo,
+                                 long *hi) {
+    mask_class_range(p, r, P->classes, class_keys(P, r), P->left, P->right, (int)P->causal,
+                     pass == PASS_WINDOW, lo, hi);
+}
+
+/* Over the rows of query tile `tile`, for class r: the key tiles [first, last] that hold any
+ * key a row may see, and [full_lo, full_hi], the class-local keys every row sees (tiles inside
+ * it need no mask). Returns 0 when no row sees any key. The same in every work-item. */
+ALWAYS_INLINE int tile_key_span(__constant attn_params *P, __global const int *row_list, long tile,
+                                int pass, long r, long *first, long *last, long *full_lo,
+                                long *full_hi) {
+    long lo_all = LONG_MAX, hi_all = -1;
+    *full_lo = 0;
+    *full_hi = LONG_MAX;
+    for (int m = 0; m < BLOCK_M; m++) {
+        long i = tile_row(P, row_list, tile, m), lo, hi;
+        if (i < 0) continue;
+        row_key_range(P, pass, r, i + P->offset, &lo, &hi);
+        *full_lo = max(*full_lo, lo);
+        *full_hi = min(*full_hi, hi);
+        if (lo > hi) continue;
+        lo_all = min(lo_all, lo);
+        hi_all = max(hi_all, hi);
+    }
+    *first = lo_all / BLOCK_N;
+    *last = hi_all < 0 ? -1 : hi_all / BLOCK_N;
+    return hi_all >= lo_all;
+}
+
+/* The largest key position of the tile's rows (for stopping at causal limits). */
+ALWAYS_INLINE long tile_last_position(__constant attn_params *P, __global const int *row_list,
+                                      long tile) {
+    long last = LONG_MIN;
+    for (int m = 0; m < BLOCK_M; m++) {
+        long i = tile_row(P, row_list, tile, m);
+        if (i >= 0) last = max(last, i + P->offset);
+    }
+    return last;
+}
+
+/* The key tiles a walk of class r takes: from the planner's list (window pass with a block
+ * layout) or the range [first, last]. tile_walk_count says how many; tile_walk_at gives the
+ * n-th one's first class index (*k0) and its kind. Listed entries are kt * 2 + needs_pairs
+ * (the layout is not all ones over the tile, or a dilation inside it); unlisted tiles need
+ * pairs with a layout or a dilation that the classes do not separate. */
+ALWAYS_INLINE long tile_walk_count(__global const int *tile_ptr, long list_row, int listed,
+                                   long first, long last) {
+    return listed ? tile_ptr[list_row + 1] - tile_ptr[list_row] : last - first + 1;
+}
+
+ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *tile_ptr,
+                               __global const int *tile_idx, long list_row, int listed, long first,
+                               long n, long full_lo, long full_hi, long *k0) {
+    const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
+    const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout || P->classes != P->dilation;
+    *k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
+    const int inside = *k0 >= full_lo && *k0 + BLOCK_N - 1 <= full_hi;
+    return needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
+}
+
+/* Whether any key slot of a tile has a non-finite V row (pack.cl's flags). */
+ALWAYS_INLINE int tile_has_bad_values(__global const uchar *vbad) {
+    int bad = 0;
+    for (int c = 0; c < BLOCK_N; c++) bad |= vbad[c];
+    return bad;
+}
+
+/* Whether the pass owns pair (i, j): see the top of this file. */
+ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *layout, int pass,
+                            long head, long i, long j) {
+    long p = i + P->offset;
+    if (!mask_causal_ok(P->causal, p, j) || !layout_ok(P, layout, head, i, j)) return 0;
+    if (pass == PASS_WINDOW) return window_ok(P, p, j);
+    if (pass == PASS_GLOBAL_KEYS) return !window_ok(P, p, j);
+    return 1;
+}
+
+/* Whether this row is stored by the global-row pass instead of this one. */
+ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P,
+                                          __global const uchar *is_global, long i) {
+    return P->row_mode == 0 && is_global_position(P, is_global, i + P->offset);
+}
+
+/* Key positions of a tile of `count` keys: class r (j = r + m*d) or the global list. */
+ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const int *gpos, int pass,
+                                      long r, long first, long *kpos) {
+    for (int c = 0; c < BLOCK_N; c++) {
+        long m = first + c;
+        if (pass == PASS_GLOBAL_KEYS)
+            kpos[c] = m < P->num_global ? gpos[m] : NO_KEY;
+        else
+            kpos[c] = m < class_keys(P, r) ? r + m * P->classes : NO_KEY;
+    }
+}
+
+/* Scores of `rows` rows and BLOCK_N keys (natural domain), score (m, c) at
+ * s[m * row_stride + c * key_stride]: -inf where the pass does not own the pair or the slot is
+ * padding; plus the bias where one is given (saturating: a finite bias never masks). */
+ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
+                                 __global const float *bias, int pass, int kind, long b, long h,
+                                 const long *row_i, int rows, int row_stride, int key_stride,
+                                 const long *kpos, float *s) {
+    for (int m = 0; m < rows; m++) {
+        long i = row_i[m] < 0 ? 0 : row_i[m];
+        __global const float *bias_row = bias + P->bias_offset + b * P->bias_stride_b +
+                                         h * P->bias_stride_h + i * P->bias_stride_s;
+        for (int c = 0; c < BLOCK_N; c++) {
+            float x = s[m * row_stride + c * key_stride];
+            if (kind == TILE_GENERAL &&
+                (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
+                x = -INFINITY;
+            else if (P->has_bias && kpos[c] != NO_KEY && x != -INFINITY) /* not onto a mask */
+                x = add_saturating(x, bias_row[kpos[c]]);
+            s[m * row_stride + c * key_stride] = x;
+        }
+    }
+}

@@ -1,0 +1,18 @@
+/* What the API's entry points share: a checked problem run on its buffers, and a KV cache's
+ * accessors. */
+#ifndef CLATTN_API_CALLS_H
+#define CLATTN_API_CALLS_H
+
+#include "kernels/dispatch.h"
+
+/* Checks the buffers against the problem's extents, then hands the call to the dispatcher
+ * (kernels/dispatch.h). @return the call's status; the message is on ctx. */
+clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
+                                   const attn_buffers *b, cl_event *event);
+
+/* A KV cache's context and desc (api/kv_cache.c), for the layer above that appends to it and
+ * attends over it (runtime/mha/): it checks a cache against itself before changing anything. */
+clattn_context *kv_cache_context(const clattn_kv_cache *cache);
+const clattn_kv_cache_desc *kv_cache_desc(const clattn_kv_cache *cache);
+
+#endif

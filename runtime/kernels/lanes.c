@@ -1,0 +1,96 @@
+/*
+ * The fused variant shaped for CPUs (cl/lanes.cl): one work-item (work-groups of one) owns
+ * a query tile of BLOCK_M rows and walks its key tiles with explicit 16-wide vectors, which CPU
+ * OpenCL compilers turn into AVX/AVX-512 code. It runs on any device; `auto` picks it on CPUs.
+ */
+#include "kernels/packed.h"
+
+#include <stdio.h>
+
+/* Work-items a compute unit the planner wants at least, so that every core stays busy and the
+ * cores finish at about the same time however few heads and rows a call has. */
+#define ITEMS_PER_UNIT 8
+
+/* Query tiles (work-items) of a call with tiles of block_m rows. */
+static uint64_t query_tiles(const attn_problem *pb, unsigned block_m, unsigned block_n) {
+    tile_geometry g;
+    tiles_plan_geometry(pb, block_m, block_n, &g);
+    return (uint64_t)(g.classes * g.tiles_per_class) * pb->batch * pb->heads_q;
+}
+
+/* The kernel's lanes are query rows: tiles of 16, 32 or 48 rows. A tuning.json entry, or the
+ * context's own (a tuner's candidate), is taken as it is; otherwise the tile shrinks by 16 rows
+ * (down to 16) while the call has fewer than ITEMS_PER_UNIT work-items a compute unit. */
+static clattn_status fit_lanes(clattn_context *ctx, const variant_plan *plan,
+                               const launch_limits *limits, packed_state *st) {
+    uint64_t units = ctx->device.compute_units ? ctx->device.compute_units : 1;
+    if (plan->tuning_from != TUNING_USER && plan->tuning_from != TUNING_CONTEXT)
+        while (st->block_m > 16 &&
+               query_tiles(plan->problem, st->block_m, st->block_n) < ITEMS_PER_UNIT * units)
+            st->block_m -= 16;
+    st->group_size = 1, st->local_counted = 0; /* registers only: any device's limits hold */
+    return CLATTN_SUCCESS;
+}
+
+/* Keys a tile at most: the tile's scores are private [BLOCK_N][BLOCK_M] floats. */
+#define MAX_BLOCK_N 128
+
+/* Tiles of 16, 32 or 48 query rows (the lanes of the kernel's vectors) and whole key blocks of
+ * 16. */
+static int tuning_valid(const tuning_params *t, const clattn_device_info *device, char *why,
+                        size_t size) {
+    (void)device; /* a work-item without local memory runs on any device */
+    if (t->block_m && t->block_m % 16 == 0 && t->block_m <= 48 && t->block_n &&
+        t->block_n % 16 == 0 && t->block_n <= MAX_BLOCK_N)
+        return 1;
+    snprintf(why, size,
+             "block_m %u, block_n %u: block_m is 16, 32 or 48 query rows (the lanes of the "
+             "kernel's vectors), block_n a multiple of 16 up to %d",
+             t->block_m, t->block_n, MAX_BLOCK_N);
+    return 0;
+}
+
+/* A query tile of BLOCK_M rows a work-item, BLOCK_N keys a tile (fewer rows for calls with
+ * few rows: fit_lanes). */
+static const tuning_default defaults[] = {
+    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 32, .block_n = 32, .wg_size = 1, .vector = 16}},
+};
+
+static const clattn_tuning_axis axes[] = {
+    TUNING_AXIS(block_m, 16, 32, 48),
+    TUNING_AXIS(block_n, 16, 32, 64),
+};
+
+static const packed_kind lanes_kind = {"lanes.cl", "attention_lanes", 1, fit_lanes};
+
+static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    return packed_supports(pb, why, size);
+}
+
+static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
+    if (device->type & CL_DEVICE_TYPE_CPU) return 1;
+    snprintf(why, size, "auto uses it on CPU devices only");
+    return 0;
+}
+
+static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
+    return packed_plan(ctx, plan, &lanes_kind);
+}
+
+const attn_variant variant_lanes = {
+    .id = CLATTN_VARIANT_LANES,
+    .name = "lanes",
+    .old_name = "cpu",
+    .path = CLATTN_PATH_FUSED,
+    .summary = "fused, a query tile a work-item, its rows in the lanes of 16-wide vectors (CPUs)",
+    .defaults = defaults,
+    .num_defaults = ARRAY_LEN(defaults),
+    .axes = axes,
+    .num_axes = ARRAY_LEN(axes),
+    .tuning_valid = tuning_valid,
+    .supports = supports,
+    .suits = suits,
+    .plan = plan,
+    .run = packed_run,
+    .release = packed_release,
+};

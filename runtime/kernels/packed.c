@@ -1,0 +1,326 @@
+/* The fused variants' shared host code (packed.h): planning, buffers, packing and launches. */
+#include "kernels/packed.h"
+
+#include "plan/params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int packed_supports(const attn_problem *pb, char *why, size_t size) {
+    if (pb && problem_is_cache(pb)) {
+        snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
+        return 0;
+    }
+    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+        snprintf(why, size, "packs float K and V: not q8_0 (the split variant reads it)");
+        return 0;
+    }
+    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
+             pb->dim_qk, pb->dim_v);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- planning */
+
+static uint64_t device_bytes(const attn_problem *pb, const packed_state *st);
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention);
+
+/* Rounds of fitting against a kernel's own limits before the plan gives up. */
+#define FIT_ROUNDS 8
+
+/* Fits the tuned tile to the plan's limits, then to the compiled kernel's own: while the
+ * kernel allows fewer work-items a work-group than the tile has rows, or uses more local
+ * memory than the limits, the limits are narrowed and the tuned tile fitted again (the kernels
+ * are built here; run() finds them in the context's cache). A tile of one work-item without
+ * local memory (lanes) fits every kernel, and is not built here. */
+static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan,
+                                   packed_state *st) {
+    launch_limits limits = plan->limits;
+    for (int round = 0; round < FIT_ROUNDS; round++) {
+        st->block_m = plan->tuning.block_m, st->block_n = plan->tuning.block_n;
+        clattn_status status = st->kind->fit(ctx, plan, &limits, st);
+        if (status != CLATTN_SUCCESS || (st->group_size == 1 && st->local_counted == 0))
+            return status;
+        cl_kernel pack = NULL, attention = NULL;
+        status = get_kernels(ctx, plan->problem, st, &pack, &attention);
+        if (status != CLATTN_SUCCESS) return status;
+        kernel_limits k;
+        kernel_limits_get(ctx, attention, &k);
+        if (!launch_limits_narrow(&limits, st->group_size, st->local_counted, &k))
+            return CLATTN_SUCCESS;
+        log_msg("%s: bm%u bn%u does not fit the kernel (work-groups up to %zu, %llu bytes of "
+                "local memory, %llu of private memory a work-item); fitting again",
+                plan->variant->name, st->block_m, st->block_n, k.work_group_size,
+                (unsigned long long)k.local_mem_bytes, (unsigned long long)k.private_mem_bytes);
+    }
+    return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                     "%s: no tile fits the kernel's own limits after %d tries (work-groups of %zu, "
+                     "%llu bytes of local memory left)",
+                     plan->variant->name, FIT_ROUNDS, limits.work_group_size,
+                     (unsigned long long)limits.local_mem_bytes);
+}
+
+clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_kind *kind) {
+    const attn_problem *pb = plan->problem;
+    packed_state *st = calloc(1, sizeof *st);
+    if (!st) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "fused: plan");
+    plan->state = st;
+    st->kind = kind;
+    st->block_m = plan->tuning.block_m;
+    st->block_n = plan->tuning.block_n;
+    if (st->block_m < 1 || st->block_m > TILES_MAX_BLOCK_M || st->block_n < 16 ||
+        st->block_n % 16 != 0) /* the tuned tile, checked once: fits only shrink it */
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "%s: the tuning entry's tiles (block_m %u, block_n %u) are out of range "
+                         "(block_m 1 to %d, block_n a multiple of 16)",
+                         plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
+    st->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
+    st->dv_pad = tiles_head_dim_bucket(pb->dim_v);
+    clattn_status status = fit_to_kernel(ctx, plan, st);
+    if (status != CLATTN_SUCCESS) return status;
+    tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
+    status = tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
+    if (status == CLATTN_SUCCESS) plan->device_bytes = device_bytes(pb, st);
+    return status;
+}
+
+void packed_release(variant_plan *plan) {
+    packed_state *st = plan->state;
+    if (!st) return;
+    tile_cache_put(st->entry);
+    free(st);
+}
+
+/* ---------------------------------------------------------------- device buffers */
+
+typedef struct packed_buffers {
+    buffer_set set;
+    cl_mem params, params_rows, kp, vp, vbad, kg, vg, vbad_g, gpos, is_global, layout, tile_ptr,
+        tile_idx, row_list, tile_count;
+} packed_buffers;
+
+/* Packed key bytes: B*Hkv*slots*pad floats, checked for overflow. */
+static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) {
+    size_t n = 0;
+    if (size_mul(pb->batch * pb->heads_kv, (size_t)slots, &n) || size_mul(n, pad, &n) ||
+        size_mul(n, sizeof(float), &n))
+        return SIZE_MAX;
+    return n;
+}
+
+/* About what a call allocates: the packed K and V with their flags (the global keys' too);
+ * saturating. The lists are the context's, made while planning. */
+static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
+    const tile_geometry *g = &st->geometry;
+    int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
+    size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
+    uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
+    if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
+    return (uint64_t)k + v + flags;
+}
+
+/* The packed K, V and V flags of the class-grouped keys and of the global keys. */
+static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, int64_t global_slots, packed_buffers *fb) {
+    buffer_set *set = &fb->set;
+    int64_t slots = st->geometry.classes * st->geometry.class_slots;
+    size_t kv = pb->batch * pb->heads_kv;
+    clattn_status s = buffer_set_workspace(
+        ctx, set, WORKSPACE_PACKED_K, packed_bytes(pb, slots, st->dqk_pad), &fb->kp, "packed K");
+    if (!s)
+        s = buffer_set_workspace(ctx, set, WORKSPACE_PACKED_V, packed_bytes(pb, slots, st->dv_pad),
+                                 &fb->vp, "packed V");
+    /* one flag byte per packed slot: its V row holds a NaN or an infinity */
+    if (!s)
+        s = buffer_set_workspace(ctx, set, WORKSPACE_V_FLAGS, kv * (size_t)slots, &fb->vbad,
+                                 "V flags");
+    if (!s)
+        s = buffer_set_add(ctx, set, global_slots ? packed_bytes(pb, global_slots, st->dqk_pad) : 0,
+                           1, NULL, &fb->kg, "global K");
+    if (!s)
+        s = buffer_set_add(ctx, set, global_slots ? packed_bytes(pb, global_slots, st->dv_pad) : 0,
+                           1, NULL, &fb->vg, "global V");
+    if (!s)
+        s = buffer_set_add(ctx, set, kv * (size_t)global_slots, 1, NULL, &fb->vbad_g, "V flags");
+    return s;
+}
+
+/* The parameter blocks, the mask's lists and the tile counter. */
+/* The parameter blocks and the tile counter; the lists are the cached entry's. */
+static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, const packed_state *st,
+                                const attn_params *P, const attn_params *P_rows,
+                                packed_buffers *fb) {
+    const device_lists *l = st->lists;
+    buffer_set *set = &fb->set;
+    fb->gpos = l->gpos, fb->is_global = l->is_global, fb->layout = l->layout;
+    fb->tile_ptr = l->tile_ptr, fb->tile_idx = l->tile_idx, fb->row_list = l->row_list;
+    clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &fb->params, "parameters");
+    if (!s) s = buffer_set_add(ctx, set, 1, sizeof *P_rows, P_rows, &fb->params_rows, "parameters");
+    if (!s && pb->count_tiles) {
+        cl_uint zero = 0;
+        s = buffer_set_add(ctx, set, 1, sizeof zero, &zero, &fb->tile_count, "tile counter");
+    }
+    return s;
+}
+
+/* ---------------------------------------------------------------- launching */
+
+static void fill_params(const variant_plan *plan, const packed_state *st, attn_params *P,
+                        attn_params *P_rows) {
+    const attn_problem *pb = plan->problem;
+    const tile_geometry *g = &st->geometry;
+    params_from_problem(pb, plan->write_lse, P);
+    P->has_global = g->globals_matter;
+    P->num_global = g->globals_matter ? pb->mask.num_globals : 0;
+    P->class_slots = g->class_slots;
+    P->classes = g->classes;
+    P->global_slots = (P->num_global + g->block_n - 1) / g->block_n * g->block_n;
+    P->tiles_per_class = g->tiles_per_class;
+    P->use_tile_list = pb->mask.layout != NULL;
+    *P_rows = *P;
+    P_rows->row_mode = 1;
+    P_rows->num_listed_rows = (cl_long)st->lists->host->num_rows;
+}
+
+static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
+    const char *pack_files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl"};
+    const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", st->kind->kernel_file};
+    char pack_defines[160], defines[256];
+    snprintf(pack_defines, sizeof pack_defines,
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKEY_ROWS=%d", st->block_n,
+             st->dqk_pad, st->dv_pad, (int)pb->dtype, st->kind->key_rows);
+    snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_DTYPE=%d -DCOUNT_TILES=%d",
+             pack_defines, st->block_m, (int)pb->out_dtype, pb->count_tiles);
+    clattn_status status =
+        kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
+    if (status != CLATTN_SUCCESS) return status;
+    return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
+}
+
+static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const packed_buffers *fb,
+                                 const attn_buffers *buf, const attn_problem *pb, int from_list,
+                                 int64_t slots, cl_mem kp, cl_mem vp, cl_mem vbad) {
+    cl_int list = from_list;
+    cl_long count = slots;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, fb->params);
+    KARG(a, buf->k);
+    KARG(a, buf->v);
+    KARG(a, fb->gpos);
+    KARG(a, list);
+    KARG(a, count);
+    KARG(a, kp);
+    KARG(a, vp);
+    KARG(a, vbad);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: pack arguments");
+    size_t global[2] = {(size_t)slots, pb->batch * pb->heads_kv};
+    return kernel_launch(ctx, kernel, 2, global, NULL, NULL, "fused: packing K and V");
+}
+
+static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, const packed_state *st,
+                                      const packed_buffers *fb, const attn_buffers *buf,
+                                      cl_mem params, size_t tiles, size_t heads, float q_scale,
+                                      cl_event *event) {
+    cl_mem lse = buf->lse ? buf->lse : fb->set.placeholder;
+    cl_mem bias = buf->bias ? buf->bias : fb->set.placeholder;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, params);
+    KARG(a, buf->q);
+    KARG(a, fb->kp);
+    KARG(a, fb->vp);
+    KARG(a, fb->vbad);
+    KARG(a, fb->kg);
+    KARG(a, fb->vg);
+    KARG(a, fb->vbad_g);
+    KARG(a, fb->gpos);
+    KARG(a, buf->o);
+    KARG(a, lse);
+    KARG(a, bias);
+    KARG(a, fb->is_global);
+    KARG(a, fb->layout);
+    KARG(a, fb->tile_ptr);
+    KARG(a, fb->tile_idx);
+    KARG(a, fb->row_list);
+    KARG(a, q_scale);
+    if (fb->tile_count) KARG(a, fb->tile_count);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: attention arguments");
+    size_t global[2] = {tiles * st->group_size, heads}, local[2] = {st->group_size, 1};
+    return kernel_launch(ctx, kernel, 2, global, local, event, "fused: attention");
+}
+
+static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, const packed_buffers *fb,
+                                 const attn_params *P, const attn_buffers *buf, cl_event *event) {
+    cl_kernel pack = NULL, attention = NULL;
+    clattn_status status = get_kernels(ctx, pb, st, &pack, &attention);
+    const tile_geometry *g = &st->geometry;
+    int global_rows = g->globals_matter && st->lists->host->num_rows > 0;
+    size_t heads = pb->batch * pb->heads_q;
+    if (!status)
+        status = launch_pack(ctx, pack, fb, buf, pb, 0, g->classes * g->class_slots, fb->kp, fb->vp,
+                             fb->vbad);
+    if (!status && P->global_slots > 0)
+        status =
+            launch_pack(ctx, pack, fb, buf, pb, 1, P->global_slots, fb->kg, fb->vg, fb->vbad_g);
+    if (!status)
+        status = launch_attention(ctx, attention, st, fb, buf, fb->params,
+                                  (size_t)(g->classes * g->tiles_per_class), heads, pb->scale,
+                                  global_rows ? NULL : event);
+    if (!status && global_rows)
+        status = launch_attention(ctx, attention, st, fb, buf, fb->params_rows,
+                                  (st->lists->host->num_rows + g->block_m - 1) / g->block_m, heads,
+                                  pb->scale, event);
+    return status;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+/* The kernels' own count of the tiles they visited (waits for the call). */
+static clattn_status read_tile_count(clattn_context *ctx, const packed_buffers *fb,
+                                     uint64_t *count) {
+    cl_uint value = 0;
+    cl_int err = clEnqueueReadBuffer(ctx->queue, fb->tile_count, CL_TRUE, 0, sizeof value, &value,
+                                     0, NULL, NULL);
+    *count = value;
+    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(ctx, err, "fused: reading tile count");
+}
+
+static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_t bytes,
+                       clattn_stats *s) {
+    const attn_problem *pb = plan->problem;
+    s->tiles_visited = st->lists->walk_tiles * pb->batch;
+    s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
+    s->pairs = st->lists->pairs * pb->batch;
+    s->block_m = st->block_m;
+    s->block_n = st->block_n;
+    s->device_bytes = bytes + st->lists->bytes;
+    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s", plan->variant->name,
+             st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
+}
+
+clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats) {
+    const attn_problem *pb = plan->problem;
+    const packed_state *st = plan->state;
+    packed_buffers fb;
+    attn_params P, P_rows;
+    memset(&fb, 0, sizeof fb);
+    fill_params(plan, st, &P, &P_rows);
+    clattn_status status = make_packed(ctx, pb, st, P.global_slots, &fb);
+    if (!status) status = make_lists(ctx, pb, st, &P, &P_rows, &fb);
+    cl_mem placeholder = NULL; /* stands in for an absent LSE or bias */
+    if (!status) status = buffer_set_placeholder(ctx, &fb.set, &placeholder);
+    if (!status) status = run_kernels(ctx, pb, st, &fb, &P, buf, event);
+    if (!status && fb.tile_count) status = read_tile_count(ctx, &fb, &stats->tiles_counted);
+    if (!status) {
+        fill_stats(plan, st, fb.set.bytes, stats);
+        log_msg("fused: %s, %llu of %llu key tiles", stats->kernel,
+                (unsigned long long)stats->tiles_visited, (unsigned long long)stats->tiles_total);
+    }
+    buffer_set_release(&fb.set);
+    return status;
+}

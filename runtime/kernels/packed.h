@@ -1,0 +1,49 @@
+/*
+ * What the fused variants (lanes.c, rowwise.c) share: one tiled kernel with an online
+ * softmax that never holds the Nq x Nk scores, after K and V are packed into float32 tiles
+ * (cl/pack.cl). A variant is its kernel file and the way its tiles fit a device; the planning of
+ * the tiles (plan/tiles.h), the packing, the buffers and the launches are common.
+ *
+ * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
+ * keys and flags; the tile lists are the context's (tile_cache.h), built once per pattern.
+ * Nothing grows with Nq*Nk except a block layout's tile list.
+ */
+#ifndef CLATTN_PACKED_H
+#define CLATTN_PACKED_H
+
+#include "kernels/tile_cache.h"
+#include "kernels/variant.h"
+
+struct packed_state;
+
+typedef struct packed_kind {
+    const char *kernel_file; /* "lanes.cl" */
+    const char *kernel_name; /* "attention_lanes" */
+    int key_rows;            /* K packed as rows like V (cl/pack.cl KEY_ROWS), not as K^T tiles */
+    /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
+     * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or
+     * INVALID_ARGUMENT for a tuning entry the kernel cannot take) with the reason on ctx when
+     * no tile fits. */
+    clattn_status (*fit)(clattn_context *ctx, const variant_plan *plan, const launch_limits *limits,
+                         struct packed_state *st);
+} packed_kind;
+
+typedef struct packed_state {
+    const packed_kind *kind;
+    unsigned block_m, block_n; /* query rows and keys of a tile */
+    unsigned dqk_pad, dv_pad;  /* head-dim buckets the kernels are compiled for */
+    size_t group_size;         /* work-items a work-group */
+    uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
+    tile_geometry geometry;
+    tile_cache_entry *entry; /* the context's cached lists, held until release */
+    const device_lists *lists;
+} packed_state;
+
+/* Head dims the fused kernels serve (up to 256); writes why not. */
+int packed_supports(const attn_problem *pb, char *why, size_t size);
+clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_kind *kind);
+clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
+                         cl_event *event, clattn_stats *stats);
+void packed_release(variant_plan *plan);
+
+#endif

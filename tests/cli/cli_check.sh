@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# A harness that can fail: `clattn check --quick` fails on a kernel that leaves empty rows
+# unwritten (O and LSE start as NaN, not zeros), `check --require` fails when a listed variant
+# does not run (and "all passed" is never said while a variant was not run), and the test
+# scripts' exit status is a failure whatever the number of failures.
+# Usage: cli_check.sh PATH/TO/clattn
+set -uo pipefail
+clattn="$(realpath "$1")"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+top="$(cd "$here/../.." && pwd)" # the source tree
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+# fail, finish
+source "$here/cli_common.sh"
+cd "$work" || exit 1
+
+# ---- the scripts' exit status: 256 failures are a failure (a status keeps 8 bits)
+(for ((i = 0; i < 256; i++)); do fail "planted $i"; done; finish planted) > /dev/null
+status=$?
+[ "$status" -eq 1 ] || fail "finish after 256 failures exited $status, not 1"
+(finish planted) > /dev/null || fail "finish without failures exited $?"
+if grep -nE '^\s*exit "?\$\{?[A-Za-z_]+\}?"?\s*$' "$top"/tests/*/*.sh "$top"/scripts/*.sh; then
+  fail "a script exits with a variable (above): a count wraps to 0 at 256; use finish"
+fi
+
+# ---- a planted bug: the lanes variant skips O's store for rows with no allowed key. The
+# kernels come from a patched copy of cl/ ($CLATTN_KERNEL_DIR) built into a cache of its own.
+if [ -f "$top/cl/lanes.cl" ]; then
+  cp -r "$top/cl" planted
+  sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16) {/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16) {/' \
+    planted/lanes.cl
+  if cmp -s "$top/cl/lanes.cl" planted/lanes.cl; then
+    fail "the planted bug no longer applies to cl/lanes.cl's store_rows: update this test"
+  else
+    mkdir planted-cache
+    CLATTN_KERNEL_DIR="$work/planted" CLATTN_CACHE_DIR="$work/planted-cache" \
+      "$clattn" check --quick --device 0 --variant lanes > out 2> err
+    status=$?
+    [ "$status" -eq 1 ] ||
+      fail "check --quick passed a kernel that skips empty rows (exit $status): $(tail -n 2 out)"
+    grep -qE "^  O element [0-9]+: got nan, reference 0 " err ||
+      fail "the planted bug's failure does not name an unwritten O: $(head -n 4 err)"
+    grep -q "all passed" out && fail "check said all passed on the planted bug: $(tail -n 1 out)"
+  fi
+  # the mask rules, shared with the host, come from $CLATTN_KERNEL_DIR too: causality turned
+  # around there fails the causal cases (the reference, on the host, keeps the real rule)
+  cp -r "$top/cl" planted-rules
+  sed -i 's/return !causal || j <= p;/return !causal || j >= p;/' planted-rules/mask_rules.h
+  if cmp -s "$top/cl/mask_rules.h" planted-rules/mask_rules.h; then
+    fail "the planted rule no longer applies to cl/mask_rules.h: update this test"
+  else
+    mkdir planted-rules-cache
+    CLATTN_KERNEL_DIR="$work/planted-rules" CLATTN_CACHE_DIR="$work/planted-rules-cache" \
+      "$clattn" check --quick --device 0 --variant lanes > out 2> err
+    [ $? -eq 1 ] || fail "CLATTN_KERNEL_DIR's mask_rules.h was not read: $(tail -n 2 out)"
+  fi
+  "$clattn" check --quick --device 0 --variant lanes > out 2>&1 ||
+    fail "check --quick --variant lanes fails with the kernels as they are: $(tail -n 5 out)"
+else
+  echo "cli_check: the source tree's cl/ is not at $top/cl: the planted bug is not checked"
+fi
+
+# ---- --require: a listed variant left out by --path fails the check
+"$clattn" check --quick --case 0 --device 0 --path reference --require reference,lanes \
+  > out 2> err
+status=$?
+[ "$status" -eq 1 ] || fail "--require lanes with --path reference exited $status, not 1"
+grep -qF "clattn check: --require lanes: not run on device 0: its path, fused, is not among --path" \
+  err || fail "--require lanes: no line names the variant not run: $(cat err)"
+grep -q "all passed" out && fail "check said all passed with lanes required and not run"
+"$clattn" check --quick --case 0 --device 0 --path reference --require reference > out 2>&1 ||
+  fail "--require reference with --path reference: $(cat out)"
+grep -q "^all passed" out || fail "every required variant ran, yet not all passed: $(cat out)"
+
+# ---- a variant the device refuses (PoCL's work-groups limited below the gpu variant's 8)
+small=(env POCL_MAX_WORK_GROUP_SIZE=4)
+if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +gpu +no '; then
+  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference > out 2>&1 ||
+    fail "a refused variant that is not required fails the check: $(cat out)"
+  grep -qE "^0 +fused +rowwise +not run: work-groups of 4 work-items" out ||
+    fail "the refused variant is not listed with its reason: $(cat out)"
+  grep -q "^passed where run: 0 failing runs, not run: 1 (required: 0)" out ||
+    fail "the summary does not say a variant was not run: $(tail -n 1 out)"
+  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference \
+    --require rowwise --json "$work/check.json" > out 2> err
+  status=$?
+  [ "$status" -eq 1 ] || fail "--require rowwise, refused by the device, exited $status, not 1"
+  grep -q "^clattn check: --require rowwise: not run on device 0: work-groups of 4" err ||
+    fail "--require rowwise: no line names the refusal: $(cat err)"
+  grep -q "^FAILED: 0 failing runs, not run: 1 (required: 1)" out ||
+    fail "--require rowwise, refused: the summary does not fail: $(tail -n 1 out)"
+  grep -q '"required_not_run": 1' check.json || fail "--json lacks required_not_run: $(cat check.json)"
+else
+  echo "cli_check: POCL_MAX_WORK_GROUP_SIZE=4 does not make device 0 refuse the gpu variant" \
+    "(not PoCL?): the refused variant is not checked"
+fi
+
+finish cli_check

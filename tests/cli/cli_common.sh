@@ -1,0 +1,62 @@
+# Helpers the clattn program's test scripts share (sourced, with $work set to a scratch folder).
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# finish NAME: a script's last line. Prints "NAME: all passed" or the count of failures and
+# exits 0 or 1; never `exit "$failures"`, since an exit status keeps 8 bits and 256 failures
+# would read as success.
+finish() {
+  if [ "$failures" -eq 0 ]; then
+    echo "$1: all passed"
+    exit 0
+  fi
+  echo "$1: $failures checks failed"
+  exit 1
+}
+
+# expect STATUS TEXT -- COMMAND...: the command exits with STATUS and stderr is one line that
+# mentions TEXT (docs/semantics.md section 5: every failure prints one clear line).
+expect() {
+  local want="$1" text="$2"
+  shift 3
+  "$@" > "$work/stdout" 2> "$work/stderr"
+  local got=$?
+  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want: $(cat "$work/stderr")"
+  grep -qF -- "$text" "$work/stderr" || fail "'$*': stderr lacks '$text': $(cat "$work/stderr")"
+  [ "$(wc -l < "$work/stderr")" -eq 1 ] || fail "'$*': not one line on stderr: $(cat "$work/stderr")"
+}
+
+# npy_header DESCR SHAPE: a version 1.0 .npy preamble padded to 64 bytes, as NumPy writes it
+npy_header() {
+  local dict="{'descr': '$1', 'fortran_order': False, 'shape': $2, }"
+  local pad=$(( (64 - (10 + ${#dict} + 1) % 64) % 64 ))
+  local len=$(( ${#dict} + pad + 1 ))
+  printf '\x93NUMPY\x01\x00'
+  printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+  printf '%s%*s\n' "$dict" "$pad" ''
+}
+
+# npy_i4 FILE SHAPE VALUE...: little-endian int32 values
+npy_i4() {
+  local file="$1" shape="$2"
+  shift 2
+  { npy_header '<i4' "$shape"
+    for v in "$@"; do
+      printf "\\x$(printf %02x $((v & 255)))\\x$(printf %02x $(((v >> 8) & 255)))"
+      printf "\\x$(printf %02x $(((v >> 16) & 255)))\\x$(printf %02x $(((v >> 24) & 255)))"
+    done; } > "$file"
+}
+
+# npy_reshape IN OUT SHAPE: the same data (a <f4 array) under another shape
+npy_reshape() {
+  local len=$(( $(od -An -tu2 -j8 -N2 "$1") ))
+  { npy_header '<f4' "$3"; tail -c +$((11 + len)) "$1"; } > "$2"
+}
+
+# npy_take IN OUT SHAPE [SKIP]: a <f4 array of SHAPE from the values of IN (a <f4 array) after
+# its first SKIP values; IN must hold enough of them
+npy_take() {
+  local len=$(( $(od -An -tu2 -j8 -N2 "$1") )) shape="$3" skip="${4:-0}" count=1 d
+  for d in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * d)); done
+  { npy_header '<f4' "$shape"; tail -c +$((11 + len + 4 * skip)) "$1" | head -c $((4 * count)); } > "$2"
+}

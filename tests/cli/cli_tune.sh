@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# clattn tune end to end, briefly, in a scratch cache folder: it measures and writes the flash
+# entry of the device and driver into tuning.json; afterwards `clattn devices` says the device
+# is tuned, the variant listing takes its parameters from tuning.json, a `clattn run` builds the
+# kernel with exactly the saved values, and a second tune keeps the other entries of the file.
+# Bad options are usage errors. Usage: cli_tune.sh PATH/TO/clattn
+set -uo pipefail
+clattn="$(realpath "$1")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
+# Under AddressSanitizer (scripts/test.sh): tune builds dozens of kernels in a fresh cache folder,
+# and PoCL leaks inside its own passes while building them; those leaks are suppressed by name
+# (tests/lsan-pocl.supp), which needs the slow unwinder to see PoCL's frames.
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="suppressions=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../lsan-pocl.supp"
+fi
+export CLATTN_CACHE_DIR="$work/cache"
+mkdir -p "$CLATTN_CACHE_DIR"
+json="$CLATTN_CACHE_DIR/tuning.json"
+printf '{"entries": [{"device": "another device", "variant": "flash", "block_m": 2}]}\n' > "$json"
+
+# ---- a brief search writes the entry
+"$clattn" tune --device 0 --time 3 --n 48 --repeat 1 > "$work/tune.txt" 2>&1 ||
+  fail "clattn tune failed: $(cat "$work/tune.txt")"
+grep -q "before ms" "$work/tune.txt" || fail "no before/after table: $(cat "$work/tune.txt")"
+grep -q "^wrote the flash entry" "$work/tune.txt" ||
+  fail "no entry written: $(cat "$work/tune.txt")"
+grep -q '"variant": "flash"' "$json" || fail "tuning.json has no flash entry: $(cat "$json")"
+grep -q '"another device"' "$json" || fail "the other entry was dropped: $(cat "$json")"
+[ -z "$(find "$CLATTN_CACHE_DIR" -name 'tuning.json.tmp*')" ] || fail "a temporary file is left"
+
+# ---- the entry is used afterwards
+"$clattn" devices | grep -q "tuned: flash (tuning.json" || fail "devices: $("$clattn" devices)"
+"$clattn" devices --variants | grep -E "^ +flash +yes +[a-z]+ +tuning.json" > /dev/null ||
+  fail "variants: $("$clattn" devices --variants)"
+entry=$(grep '"variant": "flash"' "$json" | grep -v "another device")
+field() { sed -E "s/.*\"$1\": ([0-9]+).*/\1/" <<< "$entry"; }
+expected="flash bm$(field block_m) bn$(field block_n) tm$(field tile_m) tn$(field tile_n)"
+expected+=" v$(field vector) s$(field stages)"
+index=$("$clattn" check --list --quick | grep -m1 "Nk=53 Dqk=32" | awk '{print $1}')
+line=$("$clattn" check --quick --case "$index" --path reference --dump "$work/cases" |
+       grep -o 'clattn run.*')
+line="${line#clattn }"
+read -r -a run <<< "${line/--path reference/--path fused}"
+CLATTN_VERBOSE=1 "$clattn" "${run[@]}" --variant flash --out "$work/o.npy" > "$work/run.txt" 2>&1 ||
+  fail "run: $(cat "$work/run.txt")"
+grep -qF "$expected" "$work/run.txt" ||
+  fail "the run did not take '$expected': $(grep flash "$work/run.txt")"
+
+# ---- options
+expect 2 "--variant" -- "$clattn" tune --variant cuda
+expect 2 "--time" -- "$clattn" tune --time 0
+expect 1 "no device matches" -- "$clattn" tune --device no-such-device
+finish cli_tune

@@ -1,0 +1,386 @@
+/*
+ * The fused path on every device, every kernel variant (cpu, gpu, flash), against the CPU
+ * reference (docs/semantics.md section 4 tolerances): lengths that are not tile multiples, head
+ * dims, MHA/GQA/MQA, causal alignment with Nq != Nk, windows, float16, layouts, offsets, special
+ * values; argument checks; memory that does not grow with Nq*Nk; causal and windowed calls skipping
+ * tiles.
+ */
+#include <criterion/criterion.h>
+
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static void expect_all_pass(const attn_case *cases, size_t n) {
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0,
+                 "failing cases are listed above");
+}
+
+Test(fused, lengths_that_are_not_tile_multiples) {
+    static const size_t lengths[] = {1, 7, 113, 203, 1023, 1025};
+    attn_case cases[2 * COUNT(lengths)];
+    size_t n = 0;
+    for (size_t i = 0; i < COUNT(lengths); i++) {
+        case_init(&cases[n++], 1, 2, 2, lengths[i], lengths[i], 64, 64);
+        case_init(&cases[n], 1, 2, 1, lengths[i], lengths[(i + 2) % COUNT(lengths)], 32, 32);
+        cases[n++].causal = 1;
+    }
+    expect_all_pass(cases, n);
+}
+
+Test(fused, head_dims_common_and_odd) {
+    static const size_t dims[][2] = {{1, 1},     {3, 3},     {32, 32},   {59, 59},
+                                     {64, 64},   {80, 80},   {96, 96},   {111, 111},
+                                     {128, 128}, {256, 256}, {192, 128}, {64, 17}};
+    attn_case cases[COUNT(dims)];
+    for (size_t i = 0; i < COUNT(dims); i++) {
+        case_init(&cases[i], 1, 2, 2, 70, 93, dims[i][0], dims[i][1]);
+        cases[i].causal = i % 2;
+        cases[i].seed = 10 + i;
+    }
+    expect_all_pass(cases, COUNT(dims));
+}
+
+Test(fused, mha_gqa_mqa) {
+    static const size_t heads[][2] = {{4, 4}, {4, 2}, {6, 3}, {8, 1}, {3, 1}};
+    attn_case cases[COUNT(heads)];
+    for (size_t i = 0; i < COUNT(heads); i++) {
+        case_init(&cases[i], 2, heads[i][0], heads[i][1], 45, 61, 64, 64);
+        cases[i].seed = 20 + i;
+    }
+    expect_all_pass(cases, COUNT(heads));
+}
+
+/* Bottom-right alignment: with Nq > Nk the first Nq - Nk rows see nothing (O = 0, LSE = -inf). */
+Test(fused, causal_with_more_or_fewer_queries_than_keys) {
+    static const size_t shapes[][2] = {{1, 50}, {17, 100}, {64, 64}, {100, 17}, {203, 113}};
+    attn_case cases[COUNT(shapes)];
+    for (size_t i = 0; i < COUNT(shapes); i++) {
+        case_init(&cases[i], 1, 2, 2, shapes[i][0], shapes[i][1], 64, 64);
+        cases[i].causal = 1;
+        cases[i].seed = 30 + i;
+    }
+    expect_all_pass(cases, COUNT(cases));
+}
+
+Test(fused, windows) {
+    static const int64_t windows[][3] = {{0, 0, 0},  {-1, 5, 0},  {9, -1, 0}, {9, 0, 0},
+                                         {3, 40, 0}, {20, 20, 1}, {0, 0, 1},  {33, 0, 1}};
+    attn_case cases[2 * COUNT(windows)];
+    size_t n = 0;
+    for (size_t i = 0; i < COUNT(windows); i++)
+        for (int cross = 0; cross < 2; cross++) {
+            attn_case *c = &cases[n++];
+            case_init(c, 1, 2, 1, cross ? 77 : 130, cross ? 150 : 130, 64, 64);
+            c->left = windows[i][0];
+            c->right = windows[i][1];
+            c->causal = (int)windows[i][2];
+            c->seed = 40 + n;
+        }
+    expect_all_pass(cases, n);
+}
+
+Test(fused, float16_storage) {
+    attn_case cases[4];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 97, 131, 64, 64);
+        cases[i].dtype = i & 1 ? CLATTN_F16 : CLATTN_F32;
+        cases[i].out_dtype = i & 2 ? CLATTN_F16 : CLATTN_F32;
+        cases[i].causal = i == 3;
+        cases[i].seed = 50 + i;
+    }
+    cases[0].dtype = CLATTN_F16, cases[0].dqk = 111, cases[0].dv = 59; /* odd dims, f16 in */
+    expect_all_pass(cases, COUNT(cases));
+}
+
+Test(fused, bfloat16_storage) {
+    attn_case cases[4];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 97, 131, 64, 64);
+        cases[i].dtype = i & 1 ? CLATTN_BF16 : CLATTN_F32;
+        cases[i].out_dtype = i & 2 ? CLATTN_BF16 : CLATTN_F16;
+        cases[i].causal = i == 3;
+        cases[i].seed = 55 + i;
+    }
+    cases[1].dqk = 111, cases[1].dv = 59; /* odd dims: partial vectors at storage width */
+    expect_all_pass(cases, COUNT(cases));
+}
+
+Test(fused, layouts_offsets_and_scale) {
+    attn_case cases[4];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 60, 75, 32, 48);
+        cases[i].layout = i & 1 ? CLATTN_LAYOUT_BHSD : CLATTN_LAYOUT_BSHD;
+        cases[i].offset = 5 * i;
+        cases[i].seed = 60 + i;
+    }
+    cases[2].scale = 0.3f;
+    cases[3].scale = -1.5f;
+    cases[3].causal = 1;
+    expect_all_pass(cases, COUNT(cases));
+}
+
+/* A NaN in K, or a NaN or an infinity in V: NaN or Inf exactly where that key is allowed, the
+ * rest untouched (no 0 * NaN from keys a row does not see, nor from a -inf bias). */
+Test(fused, nan_and_inf_inputs_stay_where_they_belong) {
+    attn_case cases[8];
+    case_init(&cases[0], 1, 2, 1, 40, 40, 64, 64);
+    cases[0].nan_key = 1;
+    cases[1] = cases[0];
+    cases[1].causal = 1, cases[1].left = 5, cases[1].right = 0; /* most rows do not see key 0 */
+    for (int i = 2; i < 8; i++) {
+        case_init(&cases[i], 2, 4, 2, 70, 90, 64, 64);
+        cases[i].bad_value = 1 + i % 2; /* NaN, +inf in V row 1 */
+        cases[i].seed = 70 + i;
+    }
+    cases[2].causal = 1;
+    cases[3].left = cases[3].right = 3;
+    cases[4].dtype = cases[4].out_dtype = CLATTN_F16, cases[4].causal = 1;
+    cases[5].left = cases[5].right = 2, cases[5].num_globals = 2, cases[5].globals[0] = 1;
+    cases[5].globals[1] = 50, cases[5].bias = BIAS_BROADCAST; /* -inf bias at some (i, 1) */
+    cases[6].block_layout = LAYOUT_SHARED, cases[6].bq = cases[6].bk = 16;
+    cases[7].bias = BIAS_FULL, cases[7].dilation = 2, cases[7].left = 8, cases[7].right = 8;
+    expect_all_pass(cases, COUNT(cases));
+}
+
+/* V values near FLT_MAX: softmax averages them, so O stays finite and matches the reference
+ * (the CPU variant keeps its accumulator a combination of V rows with weights summing to at
+ * most 1). 70 keys span three key tiles; the scores differ, so the maximum moves. */
+Test(fused, values_near_the_float_maximum_stay_finite) {
+    enum { NQ = 5, NK = 70, D = 8 };
+    float q[NQ * D], k[NK * D], v[NK * D], o[NQ * D], ref[NQ * D];
+    fill_uniform(q, NQ * D, 11);
+    fill_uniform(k, NK * D, 12);
+    for (int j = 0; j < NK * D; j++) v[j] = (j % 3 ? 3.0e38f : -2.9e38f) * (j % 2 ? 1.0f : 0.98f);
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_attention_desc d;
+        cr_assert_eq(clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, NQ, NK, D, D),
+                     CLATTN_SUCCESS);
+        d.path = CLATTN_PATH_REFERENCE;
+        ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, ref, NULL));
+        d.path = CLATTN_PATH_FUSED;
+        d.variant = CLATTN_VARIANT_LANES;
+        ASSERT_OK(ctxs[dev], clattn_attention_host(ctxs[dev], &d, q, k, v, o, NULL));
+        for (int x = 0; x < NQ * D; x++)
+            cr_expect(isfinite(o[x]) && fabsf(o[x] - ref[x]) <= TOL_F32_RTOL * fabsf(ref[x]),
+                      "device %zu: O[%d] = %g, the reference %g", dev, x, (double)o[x],
+                      (double)ref[x]);
+    }
+}
+
+/* ---------------------------------------------------------------- checks before launch */
+
+static clattn_context *first_context(void) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    return ctxs[0];
+}
+
+Test(fused, bad_calls_are_named_before_any_launch) {
+    clattn_context *ctx = first_context();
+    cl_context cl = clattn_context_cl_context(ctx);
+    cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, 4096, NULL, NULL);
+    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, 4096, NULL, NULL);
+    clattn_attention_desc d;
+    ASSERT_OK(ctx, clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 3, 2, 4, 4, 8, 8));
+    d.path = CLATTN_PATH_FUSED;
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), "multiple") != NULL, "%s",
+              clattn_context_last_error(ctx));
+
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 2, 2, 64, 64, 16, 16);
+    d.path = CLATTN_PATH_FUSED; /* Q needs 64*2*16*4 = 8192 bytes: more than the buffer */
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), "Q needs 8192") != NULL, "%s",
+              clattn_context_last_error(ctx));
+
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, 2, 300, 8);
+    d.path = CLATTN_PATH_FUSED;
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL), CLATTN_ERR_UNSUPPORTED);
+    cr_assert(strstr(clattn_context_last_error(ctx), "256") != NULL);
+
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, 2, 8, 8);
+    d.q.stride_seq = SIZE_MAX / 2; /* the extent overflows */
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), "overflow") != NULL);
+
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 2, 2, 8, 8);
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, buf, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT, "O aliasing an input");
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, buf, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT, "LSE aliasing an input");
+    cr_assert(strstr(clattn_context_last_error(ctx), "LSE overlaps Q") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    d.bias = out;
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT, "O aliasing the bias");
+    d.bias = NULL;
+    unsigned char layout = 1;
+    d.block_layout = &layout;
+    d.block_q = (size_t)INT32_MAX + 1;
+    d.block_k = 1;
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), "block sizes") != NULL);
+    d.block_layout = NULL;
+    cr_assert_eq(clattn_attention(ctx, &d, NULL, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(clattn_attention(ctx, NULL, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(clattn_attention(NULL, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    d.o.stride_seq = 4; /* rows of 8 values 4 apart overlap */
+    cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), "overlap") != NULL);
+    clReleaseMemObject(buf);
+    clReleaseMemObject(out);
+}
+
+Test(fused, zero_sizes_are_rejected) {
+    clattn_attention_desc d;
+    cr_assert_eq(clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 0, 1, 4, 4, 8, 8),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 0, 1, 1, 4, 4, 8, 8),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    clattn_context *ctx = first_context();
+    float x[64] = {0};
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 8, 8);
+    d.len_k = 0;
+    cr_assert_eq(clattn_attention_host(ctx, &d, x, x, x, x, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(clattn_context_last_error(ctx), ">= 1") != NULL);
+}
+
+/* ---------------------------------------------------------------- cost and memory */
+
+static int count_tiles; /* run_for_stats asks the kernels to count their tiles */
+
+static clattn_stats run_for_stats(size_t n, int causal, int64_t window) {
+    clattn_context *ctx = first_context();
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 2, 2, n, n, 64, 64);
+    d.path = CLATTN_PATH_FUSED;
+    d.causal = causal;
+    d.window_left = d.window_right = window;
+    d.count_tiles = count_tiles;
+    size_t count = 2 * n * 64;
+    float *x = calloc(count, sizeof(float)), *o = calloc(count, sizeof(float));
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, x, x, x, o, NULL));
+    clattn_stats stats;
+    clattn_stats_init(&stats);
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
+    free(x);
+    free(o);
+    return stats;
+}
+
+/* Device memory grows with N, not N^2: 4x the length may at most quadruple (plus a constant)
+ * what the call allocates. */
+Test(fused, device_memory_does_not_grow_with_nq_times_nk) {
+    clattn_stats small = run_for_stats(512, 0, -1), large = run_for_stats(2048, 0, -1);
+    cr_assert_eq(small.path, CLATTN_PATH_FUSED);
+    cr_assert_gt(small.device_bytes, 0);
+    cr_assert_leq(large.device_bytes, 4 * small.device_bytes + 4096, "%llu vs %llu bytes",
+                  (unsigned long long)large.device_bytes, (unsigned long long)small.device_bytes);
+    cr_assert_lt(large.device_bytes, 2048ull * 2048 * 2 * sizeof(float) / 4);
+}
+
+/* The variant follows the device type unless desc.variant or $CLATTN_KERNEL says otherwise. */
+Test(fused, variant_choice_and_its_override) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctxs[0], &info);
+    clattn_variant by_type =
+        info.type & CL_DEVICE_TYPE_CPU ? CLATTN_VARIANT_LANES : CLATTN_VARIANT_FLASH;
+    unsetenv("CLATTN_KERNEL");
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
+    setenv("CLATTN_KERNEL", "rowwise", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_ROWWISE);
+    setenv("CLATTN_KERNEL", "lanes", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_LANES);
+    setenv("CLATTN_KERNEL", "gpu", 1); /* the names of 0.2, read until 0.4 */
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_ROWWISE);
+    setenv("CLATTN_KERNEL", "cpu", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_LANES);
+    setenv("CLATTN_KERNEL", "flash", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, CLATTN_VARIANT_FLASH);
+    setenv("CLATTN_KERNEL", "auto", 1);
+    cr_expect_eq(run_for_stats(64, 0, -1).variant, by_type);
+
+    setenv("CLATTN_KERNEL", "cuda", 1); /* a typo is named, not ignored */
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 8, 8);
+    d.path = CLATTN_PATH_FUSED;
+    float x[32] = {0}, o[32];
+    cr_expect_eq(clattn_attention_host(ctxs[0], &d, x, x, x, o, NULL), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctxs[0]), "CLATTN_KERNEL=cuda") != NULL, "%s",
+              clattn_context_last_error(ctxs[0]));
+    unsetenv("CLATTN_KERNEL");
+}
+
+/* Causal visits about half of the key tiles, a window O(N * window) of them: counted by the
+ * kernels themselves (desc.count_tiles), and equal to what the planner listed. */
+Test(fused, causal_and_windows_skip_tiles) {
+    count_tiles = 1;
+    clattn_stats full = run_for_stats(1024, 0, -1), causal = run_for_stats(1024, 1, -1);
+    clattn_stats window = run_for_stats(1024, 0, 64);
+    count_tiles = 0;
+    const clattn_stats *all[] = {&full, &causal, &window};
+    for (size_t i = 0; i < COUNT(all); i++)
+        cr_expect_eq(all[i]->tiles_counted, all[i]->tiles_visited,
+                     "run %zu: the kernels visited %llu tiles, the planner listed %llu", i,
+                     (unsigned long long)all[i]->tiles_counted,
+                     (unsigned long long)all[i]->tiles_visited);
+    cr_assert_eq(full.tiles_counted, full.tiles_total);
+    double half = (double)causal.tiles_counted / (double)full.tiles_counted;
+    cr_assert(half > 0.45 && half < 0.6, "causal visits %.2f of the tiles", half);
+    double band = (double)window.tiles_counted / (double)full.tiles_counted;
+    cr_assert(band < 0.2, "a (64,64) window at N=1024 visits %.2f of the tiles", band);
+    cr_assert_eq(causal.pairs, 2ull * 1024 * 1025 / 2);
+}
+
+/* The CPU variant's planner splits the rows finer when a call has few of them, so that every
+ * compute unit gets work: 16-row tiles (one vector of rows) for 64 rows of one head; the
+ * table's taller tiles once there are 8 work-items a compute unit at that size. */
+static clattn_stats run_cpu_variant(size_t heads, size_t n) {
+    clattn_context *ctx = first_context();
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, heads, heads, n, n, 64, 64);
+    d.path = CLATTN_PATH_FUSED;
+    d.variant = CLATTN_VARIANT_LANES;
+    size_t count = heads * n * 64;
+    float *x = calloc(count, sizeof(float)), *o = calloc(count, sizeof(float));
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, x, x, x, o, NULL));
+    clattn_stats stats;
+    clattn_stats_init(&stats);
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &stats));
+    free(x);
+    free(o);
+    return stats;
+}
+
+Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(first_context(), &info);
+    clattn_stats tiny = run_cpu_variant(1, 64), large = run_cpu_variant(8, 2048);
+    cr_expect_eq(tiny.block_m, 16, "64 rows in tiles of %u", tiny.block_m);
+    cr_expect_eq(tiny.tiles_visited, 4ull * 64 / tiny.block_n);
+    cr_expect_eq(large.block_m % 16, 0);
+    uint64_t items = 8ull * ((2048 + large.block_m - 1) / large.block_m);
+    if (large.block_m > 16)
+        cr_expect_geq(items, 8ull * info.compute_units, "%llu work-items for %u units",
+                      (unsigned long long)items, info.compute_units);
+    if (info.compute_units <= 8) cr_expect_gt(large.block_m, 16);
+}

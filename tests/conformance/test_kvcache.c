@@ -1,0 +1,474 @@
+/*
+ * The KV cache (docs/semantics.md section 6) on every device: appending token by token and
+ * attending at each step equals one causal call over the whole sequence; paged storage with
+ * scrambled pages is bit-identical to contiguous storage; sequences of different lengths (0 and
+ * capacity among them) and query lengths; every chunk count of the split variant, chunks without an
+ * allowed key included; masks over a cache; and refused calls that leave the cache byte for byte as
+ * it was.
+ */
+#include <criterion/criterion.h>
+
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+enum { B = 2, HQ = 4, HKV = 2, D = 32, T = 40, CAP = 64, PAGE = 8, PAGES = 20 };
+
+typedef struct cache_case {
+    clattn_dtype dtype;
+    clattn_layout layout;
+    int paged;
+} cache_case;
+
+/* A cache of the case on ctx; paged ones get a scrambled block table (pages in reverse-ish
+ * order, interleaved between the sequences). */
+static clattn_kv_cache *make_cache(clattn_context *ctx, const cache_case *cc) {
+    clattn_kv_cache_desc d;
+    cr_assert_eq(clattn_kv_cache_desc_init(&d, B, HKV, D, D, CAP), CLATTN_SUCCESS);
+    d.dtype = cc->dtype;
+    d.layout = cc->layout;
+    if (cc->paged) d.page_size = PAGE, d.num_pages = PAGES;
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &d, &cache));
+    if (cc->paged) {
+        int32_t table[B * (CAP / PAGE)];
+        for (int b = 0; b < B; b++)
+            for (int p = 0; p < CAP / PAGE; p++) table[b * (CAP / PAGE) + p] = 19 - (2 * p + b);
+        ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
+    }
+    return cache;
+}
+
+/* Uniform values in [-1, 1] stored as `dtype`. */
+static void *random_tensor(size_t n, clattn_dtype dtype, uint64_t seed) {
+    float *x = malloc(n * sizeof *x);
+    void *out = malloc(n * 4);
+    fill_uniform(x, n, seed);
+    clattn_convert(CLATTN_F32, x, dtype, out, n);
+    free(x);
+    return out;
+}
+
+static size_t elem(clattn_dtype dtype) {
+    return dtype == CLATTN_F32 ? 4 : 2;
+}
+
+/* Row t of a dense [B][N][H][D] (BSHD) or [B][H][N][D] (BHSD) tensor, for every b and h,
+ * copied into a dense [B][1][H][D] (or [B][H][1][D]) block: one token of each sequence. */
+static void take_token(const void *all, void *one, clattn_layout layout, size_t n, size_t h,
+                       size_t t, size_t e) {
+    for (size_t b = 0; b < B; b++)
+        for (size_t k = 0; k < h; k++) {
+            size_t from = layout == CLATTN_LAYOUT_BSHD ? ((b * n + t) * h + k) * D
+                                                       : ((b * h + k) * n + t) * D;
+            memcpy((char *)one + ((b * h + k) * D) * e, (const char *)all + from * e, D * e);
+        }
+}
+
+/* O of one decode step of every sequence, compared with row t of the full causal call. */
+static void expect_step(const float *step, const float *full, clattn_layout layout, size_t t,
+                        double atol, double rtol) {
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < HQ; h++)
+            for (size_t x = 0; x < D; x++) {
+                size_t at = layout == CLATTN_LAYOUT_BSHD ? ((b * T + t) * HQ + h) * D + x
+                                                         : ((b * HQ + h) * T + t) * D + x;
+                double want = full[at], got = step[(b * HQ + h) * D + x];
+                cr_assert(fabs(got - want) <= atol + rtol * fabs(want),
+                          "step %zu b %zu h %zu x %zu: %g, the causal call %g", t, b, h, x, got,
+                          want);
+            }
+}
+
+/* Appends one token at a time and attends with its query; each step equals that row of one
+ * causal call over the whole sequence (queries at the end: the last key is the new one). */
+static void token_by_token(clattn_context *ctx, const cache_case *cc) {
+    void *q = random_tensor(B * T * HQ * D, cc->dtype, 1),
+         *k = random_tensor(B * T * HKV * D, cc->dtype, 2);
+    void *v = random_tensor(B * T * HKV * D, cc->dtype, 3);
+    float *full = calloc(B * T * HQ * D, sizeof *full);
+    clattn_attention_desc all;
+    clattn_attention_desc_init(&all, cc->layout, B, HQ, HKV, T, T, D, D);
+    all.dtype = cc->dtype, all.causal = 1, all.path = CLATTN_PATH_REFERENCE;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &all, q, k, v, full, NULL)); /* float32 out */
+    clattn_kv_cache *cache = make_cache(ctx, cc);
+    size_t e = elem(cc->dtype);
+    void *qt = malloc(B * HQ * D * e), *kt = malloc(B * HKV * D * e), *vt = malloc(B * HKV * D * e);
+    float step[B * HQ * D];
+    clattn_attention_desc one;
+    clattn_attention_desc_init(&one, cc->layout, B, HQ, HKV, 1, 1, D, D);
+    one.dtype = cc->dtype, one.causal = 1;
+    double atol = tolerance_atol(cc->dtype), rtol = tolerance_rtol(cc->dtype);
+    for (size_t t = 0; t < T; t++) {
+        take_token(q, qt, cc->layout, T, HQ, t, e);
+        take_token(k, kt, cc->layout, T, HKV, t, e);
+        take_token(v, vt, cc->layout, T, HKV, t, e);
+        ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, kt, vt, 1, NULL));
+        ASSERT_OK(ctx, clattn_kv_cache_attention_host(cache, &one, qt, NULL, step, NULL));
+        expect_step(step, full, cc->layout, t, atol, rtol);
+    }
+    int32_t lengths[B];
+    clattn_kv_cache_lengths(cache, lengths);
+    cr_expect(lengths[0] == T && lengths[1] == T, "lengths %d %d", lengths[0], lengths[1]);
+    clattn_kv_cache_destroy(cache);
+    free(q), free(k), free(v), free(full), free(qt), free(kt), free(vt);
+}
+
+Test(kvcache, token_by_token_equals_one_causal_call) {
+    static const cache_case cases[] = {{CLATTN_F32, CLATTN_LAYOUT_BSHD, 0},
+                                       {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1},
+                                       {CLATTN_F16, CLATTN_LAYOUT_BHSD, 1},
+                                       {CLATTN_BF16, CLATTN_LAYOUT_BSHD, 0},
+                                       {CLATTN_BF16, CLATTN_LAYOUT_BHSD, 1}};
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t i = 0; i < COUNT(cases); i++) token_by_token(ctxs[dev], &cases[i]);
+}
+
+/* ---------------------------------------------------------------- lengths and pages */
+
+/* Fills both caches with the same rows: sequence lengths {0, 17} then {CAP}. */
+static void fill_same(clattn_kv_cache *a, clattn_kv_cache *b, const int32_t *new_len, size_t len,
+                      uint64_t seed) {
+    void *k = random_tensor(B * len * HKV * D, CLATTN_F32, seed);
+    void *v = random_tensor(B * len * HKV * D, CLATTN_F32, seed + 1);
+    clattn_status sa = clattn_kv_cache_append_host(a, k, v, len, new_len);
+    clattn_status sb = clattn_kv_cache_append_host(b, k, v, len, new_len);
+    cr_assert(sa == CLATTN_SUCCESS && sb == CLATTN_SUCCESS, "append: %s, %s",
+              clattn_status_name(sa), clattn_status_name(sb));
+    free(k), free(v);
+}
+
+Test(kvcache, paged_is_bit_identical_to_contiguous_and_lengths_differ) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    const cache_case flat = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 0},
+                     paged = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1};
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_context *ctx = ctxs[dev];
+        clattn_kv_cache *a = make_cache(ctx, &flat), *p = make_cache(ctx, &paged);
+        const int32_t first[B] = {0, 17}, second[B] = {CAP, 5};
+        fill_same(a, p, first, 17, 10);
+        /* sequence 0 of length 0 sees nothing; then it fills to capacity */
+        enum { NQ = 3 };
+        const int32_t q_len[B] = {2, 3};
+        void *q = random_tensor(B * NQ * HQ * D, CLATTN_F32, 20);
+        float oa[B * NQ * HQ * D], op[B * NQ * HQ * D], ref[B * NQ * HQ * D];
+        float la[B * HQ * NQ], lp[B * HQ * NQ], lref[B * HQ * NQ];
+        clattn_attention_desc d;
+        clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, NQ, 1, D, D);
+        d.causal = 1;
+        for (int round = 0; round < 2; round++) {
+            ASSERT_OK(ctx, clattn_kv_cache_attention_host(a, &d, q, q_len, oa, la));
+            ASSERT_OK(ctx, clattn_kv_cache_attention_host(p, &d, q, q_len, op, lp));
+            ASSERT_OK(ctx, clattn_kv_cache_reference(a, &d, q, q_len, ref, lref));
+            cr_expect_eq(memcmp(oa, op, sizeof oa), 0, "round %d: paged O differs", round);
+            cr_expect_eq(memcmp(la, lp, sizeof la), 0, "round %d: paged LSE differs", round);
+            double ref64[B * NQ * HQ * D];
+            for (size_t x = 0; x < COUNT(ref); x++) ref64[x] = ref[x];
+            cr_expect_eq(compare_outputs("O", oa, ref64, COUNT(ref), TOL_F32_ATOL, TOL_F32_RTOL), 0,
+                         "round %d", round);
+            if (round == 0) {
+                for (size_t h = 0; h < HQ; h++) /* sequence 0 is empty */
+                    cr_expect(isinf(la[h * NQ]) && la[h * NQ] < 0, "LSE of an empty sequence");
+                for (size_t h = 0; h < HQ; h++) /* row 2 of sequence 0 is past its q_len */
+                    cr_expect(isinf(la[h * NQ + 2]) && la[h * NQ + 2] < 0);
+            }
+            if (round == 0) fill_same(a, p, second, CAP, 30); /* sequence 0 to capacity, 1 + 5 */
+        }
+        clattn_kv_cache_destroy(a), clattn_kv_cache_destroy(p);
+        free(q);
+    }
+}
+
+/* ---------------------------------------------------------------- chunks and masks */
+
+static char tuning_dir[64];
+
+/* A tuning.json (in a scratch cache folder) that makes the split variant use `chunks`. */
+static void force_chunks(const clattn_device_info *info, unsigned chunks) {
+    char path[128], text[1024];
+    snprintf(path, sizeof path, "%s/tuning.json", tuning_dir);
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"split\", \"block_n\": 16, "
+             "\"split\": %u}]}",
+             info->name, chunks);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void make_tuning_dir(void) {
+    snprintf(tuning_dir, sizeof tuning_dir, "/tmp/clattn-kv-XXXXXX");
+    cr_assert_not_null(mkdtemp(tuning_dir));
+    setenv("CLATTN_CACHE_DIR", tuning_dir, 1);
+}
+
+static void remove_tuning_dir(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tuning_dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+static float the_bias[B * HQ * 4 * CAP]; /* [B][Hq][Nq][capacity], for with_bias */
+
+/* One call over a cache of B sequences of CAP rows (lengths CAP and CAP - 9), checked against
+ * the reference; returns how many chunks ran. */
+static unsigned check_masked_call(clattn_context *ctx, clattn_kv_cache *cache,
+                                  void (*mask)(clattn_attention_desc *), const char *what) {
+    enum { NQ = 4 };
+    void *q = random_tensor(B * NQ * HQ * D, CLATTN_F32, 40);
+    float o[B * NQ * HQ * D], ref[B * NQ * HQ * D], lse[B * HQ * NQ], lref[B * HQ * NQ];
+    fill_uniform(the_bias, COUNT(the_bias), 41);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, NQ, 1, D, D);
+    d.bias_strides = (clattn_tensor){0, HQ * NQ * CAP, NQ * CAP, CAP};
+    mask(&d);
+    ASSERT_OK(ctx, clattn_kv_cache_attention_host(cache, &d, q, NULL, o, lse));
+    clattn_stats s;
+    clattn_stats_init(&s);
+    ASSERT_OK(ctx, clattn_context_last_stats(ctx, &s));
+    ASSERT_OK(ctx, clattn_kv_cache_reference(cache, &d, q, NULL, ref, lref));
+    double ref64[COUNT(ref)], lref64[COUNT(lref)];
+    for (size_t x = 0; x < COUNT(ref); x++) ref64[x] = ref[x];
+    for (size_t x = 0; x < COUNT(lref); x++) lref64[x] = lref[x];
+    cr_expect_eq(compare_outputs(what, o, ref64, COUNT(ref), TOL_F32_ATOL, TOL_F32_RTOL), 0,
+                 "%s with %u chunks", what, s.chunks);
+    case_result r;
+    memset(&r, 0, sizeof r);
+    compare_lse_values(lse, lref64, COUNT(lref), &r);
+    cr_expect_eq(r.mismatches, 0, "%s LSE with %u chunks: %s", what, s.chunks, r.message);
+    free(q);
+    return s.chunks;
+}
+
+static void no_mask(clattn_attention_desc *d) {
+    d->causal = 1;
+}
+static void window_8(clattn_attention_desc *d) { /* far chunks have no allowed key */
+    d->window_left = 8, d->window_right = 0;
+}
+static const int64_t globals[] = {3, 40};
+static void window_and_globals(clattn_attention_desc *d) {
+    d->window_left = d->window_right = 4, d->causal = 1;
+    d->global_tokens = globals, d->num_global_tokens = COUNT(globals);
+}
+static void with_bias(clattn_attention_desc *d) {
+    d->bias_host = the_bias, d->dilation = 3, d->window_left = 20, d->window_right = 20;
+}
+static uint8_t layout[1 * (CAP / 16)];
+static void block_layout(clattn_attention_desc *d) {
+    for (size_t i = 0; i < COUNT(layout); i++) layout[i] = i % 2 == 0;
+    d->block_layout = layout, d->block_q = 4, d->block_k = 16;
+}
+
+Test(kvcache, every_chunk_count_and_mask_agrees_with_the_reference, .init = make_tuning_dir,
+     .fini = remove_tuning_dir) {
+    static void (*const masks[])(clattn_attention_desc *) = {no_mask, window_8, window_and_globals,
+                                                             with_bias, block_layout};
+    static const char *const names[] = {"causal", "window 8", "globals", "bias", "layout"};
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    const cache_case paged = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1};
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_device_info info;
+        clattn_device_info_init(&info);
+        clattn_context_device_info(ctxs[dev], &info);
+        clattn_kv_cache *cache = make_cache(ctxs[dev], &paged);
+        const int32_t fill[B] = {CAP, CAP - 9};
+        void *k = random_tensor(B * CAP * HKV * D, CLATTN_F32, 50);
+        void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 51);
+        ASSERT_OK(ctxs[dev], clattn_kv_cache_append_host(cache, k, v, CAP, fill));
+        for (unsigned chunks = 1; chunks <= CAP / 16; chunks++) {
+            force_chunks(&info, chunks);
+            for (size_t m = 0; m < COUNT(masks); m++)
+                cr_expect_eq(check_masked_call(ctxs[dev], cache, masks[m], names[m]), chunks);
+        }
+        clattn_kv_cache_destroy(cache);
+        free(k), free(v);
+    }
+}
+
+/* ---------------------------------------------------------------- refusals */
+
+/* The whole storage and the lengths, to compare before and after a refused call. */
+typedef struct snapshot { /* of a paged cache: its pool */
+    unsigned char k[PAGES * PAGE * HKV * D * 4], v[PAGES * PAGE * HKV * D * 4];
+    int32_t lengths[B];
+} snapshot;
+
+static void take(clattn_kv_cache *cache, snapshot *s) {
+    cr_assert_eq(clattn_kv_cache_read_host(cache, s->k, s->v), CLATTN_SUCCESS);
+    clattn_kv_cache_lengths(cache, s->lengths);
+}
+
+static void expect_refused(clattn_context *ctx, clattn_kv_cache *cache, clattn_status status,
+                           const char *words, const char *what) {
+    cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", what, clattn_status_name(status));
+    cr_expect(strstr(clattn_context_last_error(ctx), words) != NULL, "%s: message '%s' lacks '%s'",
+              what, clattn_context_last_error(ctx), words);
+    (void)cache;
+}
+
+Test(kvcache, refused_calls_leave_the_cache_as_it_was) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const cache_case paged = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1};
+    clattn_kv_cache *cache = make_cache(ctx, &paged);
+    const int32_t some[B] = {10, 30};
+    void *k = random_tensor(B * CAP * HKV * D, CLATTN_F32, 60);
+    void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 61);
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 30, some));
+    static snapshot before, after;
+    take(cache, &before);
+
+    const int32_t too_many[B] = {1, CAP - 29}; /* sequence 1 passes the capacity */
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, CAP, too_many),
+                   "sequence 1", "append past capacity");
+    const int32_t negative[B] = {-1, 0};
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 1, negative), "new_len[0]",
+                   "a negative new length");
+    expect_refused(ctx, cache, clattn_kv_cache_set_lengths(cache, negative), "sequence 0",
+                   "a negative length");
+    const int32_t overflowing[B] = {0, CAP + 1};
+    expect_refused(ctx, cache, clattn_kv_cache_set_lengths(cache, overflowing), "sequence 1",
+                   "a length past capacity");
+    int32_t table[B * (CAP / PAGE)];
+    for (size_t i = 0; i < COUNT(table); i++) table[i] = (int32_t)i % PAGES;
+    table[3] = PAGES; /* not a page */
+    expect_refused(ctx, cache, clattn_kv_cache_set_block_table(cache, table), "[0][3]",
+                   "a block table entry out of range");
+    table[3] = -1; /* sequence 0 holds 10 rows: pages 0 and 1 must stay */
+    table[1] = -1;
+    expect_refused(ctx, cache, clattn_kv_cache_set_block_table(cache, table), "sequence 0",
+                   "a table that drops a page in use");
+    float q[B * HQ * D], o[B * HQ * D];
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HQ, 1, 1, D, D);
+    expect_refused(ctx, cache, clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL), "Hkv",
+                   "mismatched kv heads");
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, 1, 1, D + 1, D);
+    expect_refused(ctx, cache, clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL), "Dqk",
+                   "mismatched head dims");
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, 1, 1, D, D);
+    d.variant = CLATTN_VARIANT_FLASH; /* reads a call's own K and V tensors only */
+    clattn_status status = clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL);
+    cr_expect_eq(status, CLATTN_ERR_UNSUPPORTED, "flash over a cache: %s",
+                 clattn_status_name(status));
+    cr_expect(strstr(clattn_context_last_error(ctx), "not a KV cache") != NULL, "%s",
+              clattn_context_last_error(ctx));
+
+    take(cache, &after);
+    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
+    cr_expect_eq(memcmp(before.v, after.v, sizeof before.v), 0, "V changed");
+    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
+                 "lengths changed");
+    clattn_kv_cache_destroy(cache);
+    free(k), free(v);
+}
+
+/* ---------------------------------------------------------------- storage values */
+
+/* Every float16 and bfloat16 bit pattern read back exactly: one key a sequence (so O = V),
+ * 256 sequences of 256 values, on every variant that runs a plain call. */
+static void expect_every_pattern(clattn_context *ctx, clattn_dtype dtype, clattn_variant variant) {
+    enum { N = 256 };
+    static uint16_t v[N * N], q[N * 16];
+    static float o[N * N];
+    for (uint32_t i = 0; i < N * N; i++) v[i] = (uint16_t)i;
+    memset(q, 0, sizeof q);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, N, 1, 1, 1, 1, 16, N);
+    d.dtype = dtype, d.out_dtype = CLATTN_F32, d.variant = variant;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, q, q, v, o, NULL));
+    size_t wrong = 0;
+    for (uint32_t i = 0; i < N * N; i++) {
+        float want;
+        clattn_convert(dtype, &v[i], CLATTN_F32, &want, 1);
+        int same = isnan(want) ? isnan(o[i]) : o[i] == want;
+        if (!same && wrong++ == 0)
+            cr_expect(same, "%s %s: pattern %04x read as %a, is %a", clattn_variant_name(variant),
+                      dtype == CLATTN_F16 ? "f16" : "bf16", i, (double)o[i], (double)want);
+    }
+    cr_expect_eq(wrong, 0, "%zu patterns read wrongly", wrong);
+}
+
+Test(kvcache, every_16_bit_pattern_is_read_exactly) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    clattn_variant variants[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, COUNT(variants) - 1);
+    variants[count++] = CLATTN_VARIANT_GEMM;
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t i = 0; i < count; i++) {
+            expect_every_pattern(ctxs[dev], CLATTN_F16, variants[i]);
+            expect_every_pattern(ctxs[dev], CLATTN_BF16, variants[i]);
+        }
+}
+
+/* An append that starts inside a page and runs into a missing one is refused before anything
+ * is written (it used to check only the page of its first row, and wrote past the pool). */
+Test(kvcache, an_append_into_a_missing_page_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const cache_case paged = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1};
+    clattn_kv_cache *cache = make_cache(ctx, &paged);
+    int32_t table[B * (CAP / PAGE)];
+    for (size_t i = 0; i < COUNT(table); i++) table[i] = -1;
+    table[0] = 5, table[CAP / PAGE] = 6; /* one page a sequence: rows 0..7 */
+    ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
+    void *k = random_tensor(B * CAP * HKV * D, CLATTN_F32, 62);
+    void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 63);
+    const int32_t seven[B] = {7, 0}, two[B] = {2, 0}, far[B] = {0, 20};
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 7, seven));
+    static snapshot before, after;
+    take(cache, &before);
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 2, two), "row 8",
+                   "an append from row 7 into the missing page of row 8");
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 20, far), "row 8",
+                   "an append over two missing pages");
+    const int32_t nine[B] = {9, 0};
+    expect_refused(ctx, cache, clattn_kv_cache_set_lengths(cache, nine), "row 8",
+                   "a length into a missing page");
+    take(cache, &after);
+    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
+    cr_expect_eq(memcmp(before.v, after.v, sizeof before.v), 0, "V changed");
+    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
+                 "lengths changed");
+    const int32_t one[B] = {1, 8}; /* exactly to the ends of the pages: allowed */
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 8, one));
+    clattn_kv_cache_destroy(cache);
+    free(k), free(v);
+}
+
+/* A paged cache's batch does not enter its storage size, but its lengths [B] and block table
+ * [B][max_pages] do: a batch that overflows them is refused as such (found by the fuzzer,
+ * tests/fuzz/fuzz_kv_cache.c: it was left to calloc to fail, as CLATTN_ERR_OUT_OF_MEMORY). */
+Test(kvcache, a_batch_whose_bookkeeping_overflows_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const size_t batches[] = {SIZE_MAX / 2 + 1, SIZE_MAX / 8 + 1, SIZE_MAX};
+    for (size_t i = 0; i < COUNT(batches); i++) {
+        clattn_kv_cache_desc d;
+        cr_assert_eq(clattn_kv_cache_desc_init(&d, batches[i], HKV, D, D, CAP), CLATTN_SUCCESS);
+        d.page_size = PAGE, d.num_pages = PAGES;
+        clattn_kv_cache *cache = NULL;
+        clattn_status status = clattn_kv_cache_create(ctx, &d, &cache);
+        cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "batch %zu: %s", batches[i],
+                     clattn_status_name(status));
+        cr_expect(strstr(clattn_context_last_error(ctx), "overflows") != NULL, "batch %zu: '%s'",
+                  batches[i], clattn_context_last_error(ctx));
+        cr_expect_null(cache);
+    }
+}

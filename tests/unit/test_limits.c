@@ -1,0 +1,183 @@
+/*
+ * Per-kernel limits (core.h, "what a work-group may use"): a compiled kernel may allow fewer
+ * work-items a work-group than its device (CL_KERNEL_WORK_GROUP_SIZE) or use more local memory
+ * than its planner counted. Planners take their limits as an input, so these tests plan the
+ * gpu, flash and gemm variants against limits lower than the device's: the tiles shrink to fit
+ * and the call still matches the reference, or the plan refuses with the reason. How a
+ * kernel's own limits narrow a plan's is checked on made-up kernels, and kernel_launch refuses
+ * a work-group above the kernel's limit with a status, never a failed launch.
+ */
+#include <criterion/criterion.h>
+
+#include "kernels/variant.h"
+#include "reference/reference.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- narrowing */
+
+Test(limits, a_kernel_below_the_device_narrows_the_work_group) {
+    launch_limits l = {256, 65536};
+    kernel_limits k = {64, 8192, 0};
+    cr_expect_eq(launch_limits_narrow(&l, 128, 9000, &k), 1,
+                 "128 work-items, the kernel allows 64");
+    cr_expect_eq(l.work_group_size, 64);
+    cr_expect_eq(l.local_mem_bytes, 65536, "local memory was not the matter");
+    cr_expect_eq(launch_limits_narrow(&l, 64, 9000, &k), 0, "64 work-items fit");
+}
+
+Test(limits, local_memory_the_planner_did_not_count_shrinks_the_budget_below_its_count) {
+    launch_limits l = {256, 16384};
+    kernel_limits k = {256, 17000, 0}; /* counted 15000, the kernel uses 2000 more */
+    cr_expect_eq(launch_limits_narrow(&l, 64, 15000, &k), 1);
+    cr_expect_eq(l.local_mem_bytes, 16384 - 2000, "the budget shrinks by what was missed");
+    cr_expect_lt(l.local_mem_bytes, 15000, "the next fit must count less than this one");
+    kernel_limits fits = {256, 12000, 0};
+    cr_expect_eq(launch_limits_narrow(&l, 64, 11000, &fits), 0);
+}
+
+/* ---------------------------------------------------------------- planning against limits */
+
+/* B=1, Hq=2, Hkv=1, Nq=70, Nk=90, D=32, causal: inputs seeded, the reference computed once. */
+enum { NQ = 70, NK = 90, HQ = 2, D = 32 };
+static float q[NQ * HQ * D], k[NK * D], v[NK * D], o[NQ * HQ * D], lse[HQ * NQ];
+static double ref_o[NQ * HQ * D], ref_lse[HQ * NQ];
+
+static clattn_attention_desc limited_desc(attn_problem *pb) {
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, HQ, 1, NQ, NK, D, D);
+    d.causal = 1;
+    fill_uniform(q, NQ * HQ * D, 41), fill_uniform(k, NK * D, 42), fill_uniform(v, NK * D, 43);
+    cr_assert_eq(problem_build(&d, BIAS_FROM_HOST, NULL, pb), CLATTN_SUCCESS);
+    static float ref32[NQ * HQ * D], ref_lse32[HQ * NQ]; /* stored as a device stores O */
+    cr_assert_eq(reference_attention_store(pb, q, k, v, NULL, ref32, ref_lse32, NULL),
+                 CLATTN_SUCCESS);
+    for (size_t i = 0; i < NQ * HQ * D; i++) ref_o[i] = ref32[i];
+    for (size_t i = 0; i < HQ * NQ; i++) ref_lse[i] = ref_lse32[i];
+    return d;
+}
+
+/* Plans `variant` against `limits` and, when it plans, runs the plan; *stats gets what ran. */
+static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *variant,
+                                  const attn_problem *pb, const launch_limits *limits,
+                                  clattn_stats *stats) {
+    variant_plan plan;
+    clattn_status status = variant_plan_make_limited(ctx, variant, pb, 1, limits, &plan);
+    if (status != CLATTN_SUCCESS) return status;
+    cl_context cl = clattn_context_cl_context(ctx);
+    cl_int err = CL_SUCCESS;
+    attn_buffers b;
+    memset(&b, 0, sizeof b);
+    b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof q, q, &err);
+    b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof k, k, &err);
+    b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof v, v, &err);
+    b.o = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof o, NULL, &err);
+    b.lse = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof lse, NULL, &err);
+    cr_assert(b.q && b.k && b.v && b.o && b.lse, "buffers: %d", (int)err);
+    memset(stats, 0, sizeof *stats);
+    status = variant->run(ctx, &plan, &b, NULL, stats);
+    cl_command_queue queue = clattn_context_queue(ctx);
+    if (status == CLATTN_SUCCESS) {
+        clEnqueueReadBuffer(queue, b.o, CL_TRUE, 0, sizeof o, o, 0, NULL, NULL);
+        clEnqueueReadBuffer(queue, b.lse, CL_TRUE, 0, sizeof lse, lse, 0, NULL, NULL);
+    }
+    clReleaseMemObject(b.q), clReleaseMemObject(b.k), clReleaseMemObject(b.v);
+    clReleaseMemObject(b.o), clReleaseMemObject(b.lse);
+    variant_plan_release(&plan);
+    return status;
+}
+
+static void expect_reference(const char *what) {
+    cr_expect_eq(compare_outputs(what, o, ref_o, NQ * HQ * D, TOL_F32_ATOL, TOL_F32_RTOL), 0,
+                 "%s: O differs from the reference", what);
+    case_result r;
+    memset(&r, 0, sizeof r);
+    compare_lse_values(lse, ref_lse, HQ * NQ, &r);
+    cr_expect_eq(r.mismatches, 0, "%s: LSE: %s", what, r.message);
+}
+
+/* The micro-tile of flash's kernel string "flash bm32 bn32 tm4 tn4 ...". */
+static void flash_shape(const char *kernel, unsigned *bm, unsigned *bn, unsigned *tm,
+                        unsigned *tn) {
+    cr_assert_eq(sscanf(kernel, "flash bm%u bn%u tm%u tn%u", bm, bn, tm, tn), 4, "%s", kernel);
+}
+
+Test(limits, gpu_tiles_shrink_to_limits_below_the_device) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    attn_problem pb;
+    limited_desc(&pb);
+    launch_limits device = launch_limits_of_device(&ctxs[0]->device), low;
+    /* 16 work-items and 6 KiB: a tile of at most 16 rows, and K^T + V tiles of (32 + 32) x 16
+     * floats (4 KiB) with the 1 KiB the planner keeps for the kernel's own */
+    low.work_group_size = 16, low.local_mem_bytes = 6144;
+    cr_assert_lt(low.work_group_size, device.work_group_size);
+    clattn_stats stats;
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_ROWWISE), &pb, &low, &stats));
+    cr_expect_leq(stats.block_m, 16, "%s", stats.kernel);
+    cr_expect_leq((size_t)(D + D) * stats.block_n * 4 + 1024, 6144, "%s", stats.kernel);
+    expect_reference("gpu against low limits");
+    low.work_group_size = 4; /* the kernel needs 8 rows a work-group at least */
+    cr_expect_eq(plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_ROWWISE), &pb, &low, &stats),
+                 CLATTN_ERR_UNSUPPORTED);
+    cr_expect(strstr(clattn_context_last_error(ctxs[0]), "work-groups of 4 work-items") != NULL,
+              "%s", clattn_context_last_error(ctxs[0]));
+    problem_release(&pb);
+}
+
+Test(limits, flash_tiles_shrink_to_limits_below_the_device) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    attn_problem pb;
+    limited_desc(&pb);
+    launch_limits low = {8, 8192};
+    clattn_stats stats;
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats));
+    unsigned bm, bn, tm, tn;
+    flash_shape(stats.kernel, &bm, &bn, &tm, &tn);
+    cr_expect_leq((bm / tm) * (bn / tn), 8, "work-items a work-group: %s", stats.kernel);
+    expect_reference("flash against low limits");
+    low.local_mem_bytes = 1024; /* the reserve alone: no tile */
+    cr_expect_eq(plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats), CLATTN_ERR_UNSUPPORTED);
+    cr_expect(strstr(clattn_context_last_error(ctxs[0]), "no tile fits") != NULL, "%s",
+              clattn_context_last_error(ctxs[0]));
+    problem_release(&pb);
+}
+
+Test(limits, gemm_softmax_work_group_follows_the_limits) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    attn_problem pb;
+    limited_desc(&pb);
+    launch_limits low = {24, 65536}; /* the tuning's 256 down to a power of two: 16 */
+    clattn_stats stats;
+    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_GEMM), &pb, &low, &stats));
+    cr_expect(strstr(stats.kernel, "softmax wg16 ") != NULL, "%s", stats.kernel);
+    expect_reference("gemm against low limits");
+    problem_release(&pb);
+}
+
+/* ---------------------------------------------------------------- the launch */
+
+/* A kernel without a required work-group size (the KV cache's append), launched with one
+ * work-item more a work-group than it allows: a status naming the limit, nothing enqueued. */
+Test(limits, a_launch_above_the_kernels_limit_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    static const char *const files[] = {"attn_params.cl", "mask_rules.h", "common.cl",
+                                        "kv_cache.cl"};
+    cl_kernel kernel = NULL;
+    ASSERT_OK(ctx, kernel_get(ctx, files, 4, "-DIN_DTYPE=0 -DOUT_DTYPE=0", "append_rows", &kernel));
+    kernel_limits k;
+    kernel_limits_get(ctx, kernel, &k);
+    cr_assert_geq(k.work_group_size, 1);
+    size_t local = k.work_group_size + 1, global = local;
+    cr_expect_eq(kernel_launch(ctx, kernel, 1, &global, &local, NULL, "test launch"),
+                 CLATTN_ERR_UNSUPPORTED);
+    cr_expect(strstr(clattn_context_last_error(ctx), "CL_KERNEL_WORK_GROUP_SIZE") != NULL, "%s",
+              clattn_context_last_error(ctx));
+}

@@ -1,0 +1,234 @@
+/*
+ * The tuning database: planners take their tile sizes from it, and a tuning.json in the cache
+ * folder overrides the built-in entry for one device and driver (only the fields it gives). A
+ * malformed file is ignored, never trusted; so is one behind a link or in a folder others
+ * can write to. clattn_tuning_save writes entries that later calls take, and a context's own
+ * parameters (clattn_context_set_tuning) come before both.
+ */
+#include <criterion/criterion.h>
+
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char folder[64];
+
+static void write_tuning(const char *text) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/tuning.json", folder);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void setup(void) {
+    snprintf(folder, sizeof folder, "/tmp/clattn-tuning-XXXXXX");
+    cr_assert_not_null(mkdtemp(folder));
+    setenv("CLATTN_CACHE_DIR", folder, 1);
+}
+
+static void teardown(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", folder);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* Runs a small call on `variant` and returns its statistics (the result checked). */
+static clattn_stats run_variant(clattn_context *ctx, clattn_variant variant) {
+    attn_case c;
+    case_init(&c, 1, 2, 1, 45, 70, 32, 32);
+    c.causal = 1;
+    case_result r;
+    case_run(ctx, &c, CLATTN_PATH_FUSED, variant, &r);
+    cr_assert_eq(r.status, CLATTN_SUCCESS, "%s", r.message);
+    cr_assert_eq(r.mismatches, 0, "%s", r.message);
+    return r.stats;
+}
+
+Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    clattn_stats before = run_variant(ctx, CLATTN_VARIANT_LANES);
+    cr_assert_eq(before.block_m, 16, "the built-in 32 rows, split finer for a call of 90 rows");
+
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"clattn_tuning\": 1, \"note\": [1, {\"x\": \"y\"}], \"entries\": [\n"
+             "  {\"device\": \"another device\", \"variant\": \"cpu\", \"block_m\": 2},\n"
+             "  {\"device\": \"%s\", \"driver\": \"%s\", \"variant\": \"cpu\", \"block_m\": 48,\n"
+             "   \"comment\": \"block_n stays built in\"}]}\n",
+             info.name, info.driver_version);
+    write_tuning(text);
+    clattn_stats tuned = run_variant(ctx, CLATTN_VARIANT_LANES);
+    cr_expect_eq(tuned.block_m, 48, "tuning.json's block_m, taken as it is");
+    cr_expect_eq(tuned.block_n, before.block_n, "a field the entry leaves out stays built in");
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_ROWWISE).block_m, 64, "other variants untouched");
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_LANES, &vi), CLATTN_SUCCESS);
+    cr_expect_str_eq(vi.tuning, "tuning.json");
+
+    write_tuning("{\"entries\": [{\"device\": \""); /* cut short: ignored */
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16);
+    clattn_context_destroy(ctx);
+}
+
+/* An entry with tiles the kernels cannot take is refused with a message, not run. */
+Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_n\": 24}]}",
+             info.name);
+    write_tuning(text);
+    attn_case c;
+    case_init(&c, 1, 1, 1, 8, 8, 16, 16);
+    case_result r;
+    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
+    cr_expect_eq(r.status, CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(r.message, "block_n 24") != NULL, "%s", r.message);
+    clattn_context_destroy(ctx);
+}
+
+/* clattn_tuning_save writes the context's device and driver entry into tuning.json (keeping
+ * the others), and later calls and lookups take it. */
+Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"another device\", \"variant\": \"flash\", "
+             "\"block_m\": 2}]}");
+    write_tuning(text);
+
+    clattn_tuning saved, read;
+    clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
+    clattn_tuning_init(&saved);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &saved, &source),
+                 CLATTN_SUCCESS);
+    cr_expect_neq(source, CLATTN_TUNING_FILE);
+    saved.block_m = 8, saved.block_n = 16, saved.tile_m = 2, saved.tile_n = 2, saved.stages = 1;
+    ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &saved));
+    clattn_tuning_init(&read);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &read, &source),
+                 CLATTN_SUCCESS);
+    cr_expect_eq(source, CLATTN_TUNING_FILE);
+    cr_expect_eq(memcmp(&read, &saved, sizeof read), 0, "the entry reads back as written");
+    clattn_stats used = run_variant(ctx, CLATTN_VARIANT_FLASH);
+    cr_expect(used.block_m == 8 && used.block_n == 16, "%s", used.kernel);
+
+    char path[512], file[4096] = "";
+    cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t got = fread(file, 1, sizeof file - 1, f);
+    file[got] = '\0';
+    fclose(f);
+    cr_expect(strstr(file, "another device") != NULL, "the other entry is kept:\n%s", file);
+
+    /* the context's own parameters come first, and NULL returns to the file */
+    saved.block_m = 4;
+    ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &saved));
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_FLASH).block_m, 4);
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_FLASH, &vi), CLATTN_SUCCESS);
+    cr_expect_str_eq(vi.tuning, "context");
+    ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, NULL));
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_FLASH).block_m, 8);
+    clattn_context_destroy(ctx);
+}
+
+/* A tuner's candidate that the kernel cannot take, or not as given on this device, is refused
+ * when it is set, naming why; the context keeps what it had. */
+Test(tuning, a_candidate_the_kernel_cannot_take_is_refused, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
+    t.block_m = 32, t.tile_m = 3; /* micro-tiles that do not divide the tile */
+    cr_expect_eq(clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &t),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "block_m is out of range") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    t.tile_m = t.tile_n = 1; /* as many work-items as scores: more than any device runs */
+    t.block_m = 128, t.block_n = 128;
+    if (info.max_work_group_size < 128 * 128) {
+        cr_expect_eq(clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &t),
+                     CLATTN_ERR_INVALID_ARGUMENT);
+        cr_expect(strstr(clattn_context_last_error(ctx), "16384 work-items") != NULL, "%s",
+                  clattn_context_last_error(ctx));
+    }
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_FLASH, &vi), CLATTN_SUCCESS);
+    cr_expect_str_neq(vi.tuning, "context");
+    unsigned *field = clattn_tuning_field(&t, "tile_n");
+    cr_expect(field == &t.tile_n, "clattn_tuning_field names the field");
+    cr_expect_null(clattn_tuning_field(&t, "tile"));
+    clattn_context_destroy(ctx);
+}
+
+Test(tuning, nothing_is_written_with_the_cache_folder_off) {
+    clattn_context *ctx = NULL;
+    setenv("CLATTN_CACHE_DIR", "off", 1);
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    char path[64];
+    cr_expect_eq(clattn_tuning_file(path, sizeof path), CLATTN_ERR_UNSUPPORTED);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_UNSUPPORTED);
+    cr_expect_eq(clattn_tuning_save(ctx, (clattn_variant)99, &t), CLATTN_ERR_INVALID_ARGUMENT);
+    clattn_context_destroy(ctx);
+}
+
+/* tuning.json is read only as a regular file (not through a link) in a private folder. */
+Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini = teardown) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    char text[512], path[128], real[128];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"lanes\", \"block_m\": 48}]}",
+             info.name);
+    write_tuning(text);
+    snprintf(path, sizeof path, "%s/tuning.json", folder);
+    snprintf(real, sizeof real, "%s/real.json", folder);
+    cr_assert_eq(rename(path, real), 0);
+    cr_assert_eq(symlink(real, path), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16, "read through a link");
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(rename(real, path), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 48, "the regular file");
+    cr_assert_eq(chmod(folder, 0777), 0);
+    cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16,
+                 "read in a folder others write");
+    clattn_tuning t; /* nor written there */
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL), CLATTN_SUCCESS);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t), CLATTN_ERR_IO, "%s",
+                 clattn_context_last_error(ctx));
+    cr_assert_eq(chmod(folder, 0700), 0);
+    clattn_context_destroy(ctx);
+}
