@@ -230,6 +230,7 @@ static clattn_status attention_in_call(clattn_context *ctx, const clattn_attenti
                                        cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
+    transfers_mark(ctx);
     if (event) *event = NULL;
     attn_problem pb;
     clattn_status status = problem_build(d, BIAS_FROM_BUFFER, &ctx->error, &pb);
@@ -237,6 +238,7 @@ static clattn_status attention_in_call(clattn_context *ctx, const clattn_attenti
         attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL, NULL, NULL, NULL, 0};
         status = attention_on_buffers(ctx, &pb, &b, event);
     }
+    if (status == CLATTN_SUCCESS) stats_record_transfers(ctx);
     problem_release(&pb);
     return status;
 }
@@ -283,6 +285,7 @@ static clattn_status attention_host_in_call(clattn_context *ctx, const clattn_at
                                             float *lse) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
+    transfers_mark(ctx);
     attn_problem pb;
     attn_buffers b = {0};
     clattn_status status = problem_build(d, BIAS_FROM_HOST, &ctx->error, &pb);
@@ -291,12 +294,10 @@ static clattn_status attention_host_in_call(clattn_context *ctx, const clattn_at
             ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is NULL");
     if (status == CLATTN_SUCCESS) status = upload(ctx, &pb, q, k, v, o, lse != NULL, &b);
     if (status == CLATTN_SUCCESS) status = attention_on_buffers(ctx, &pb, &b, NULL);
-    cl_int err = CL_SUCCESS;
     const clattn_attention_extents *ext = &pb.extents;
-    if (!status) err = clEnqueueReadBuffer(ctx->queue, b.o, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
-    if (!status && !err && lse)
-        err = clEnqueueReadBuffer(ctx->queue, b.lse, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
-    if (!status && err) status = ctx_cl_error(ctx, err, "reading results");
+    if (!status) status = buffer_read(ctx, b.o, 0, ext->o, o, "reading results");
+    if (!status && lse) status = buffer_read(ctx, b.lse, 0, ext->lse, lse, "reading results");
+    if (!status) stats_record_transfers(ctx);
     release_buffers(&b);
     problem_release(&pb);
     return status;

@@ -219,9 +219,7 @@ static int rows_have_pages(const clattn_kv_cache *c, const int32_t *table, size_
  * change right after. */
 static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, const int32_t *host, size_t count,
                             const char *what) {
-    cl_int err =
-        clEnqueueWriteBuffer(c->ctx->queue, buffer, CL_TRUE, 0, count * 4, host, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(c->ctx, err, what);
+    return buffer_write(c->ctx, buffer, 0, count * 4, host, what);
 }
 
 clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
@@ -447,9 +445,7 @@ static clattn_status read_rows(clattn_kv_cache *c, cl_mem buffer, void **out) {
     *out = malloc(bytes ? bytes : 1);
     if (!*out)
         return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache append: %zu bytes", bytes);
-    cl_int err = clEnqueueReadBuffer(c->ctx->queue, buffer, CL_TRUE, 0, bytes, *out, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : ctx_cl_error(c->ctx, err, "kv cache append: reading new rows back");
+    return buffer_read(c->ctx, buffer, 0, bytes, *out, "kv cache append: reading new rows back");
 }
 
 /* q8_0 rows on the device: check_rows flags a block whose scale overflows, before anything is
@@ -467,10 +463,9 @@ static clattn_status check_device_rows(clattn_kv_cache *c, const clattn_kv_rows 
     if (call.args.err != CL_SUCCESS)
         return ctx_cl_error(c->ctx, call.args.err, "kv cache append check: arguments");
     s = kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append check");
-    cl_int err = s ? CL_SUCCESS
-                   : clEnqueueReadBuffer(c->ctx->queue, flag, CL_TRUE, 0, sizeof overflow,
-                                         &overflow, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return ctx_cl_error(c->ctx, err, "kv cache append check: its flag");
+    if (!s)
+        s = buffer_read(c->ctx, flag, 0, sizeof overflow, &overflow,
+                        "kv cache append check: its flag");
     if (s || !overflow) return s;
     void *k = NULL, *v = NULL;
     s = read_rows(c, r->k, &k);
@@ -544,16 +539,15 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
 static clattn_status copy_storage(clattn_kv_cache *c, void *k, void *v, int write) {
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
-    cl_command_queue q = c->ctx->queue;
-    cl_int err = CL_SUCCESS;
+    const char *what = "kv cache: copying the storage";
+    clattn_status s = CLATTN_SUCCESS;
     if (k)
-        err = write ? clEnqueueWriteBuffer(q, c->k, CL_TRUE, 0, c->k_bytes, k, 0, NULL, NULL)
-                    : clEnqueueReadBuffer(q, c->k, CL_TRUE, 0, c->k_bytes, k, 0, NULL, NULL);
-    if (v && err == CL_SUCCESS)
-        err = write ? clEnqueueWriteBuffer(q, c->v, CL_TRUE, 0, c->v_bytes, v, 0, NULL, NULL)
-                    : clEnqueueReadBuffer(q, c->v, CL_TRUE, 0, c->v_bytes, v, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : ctx_cl_error(c->ctx, err, "kv cache: copying the storage");
+        s = write ? buffer_write(c->ctx, c->k, 0, c->k_bytes, k, what)
+                  : buffer_read(c->ctx, c->k, 0, c->k_bytes, k, what);
+    if (v && !s)
+        s = write ? buffer_write(c->ctx, c->v, 0, c->v_bytes, v, what)
+                  : buffer_read(c->ctx, c->v, 0, c->v_bytes, v, what);
+    return s;
 }
 
 clattn_status clattn_kv_cache_write_host(clattn_kv_cache *c, const void *k, const void *v) {
@@ -607,15 +601,17 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
                                         cl_event *event) {
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
+    transfers_mark(c->ctx);
     if (event) *event = NULL;
     attn_problem pb;
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_BUFFER, &pb);
     if (s == CLATTN_SUCCESS) {
         attn_buffers b = {
-            q,    c->k,        c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
+            q,    c->k,         c->v, o, lse, pb.has_bias ? desc->bias : NULL, c->lengths_buf,
             NULL, c->table_buf, 0};
         s = attention_on_buffers(c->ctx, &pb, &b, event);
     }
+    if (s == CLATTN_SUCCESS) stats_record_transfers(c->ctx);
     problem_release(&pb);
     return s;
 }
@@ -626,6 +622,7 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     clattn_context *ctx = c->ctx;
     ctx_clear_error(ctx);
+    transfers_mark(ctx);
     attn_problem pb;
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_HOST, &pb);
     cl_mem qb = NULL, ob = NULL, lb = NULL, bias = NULL;
@@ -640,11 +637,10 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
         s = buffer_create(ctx, in, ext->bias, (void *)pb.bias_host, &bias, "bias");
     attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf, 0};
     if (!s) s = attention_on_buffers(ctx, &pb, &b, NULL);
-    cl_int err = CL_SUCCESS;
-    if (!s) err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
-    if (!s && !err && lse)
-        err = clEnqueueReadBuffer(ctx->queue, lb, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
-    if (!s && err) s = ctx_cl_error(ctx, err, "kv cache attention: reading results");
+    const char *reading = "kv cache attention: reading results";
+    if (!s) s = buffer_read(ctx, ob, 0, ext->o, o, reading);
+    if (!s && lse) s = buffer_read(ctx, lb, 0, ext->lse, lse, reading);
+    if (!s) stats_record_transfers(ctx);
     cl_mem all[] = {qb, ob, lb, bias};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
         if (all[i]) clReleaseMemObject(all[i]);

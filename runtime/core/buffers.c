@@ -1,4 +1,5 @@
-/* Device buffers: one-off ones, the context's reusable workspace, and the set one call holds. */
+/* Device buffers: one-off ones, the context's reusable workspace, and the set one call holds;
+ * the copies between them and host memory, and the count of that traffic (clattn_transfers). */
 #include "core.h"
 
 #include <stdio.h>
@@ -28,7 +29,73 @@ clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t byte
         snprintf(detail, sizeof detail, "allocating %s (%zu bytes)", what, bytes);
         return ctx_cl_error(ctx, err, detail);
     }
+    if (host && (flags & CL_MEM_COPY_HOST_PTR)) {
+        ctx->transfers.host_to_device_bytes += bytes;
+        ctx->transfers.copies++;
+    } else if (host && (flags & CL_MEM_USE_HOST_PTR)) {
+        ctx->transfers.mapped_bytes += bytes;
+    }
     return CLATTN_SUCCESS;
+}
+
+clattn_status buffer_write(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
+                           const void *host, const char *what) {
+    cl_int err =
+        clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
+    ctx->transfers.host_to_device_bytes += bytes;
+    ctx->transfers.copies++;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status buffer_read(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
+                          void *host, const char *what) {
+    cl_int err =
+        clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
+    ctx->transfers.device_to_host_bytes += bytes;
+    ctx->transfers.copies++;
+    return CLATTN_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- transfer statistics */
+
+void transfers_mark(clattn_context *ctx) {
+    ctx->call_start = ctx->transfers;
+}
+
+void stats_record_transfers(clattn_context *ctx) {
+    const clattn_transfers *now = &ctx->transfers, *start = &ctx->call_start;
+    ctx->stats.host_to_device_bytes = now->host_to_device_bytes - start->host_to_device_bytes;
+    ctx->stats.device_to_host_bytes = now->device_to_host_bytes - start->device_to_host_bytes;
+    ctx->stats.mapped_bytes = now->mapped_bytes - start->mapped_bytes;
+}
+
+clattn_status clattn_transfers_init_sized(clattn_transfers *totals, size_t struct_size) {
+    clattn_transfers local;
+    memset(&local, 0, sizeof local);
+    return struct_init(totals, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+static clattn_status context_transfers_in_call(clattn_context *ctx, clattn_transfers *totals) {
+    ctx_clear_error(ctx);
+    clattn_transfers copy = ctx->transfers;
+    copy.struct_size = sizeof copy;
+    if (!totals || struct_write(totals, &copy, sizeof copy, sizeof copy))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "totals is NULL or its struct_size is wrong: set it with "
+                         "clattn_transfers_init");
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_transfers(clattn_context *ctx, clattn_transfers *totals) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = context_transfers_in_call(ctx, totals);
+    context_leave(ctx);
+    return status;
 }
 
 clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,
