@@ -148,6 +148,72 @@ Test(transfers, a_decoding_step_moves_the_same_bytes_at_any_cache_length) {
     }
 }
 
+/* Whether buffer_from_host maps on this context's device: it shares host memory, and the test
+ * hook that makes it copy ($CLATTN_TEST_NO_MAP=1, the ctest run transfers_copying) is off. */
+static int maps_host_arrays(clattn_context *ctx) {
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(ctx, &info);
+    cl_bool unified = CL_FALSE;
+    clGetDeviceInfo(info.device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    const char *no_map = getenv("CLATTN_TEST_NO_MAP");
+    return unified == CL_TRUE && !(no_map && strcmp(no_map, "1") == 0);
+}
+
+Test(transfers, host_arrays_are_mapped_where_the_device_shares_host_memory) {
+    enum { N = 33 };
+    size_t count = (size_t)B * N * HQ * D;
+    float *q = malloc(count * 4), *k = malloc(count * 4), *v = malloc(count * 4);
+    float *o = malloc(count * 4);
+    fill_uniform(q, count, 8), fill_uniform(k, count, 9), fill_uniform(v, count, 10);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HQ, N, N, D, D);
+    uint64_t tensors = 4 * 4 * (uint64_t)count; /* Q, K, V, O */
+    clattn_context **ctxs;
+    size_t n = test_contexts(&ctxs);
+    for (size_t c = 0; c < n; c++) {
+        ASSERT_OK(ctxs[c], clattn_attention_host(ctxs[c], &d, q, k, v, o, NULL));
+        clattn_stats s = last_stats(ctxs[c]);
+        if (maps_host_arrays(ctxs[c])) {
+            cr_expect_eq(s.mapped_bytes, tensors, "device %zu mapped %llu bytes, not Q, K, V, O", c,
+                         (unsigned long long)s.mapped_bytes);
+            cr_expect_lt(s.host_to_device_bytes, tensors / 4, "device %zu copied %llu bytes", c,
+                         (unsigned long long)s.host_to_device_bytes);
+            cr_expect_eq(s.device_to_host_bytes, 0, "O is mapped back, not read");
+        } else {
+            cr_expect_eq(s.mapped_bytes, 0);
+            cr_expect_geq(s.host_to_device_bytes, tensors);
+            cr_expect_eq(s.device_to_host_bytes, 4 * (uint64_t)count, "O is read back");
+        }
+    }
+    free(q), free(k), free(v), free(o);
+}
+
+/* O written over Q's own host array: the kernels must read Q as it was, so O is copied (not
+ * mapped) there, and the result is that of separate arrays. */
+Test(transfers, an_output_over_an_input_is_not_mapped) {
+    enum { N = 19 };
+    size_t count = (size_t)B * N * HQ * D;
+    float *q = malloc(count * 4), *kv = malloc(count * 4), *o = malloc(count * 4);
+    float *in_place = malloc(count * 4);
+    fill_uniform(q, count, 11), fill_uniform(kv, count, 12);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HQ, N, N, D, D);
+    d.causal = 1;
+    clattn_context **ctxs;
+    size_t n = test_contexts(&ctxs);
+    for (size_t c = 0; c < n; c++) {
+        ASSERT_OK(ctxs[c], clattn_attention_host(ctxs[c], &d, q, kv, kv, o, NULL));
+        memcpy(in_place, q, count * 4);
+        ASSERT_OK(ctxs[c], clattn_attention_host(ctxs[c], &d, in_place, kv, kv, in_place, NULL));
+        cr_expect_eq(memcmp(in_place, o, count * 4), 0, "device %zu: O over Q differs", c);
+        if (maps_host_arrays(ctxs[c]))
+            cr_expect_eq(last_stats(ctxs[c]).mapped_bytes, 3 * 4 * (uint64_t)count,
+                         "Q, K and V mapped (K and V one array, mapped twice), O copied");
+    }
+    free(q), free(kv), free(o), free(in_place);
+}
+
 Test(transfers, bad_arguments_are_refused) {
     clattn_transfers t;
     cr_expect_eq(clattn_transfers_init_sized(&t, 4), CLATTN_ERR_INVALID_ARGUMENT);

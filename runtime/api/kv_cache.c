@@ -524,12 +524,11 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
     if (clattn_tensor_dense(&rows.k_tensor, d->layout, d->heads_kv, len, d->dim_qk, 0) ||
         clattn_tensor_dense(&rows.v_tensor, d->layout, d->heads_kv, len, d->dim_v, 0))
         return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache append: sizes overflow");
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    s = buffer_create(c->ctx, in, d->batch * rows.k_tensor.stride_batch * elem, (void *)k_new,
-                      &rows.k, "new K rows");
+    s = buffer_from_host(c->ctx, CL_MEM_READ_ONLY, d->batch * rows.k_tensor.stride_batch * elem,
+                         k_new, &rows.k, "new K rows");
     if (!s)
-        s = buffer_create(c->ctx, in, d->batch * rows.v_tensor.stride_batch * elem, (void *)v_new,
-                          &rows.v, "new V rows");
+        s = buffer_from_host(c->ctx, CL_MEM_READ_ONLY, d->batch * rows.v_tensor.stride_batch * elem,
+                             v_new, &rows.v, "new V rows");
     if (!s) s = append(c, &rows, k_new, v_new);
     if (rows.k) clReleaseMemObject(rows.k);
     if (rows.v) clReleaseMemObject(rows.v);
@@ -627,19 +626,21 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_HOST, &pb);
     cl_mem qb = NULL, ob = NULL, lb = NULL, bias = NULL;
     const clattn_attention_extents *ext = &pb.extents;
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    const void *bias_host = !s && pb.has_bias ? pb.bias_host : NULL;
+    const void *inputs[] = {q, bias_host, o};
+    const size_t input_bytes[] = {ext->q, bias_host ? ext->bias : 0, ext->o};
     if (!s && (!q || !o))
         s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache attention: q or o is NULL");
-    if (!s) s = buffer_create(ctx, in, ext->q, (void *)q, &qb, "Q");
-    if (!s) s = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &ob, "O");
-    if (!s && lse) s = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &lb, "LSE");
-    if (!s && pb.has_bias)
-        s = buffer_create(ctx, in, ext->bias, (void *)pb.bias_host, &bias, "bias");
+    if (!s) s = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->q, q, &qb, "Q");
+    if (!s) s = host_output_buffer(ctx, ext->o, o, inputs, input_bytes, 2, &ob, "O");
+    if (!s && lse) s = host_output_buffer(ctx, ext->lse, lse, inputs, input_bytes, 3, &lb, "LSE");
+    if (!s && bias_host)
+        s = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->bias, bias_host, &bias, "bias");
     attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf, 0};
     if (!s) s = attention_on_buffers(ctx, &pb, &b, NULL);
     const char *reading = "kv cache attention: reading results";
-    if (!s) s = buffer_read(ctx, ob, 0, ext->o, o, reading);
-    if (!s && lse) s = buffer_read(ctx, lb, 0, ext->lse, lse, reading);
+    if (!s) s = buffer_to_host(ctx, ob, ext->o, o, reading);
+    if (!s && lse) s = buffer_to_host(ctx, lb, ext->lse, lse, reading);
     if (!s) stats_record_transfers(ctx);
     cl_mem all[] = {qb, ob, lb, bias};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)

@@ -3,6 +3,7 @@
 #include "core.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t buffer_size(cl_mem buffer) {
@@ -56,6 +57,41 @@ clattn_status buffer_read(clattn_context *ctx, cl_mem buffer, size_t offset, siz
     ctx->transfers.device_to_host_bytes += bytes;
     ctx->transfers.copies++;
     return CLATTN_SUCCESS;
+}
+
+/* A test hook, compiled into test builds only (CLATTN_TEST_HOOKS): $CLATTN_TEST_NO_MAP=1 makes
+ * buffer_from_host copy on every device, so that the copying path is tested on a CPU too. */
+static int mapping_refused(void) {
+#ifdef CLATTN_TEST_HOOKS
+    const char *no_map = getenv("CLATTN_TEST_NO_MAP");
+    return no_map && strcmp(no_map, "1") == 0;
+#else
+    return 0;
+#endif
+}
+
+clattn_status buffer_from_host(clattn_context *ctx, cl_mem_flags access, size_t bytes,
+                               const void *host, cl_mem *out, const char *what) {
+    int map = ctx->host_unified_memory && bytes > 0 && !mapping_refused();
+    cl_mem_flags flags = access | (map ? CL_MEM_USE_HOST_PTR : CL_MEM_COPY_HOST_PTR);
+    return buffer_create(ctx, flags, bytes, (void *)host, out, what);
+}
+
+clattn_status buffer_to_host(clattn_context *ctx, cl_mem buffer, size_t bytes, void *host,
+                             const char *what) {
+    cl_mem_flags flags = 0;
+    void *own = NULL;
+    if (clGetMemObjectInfo(buffer, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS ||
+        !(flags & CL_MEM_USE_HOST_PTR) ||
+        clGetMemObjectInfo(buffer, CL_MEM_HOST_PTR, sizeof own, &own, NULL) != CL_SUCCESS ||
+        own != host)
+        return buffer_read(ctx, buffer, 0, bytes, host, what);
+    cl_int err = CL_SUCCESS;
+    void *mapped =
+        clEnqueueMapBuffer(ctx->queue, buffer, CL_TRUE, CL_MAP_READ, 0, bytes, 0, NULL, NULL, &err);
+    if (err == CL_SUCCESS) err = clEnqueueUnmapMemObject(ctx->queue, buffer, mapped, 0, NULL, NULL);
+    if (err == CL_SUCCESS) err = clFinish(ctx->queue);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(ctx, err, what);
 }
 
 /* ---------------------------------------------------------------- transfer statistics */

@@ -296,6 +296,18 @@ size_t buffer_size(cl_mem buffer);
  * device, CL_MEM_USE_HOST_PTR as bytes mapped. */
 clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t bytes, void *host,
                             cl_mem *out, const char *what);
+/* A buffer over `bytes` of a caller's host array, for one call that waits for its commands
+ * before it returns: on a device that shares host memory (ctx->host_unified_memory: CPUs,
+ * integrated GPUs) the array itself, which the device reads and writes in place
+ * (CL_MEM_USE_HOST_PTR: mapped, not copied); elsewhere a copy (CL_MEM_COPY_HOST_PTR). `access`
+ * is CL_MEM_READ_ONLY or CL_MEM_READ_WRITE. Results come back with buffer_to_host. */
+clattn_status buffer_from_host(clattn_context *ctx, cl_mem_flags access, size_t bytes,
+                               const void *host, cl_mem *out, const char *what);
+/* Brings the first `bytes` of a buffer to host memory at `host`, waiting: a buffer made over
+ * that very memory (buffer_from_host on a shared-memory device) is mapped and unmapped, which
+ * makes the device's writes visible without a copy; any other is read (buffer_read). */
+clattn_status buffer_to_host(clattn_context *ctx, cl_mem buffer, size_t bytes, void *host,
+                             const char *what);
 /* Blocking copies between a buffer (from byte `offset`) and host memory, counted in
  * ctx->transfers; a failure is recorded as "<what>: CL_<NAME> (<code>)". */
 clattn_status buffer_write(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
