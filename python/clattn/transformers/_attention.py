@@ -66,21 +66,21 @@ def _minus_inf_where_not(valid: torch.Tensor) -> torch.Tensor:
     return bias.masked_fill_(~valid, float("-inf"))
 
 
-class _Plan:
+class Plan:
     """One call's keys (the first key_count of S), clattn masks and bias."""
 
     def __init__(self, key_count: int, causal: bool, window: Any, bias: Optional[torch.Tensor]) -> None:
         self.key_count, self.causal, self.window, self.bias = key_count, causal, window, bias
 
 
-def _plan_mask(mask: Mask, q_length: int, keys: int) -> _Plan:
+def plan_mask(mask: Mask, q_length: int, keys: int) -> Plan:
     """clattn's masks for a Mask: queries at positions q_offset + i, keys at kv_offset + j. With
     causal, keys past the last query's position are never seen, so the call takes the first
     q_offset - kv_offset + L keys, and clattn's end-aligned causal then matches positions."""
     if mask.dense is not None:
         if mask.dense.shape[-1] != keys:
             raise invalid(f"the mask covers {mask.dense.shape[-1]} keys, the call has {keys}")
-        return _Plan(keys, False, None, _minus_inf_where_not(mask.dense))
+        return Plan(keys, False, None, _minus_inf_where_not(mask.dense))
     shift = mask.q_offset - mask.kv_offset  # key index of query row 0's position
     key_count = shift + q_length if mask.causal else keys
     if not 1 <= key_count <= keys:
@@ -98,23 +98,23 @@ def _plan_mask(mask: Mask, q_length: int, keys: int) -> _Plan:
         window = (left, right)
     valid = mask.key_validity(mask.kv_offset, key_count)
     bias = None if valid is None else _minus_inf_where_not(valid)[:, None, None, :]
-    return _Plan(key_count, mask.causal, window, bias)
+    return Plan(key_count, mask.causal, window, bias)
 
 
-def _plan_tensor(mask: torch.Tensor, keys: int) -> _Plan:
+def plan_tensor(mask: torch.Tensor, keys: int) -> Plan:
     """A model's own mask [.., L, S]: bool (True = attend) or float, added as sdpa adds it."""
     bias = _minus_inf_where_not(mask) if mask.dtype == torch.bool else mask.float()
-    return _Plan(keys, False, None, bias)
+    return Plan(keys, False, None, bias)
 
 
-def _plan_none(q_length: int, keys: int, is_causal: bool) -> _Plan:
+def plan_none(q_length: int, keys: int, is_causal: bool) -> Plan:
     """No mask: sdpa's rule, causal only for more than one query, aligned top-left (query i sees
     keys j <= i), which clattn's end-aligned causal matches over the first L keys."""
     if not (is_causal and q_length > 1):
-        return _Plan(keys, False, None, None)
+        return Plan(keys, False, None, None)
     if keys >= q_length:
-        return _Plan(q_length, True, None, None)
-    return _Plan(keys, False, (None, q_length - keys), None)
+        return Plan(q_length, True, None, None)
+    return Plan(keys, False, (None, q_length - keys), None)
 
 
 def attention_forward(
@@ -140,11 +140,11 @@ def attention_forward(
         return layer.attend(query, attention_mask, scaling, causal, extra), None
     q_length, keys = query.shape[2], key.shape[2]
     if isinstance(attention_mask, Mask):
-        plan = _plan_mask(attention_mask, q_length, keys)
+        plan = plan_mask(attention_mask, q_length, keys)
     elif isinstance(attention_mask, torch.Tensor):
-        plan = _plan_tensor(attention_mask, keys)
+        plan = plan_tensor(attention_mask, keys)
     elif attention_mask is None:
-        plan = _plan_none(q_length, keys, causal)
+        plan = plan_none(q_length, keys, causal)
     else:
         raise invalid(f"attention_mask: a {type(attention_mask).__name__} is not a mask clattn reads")
     bias = plan.bias

@@ -30,7 +30,9 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .._checks import size as checked_size
 from ..context import Context, resolve_context
 from ..errors import invalid
+from ..attention import attention
 from ..kv_cache import KVCache
+from ._attention import plan_mask, plan_none
 from ._masks import Mask
 
 _LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -221,13 +223,40 @@ class DeviceLayer(CacheLayerMixin):
             k, v, q = (_gather_rows(x, order) for x in (k, v, q))
             counts = valid.sum(dim=1).numpy().astype(np.int32)
         new = counts if counts is not None else np.full(self.batch_size, q_length, dtype=np.int32)
+        first_fill = not self.stored.any()
         self._give_pages(new)
         self.kv.append(k, v, new_lengths=counts)
         self.stored += new
+        if first_fill and q_length > 1:  # a prompt into an empty cache: see _attend_prompt
+            return _attend_prompt(query, k_new, v_new, mask, scaling, causal, extra, self.context)
         out = self.kv.attention(q, causal=causal, window=window, scale=scaling, q_lengths=counts, **extra)
         if order is None:
             return out
         return torch.zeros_like(out).scatter_(1, order[:, :, None, None].expand_as(out), out)
+
+
+def _attend_prompt(query, k_new, v_new, mask, scaling, causal, extra, context) -> torch.Tensor:
+    """Attention of a prompt over itself, the cache being empty before it: what attention over
+    the cache gives (the same keys, masks and padding), computed on the new rows as they are,
+    by the fused variants that tile many queries (attention over a cache is the split variant's,
+    built for a few queries a sequence). [B, L, Hq, Dv]."""
+    q_length = query.shape[2]
+    if isinstance(mask, Mask):
+        plan = plan_mask(mask, q_length, k_new.shape[2])
+    else:
+        plan = plan_none(q_length, k_new.shape[2], causal)
+    return attention(
+        query.transpose(1, 2),
+        k_new[:, :, : plan.key_count].transpose(1, 2),
+        v_new[:, :, : plan.key_count].transpose(1, 2),
+        layout="bshd",
+        causal=plan.causal,
+        window=plan.window,
+        bias=plan.bias,
+        scale=scaling,
+        context=context,
+        **extra,
+    )
 
 
 def _gather_rows(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

@@ -69,8 +69,8 @@ class Mask:
         if self.padding is None:
             return None
         valid = self.padding[:, first : first + count]
-        if valid.shape[1] < count:  # positions past the 2-D mask are generated tokens
-            extra = torch.ones(valid.shape[0], count - valid.shape[1], dtype=torch.bool)
+        if valid.shape[1] < count:  # past the 2-D mask: padding, as transformers pads it
+            extra = torch.zeros(valid.shape[0], count - valid.shape[1], dtype=torch.bool)
             valid = torch.cat([valid, extra], dim=1)
         return None if bool(valid.all()) else valid
 
