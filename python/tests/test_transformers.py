@@ -286,3 +286,21 @@ def test_the_device_cache_refuses_what_it_cannot_do(context) -> None:
         model(input_ids=ids, attention_mask=attention_mask, cache=ct.DeviceCache(model.config, max_cache_len=8))
     with torch.no_grad(), pytest.raises(clattn.Error, match="not supported"):
         _generate(model, "clattn", ids, attention_mask, num_beams=2, cache=ct.DeviceCache(model.config, max_cache_len=32))
+
+
+def test_the_device_cache_resets_and_crops(context) -> None:
+    """reset() empties every layer (pages back to the pool), so a second generation over the same
+    cache gives the first's tokens; crop() forgets generated tokens (assisted decoding)."""
+    model = _model("llama_gqa", "float32")
+    ids, attention_mask = _prompts()
+    cache = ct.DeviceCache(model.config, max_cache_len=32, page_size=8)
+    with torch.no_grad():
+        first = _generate(model, "clattn", ids, attention_mask, cache=cache)
+        assert cache.get_seq_length() == ids.shape[1] + NEW_TOKENS - 1
+        cache.crop(-3)
+        assert cache.get_seq_length() == ids.shape[1] + NEW_TOKENS - 4
+        assert list(cache.layers[0].kv.lengths) == [n + NEW_TOKENS - 4 for n in PROMPT_LENGTHS]
+        cache.reset()
+        assert cache.get_seq_length() == 0 and not cache.layers[0].kv.lengths.any()
+        second = _generate(model, "clattn", ids, attention_mask, cache=cache)
+    assert torch.equal(first.sequences, second.sequences)
