@@ -304,3 +304,16 @@ def test_the_device_cache_resets_and_crops(context) -> None:
         assert cache.get_seq_length() == 0 and not cache.layers[0].kv.lengths.any()
         second = _generate(model, "clattn", ids, attention_mask, cache=cache)
     assert torch.equal(first.sequences, second.sequences)
+
+
+def test_transformers_static_cache_with_clattns_attention(context) -> None:
+    """transformers' StaticCache: keys padded to max_cache_len, the queries in the middle of
+    them, and the masks made ahead of the forward (a compileable cache). clattn's attention takes
+    the keys up to the last query's position and gives sdpa's tokens."""
+    model = _model("mistral_sliding_window", "float32")
+    ids, attention_mask = _prompts()
+    with torch.no_grad():
+        reference = _generate(model, "sdpa", ids, attention_mask, cache_implementation="static")
+        got = _generate(model, "clattn", ids, attention_mask, cache_implementation="static")
+    _assert_same_generation(reference, got, LOGITS_ATOL["float32"])
+    assert torch.equal(reference.sequences, got.sequences)
