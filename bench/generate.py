@@ -9,7 +9,8 @@ in --contexts, round after round, each side:
       only: logits_to_keep=1), timed; prefill tokens/s = C / time;
   decode: --new-tokens greedy steps (one forward each over the cache), each timed; decode
       tokens/s = 1 / median step time.
-A warm-up (a 128-token prompt and 2 steps a side) comes first, untimed. Sides: "clattn" (attn_implementation="clattn", a DeviceCache on clattn's default device) and
+A warm-up (a 128-token prompt and 2 steps a side) comes first, untimed. Sides: "clattn"
+(attn_implementation="clattn", a DeviceCache on clattn's default device) and
 "sdpa" (torch.nn.functional.scaled_dot_product_attention, a DynamicCache). Both run in this
 process with torch.set_num_threads(THREADS) for the projections and the MLP; clattn's attention
 runs on its OpenCL device (by default PoCL, on the same cores). A round's figure is its own;
@@ -131,16 +132,26 @@ def measure(model, context, args, torch, transformers, ct, clattn):
     return record
 
 
+def _rate(record, key, digits):
+    low, high = record[f"{key}_range"]
+    return f"{record[key + '_tok_s']:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def _first_difference(record):
+    step = record["first_token_difference"]
+    return "none" if step is None else str(step)
+
+
 COLUMNS = [
     ("C", lambda r: str(r["context"])),
-    ("prefill clattn tok/s", lambda r: f"{r['clattn_prefill_tok_s']:.0f} ({r['clattn_prefill_range'][0]:.0f}-{r['clattn_prefill_range'][1]:.0f})"),
-    ("prefill sdpa tok/s", lambda r: f"{r['sdpa_prefill_tok_s']:.0f} ({r['sdpa_prefill_range'][0]:.0f}-{r['sdpa_prefill_range'][1]:.0f})"),
+    ("prefill clattn tok/s", lambda r: _rate(r, "clattn_prefill", 0)),
+    ("prefill sdpa tok/s", lambda r: _rate(r, "sdpa_prefill", 0)),
     ("prefill ratio", lambda r: f"{r['prefill_ratio']:.2f}x"),
-    ("decode clattn tok/s", lambda r: f"{r['clattn_decode_tok_s']:.2f} ({r['clattn_decode_range'][0]:.2f}-{r['clattn_decode_range'][1]:.2f})"),
-    ("decode sdpa tok/s", lambda r: f"{r['sdpa_decode_tok_s']:.2f} ({r['sdpa_decode_range'][0]:.2f}-{r['sdpa_decode_range'][1]:.2f})"),
+    ("decode clattn tok/s", lambda r: _rate(r, "clattn_decode", 2)),
+    ("decode sdpa tok/s", lambda r: _rate(r, "sdpa_decode", 2)),
     ("decode ratio", lambda r: f"{r['decode_ratio']:.2f}x"),
     ("clattn bytes to device a step", lambda r: f"{r['clattn_step_bytes']:.0f}"),
-    ("tokens differ from step", lambda r: "none" if r["first_token_difference"] is None else str(r["first_token_difference"])),
+    ("tokens differ from step", lambda r: _first_difference(r)),
 ]
 
 

@@ -285,7 +285,8 @@ def test_the_device_cache_refuses_what_it_cannot_do(context) -> None:
     with torch.no_grad(), pytest.raises(clattn.Error, match="max_cache_len=8"):
         model(input_ids=ids, attention_mask=attention_mask, cache=ct.DeviceCache(model.config, max_cache_len=8))
     with torch.no_grad(), pytest.raises(clattn.Error, match="not supported"):
-        _generate(model, "clattn", ids, attention_mask, num_beams=2, cache=ct.DeviceCache(model.config, max_cache_len=32))
+        cache = ct.DeviceCache(model.config, max_cache_len=32)
+        _generate(model, "clattn", ids, attention_mask, num_beams=2, cache=cache)
 
 
 def test_the_device_cache_resets_and_crops(context) -> None:

@@ -186,7 +186,10 @@ class DeviceLayer(CacheLayerMixin):
         if mask.dense is not None:
             raise invalid(f"DeviceCache: {mask.dense_reason}; use transformers' own cache for this model")
         if mask.q_offset != self.seen - q_length or mask.kv_offset != 0:
-            raise invalid(f"DeviceCache: the mask places the queries at {mask.q_offset}, the cache at {self.seen - q_length}")
+            raise invalid(
+                f"DeviceCache: the mask places the queries at {mask.q_offset}, the cache at "
+                f"{self.seen - q_length}"
+            )
         return mask.key_validity(self.seen - q_length, q_length)
 
     def _check_window(self, valid: torch.Tensor, window: Any) -> None:
