@@ -25,6 +25,10 @@ of the same dtype (the layout of a Hugging Face KV cache). Same rounds, times an
 is K/V GB/s, the K and V bytes a call reads over its time. A q8_0 cache (float32 Q and O) has no
 torch counterpart: its row shows clattn's times and "-" for torch.
 
+--generate (issue 32): a Hugging Face Llama generating, clattn's attention with its DeviceCache
+against sdpa with transformers' cache, prefill and decode tokens/s at contexts 512 to 8192: see
+bench/generate.py (it needs the clattn Python package and transformers besides torch).
+
 Install nothing here: PyTorch comes from pip into a virtual environment, e.g.
 
     python3 -m venv ~/venv-torch
@@ -80,6 +84,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clattn", default=os.path.join(here, "..", "build", "clattn"),
                    help="the clattn executable (default: ./build/clattn)")
+    p.add_argument("--generate", action="store_true",
+                   help="a whole model generating (bench/generate.py: its own options)")
     p.add_argument("--decode", action="store_true",
                    help="decoding: one query (Nq = 1) over a full KV cache of --nk keys")
     p.add_argument("--sizes",
@@ -448,6 +454,11 @@ def cpu_name():
 
 
 def main():
+    if "--generate" in sys.argv[1:]:  # a whole model generating (bench/generate.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import generate
+
+        return generate.main(sys.argv[1:])
     args = parse_args()
     try:
         import torch

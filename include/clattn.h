@@ -18,7 +18,8 @@
  *
  * Structs that can grow (ABI)
  * - clattn_device_info, clattn_softmax_desc, clattn_attention_desc, clattn_stats,
- *   clattn_pattern_desc, clattn_mha_desc, clattn_mha_info and clattn_mha_stats start with
+ *   clattn_transfers, clattn_pattern_desc, clattn_mha_desc, clattn_mha_info and
+ *   clattn_mha_stats start with
  *   `struct_size`, which the caller sets to sizeof the struct its header declares (the *_init
  *   functions do it). Later versions only append fields, whose zero
  *   value is their default, so a binary built against an older header keeps working: the
@@ -587,6 +588,13 @@ typedef struct clattn_stats {
 
     /* ---- added in 0.2 */
     uint64_t tiles_counted; /* key tiles the kernels counted themselves (desc.count_tiles) */
+    /* Host-device traffic of the call, as clattn_transfers counts it: the host arrays of the
+     * *_host entry points and the call's own tables (tile lists, block layouts) copied to the
+     * device; O and LSE (and counters) copied back; and host memory the device used in place
+     * (mapped, not copied: devices that share host memory). */
+    uint64_t host_to_device_bytes;
+    uint64_t device_to_host_bytes;
+    uint64_t mapped_bytes;
 } clattn_stats;
 
 /** Zeroes `struct_size` bytes of *stats and sets stats->struct_size; clattn_stats_init(stats)
@@ -711,6 +719,32 @@ CLATTN_API clattn_status clattn_tuning_file(char *path, size_t size);
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_UNSUPPORTED for a wrapped queue without profiling. */
 CLATTN_API clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled);
+
+/** Bytes moved between host memory and a context's device by clattn's calls on it, summed
+ *  since the context was created (from 0.2): attention calls, KV cache appends, lengths and
+ *  block tables, layers. Two readings give the traffic of the calls between them (a decoding
+ *  step). Copies made by CLBlast on the device, and by the caller, are not clattn's. */
+typedef struct clattn_transfers {
+    size_t struct_size;            /* sizeof(clattn_transfers): clattn_transfers_init */
+    uint64_t host_to_device_bytes; /* host memory copied to the device (buffers made from host
+                                      arrays, writes) */
+    uint64_t device_to_host_bytes; /* device memory copied to the host (reads) */
+    uint64_t mapped_bytes;         /* host memory handed to the device to use in place
+                                      (CL_MEM_USE_HOST_PTR) instead of a copy: on a device that
+                                      shares host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: CPUs,
+                                      integrated GPUs), the *_host entry points map their
+                                      arrays */
+    uint64_t copies;               /* copy commands, either way */
+} clattn_transfers;
+
+/** Zeroes `struct_size` bytes of *totals and sets totals->struct_size; clattn_transfers_init
+ *  passes sizeof *totals. @return CLATTN_SUCCESS or INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_transfers_init_sized(clattn_transfers *totals, size_t struct_size);
+#define clattn_transfers_init(totals) clattn_transfers_init_sized((totals), sizeof *(totals))
+
+/** Copies the context's transfer totals, up to totals->struct_size.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a bad struct_size). */
+CLATTN_API clattn_status clattn_context_transfers(clattn_context *ctx, clattn_transfers *totals);
 
 /** Copies the statistics of the last successful attention call, up to stats->struct_size.
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a bad struct_size, or no call

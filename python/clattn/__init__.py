@@ -16,7 +16,7 @@ from . import patterns
 from ._capi import library_path
 from ._capi import lib as _lib
 from .attention import attention
-from .context import Context, Stats, Variant, default_context, using
+from .context import Context, Stats, Transfers, Variant, default_context, using
 from .devices import Device, devices
 from .errors import Error
 from .kv_cache import KVCache
@@ -35,6 +35,7 @@ __all__ = [
     "LayerStats",
     "MultiheadAttention",
     "Stats",
+    "Transfers",
     "Variant",
     "attention",
     "default_context",

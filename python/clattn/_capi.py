@@ -34,6 +34,7 @@ lib, library_path = load()
 
 SUCCESS = 0
 ERR_INVALID_ARGUMENT = -7001
+ERR_UNSUPPORTED = -7002
 ERR_NO_DEVICE = -7003
 
 DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0 = 0, 1, 2, 3
@@ -147,6 +148,19 @@ class Stats(Structure):
         ("kernel_ms", c_double),
         ("kernel", c_char * 96),
         ("tiles_counted", c_uint64),
+        ("host_to_device_bytes", c_uint64),
+        ("device_to_host_bytes", c_uint64),
+        ("mapped_bytes", c_uint64),
+    ]
+
+
+class Transfers(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("host_to_device_bytes", c_uint64),
+        ("device_to_host_bytes", c_uint64),
+        ("mapped_bytes", c_uint64),
+        ("copies", c_uint64),
     ]
 
 
@@ -295,6 +309,8 @@ _declare("clattn_context_queue", c_void_p, Context_p)
 _declare("clattn_context_set_timing", c_int, Context_p, c_int)
 _declare("clattn_context_last_stats", c_int, Context_p, POINTER(Stats))
 _declare("clattn_stats_init_sized", c_int, POINTER(Stats), c_size_t)
+_declare("clattn_context_transfers", c_int, Context_p, POINTER(Transfers))
+_declare("clattn_transfers_init_sized", c_int, POINTER(Transfers), c_size_t)
 _declare("clattn_variant_name", c_char_p, c_int)
 _declare("clattn_variant_from_name", c_int, c_char_p, POINTER(c_int))
 _declare("clattn_variant_info_init_sized", c_int, POINTER(VariantInfo), c_size_t)

@@ -33,6 +33,31 @@ class Stats:
     chunks: int  # gemm path: query chunks
     kernel_ms: float  # summed kernel time, when timing is on (Context.set_timing), else 0
     kernel: str  # the kernel and its specialisation
+    # host-device traffic of the call (Context.transfers() sums every call's)
+    host_to_device_bytes: int  # host arrays and tables copied to the device
+    device_to_host_bytes: int  # results copied back
+    mapped_bytes: int  # host memory the device used in place (devices that share host memory)
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """Bytes moved between host memory and a context's device by every clattn call on it since
+    the context was opened (clattn_context_transfers): attention calls, KV cache appends and
+    lengths, layers. The difference of two readings (`after - before`) is the traffic of the
+    calls between them, a decoding step for instance."""
+
+    host_to_device_bytes: int  # host memory copied to the device
+    device_to_host_bytes: int  # device memory copied back to the host
+    mapped_bytes: int  # host memory the device used in place instead of a copy (CPUs, iGPUs)
+    copies: int  # copy commands, either way
+
+    def __sub__(self, other: "Transfers") -> "Transfers":
+        return Transfers(
+            self.host_to_device_bytes - other.host_to_device_bytes,
+            self.device_to_host_bytes - other.device_to_host_bytes,
+            self.mapped_bytes - other.mapped_bytes,
+            self.copies - other.copies,
+        )
 
 
 @dataclass(frozen=True)
@@ -148,6 +173,22 @@ class Context(_Handle):
             chunks=stats.chunks,
             kernel_ms=stats.kernel_ms,
             kernel=_capi.text(stats.kernel),
+            host_to_device_bytes=stats.host_to_device_bytes,
+            device_to_host_bytes=stats.device_to_host_bytes,
+            mapped_bytes=stats.mapped_bytes,
+        )
+
+    def transfers(self) -> Transfers:
+        """@return the host-device traffic of every call on this context so far."""
+        totals, status = _capi.new_struct(_capi.Transfers, "clattn_transfers_init_sized")
+        check(status)
+        with self.locked() as handle:
+            check(_capi.lib.clattn_context_transfers(handle, ctypes.byref(totals)), context_handle=handle)
+        return Transfers(
+            host_to_device_bytes=totals.host_to_device_bytes,
+            device_to_host_bytes=totals.device_to_host_bytes,
+            mapped_bytes=totals.mapped_bytes,
+            copies=totals.copies,
         )
 
     def variants(self) -> List[Variant]:

@@ -20,6 +20,7 @@ STRUCTS = {
     "clattn_attention_extents": _capi.AttentionExtents,
     "clattn_stats": _capi.Stats,
     "clattn_tuning_axis": _capi.TuningAxis,
+    "clattn_transfers": _capi.Transfers,
     "clattn_variant_info": _capi.VariantInfo,
     "clattn_pattern_desc": _capi.PatternDesc,
     "clattn_kv_cache_desc": _capi.KvCacheDesc,

@@ -233,3 +233,27 @@ def test_torch_transposed_view_is_read_in_place(torch, context, rng) -> None:
     o = clattn.attention(view, view, view, context=context)
     ref_o, _ = attention_reference(*(view.float().numpy(),) * 3)
     assert_close(o.float().numpy(), ref_o, "bfloat16")
+
+
+# ---------------------------------------------------------------- transfer statistics
+
+
+def test_transfer_statistics_of_a_call_on_host_arrays(context, rng) -> None:
+    """Stats counts the call's host-device traffic, and Context.transfers() grows by as much. A
+    device that shares host memory (every CPU device) maps Q, K, V and O instead of copying."""
+    q, k, v = make_inputs(rng, SHAPES["gqa_nq<nk"], "bhsd")
+    before = context.transfers()
+    o = clattn.attention(q, k, v, causal=True, context=context)
+    moved = context.transfers() - before
+    stats = context.last_stats()
+    assert (moved.host_to_device_bytes, moved.device_to_host_bytes, moved.mapped_bytes) == (
+        stats.host_to_device_bytes,
+        stats.device_to_host_bytes,
+        stats.mapped_bytes,
+    )
+    tensors = q.nbytes + k.nbytes + v.nbytes + o.nbytes
+    assert stats.host_to_device_bytes + stats.mapped_bytes >= tensors
+    if context.device.type == "cpu":
+        assert stats.mapped_bytes == tensors and stats.device_to_host_bytes == 0
+    else:
+        assert stats.device_to_host_bytes >= o.nbytes

@@ -542,3 +542,23 @@ def test_the_cache_keeps_its_context_alive(rng) -> None:
     cache.append(k, k)
     assert cache.lengths.tolist() == [2]
     del cache  # released by the garbage collector, then its context
+
+
+def test_a_decoding_step_moves_the_same_bytes_at_any_length(context, rng) -> None:
+    """A step (one new row a sequence, then attention) sends the new rows, the query and the
+    lengths, whatever the cache holds: Context.transfers() over a step at 8 and at 200 rows."""
+    cache = clattn.KVCache(B, HKV, DQK, 256, page_size=32, context=context)
+    cache.set_block_table(np.arange(B * 8, dtype=np.int32).reshape(B, 8))
+
+    def step(filled: int) -> clattn.Transfers:
+        cache.set_lengths([filled, filled - 5])
+        before = context.transfers()
+        cache.append(uniform(rng, B, 1, HKV, DQK), uniform(rng, B, 1, HKV, DQK))
+        cache.attention(uniform(rng, B, 1, HQ, DQK), causal=True)
+        return context.transfers() - before
+
+    short, long = step(8), step(200)
+    assert long == short
+    to_device = long.host_to_device_bytes + long.mapped_bytes
+    new_rows, query = 2 * B * HKV * DQK * 4, B * HQ * DQK * 4
+    assert new_rows + query <= to_device < 4 * (new_rows + query)

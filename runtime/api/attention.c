@@ -73,6 +73,7 @@ static clattn_status attention_in_call(clattn_context *ctx, const clattn_attenti
                                        cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
+    transfers_mark(ctx);
     if (event) *event = NULL;
     attn_problem pb;
     clattn_status status = problem_build(d, BIAS_FROM_BUFFER, &ctx->error, &pb);
@@ -80,6 +81,7 @@ static clattn_status attention_in_call(clattn_context *ctx, const clattn_attenti
         attn_buffers b = {q, k, v, o, lse, pb.has_bias ? d->bias : NULL, NULL, NULL, NULL, 0};
         status = attention_on_buffers(ctx, &pb, &b, event);
     }
+    if (status == CLATTN_SUCCESS) stats_record_transfers(ctx);
     problem_release(&pb);
     return status;
 }
@@ -100,24 +102,43 @@ static void release_buffers(attn_buffers *b) {
         if (all[i]) clReleaseMemObject(all[i]);
 }
 
-/* Device copies of the host arrays; O starts as the caller's O so gaps between strided rows
- * come back unchanged. */
+/* Whether host arrays [a, a + a_bytes) and [b, b + b_bytes) share a byte. */
+static int host_arrays_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return a && b && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+clattn_status host_output_buffer(clattn_context *ctx, size_t bytes, void *host,
+                                 const void *const *inputs, const size_t *input_bytes, size_t count,
+                                 cl_mem *out, const char *what) {
+    for (size_t i = 0; i < count; i++)
+        if (host_arrays_overlap(host, bytes, inputs[i], input_bytes[i]))
+            return buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, host, out,
+                                 what);
+    return buffer_from_host(ctx, CL_MEM_READ_WRITE, bytes, host, out, what);
+}
+
+/* Device buffers over the host arrays: mapped where the device shares host memory, else
+ * copies (buffer_from_host). host_copies counts the bytes copied (and LSE's, allocated). */
 static clattn_status upload(clattn_context *ctx, const attn_problem *pb, const void *q,
-                            const void *k, const void *v, void *o, int with_lse, attn_buffers *b) {
+                            const void *k, const void *v, void *o, float *lse, attn_buffers *b) {
     const clattn_attention_extents *ext = &pb->extents;
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    clattn_status status = buffer_create(ctx, in, ext->q, (void *)q, &b->q, "Q");
-    if (!status) status = buffer_create(ctx, in, ext->k, (void *)k, &b->k, "K");
-    if (!status) status = buffer_create(ctx, in, ext->v, (void *)v, &b->v, "V");
-    if (!status)
+    const void *bias = pb->has_bias ? pb->bias_host : NULL;
+    const void *inputs[] = {q, k, v, bias};
+    const size_t input_bytes[] = {ext->q, ext->k, ext->v, bias ? ext->bias : 0};
+    uint64_t copied = ctx->transfers.host_to_device_bytes;
+    clattn_status status = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->q, q, &b->q, "Q");
+    if (!status) status = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->k, k, &b->k, "K");
+    if (!status) status = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->v, v, &b->v, "V");
+    if (!status) status = host_output_buffer(ctx, ext->o, o, inputs, input_bytes, 4, &b->o, "O");
+    if (!status && bias)
+        status = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->bias, bias, &b->bias, "bias");
+    const void *before_lse[] = {q, k, v, bias, o};
+    const size_t before_lse_bytes[] = {ext->q, ext->k, ext->v, bias ? ext->bias : 0, ext->o};
+    if (!status && lse)
         status =
-            buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &b->o, "O");
-    if (!status && pb->has_bias)
-        status = buffer_create(ctx, in, ext->bias, (void *)pb->bias_host, &b->bias, "bias");
-    if (!status && with_lse)
-        status = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &b->lse, "LSE");
-    b->host_copies = (uint64_t)ext->q + ext->k + ext->v + ext->o + (pb->has_bias ? ext->bias : 0) +
-                     (with_lse ? ext->lse : 0);
+            host_output_buffer(ctx, ext->lse, lse, before_lse, before_lse_bytes, 5, &b->lse, "LSE");
+    b->host_copies = ctx->transfers.host_to_device_bytes - copied;
     return status;
 }
 
@@ -126,20 +147,19 @@ static clattn_status attention_host_in_call(clattn_context *ctx, const clattn_at
                                             float *lse) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
+    transfers_mark(ctx);
     attn_problem pb;
     attn_buffers b = {0};
     clattn_status status = problem_build(d, BIAS_FROM_HOST, &ctx->error, &pb);
     if (status == CLATTN_SUCCESS && (!q || !k || !v || !o))
         status =
             ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "a host pointer (q, k, v or o) is NULL");
-    if (status == CLATTN_SUCCESS) status = upload(ctx, &pb, q, k, v, o, lse != NULL, &b);
+    if (status == CLATTN_SUCCESS) status = upload(ctx, &pb, q, k, v, o, lse, &b);
     if (status == CLATTN_SUCCESS) status = attention_on_buffers(ctx, &pb, &b, NULL);
-    cl_int err = CL_SUCCESS;
     const clattn_attention_extents *ext = &pb.extents;
-    if (!status) err = clEnqueueReadBuffer(ctx->queue, b.o, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
-    if (!status && !err && lse)
-        err = clEnqueueReadBuffer(ctx->queue, b.lse, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
-    if (!status && err) status = ctx_cl_error(ctx, err, "reading results");
+    if (!status) status = buffer_to_host(ctx, b.o, ext->o, o, "reading results");
+    if (!status && lse) status = buffer_to_host(ctx, b.lse, ext->lse, lse, "reading results");
+    if (!status) stats_record_transfers(ctx);
     release_buffers(&b);
     problem_release(&pb);
     return status;

@@ -10,6 +10,15 @@
 clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b, cl_event *event);
 
+/* An output's buffer over its host array (O, LSE of the *_host entry points): mapped where the
+ * device shares host memory (buffer_from_host), unless its bytes overlap one of the `count`
+ * inputs' (the kernels must not write what they read: then a copy, as on other devices). It
+ * holds the array's current contents either way, so gaps between strided rows come back as
+ * they were. */
+clattn_status host_output_buffer(clattn_context *ctx, size_t bytes, void *host,
+                                 const void *const *inputs, const size_t *input_bytes, size_t count,
+                                 cl_mem *out, const char *what);
+
 /* A KV cache's context and desc (api/kv_cache.c), for the layer above that appends to it and
  * attends over it (runtime/mha/): it checks a cache against itself before changing anything. */
 clattn_context *kv_cache_context(const clattn_kv_cache *cache);

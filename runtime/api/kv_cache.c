@@ -222,9 +222,7 @@ static int rows_have_pages(const clattn_kv_cache *c, const int32_t *table, size_
  * change right after. */
 static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, const int32_t *host, size_t count,
                             const char *what) {
-    cl_int err =
-        clEnqueueWriteBuffer(c->ctx->queue, buffer, CL_TRUE, 0, count * 4, host, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(c->ctx, err, what);
+    return buffer_write(c->ctx, buffer, 0, count * 4, host, what);
 }
 
 clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
@@ -449,9 +447,7 @@ static clattn_status read_rows(clattn_kv_cache *c, cl_mem buffer, void **out) {
     *out = malloc(bytes ? bytes : 1);
     if (!*out)
         return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache append: %zu bytes", bytes);
-    cl_int err = clEnqueueReadBuffer(c->ctx->queue, buffer, CL_TRUE, 0, bytes, *out, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : ctx_cl_error(c->ctx, err, "kv cache append: reading new rows back");
+    return buffer_read(c->ctx, buffer, 0, bytes, *out, "kv cache append: reading new rows back");
 }
 
 /* q8_0 rows on the device: check_rows flags a block whose scale overflows, before anything is
@@ -469,10 +465,9 @@ static clattn_status check_device_rows(clattn_kv_cache *c, const clattn_kv_rows 
     if (call.args.err != CL_SUCCESS)
         return ctx_cl_error(c->ctx, call.args.err, "kv cache append check: arguments");
     s = kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append check");
-    cl_int err = s ? CL_SUCCESS
-                   : clEnqueueReadBuffer(c->ctx->queue, flag, CL_TRUE, 0, sizeof overflow,
-                                         &overflow, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return ctx_cl_error(c->ctx, err, "kv cache append check: its flag");
+    if (!s)
+        s = buffer_read(c->ctx, flag, 0, sizeof overflow, &overflow,
+                        "kv cache append check: its flag");
     if (s || !overflow) return s;
     void *k = NULL, *v = NULL;
     s = read_rows(c, r->k, &k);
@@ -531,12 +526,11 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
     if (clattn_tensor_dense(&rows.k_tensor, d->layout, d->heads_kv, len, d->dim_qk, 0) ||
         clattn_tensor_dense(&rows.v_tensor, d->layout, d->heads_kv, len, d->dim_v, 0))
         return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache append: sizes overflow");
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    s = buffer_create(c->ctx, in, d->batch * rows.k_tensor.stride_batch * elem, (void *)k_new,
-                      &rows.k, "new K rows");
+    s = buffer_from_host(c->ctx, CL_MEM_READ_ONLY, d->batch * rows.k_tensor.stride_batch * elem,
+                         k_new, &rows.k, "new K rows");
     if (!s)
-        s = buffer_create(c->ctx, in, d->batch * rows.v_tensor.stride_batch * elem, (void *)v_new,
-                          &rows.v, "new V rows");
+        s = buffer_from_host(c->ctx, CL_MEM_READ_ONLY, d->batch * rows.v_tensor.stride_batch * elem,
+                             v_new, &rows.v, "new V rows");
     if (!s) s = append(c, &rows, k_new, v_new);
     if (rows.k) clReleaseMemObject(rows.k);
     if (rows.v) clReleaseMemObject(rows.v);
@@ -546,16 +540,15 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
 static clattn_status copy_storage(clattn_kv_cache *c, void *k, void *v, int write) {
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
-    cl_command_queue q = c->ctx->queue;
-    cl_int err = CL_SUCCESS;
+    const char *what = "kv cache: copying the storage";
+    clattn_status s = CLATTN_SUCCESS;
     if (k)
-        err = write ? clEnqueueWriteBuffer(q, c->k, CL_TRUE, 0, c->k_bytes, k, 0, NULL, NULL)
-                    : clEnqueueReadBuffer(q, c->k, CL_TRUE, 0, c->k_bytes, k, 0, NULL, NULL);
-    if (v && err == CL_SUCCESS)
-        err = write ? clEnqueueWriteBuffer(q, c->v, CL_TRUE, 0, c->v_bytes, v, 0, NULL, NULL)
-                    : clEnqueueReadBuffer(q, c->v, CL_TRUE, 0, c->v_bytes, v, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : ctx_cl_error(c->ctx, err, "kv cache: copying the storage");
+        s = write ? buffer_write(c->ctx, c->k, 0, c->k_bytes, k, what)
+                  : buffer_read(c->ctx, c->k, 0, c->k_bytes, k, what);
+    if (v && !s)
+        s = write ? buffer_write(c->ctx, c->v, 0, c->v_bytes, v, what)
+                  : buffer_read(c->ctx, c->v, 0, c->v_bytes, v, what);
+    return s;
 }
 
 clattn_status clattn_kv_cache_write_host(clattn_kv_cache *c, const void *k, const void *v) {
@@ -609,6 +602,7 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
                                         cl_event *event) {
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
+    transfers_mark(c->ctx);
     if (event) *event = NULL;
     attn_problem pb;
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_BUFFER, &pb);
@@ -618,6 +612,7 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
             NULL, c->table_buf, 0};
         s = attention_on_buffers(c->ctx, &pb, &b, event);
     }
+    if (s == CLATTN_SUCCESS) stats_record_transfers(c->ctx);
     problem_release(&pb);
     return s;
 }
@@ -628,25 +623,27 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     clattn_context *ctx = c->ctx;
     ctx_clear_error(ctx);
+    transfers_mark(ctx);
     attn_problem pb;
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_HOST, &pb);
     cl_mem qb = NULL, ob = NULL, lb = NULL, bias = NULL;
     const clattn_attention_extents *ext = &pb.extents;
-    const cl_mem_flags in = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    const void *bias_host = !s && pb.has_bias ? pb.bias_host : NULL;
+    const void *inputs[] = {q, bias_host, o};
+    const size_t input_bytes[] = {ext->q, bias_host ? ext->bias : 0, ext->o};
     if (!s && (!q || !o))
         s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache attention: q or o is NULL");
-    if (!s) s = buffer_create(ctx, in, ext->q, (void *)q, &qb, "Q");
-    if (!s) s = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, ext->o, o, &ob, "O");
-    if (!s && lse) s = buffer_create(ctx, CL_MEM_WRITE_ONLY, ext->lse, NULL, &lb, "LSE");
-    if (!s && pb.has_bias)
-        s = buffer_create(ctx, in, ext->bias, (void *)pb.bias_host, &bias, "bias");
+    if (!s) s = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->q, q, &qb, "Q");
+    if (!s) s = host_output_buffer(ctx, ext->o, o, inputs, input_bytes, 2, &ob, "O");
+    if (!s && lse) s = host_output_buffer(ctx, ext->lse, lse, inputs, input_bytes, 3, &lb, "LSE");
+    if (!s && bias_host)
+        s = buffer_from_host(ctx, CL_MEM_READ_ONLY, ext->bias, bias_host, &bias, "bias");
     attn_buffers b = {qb, c->k, c->v, ob, lb, bias, c->lengths_buf, NULL, c->table_buf, 0};
     if (!s) s = attention_on_buffers(ctx, &pb, &b, NULL);
-    cl_int err = CL_SUCCESS;
-    if (!s) err = clEnqueueReadBuffer(ctx->queue, ob, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
-    if (!s && !err && lse)
-        err = clEnqueueReadBuffer(ctx->queue, lb, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
-    if (!s && err) s = ctx_cl_error(ctx, err, "kv cache attention: reading results");
+    const char *reading = "kv cache attention: reading results";
+    if (!s) s = buffer_to_host(ctx, ob, ext->o, o, reading);
+    if (!s && lse) s = buffer_to_host(ctx, lb, ext->lse, lse, reading);
+    if (!s) stats_record_transfers(ctx);
     cl_mem all[] = {qb, ob, lb, bias};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
         if (all[i]) clReleaseMemObject(all[i]);

@@ -1,7 +1,9 @@
-/* Device buffers: one-off ones, the context's reusable workspace, and the set one call holds. */
+/* Device buffers: one-off ones, the context's reusable workspace, and the set one call holds;
+ * the copies between them and host memory, and the count of that traffic (clattn_transfers). */
 #include "core.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t buffer_size(cl_mem buffer) {
@@ -55,7 +57,108 @@ clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t byte
         snprintf(detail, sizeof detail, "allocating %s (%zu bytes)", what, bytes);
         return ctx_cl_error(ctx, err, detail);
     }
+    if (host && (flags & CL_MEM_COPY_HOST_PTR)) {
+        ctx->transfers.host_to_device_bytes += bytes;
+        ctx->transfers.copies++;
+    } else if (host && (flags & CL_MEM_USE_HOST_PTR)) {
+        ctx->transfers.mapped_bytes += bytes;
+    }
     return CLATTN_SUCCESS;
+}
+
+clattn_status buffer_write(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
+                           const void *host, const char *what) {
+    cl_int err =
+        clEnqueueWriteBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
+    ctx->transfers.host_to_device_bytes += bytes;
+    ctx->transfers.copies++;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status buffer_read(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
+                          void *host, const char *what) {
+    cl_int err =
+        clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, offset, bytes, host, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
+    ctx->transfers.device_to_host_bytes += bytes;
+    ctx->transfers.copies++;
+    return CLATTN_SUCCESS;
+}
+
+/* A test hook, compiled into test builds only (CLATTN_TEST_HOOKS): $CLATTN_TEST_NO_MAP=1 makes
+ * buffer_from_host copy on every device, so that the copying path is tested on a CPU too. */
+static int mapping_refused(void) {
+#ifdef CLATTN_TEST_HOOKS
+    const char *no_map = getenv("CLATTN_TEST_NO_MAP");
+    return no_map && strcmp(no_map, "1") == 0;
+#else
+    return 0;
+#endif
+}
+
+clattn_status buffer_from_host(clattn_context *ctx, cl_mem_flags access, size_t bytes,
+                               const void *host, cl_mem *out, const char *what) {
+    int map = ctx->host_unified_memory && bytes > 0 && !mapping_refused();
+    cl_mem_flags flags = access | (map ? CL_MEM_USE_HOST_PTR : CL_MEM_COPY_HOST_PTR);
+    return buffer_create(ctx, flags, bytes, (void *)host, out, what);
+}
+
+clattn_status buffer_to_host(clattn_context *ctx, cl_mem buffer, size_t bytes, void *host,
+                             const char *what) {
+    cl_mem_flags flags = 0;
+    void *own = NULL;
+    if (clGetMemObjectInfo(buffer, CL_MEM_FLAGS, sizeof flags, &flags, NULL) != CL_SUCCESS ||
+        !(flags & CL_MEM_USE_HOST_PTR) ||
+        clGetMemObjectInfo(buffer, CL_MEM_HOST_PTR, sizeof own, &own, NULL) != CL_SUCCESS ||
+        own != host)
+        return buffer_read(ctx, buffer, 0, bytes, host, what);
+    cl_int err = CL_SUCCESS;
+    void *mapped =
+        clEnqueueMapBuffer(ctx->queue, buffer, CL_TRUE, CL_MAP_READ, 0, bytes, 0, NULL, NULL, &err);
+    if (err == CL_SUCCESS) err = clEnqueueUnmapMemObject(ctx->queue, buffer, mapped, 0, NULL, NULL);
+    if (err == CL_SUCCESS) err = clFinish(ctx->queue);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(ctx, err, what);
+}
+
+/* ---------------------------------------------------------------- transfer statistics */
+
+void transfers_mark(clattn_context *ctx) {
+    ctx->call_start = ctx->transfers;
+}
+
+void stats_record_transfers(clattn_context *ctx) {
+    const clattn_transfers *now = &ctx->transfers, *start = &ctx->call_start;
+    ctx->stats.host_to_device_bytes = now->host_to_device_bytes - start->host_to_device_bytes;
+    ctx->stats.device_to_host_bytes = now->device_to_host_bytes - start->device_to_host_bytes;
+    ctx->stats.mapped_bytes = now->mapped_bytes - start->mapped_bytes;
+}
+
+clattn_status clattn_transfers_init_sized(clattn_transfers *totals, size_t struct_size) {
+    clattn_transfers local;
+    memset(&local, 0, sizeof local);
+    return struct_init(totals, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+static clattn_status context_transfers_in_call(clattn_context *ctx, clattn_transfers *totals) {
+    ctx_clear_error(ctx);
+    clattn_transfers copy = ctx->transfers;
+    copy.struct_size = sizeof copy;
+    if (!totals || struct_write(totals, &copy, sizeof copy, sizeof copy))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "totals is NULL or its struct_size is wrong: set it with "
+                         "clattn_transfers_init");
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_transfers(clattn_context *ctx, clattn_transfers *totals) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = context_transfers_in_call(ctx, totals);
+    context_leave(ctx);
+    return status;
 }
 
 clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,

@@ -153,6 +153,17 @@ void context_leave(clattn_context *ctx) {
 
 /* ---------------------------------------------------------------- lifetime */
 
+/* Whether the device works in host memory (CPUs, integrated GPUs), so that host arrays are best
+ * mapped than copied: there a copy can cost more than the kernel. A query that fails
+ * (the property is deprecated from OpenCL 2.0, though still answered) means no. */
+static int shares_host_memory(cl_device_id device) {
+    cl_bool unified = CL_FALSE;
+    if (clGetDeviceInfo(device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) !=
+        CL_SUCCESS)
+        return 0;
+    return unified == CL_TRUE;
+}
+
 static clattn_status context_alloc(clattn_context **out) {
     *out = calloc(1, sizeof **out);
     return *out ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_MEMORY;
@@ -168,6 +179,7 @@ clattn_status clattn_context_create(clattn_context **out, size_t device_index) {
     status = clattn_device_get_info(device_index, &ctx->device);
     if (status != CLATTN_SUCCESS) goto fail;
     ctx->serialize_launches = runs_kernels_in_caller(&ctx->device);
+    ctx->host_unified_memory = shares_host_memory(ctx->device.device);
 
     cl_int err = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
@@ -230,6 +242,7 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context cl_ctx, cl_de
     ctx->queue = queue;
     ctx->wrapped = 1;
     ctx->serialize_launches = runs_kernels_in_caller(&ctx->device);
+    ctx->host_unified_memory = shares_host_memory(device);
     ctx->profiling = (props & CL_QUEUE_PROFILING_ENABLE) != 0;
     *out = ctx;
     return CLATTN_SUCCESS;

@@ -97,10 +97,7 @@ int q8_scale_overflows(const float *block);
 
 /* "f32", "f16", "bf16", "q8_0" */
 static inline const char *dtype_name(clattn_dtype t) {
-    return t == CLATTN_F16    ? "f16"
-           : t == CLATTN_BF16 ? "bf16"
-           : t == CLATTN_Q8_0 ? "q8_0"
-                              : "f32";
+    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : t == CLATTN_Q8_0 ? "q8_0" : "f32";
 }
 
 /* ---- checked size arithmetic: return 1 on overflow */
@@ -149,8 +146,11 @@ struct clattn_context {
     context_cleanup cleanups[MAX_CONTEXT_CLEANUPS];
     void *cleanup_data[MAX_CONTEXT_CLEANUPS]; /* what each layer keeps (context_data) */
     unsigned num_cleanups;
-    int serialize_launches; /* the device runs kernels in the enqueuing thread: launch_lock */
-    atomic_int in_call;     /* a thread is inside a public call on it (context_enter) */
+    clattn_transfers transfers;  /* host-device traffic of every call (buffers.c counts) */
+    clattn_transfers call_start; /* the totals when the current attention call began */
+    int host_unified_memory;     /* CL_DEVICE_HOST_UNIFIED_MEMORY: host arrays are mapped */
+    int serialize_launches;      /* the device runs kernels in the enqueuing thread: launch_lock */
+    atomic_int in_call;          /* a thread is inside a public call on it (context_enter) */
 };
 
 /* A context serves one thread at a time. Public calls on a context run between context_enter
@@ -307,9 +307,35 @@ typedef struct byte_range {
 byte_range buffer_bytes(cl_mem buffer, size_t first_byte, size_t end_byte);
 /* Whether two ranges share a byte, on the device or in host memory. */
 int byte_ranges_overlap(const byte_range *a, const byte_range *b);
-/* Creates a buffer and records failures as "allocating <what> (<bytes> bytes)". */
+/* Creates a buffer and records failures as "allocating <what> (<bytes> bytes)". A buffer
+ * made from host memory counts in ctx->transfers: CL_MEM_COPY_HOST_PTR as bytes copied to the
+ * device, CL_MEM_USE_HOST_PTR as bytes mapped. */
 clattn_status buffer_create(clattn_context *ctx, cl_mem_flags flags, size_t bytes, void *host,
                             cl_mem *out, const char *what);
+/* A buffer over `bytes` of a caller's host array, for one call that waits for its commands
+ * before it returns: on a device that shares host memory (ctx->host_unified_memory: CPUs,
+ * integrated GPUs) the array itself, which the device reads and writes in place
+ * (CL_MEM_USE_HOST_PTR: mapped, not copied); elsewhere a copy (CL_MEM_COPY_HOST_PTR). `access`
+ * is CL_MEM_READ_ONLY or CL_MEM_READ_WRITE. Results come back with buffer_to_host. */
+clattn_status buffer_from_host(clattn_context *ctx, cl_mem_flags access, size_t bytes,
+                               const void *host, cl_mem *out, const char *what);
+/* Brings the first `bytes` of a buffer to host memory at `host`, waiting: a buffer made over
+ * that very memory (buffer_from_host on a shared-memory device) is mapped and unmapped, which
+ * makes the device's writes visible without a copy; any other is read (buffer_read). */
+clattn_status buffer_to_host(clattn_context *ctx, cl_mem buffer, size_t bytes, void *host,
+                             const char *what);
+/* Blocking copies between a buffer (from byte `offset`) and host memory, counted in
+ * ctx->transfers; a failure is recorded as "<what>: CL_<NAME> (<code>)". */
+clattn_status buffer_write(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
+                           const void *host, const char *what);
+clattn_status buffer_read(clattn_context *ctx, cl_mem buffer, size_t offset, size_t bytes,
+                          void *host, const char *what);
+
+/* The transfer fields of an attention call's statistics: transfers_mark where the call begins
+ * (before it copies anything), stats_record_transfers once it succeeded (after its reads), which
+ * writes the traffic since the mark into ctx->stats. */
+void transfers_mark(clattn_context *ctx);
+void stats_record_transfers(clattn_context *ctx);
 
 /* The buffers one call allocates, released together; `bytes` sums what they took. A one-word
  * placeholder stands in for absent optional arguments (OpenCL wants a buffer there). */

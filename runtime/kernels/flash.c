@@ -392,9 +392,8 @@ static clattn_status run(clattn_context *ctx, const variant_plan *plan, const at
     if (!s) s = run_passes(ctx, pb, st, buf, &cb, event);
     if (!s && cb.counter) {
         cl_uint counted = 0;
-        cl_int err = clEnqueueReadBuffer(ctx->queue, cb.counter, CL_TRUE, 0, sizeof counted,
-                                         &counted, 0, NULL, NULL);
-        if (err != CL_SUCCESS) s = ctx_cl_error(ctx, err, "flash: reading the tile count");
+        s = buffer_read(ctx, cb.counter, 0, sizeof counted, &counted,
+                        "flash: reading the tile count");
         stats->tiles_counted = counted;
     }
     if (!s) {

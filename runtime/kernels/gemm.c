@@ -687,11 +687,8 @@ static clattn_status find_bad_keys(clattn_context *ctx, gemm_call *call) {
     unsigned char *flags = status ? NULL : malloc(bytes);
     if (!status && !flags)
         status = ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: %zu flags of V", bytes);
-    if (!status) {
-        cl_int err = clEnqueueReadBuffer(ctx->queue, call->gb->flags, CL_TRUE, 0, bytes, flags, 0,
-                                         NULL, NULL);
-        if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: reading the flags of V");
-    }
+    if (!status)
+        status = buffer_read(ctx, call->gb->flags, 0, bytes, flags, "gemm: reading the flags of V");
     if (!status) status = list_bad_keys(ctx, pb, flags, &call->bad);
     free(flags);
     return status;

@@ -283,10 +283,10 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
 static clattn_status read_tile_count(clattn_context *ctx, const packed_buffers *fb,
                                      uint64_t *count) {
     cl_uint value = 0;
-    cl_int err = clEnqueueReadBuffer(ctx->queue, fb->tile_count, CL_TRUE, 0, sizeof value, &value,
-                                     0, NULL, NULL);
+    clattn_status s =
+        buffer_read(ctx, fb->tile_count, 0, sizeof value, &value, "fused: reading tile count");
     *count = value;
-    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(ctx, err, "fused: reading tile count");
+    return s;
 }
 
 static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_t bytes,

@@ -13,8 +13,7 @@
 static clattn_status read_back(clattn_context *ctx, cl_mem buffer, size_t bytes, void **out) {
     *out = malloc(bytes ? bytes : 1);
     if (!*out) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "host copy of %zu bytes", bytes);
-    cl_int err = clEnqueueReadBuffer(ctx->queue, buffer, CL_TRUE, 0, bytes, *out, 0, NULL, NULL);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(ctx, err, "reading a buffer back");
+    return buffer_read(ctx, buffer, 0, bytes, *out, "reading a buffer back");
 }
 
 /* O and LSE from host back to the device, and the call's completion event. */
@@ -22,12 +21,12 @@ static clattn_status write_results(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b, const void *o, const float *lse,
                                    cl_event *event) {
     const clattn_attention_extents *ext = &pb->extents;
-    cl_int err = clEnqueueWriteBuffer(ctx->queue, b->o, CL_TRUE, 0, ext->o, o, 0, NULL, NULL);
-    if (err == CL_SUCCESS && lse)
-        err = clEnqueueWriteBuffer(ctx->queue, b->lse, CL_TRUE, 0, ext->lse, lse, 0, NULL, NULL);
-    if (err == CL_SUCCESS && event) err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : ctx_cl_error(ctx, err, "reference path: writing results");
+    const char *what = "reference path: writing results";
+    clattn_status s = buffer_write(ctx, b->o, 0, ext->o, o, what);
+    if (!s && lse) s = buffer_write(ctx, b->lse, 0, ext->lse, lse, what);
+    cl_int err = CL_SUCCESS;
+    if (!s && event) err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
+    return err == CL_SUCCESS ? s : ctx_cl_error(ctx, err, what);
 }
 
 static clattn_status run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *b,

@@ -520,10 +520,7 @@ clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc
         d.struct_size = sizeof d, d.bias = b[3], d.bias_host = NULL;
         st = clattn_mha_forward(m, &d, b[0], b[1], b[2], NULL);
     }
-    cl_int err = CL_SUCCESS;
-    if (!st)
-        err = clEnqueueReadBuffer(m->ctx->queue, b[2], CL_TRUE, 0, c.y_bytes, y, 0, NULL, NULL);
-    if (!st && err) st = ctx_cl_error(m->ctx, err, "mha: reading Y");
+    if (!st) st = buffer_read(m->ctx, b[2], 0, c.y_bytes, y, "mha: reading Y");
     for (int i = 0; i < 4; i++)
         if (b[i]) clReleaseMemObject(b[i]);
     return st;

@@ -26,12 +26,9 @@ static clattn_status copy_source(clattn_mha *m, int p) {
         memcpy(m->source[p], (const unsigned char *)param->host + param->offset * elem, bytes);
         return CLATTN_SUCCESS;
     }
-    cl_int err = clEnqueueReadBuffer(m->ctx->queue, param->buffer, CL_TRUE, param->offset * elem,
-                                     bytes, m->source[p], 0, NULL, NULL);
-    if (err == CL_SUCCESS) return CLATTN_SUCCESS;
     char what[96];
     snprintf(what, sizeof what, "mha: reading %s from its buffer", mha_param_name(p));
-    return ctx_cl_error(m->ctx, err, what);
+    return buffer_read(m->ctx, param->buffer, param->offset * elem, bytes, m->source[p], what);
 }
 
 /* The host copies replace the caller's arrays and buffers in the shape. */
