@@ -83,7 +83,7 @@ ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
     t->b = bkv / P->heads_kv, t->kvh = bkv % P->heads_kv;
     t->keys = P->per_sequence ? seq_len[t->b] : P->len_k;
     t->queries = P->per_sequence ? q_len[t->b] : P->len_q;
-    t->offset = t->keys - t->queries;
+    t->offset = P->per_sequence ? t->keys - t->queries : P->offset; /* a shard's, or Nk - Nq */
     t->Q = Q, t->scale = scale;
     int valid = 0;
     for (int k = 0; k < BLOCK_R; k++) {

@@ -454,6 +454,22 @@ typedef struct clattn_attention_desc {
     int kv_q8_0;     /* nonzero: K and V are stored as CLATTN_Q8_0 blocks (Q keeps dtype; K/V
                         offsets and strides stay in values). Only the split variant reads
                         them; the fused and gemm paths refuse. */
+
+    /* ---- added in 0.3: one shard of a longer sequence (context parallelism: ring attention,
+       clattn_attention_multi, libclattn_mpi). The call computes the partial result of query
+       rows [q_start, q_start + len_q) of a sequence of full_len_q queries over keys
+       [k_start, k_start + len_k) of a sequence of full_len_k keys, and every mask applies at
+       those whole-sequence positions: query i sits at p = q_start + i + full_len_k - full_len_q
+       and key j at k_start + j (SPEC section 2 of the whole call); global_tokens are
+       whole-sequence key positions in [0, full_len_k); block_layout covers the whole
+       sequences, [L][ceil(full_len_q/block_q)][ceil(full_len_k/block_k)]. The bias stays the
+       call's own [b, h, i, j] (point bias_strides.offset at the shard's first element). A row
+       that sees no key of the shard gets O = 0 and LSE = -inf, so the partials of a row over
+       disjoint key shards merge exactly through their LSE. full_len_q = 0 means len_q
+       (then q_start must be 0), full_len_k = 0 likewise; all four 0 is an ordinary call. KV
+       cache calls and layers refuse shards. */
+    size_t q_start, k_start;
+    size_t full_len_q, full_len_k;
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */

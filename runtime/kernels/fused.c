@@ -167,7 +167,7 @@ static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, con
         s = buffer_set_add(ctx, set, globals ? (size_t)m->num_globals : 0, 4, l->gpos, &fb->gpos,
                            "global list");
     if (!s)
-        s = buffer_set_add(ctx, set, globals ? (size_t)m->len_k : 0, 1, m->is_global,
+        s = buffer_set_add(ctx, set, globals ? mask_flag_bytes(m) : 0, 1, m->is_global,
                            &fb->is_global, "global flags");
     if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &fb->layout, "block layout");
     if (!s)

@@ -33,7 +33,7 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p) 
     p->right = m->right;
     p->dilation = m->dilation;
     p->classes = m->dilation; /* the fused planner may group by fewer */
-    p->has_global = m->num_globals > 0;
+    p->has_global = m->has_global;
     p->num_global = m->num_globals;
     p->has_layout = m->layout != NULL;
     if (p->has_layout) {

@@ -22,7 +22,7 @@
     X(len_k, "Nk")                                                                                 \
     X(dim_qk, "Dqk")                                                                               \
     X(dim_v, "Dv")                                                                                 \
-    X(offset, "len_k - len_q: query i sits at key position p = i + offset")                        \
+    X(offset, "query i sits at key position p = i + offset (len_k - len_q, or a shard offset)")    \
     X(q_offset, "Q: element offset and strides (batch, head, sequence)")                           \
     X(q_stride_b, "")                                                                              \
     X(q_stride_h, "")                                                                              \
@@ -48,7 +48,7 @@
     X(left, "window sides, -1 unbounded")                                                          \
     X(right, "")                                                                                   \
     X(dilation, "")                                                                                \
-    X(has_global, "global keys: positions in gpos[], flags in is_global[]")                        \
+    X(has_global, "global keys in gpos[]. Flags is_global[len_k + len_q] (plan/mask.h)")           \
     X(num_global, "")                                                                              \
     X(has_layout, "block layout [layout heads][blocks_q][blocks_k]")                               \
     X(layout_per_head, "")                                                                         \
