@@ -18,7 +18,8 @@
  *
  * Structs that can grow (ABI)
  * - clattn_device_info, clattn_softmax_desc, clattn_attention_desc, clattn_stats,
- *   clattn_pattern_desc, clattn_mha_desc, clattn_mha_info and clattn_mha_stats start with
+ *   clattn_pattern_desc, clattn_mha_desc, clattn_mha_info, clattn_mha_stats and
+ *   clattn_merge_desc start with
  *   `struct_size`, which the caller sets to sizeof the struct its header declares (the *_init
  *   functions do it). Later versions only append fields, whose zero
  *   value is their default, so a binary built against an older header keeps working: the
@@ -816,6 +817,51 @@ CLATTN_API clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *cache,
 CLATTN_API clattn_status clattn_kv_cache_reference(clattn_kv_cache *cache,
                                                    const clattn_attention_desc *desc, const void *q,
                                                    const int32_t *q_len, void *o, float *lse);
+
+/* ---------------------------------------------------------------- shards and rings (from 0.3) */
+
+/*
+ * Context parallelism: a long sequence cut into shards, one a device (or a process), as ring
+ * attention does it. Each part holds a shard of the query rows and one of the key/value rows;
+ * the key/value shards go round the ring, and each part attends its query shard to every
+ * key/value shard in turn (desc->q_start ... make each such call a shard of the whole call),
+ * merging the partial results exactly through their LSE:
+ *
+ *     O = sum_c exp(LSE_c - LSE) O_c,   LSE = log sum_c exp(LSE_c)
+ *
+ * (a shard that sees no key has LSE_c = -inf and adds nothing). The rows each part ends with
+ * are exactly the whole call's rows. libclattn_mpi (clattn_mpi.h) passes the shards between
+ * processes with MPI; clattn_attention_multi passes them between the devices of one process.
+ */
+
+/** Merging a partial result into an accumulator, both of the same query rows: float32 O
+ *  tensors [B, H, N, D] and float32 LSE tensors [B, H, N], each by element offset and strides
+ *  (batch, head, sequence; LSE's dim is 1). */
+typedef struct clattn_merge_desc {
+    size_t struct_size; /* sizeof(clattn_merge_desc): clattn_merge_desc_init */
+    size_t batch, heads, len, dim;
+    clattn_tensor o, lse;           /* the accumulator, merged in place */
+    clattn_tensor o_part, lse_part; /* the partial merged into it */
+} clattn_merge_desc;
+
+/** Fills *desc with the sizes, O and O_part dense in `layout` and both LSEs dense [B, H, N], all
+ *  at offset 0. @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size of 0,
+ *  overflow). */
+CLATTN_API clattn_status clattn_merge_desc_init_sized(clattn_merge_desc *desc, size_t struct_size,
+                                                      clattn_layout layout, size_t batch,
+                                                      size_t heads, size_t len, size_t dim);
+#define clattn_merge_desc_init(desc, ...)                                                          \
+    clattn_merge_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
+
+/** Enqueues the exact merge of (o_part, lse_part) into (o, lse) on the device, row by row:
+ *  L = log(exp(lse) + exp(lse_part)), o = exp(lse - L) o + exp(lse_part - L) o_part, lse = L.
+ *  A row whose lse_part is -inf is left as it is; an accumulator row may start at o = 0,
+ *  lse = -inf. `event` (may be NULL) receives the kernel's event.
+ *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, a tensor that does not fit its
+ *  buffer, o or lse overlapping another tensor); or an OpenCL error. */
+CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, const clattn_merge_desc *desc,
+                                                cl_mem o, cl_mem lse, cl_mem o_part,
+                                                cl_mem lse_part, cl_event *event);
 
 /* ---------------------------------------------------------------- sparse patterns */
 
