@@ -863,6 +863,90 @@ CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, const clatt
                                                 cl_mem o, cl_mem lse, cl_mem o_part,
                                                 cl_mem lse_part, cl_event *event);
 
+/** How a sequence is cut into the shards of R parts. */
+typedef enum clattn_sharding {
+    CLATTN_SHARDING_AUTO = 0,       /* zigzag for a causal call, else contiguous */
+    CLATTN_SHARDING_CONTIGUOUS = 1, /* R chunks: part r holds chunk r */
+    CLATTN_SHARDING_ZIGZAG = 2      /* 2R chunks: part r holds chunks r and 2R-1-r, so each part
+                                       gets as much causal work as another (Megatron-LM's
+                                       context parallelism, striped/zigzag ring attention) */
+} clattn_sharding;
+
+/** The rows of a sequence one part holds: up to two ranges of the whole sequence, in the order
+ *  the part holds them (its shard arrays are those rows one after the other). */
+typedef struct clattn_shard {
+    size_t start[2], len[2]; /* len[1] = 0 for a contiguous shard; a range may be empty */
+    size_t rows;             /* len[0] + len[1] (0 when the sequence is shorter than the chunks) */
+} clattn_shard;
+
+/** The query rows and key/value rows that part `part` of `parts` holds for the whole call
+ *  `desc` (its len_q and len_k; the shard fields must be 0). Chunk c of C (C = parts, or 2 *
+ *  parts for zigzag) starts at row floor(c * N / C), rounded down to a multiple of block_q
+ *  (queries) or block_k (keys) when the desc has a block layout, so that shards start on block
+ *  edges. AUTO is resolved from desc->causal. q_rows and k_rows may be NULL.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (a bad desc, parts = 0, part >= parts,
+ *  an unknown sharding). */
+CLATTN_API clattn_status clattn_attention_shards(const clattn_attention_desc *desc,
+                                                 clattn_sharding sharding, size_t parts,
+                                                 size_t part, clattn_shard *q_rows,
+                                                 clattn_shard *k_rows);
+
+/** One part of a ring attention on one context: its query shard and bias rows on the device,
+ *  the float32 O and LSE it accumulates, and room for one key/value shard at a time. */
+typedef struct clattn_ring clattn_ring;
+
+/** Starts part `part` of `parts` of the whole call `desc` (shard fields 0; every mask, GQA,
+ *  float16/bfloat16 storage; not kv_q8_0). Shard arrays are dense in `layout`, their rows those
+ *  clattn_attention_shards gives: q_shard [B, rows, Hq, Dqk] (BSHD; [B, Hq, rows, Dqk] for
+ *  BHSD) in desc->dtype. The bias, when given, is the whole call's desc->bias_host with
+ *  desc->bias_strides: the ring copies the rows of its query shard. Checks everything, then
+ *  uploads the query shard and allocates the accumulators. The desc's host arrays (global
+ *  tokens, block layout) must outlive the ring.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (naming the problem on ctx),
+ *  CLATTN_ERR_UNSUPPORTED (kv_q8_0), CLATTN_ERR_OUT_OF_MEMORY or an OpenCL error. */
+CLATTN_API clattn_status clattn_ring_create(clattn_context *ctx, const clattn_attention_desc *desc,
+                                            clattn_layout layout, clattn_sharding sharding,
+                                            size_t parts, size_t part, const void *q_shard,
+                                            clattn_ring **ring);
+
+/** Releases the ring. Accepts NULL. */
+CLATTN_API void clattn_ring_destroy(clattn_ring *ring);
+
+/** Attends the ring's query shard to the key/value shard of part `kv_part` (k_shard [B, rows,
+ *  Hkv, Dqk] and v_shard [B, rows, Hkv, Dv], dense in the ring's layout and the desc's dtype;
+ *  NULL when that shard has no rows) and merges the result into the accumulators. The shard
+ *  is copied to the device before the call returns, so its arrays may be reused then. The
+ *  (query chunk, key chunk) pairs that allow no pair are skipped. With `done` NULL the call
+ *  waits for the device; otherwise *done receives an event that completes with the work (the
+ *  caller releases it; NULL when nothing was enqueued), so a caller can move the next shard
+ *  meanwhile. Each kv_part must be attended once before clattn_ring_finish.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (kv_part out of range or attended
+ *  already, a NULL shard with rows), or an error of clattn_attention. */
+CLATTN_API clattn_status clattn_ring_attend(clattn_ring *ring, size_t kv_part, const void *k_shard,
+                                            const void *v_shard, cl_event *done);
+
+/** Waits, and writes the part's rows of the whole call's result: o_shard [B, rows, Hq, Dv]
+ *  dense in the ring's layout and desc->out_dtype, lse_shard float32 [B, Hq, rows] (may be
+ *  NULL). @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (a key/value part not yet
+ *  attended), or an OpenCL error. */
+CLATTN_API clattn_status clattn_ring_finish(clattn_ring *ring, void *o_shard, float *lse_shard);
+
+/** The whole call on several devices of one process: the rows are sharded over the contexts
+ *  (each on its own thread) and the key/value shards go round the ring, as clattn_ring does
+ *  it; the result equals clattn_attention_host's within SPEC's tolerances. Host arrays as
+ *  clattn_attention_host takes them (the desc's tensors, offsets and strides; bias from
+ *  desc->bias_host). Each device holds its query shard, its accumulators and one key/value
+ *  shard at a time, so together they fit calls that one of them cannot hold. The contexts must
+ *  be distinct (a context serves one thread at a time). Everything is checked before any
+ *  device starts; o and lse are written only when every part succeeded. A failure is named in
+ *  clattn_context_last_error(ctxs[0]), with the device that failed.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, CLATTN_ERR_UNSUPPORTED (kv_q8_0),
+ *  CLATTN_ERR_OUT_OF_MEMORY, or the first failing part's error. */
+CLATTN_API clattn_status clattn_attention_multi(clattn_context *const *ctxs, size_t num_ctxs,
+                                                const clattn_attention_desc *desc,
+                                                clattn_sharding sharding, const void *q,
+                                                const void *k, const void *v, void *o, float *lse);
+
 /* ---------------------------------------------------------------- sparse patterns */
 
 /** Block-sparse layouts of the standard patterns, for desc->block_layout. Block rows and
