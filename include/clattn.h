@@ -142,7 +142,9 @@ CLATTN_API const char *clattn_version(void);
     X(ERR_BUILD, -7005, "kernel build failed")                                                     \
     X(ERR_IO, -7006, "file input/output failed")                                                   \
     X(ERR_FORMAT, -7007, "malformed input file")                                                   \
-    X(ERR_BLAS, -7008, "CLBlast call failed")
+    X(ERR_BLAS, -7008, "CLBlast call failed")                                                      \
+    X(ERR_TIMEOUT, -7009, "another process did not answer in time")                                \
+    X(ERR_COMM, -7010, "communication between processes failed")
 
 #define CLATTN_STATUS_ENUM_ENTRY(name, value, text) CLATTN_##name = (value),
 /** Status of every call: CLATTN_SUCCESS, CLATTN_CL_* (OpenCL's codes and values) and

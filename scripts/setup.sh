@@ -4,7 +4,8 @@
 # oclgrind, OpenBLAS (the benchmarks' host baseline, loaded at run time), gnuplot (plots),
 # patchelf (scripts/bundle.sh), python3-venv (the Python package's tests build and install
 # its wheel in a virtual environment) and clang (its OpenCL front end compiles flash's subgroup
-# branch, which no CI device runs: tests/flash_subgroups_cl.sh).
+# branch, which no CI device runs: tests/flash_subgroups_cl.sh), and OpenMPI (libclattn_mpi, its
+# tests under mpirun, clattn run --distributed).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -14,6 +15,7 @@ packages=(
   libclblast-dev libcriterion-dev oclgrind
   libopenblas0 gnuplot-nox patchelf
   python3 python3-venv clang
+  openmpi-bin libopenmpi-dev
 )
 
 sudo_cmd=()
