@@ -27,7 +27,7 @@ ctest --test-dir build -j "$jobs" --output-on-failure
 
 section "tests on PoCL's basic device"
 POCL_DEVICES=basic ctest --test-dir build -j "$jobs" --output-on-failure \
-  -E '^(downstream|device_two_pocl)$'
+  -E '^(downstream|device_two_pocl|ring_two_pocl)$'
 
 section "the Python package (wheel, fresh virtual environment, pytest)"
 ./scripts/test-python.sh build-python
