@@ -894,7 +894,9 @@ CLATTN_API clattn_status clattn_attention_shards(const clattn_attention_desc *de
                                                  clattn_shard *k_rows);
 
 /** One part of a ring attention on one context: its query shard and bias rows on the device,
- *  the float32 O and LSE it accumulates, and room for one key/value shard at a time. */
+ *  the float32 O and LSE it accumulates, and room for one key/value shard at a time. Each chunk
+ *  of rows (a zigzag shard has two) has buffers of its own, so that no allocation is larger
+ *  than a chunk: devices cap one allocation below their memory (PoCL at a quarter of it). */
 typedef struct clattn_ring clattn_ring;
 
 /** Starts part `part` of `parts` of the whole call `desc` (shard fields 0; every mask, GQA,

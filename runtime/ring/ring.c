@@ -20,27 +20,28 @@ struct clattn_ring {
     clattn_layout layout;
     size_t parts;
     clattn_shard q_rows;
-    clattn_shard *k_rows;    /* [parts] */
-    uint8_t *attended;       /* [parts] */
-    size_t max_k_rows;       /* the longest key/value shard of any part */
-    cl_mem q, k, v;          /* the query shard; the key/value shard in hand */
-    cl_mem o_acc, lse_acc;   /* float32 [B, rows, Hq, Dv] in the layout, [B, Hq, rows] */
-    cl_mem o_part, lse_part; /* one chunk's call: float32, dense, the longest chunk's size */
+    clattn_shard *k_rows; /* [parts] */
+    uint8_t *attended;    /* [parts] */
+    size_t max_k_chunk;   /* the longest key/value chunk of any part */
+    /* A buffer a chunk, so that no allocation is larger than a chunk's rows (devices cap one
+     * allocation: PoCL at a quarter of its memory, Intel at 4 GiB). Query chunk a: its rows,
+     * and the float32 O [B, len, Hq, Dv] (in the layout) and LSE [B, Hq, len] it accumulates;
+     * key/value chunk c of the shard in hand. */
+    cl_mem q[2], o_acc[2], lse_acc[2], k[2], v[2];
+    cl_mem o_part, lse_part; /* one chunk call's outputs, float32, the longest query chunk */
     cl_mem bias[2];          /* each query chunk's rows of the bias, every key */
     clattn_tensor bias_rows[2];
 };
 
-/* Row where query chunk a starts in the part's shard arrays. */
+/* Row where chunk a starts in a part's shard arrays. */
 static size_t chunk_row(const clattn_shard *s, int a) {
     return a == 0 ? 0 : s->len[0];
 }
 
-/* A tensor of `rows` rows dense in the ring's layout, from row `row0` on. */
-static clattn_tensor shard_tensor(const clattn_ring *r, size_t heads, size_t rows, size_t dim,
-                                  size_t row0) {
+/* A tensor of `rows` rows dense in the ring's layout. */
+static clattn_tensor dense_rows(const clattn_ring *r, size_t heads, size_t rows, size_t dim) {
     clattn_tensor t = {0, 0, 0, 0};
     clattn_tensor_dense(&t, r->layout, heads, rows ? rows : 1, dim, 0);
-    t.offset = row0 * t.stride_seq;
     return t;
 }
 
@@ -50,6 +51,38 @@ static size_t tensor_bytes(size_t batch, size_t heads, size_t rows, size_t dim, 
         size_mul(n, elem, &n))
         return 0;
     return n;
+}
+
+/* The rows [row0, row0 + len) of a shard array of `rows` rows, dense in `layout` ([B, rows, H,
+ * D] or [B, H, rows, D]), to or from a buffer that holds only them, dense: one rectangle copy
+ * (BSHD: a batch entry a row; BHSD: a (batch, head) a row). An LSE [B, H, rows] is the BHSD
+ * case with dim 1. */
+typedef struct chunk_copy {
+    clattn_layout layout;
+    size_t batch, heads, rows, dim, elem, row0, len;
+} chunk_copy;
+
+static cl_int copy_chunk(cl_command_queue queue, cl_mem buffer, int write, const chunk_copy *c,
+                         void *host) {
+    size_t line = c->dim * c->elem, zero[3] = {0, 0, 0}, host_origin[3] = {0, 0, 0};
+    size_t region[3], host_row, host_slice, buf_row, buf_slice;
+    if (c->layout == CLATTN_LAYOUT_BSHD) {
+        region[0] = c->len * c->heads * line, region[1] = c->batch, region[2] = 1;
+        host_origin[0] = c->row0 * c->heads * line;
+        host_row = c->rows * c->heads * line, buf_row = region[0];
+        host_slice = host_row * c->batch, buf_slice = buf_row * c->batch;
+    } else {
+        region[0] = c->len * line, region[1] = c->heads, region[2] = c->batch;
+        host_origin[0] = c->row0 * line;
+        host_row = c->rows * line, buf_row = region[0];
+        host_slice = host_row * c->heads, buf_slice = buf_row * c->heads;
+    }
+    return write
+               ? clEnqueueWriteBufferRect(queue, buffer, CL_TRUE, zero, host_origin, region,
+                                          buf_row, buf_slice, host_row, host_slice, host, 0, NULL,
+                                          NULL)
+               : clEnqueueReadBufferRect(queue, buffer, CL_TRUE, zero, host_origin, region, buf_row,
+                                         buf_slice, host_row, host_slice, host, 0, NULL, NULL);
 }
 
 static clattn_status ring_buffer(clattn_ring *r, size_t bytes, void *host, cl_mem *out,
@@ -83,41 +116,53 @@ static clattn_status gather_bias(clattn_ring *r, int a) {
     return s;
 }
 
-/* The query shard, the accumulators (O = 0, LSE = -inf), a chunk's outputs, the key/value
- * buffers of the longest shard, the bias rows. */
+/* Query chunk a: its rows (copied from the shard), its accumulators (O = 0, LSE = -inf) and
+ * its bias rows. `init` holds zeros then -infinities, at least a chunk's O. */
+static clattn_status chunk_allocate(clattn_ring *r, int a, const void *q_shard, float *init) {
+    const clattn_attention_desc *w = &r->whole;
+    size_t len = r->q_rows.len[a], elem = dtype_size(w->dtype);
+    size_t o_bytes = tensor_bytes(w->batch, w->heads_q, len, w->dim_v, sizeof(float));
+    size_t lse_bytes = tensor_bytes(w->batch, w->heads_q, len, 1, sizeof(float));
+    memset(init, 0, o_bytes);
+    clattn_status s = ring_buffer(r, o_bytes, init, &r->o_acc[a], "O accumulator");
+    for (size_t i = 0; i < lse_bytes / sizeof(float); i++) init[i] = -INFINITY;
+    if (!s) s = ring_buffer(r, lse_bytes, init, &r->lse_acc[a], "LSE accumulator");
+    if (!s)
+        s = ring_buffer(r, tensor_bytes(w->batch, w->heads_q, len, w->dim_qk, elem), NULL, &r->q[a],
+                        "query chunk");
+    chunk_copy c = {
+        r->layout, w->batch, w->heads_q, r->q_rows.rows, w->dim_qk, elem, chunk_row(&r->q_rows, a),
+        len};
+    cl_int err = s ? CL_SUCCESS : copy_chunk(r->ctx->queue, r->q[a], 1, &c, (void *)q_shard);
+    if (err != CL_SUCCESS) s = ctx_cl_error(r->ctx, err, "ring: uploading a query chunk");
+    if (!s && w->bias_host) s = gather_bias(r, a);
+    return s;
+}
+
+/* Every query chunk's buffers, a chunk call's outputs and the key/value chunks in hand. */
 static clattn_status ring_allocate(clattn_ring *r, const void *q_shard) {
     const clattn_attention_desc *w = &r->whole;
-    size_t rows = r->q_rows.rows,
-           chunk = r->q_rows.len[0] > r->q_rows.len[1] ? r->q_rows.len[0] : r->q_rows.len[1];
-    size_t kv = r->max_k_rows ? r->max_k_rows : 1, elem = dtype_size(w->dtype);
-    float *init = NULL;
-    size_t lse_bytes = tensor_bytes(w->batch, w->heads_q, rows ? rows : 1, 1, sizeof(float));
-    size_t o_bytes = tensor_bytes(w->batch, w->heads_q, rows ? rows : 1, w->dim_v, sizeof(float));
-    clattn_status s = o_bytes && lse_bytes ? CLATTN_SUCCESS
-                                           : ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY,
-                                                       "ring: the accumulators' sizes overflow");
-    if (!s && !(init = calloc(1, o_bytes > lse_bytes ? o_bytes : lse_bytes)))
-        s = ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY, "ring: %zu bytes", o_bytes);
-    if (!s) s = ring_buffer(r, o_bytes, init, &r->o_acc, "O accumulator");
-    for (size_t i = 0; !s && i < lse_bytes / sizeof(float); i++) init[i] = -INFINITY;
-    if (!s) s = ring_buffer(r, lse_bytes, init, &r->lse_acc, "LSE accumulator");
-    free(init);
-    size_t qb = tensor_bytes(w->batch, w->heads_q, rows ? rows : 1, w->dim_qk, elem);
-    if (!s) s = ring_buffer(r, qb, rows ? (void *)q_shard : NULL, &r->q, "query shard");
-    if (!s)
-        s = ring_buffer(r, tensor_bytes(w->batch, w->heads_q, chunk ? chunk : 1, w->dim_v, 4), NULL,
-                        &r->o_part, "a chunk's O");
-    if (!s)
-        s = ring_buffer(r, tensor_bytes(w->batch, w->heads_q, chunk ? chunk : 1, 1, 4), NULL,
-                        &r->lse_part, "a chunk's LSE");
-    if (!s)
-        s = ring_buffer(r, tensor_bytes(w->batch, w->heads_kv, kv, w->dim_qk, elem), NULL, &r->k,
-                        "key shard");
-    if (!s)
-        s = ring_buffer(r, tensor_bytes(w->batch, w->heads_kv, kv, w->dim_v, elem), NULL, &r->v,
-                        "value shard");
+    size_t chunk = r->q_rows.len[0] > r->q_rows.len[1] ? r->q_rows.len[0] : r->q_rows.len[1];
+    size_t kv = r->max_k_chunk ? r->max_k_chunk : 1, elem = dtype_size(w->dtype);
+    size_t most = tensor_bytes(w->batch, w->heads_q, chunk ? chunk : 1, w->dim_v, sizeof(float));
+    float *init = most ? malloc(most) : NULL;
+    clattn_status s = init ? CLATTN_SUCCESS
+                           : ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY, "ring: %zu bytes", most);
     for (int a = 0; a < 2 && !s; a++)
-        if (w->bias_host && r->q_rows.len[a]) s = gather_bias(r, a);
+        if (r->q_rows.len[a]) s = chunk_allocate(r, a, q_shard, init);
+    free(init);
+    size_t heads = w->heads_q, batch = w->batch, rows = chunk ? chunk : 1;
+    if (!s) s = ring_buffer(r, most, NULL, &r->o_part, "a chunk's O");
+    if (!s)
+        s = ring_buffer(r, tensor_bytes(batch, heads, rows, 1, sizeof(float)), NULL, &r->lse_part,
+                        "a chunk's LSE");
+    for (int c = 0; c < 2 && !s; c++) {
+        s = ring_buffer(r, tensor_bytes(batch, w->heads_kv, kv, w->dim_qk, elem), NULL, &r->k[c],
+                        "key chunk");
+        if (!s)
+            s = ring_buffer(r, tensor_bytes(batch, w->heads_kv, kv, w->dim_v, elem), NULL, &r->v[c],
+                            "value chunk");
+    }
     return s;
 }
 
@@ -130,7 +175,8 @@ static clattn_status ring_plan(clattn_ring *r, clattn_sharding sharding, size_t 
         ring_shards(&r->whole, sharding, r->parts, part, &r->ctx->error, &r->q_rows, NULL);
     for (size_t p = 0; p < r->parts && s == CLATTN_SUCCESS; p++) {
         s = ring_shards(&r->whole, sharding, r->parts, p, &r->ctx->error, NULL, &r->k_rows[p]);
-        if (r->k_rows[p].rows > r->max_k_rows) r->max_k_rows = r->k_rows[p].rows;
+        for (int c = 0; c < 2; c++)
+            if (r->k_rows[p].len[c] > r->max_k_chunk) r->max_k_chunk = r->k_rows[p].len[c];
     }
     return s;
 }
@@ -164,10 +210,12 @@ clattn_status clattn_ring_create(clattn_context *ctx, const clattn_attention_des
 
 void clattn_ring_destroy(clattn_ring *r) {
     if (!r) return;
-    cl_mem held[] = {r->q,      r->k,        r->v,       r->o_acc,  r->lse_acc,
-                     r->o_part, r->lse_part, r->bias[0], r->bias[1]};
+    cl_mem *held[] = {r->q, r->o_acc, r->lse_acc, r->k, r->v, r->bias};
     for (size_t i = 0; i < ARRAY_LEN(held); i++)
-        if (held[i]) clReleaseMemObject(held[i]);
+        for (int c = 0; c < 2; c++)
+            if (held[i][c]) clReleaseMemObject(held[i][c]);
+    if (r->o_part) clReleaseMemObject(r->o_part);
+    if (r->lse_part) clReleaseMemObject(r->lse_part);
     free(r->k_rows);
     free(r->attended);
     free(r);
@@ -183,10 +231,10 @@ static clattn_attention_desc chunk_call(const clattn_ring *r, int a, size_t p, i
     d.len_q = r->q_rows.len[a], d.len_k = kr->len[c];
     d.q_start = r->q_rows.start[a], d.k_start = kr->start[c];
     d.full_len_q = w->len_q, d.full_len_k = w->len_k;
-    d.q = shard_tensor(r, w->heads_q, r->q_rows.rows, w->dim_qk, chunk_row(&r->q_rows, a));
-    d.k = shard_tensor(r, w->heads_kv, kr->rows, w->dim_qk, chunk_row(kr, c));
-    d.v = shard_tensor(r, w->heads_kv, kr->rows, w->dim_v, chunk_row(kr, c));
-    d.o = shard_tensor(r, w->heads_q, d.len_q, w->dim_v, 0);
+    d.q = dense_rows(r, w->heads_q, d.len_q, w->dim_qk);
+    d.k = dense_rows(r, w->heads_kv, d.len_k, w->dim_qk);
+    d.v = dense_rows(r, w->heads_kv, d.len_k, w->dim_v);
+    d.o = dense_rows(r, w->heads_q, d.len_q, w->dim_v);
     d.out_dtype = CLATTN_F32; /* partials stay float32; clattn_ring_finish rounds once */
     d.bias = r->bias[a], d.bias_host = NULL;
     d.bias_strides = r->bias_rows[a];
@@ -194,15 +242,13 @@ static clattn_attention_desc chunk_call(const clattn_ring *r, int a, size_t p, i
     return d;
 }
 
-/* O and LSE of query chunk a's call merged into the accumulators at its rows. */
+/* O and LSE of query chunk a's call merged into its accumulators. */
 static clattn_status merge_chunk(clattn_ring *r, int a, cl_event *event) {
     const clattn_attention_desc *w = &r->whole;
-    size_t rows = r->q_rows.rows, len = r->q_rows.len[a], row0 = chunk_row(&r->q_rows, a);
     clattn_merge_desc m;
-    clattn_merge_desc_init(&m, r->layout, w->batch, w->heads_q, len, w->dim_v);
-    m.o = shard_tensor(r, w->heads_q, rows, w->dim_v, row0);
-    m.lse = (clattn_tensor){row0, w->heads_q * rows, rows, 1};
-    return clattn_attention_merge(r->ctx, &m, r->o_acc, r->lse_acc, r->o_part, r->lse_part, event);
+    clattn_merge_desc_init(&m, r->layout, w->batch, w->heads_q, r->q_rows.len[a], w->dim_v);
+    return clattn_attention_merge(r->ctx, &m, r->o_acc[a], r->lse_acc[a], r->o_part, r->lse_part,
+                                  event);
 }
 
 /* Every chunk pair of the shard in hand that allows a pair. *event: the last merge's, if any. */
@@ -215,25 +261,29 @@ static clattn_status attend_chunks(clattn_ring *r, size_t p, cl_event *event) {
             uint64_t pairs = 0;
             s = clattn_attention_pairs(&d, &pairs);
             if (s || pairs == 0) continue; /* no pair: LSE = -inf, nothing to merge */
-            s = clattn_attention(r->ctx, &d, r->q, r->k, r->v, r->o_part, r->lse_part, NULL);
+            s = clattn_attention(r->ctx, &d, r->q[a], r->k[c], r->v[c], r->o_part, r->lse_part,
+                                 NULL);
             if (*event) clReleaseEvent(*event), *event = NULL;
             if (!s) s = merge_chunk(r, a, event);
         }
     return s;
 }
 
+/* Part p's key/value shard, a chunk a buffer. */
 static clattn_status upload_shard(clattn_ring *r, size_t p, const void *k, const void *v) {
     const clattn_attention_desc *w = &r->whole;
-    size_t rows = r->k_rows[p].rows, elem = dtype_size(w->dtype);
-    if (!rows) return CLATTN_SUCCESS;
-    cl_command_queue q = r->ctx->queue;
-    cl_int err = clEnqueueWriteBuffer(q, r->k, CL_TRUE, 0,
-                                      tensor_bytes(w->batch, w->heads_kv, rows, w->dim_qk, elem), k,
-                                      0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueWriteBuffer(q, r->v, CL_TRUE, 0,
-                                   tensor_bytes(w->batch, w->heads_kv, rows, w->dim_v, elem), v, 0,
-                                   NULL, NULL);
+    const clattn_shard *kr = &r->k_rows[p];
+    cl_int err = CL_SUCCESS;
+    for (int c = 0; c < 2 && err == CL_SUCCESS; c++) {
+        if (!kr->len[c]) continue;
+        chunk_copy kc = {r->layout,        w->batch,  w->heads_kv,
+                         kr->rows,         w->dim_qk, dtype_size(w->dtype),
+                         chunk_row(kr, c), kr->len[c]};
+        chunk_copy vc = kc;
+        vc.dim = w->dim_v;
+        err = copy_chunk(r->ctx->queue, r->k[c], 1, &kc, (void *)k);
+        if (err == CL_SUCCESS) err = copy_chunk(r->ctx->queue, r->v[c], 1, &vc, (void *)v);
+    }
     return err == CL_SUCCESS ? CLATTN_SUCCESS
                              : ctx_cl_error(r->ctx, err, "ring: uploading a key/value shard");
 }
@@ -267,6 +317,24 @@ clattn_status clattn_ring_attend(clattn_ring *r, size_t p, const void *k, const 
 
 /* ---------------------------------------------------------------- the result */
 
+/* The accumulated O (float32, into the shard array o at its chunk rows) and LSE. */
+static clattn_status read_result(clattn_ring *r, float *o, float *lse) {
+    const clattn_attention_desc *w = &r->whole;
+    cl_int err = CL_SUCCESS;
+    for (int a = 0; a < 2 && err == CL_SUCCESS; a++) {
+        size_t len = r->q_rows.len[a], row0 = chunk_row(&r->q_rows, a);
+        if (!len) continue;
+        chunk_copy oc = {r->layout, w->batch,      w->heads_q, r->q_rows.rows,
+                         w->dim_v,  sizeof(float), row0,       len};
+        chunk_copy lc = {CLATTN_LAYOUT_BHSD, w->batch, w->heads_q, r->q_rows.rows, 1,
+                         sizeof(float),      row0,     len};
+        err = copy_chunk(r->ctx->queue, r->o_acc[a], 0, &oc, o);
+        if (err == CL_SUCCESS && lse) err = copy_chunk(r->ctx->queue, r->lse_acc[a], 0, &lc, lse);
+    }
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : ctx_cl_error(r->ctx, err, "ring: reading the result");
+}
+
 clattn_status clattn_ring_finish(clattn_ring *r, void *o_shard, float *lse_shard) {
     if (!r) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(r->ctx);
@@ -281,13 +349,7 @@ clattn_status clattn_ring_finish(clattn_ring *r, void *o_shard, float *lse_shard
     size_t values = w->batch * w->heads_q * rows * w->dim_v;
     float *o = malloc(values * sizeof *o);
     if (!o) return ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY, "ring: %zu values", values);
-    cl_command_queue q = r->ctx->queue;
-    cl_int err = clEnqueueReadBuffer(q, r->o_acc, CL_TRUE, 0, values * 4, o, 0, NULL, NULL);
-    if (err == CL_SUCCESS && lse_shard)
-        err = clEnqueueReadBuffer(q, r->lse_acc, CL_TRUE, 0, w->batch * w->heads_q * rows * 4,
-                                  lse_shard, 0, NULL, NULL);
-    clattn_status s =
-        err == CL_SUCCESS ? CLATTN_SUCCESS : ctx_cl_error(r->ctx, err, "ring: reading the result");
+    clattn_status s = read_result(r, o, lse_shard);
     if (!s && clattn_convert(CLATTN_F32, o, w->out_dtype, o_shard, values) != CLATTN_SUCCESS)
         s = ctx_error(r->ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: out_dtype %d", (int)w->out_dtype);
     free(o);
