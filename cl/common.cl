@@ -225,6 +225,19 @@ inline int is_global_position(__constant attn_params *P, __global const uchar *i
     return row >= 0 && row < P->len_q && is_global[P->len_k + row];
 }
 
+/* A row's LSE from its largest score m and sum l of exp(s - m): m + log(l) (write_lse 1), or
+ * the pair (m, log(l)) at 2 * row (write_lse 2, desc->lse_parts: partials merge exactly);
+ * an empty row has -inf. */
+inline void store_lse(__constant attn_params *P, __global float *LSE, long row, float m, float l,
+                      int empty) {
+    if (P->write_lse == 2) {
+        LSE[2 * row] = empty ? -INFINITY : m;
+        LSE[2 * row + 1] = empty ? -INFINITY : log(l);
+    } else if (P->write_lse) {
+        LSE[row] = empty ? -INFINITY : m + log(l);
+    }
+}
+
 /* layout_head: the query head (ignored when one layout serves every head). */
 inline int layout_ok(__constant attn_params *P, __global const uchar *layout, long layout_head,
                      long i, long j) {

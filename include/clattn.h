@@ -473,6 +473,12 @@ typedef struct clattn_attention_desc {
        cache calls and layers refuse shards. */
     size_t q_start, k_start;
     size_t full_len_q, full_len_k;
+    int lse_parts; /* nonzero: LSE holds two float32 a row, [B, Hq, Nq, 2]: the row's largest
+                      score m and log(sum over its keys of exp(s - m)), whose sum is the LSE.
+                      A row with no key has (-inf, -inf). Merging partials needs them: float32
+                      cannot hold m + log(...) exactly once |m| is large (a row whose every key
+                      has a bias of -FLT_MAX has LSE = -FLT_MAX, whatever its key count). KV
+                      cache calls and layers refuse it. */
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */

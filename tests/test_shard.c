@@ -11,6 +11,7 @@
 
 #include "util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ typedef struct shard_case {
     size_t num_globals;
     int block_layout; /* 0 none, 1 shared, 2 per head */
     size_t bq, bk;
-    int bias;
+    int bias;  /* 0 none, 1 random with -inf, 2 padding: -FLT_MAX on padded keys and rows */
+    int parts; /* the shards' LSE as (max, log sum) parts (desc->lse_parts), merged as such */
 } shard_case;
 
 /* The whole call's inputs, in storage type, and its reference. */
@@ -85,8 +87,13 @@ static void setup_mask(const shard_case *c, whole_call *w) {
         w->bias = malloc(n * sizeof *w->bias);
         cr_assert(w->bias);
         fill_uniform(w->bias, n, 9);
-        for (size_t i = 0; i < n; i++)
-            if (next_random(&state) % 7 == 0) w->bias[i] = -INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            size_t row = i / c->nk % c->nq, key = i % c->nk;
+            if (c->bias == 1 && next_random(&state) % 7 == 0) w->bias[i] = -INFINITY;
+            if (c->bias == 2) /* Hugging Face's padding: the last keys, and every key of the
+                                 last rows, at torch.finfo(float32).min */
+                w->bias[i] = key >= c->nk - 5 || row >= c->nq - 4 ? -FLT_MAX : 0.0f;
+        }
         d->bias_host = w->bias;
         d->bias_strides = (clattn_tensor){0, c->hq * c->nq * c->nk, c->nq * c->nk, c->nk};
     }
@@ -123,15 +130,17 @@ typedef struct row_merge {
     double *max, *sum, *acc; /* [rows], [rows], [rows * d] */
 } row_merge;
 
-static void merge_partial(row_merge *m, size_t row, const float *o, float lse, size_t d) {
-    if (lse == -INFINITY) return; /* a shard that sees no key adds nothing */
-    if (lse > m->max[row]) {
-        double rescale = m->max[row] == -INFINITY ? 0.0 : exp(m->max[row] - lse);
+/* A partial's LSE as its parts (top, log_sum): a plain LSE is (LSE, 0). */
+static void merge_partial(row_merge *m, size_t row, const float *o, float top, float log_sum,
+                          size_t d) {
+    if (top == -INFINITY) return; /* a shard that sees no key adds nothing */
+    if (top > m->max[row]) {
+        double rescale = m->max[row] == -INFINITY ? 0.0 : exp(m->max[row] - top);
         m->sum[row] *= rescale;
         for (size_t x = 0; x < d; x++) m->acc[row * d + x] *= rescale;
-        m->max[row] = lse;
+        m->max[row] = top;
     }
-    double weight = exp((double)lse - m->max[row]);
+    double weight = exp((double)top - m->max[row] + log_sum);
     m->sum[row] += weight;
     for (size_t x = 0; x < d; x++) m->acc[row * d + x] += weight * o[x];
 }
@@ -150,7 +159,8 @@ static void run_shard(clattn_context *ctx, const shard_case *c, const whole_call
     cr_assert_eq(clattn_tensor_dense(&d.o, CLATTN_LAYOUT_BSHD, c->hq, lq, c->d, 0), CLATTN_SUCCESS);
     if (w->bias) d.bias_strides.offset = q0 * d.bias_strides.stride_seq + k0;
     d.variant = variant;
-    float *o = malloc(c->b * lq * c->hq * c->d * sizeof *o), *lse = malloc(c->b * c->hq * lq * 4);
+    d.lse_parts = c->parts;
+    float *o = malloc(c->b * lq * c->hq * c->d * sizeof *o), *lse = malloc(c->b * c->hq * lq * 8);
     cr_assert(o && lse);
     ASSERT_OK(ctx, clattn_attention_host(ctx, &d, w->q, w->k, w->v, o, lse));
     for (size_t b = 0; b < c->b; b++)
@@ -158,7 +168,11 @@ static void run_shard(clattn_context *ctx, const shard_case *c, const whole_call
             for (size_t i = 0; i < lq; i++) {
                 size_t row = (b * c->hq + h) * c->nq + q0 + i;
                 const float *oi = o + ((b * lq + i) * c->hq + h) * c->d;
-                merge_partial(m, row, oi, lse[(b * c->hq + h) * lq + i], c->d);
+                size_t at = (b * c->hq + h) * lq + i;
+                if (c->parts)
+                    merge_partial(m, row, oi, lse[2 * at], lse[2 * at + 1], c->d);
+                else
+                    merge_partial(m, row, oi, lse[at], 0.0f, c->d);
             }
     free(o), free(lse);
 }
@@ -251,8 +265,8 @@ static void check_case(const shard_case *c) {
 }
 
 static shard_case base(const char *name, size_t nq, size_t nk) {
-    shard_case c = {name, 2,   2, 2, nq, nk, 16, CLATTN_LAYOUT_BSHD, CLATTN_F32, 0, -1, -1,
-                    1,    {0}, 0, 0, 0,  0,  0};
+    shard_case c = {name, 2, 2, 2, nq, nk, 16, CLATTN_LAYOUT_BSHD, CLATTN_F32, 0, -1, -1, 1,
+                    {0},  0, 0, 0, 0,  0,  0};
     return c;
 }
 
@@ -392,4 +406,24 @@ Test(shard, a_shard_that_sees_no_key) {
                 cr_expect(lse[r] == -INFINITY, "%s: LSE[%zu] = %g", clattn_variant_name(d.variant),
                           r, (double)lse[r]);
         }
+}
+
+/* LSE parts (desc->lse_parts): the same calls with their LSE as (max, log sum), merged as such,
+ * for the cases above that a plain LSE also merges; and rows whose every key has a bias of
+ * -FLT_MAX (Hugging Face's padded rows), whose LSE is -FLT_MAX in float32 whatever their key
+ * count: their shards' LSEs would weigh every shard alike, their parts weigh them by their keys. */
+Test(shard, lse_parts) {
+    shard_case c = base("parts: causal, Nq < Nk", 29, 45);
+    c.causal = 1, c.parts = 1;
+    check_case(&c);
+    c = base("parts: globals, window, per-head layout", 37, 37);
+    c.left = c.right = 3, c.num_globals = 2, c.globals[0] = 3, c.globals[1] = 20;
+    c.block_layout = 2, c.bq = 4, c.bk = 6, c.parts = 1;
+    check_case(&c);
+    c = base("parts: padded rows and keys", 33, 41);
+    c.bias = 2, c.parts = 1;
+    check_case(&c);
+    c = base("parts: padded rows, float16, causal", 36, 36);
+    c.bias = 2, c.parts = 1, c.dtype = CLATTN_F16, c.causal = 1;
+    check_case(&c);
 }

@@ -151,7 +151,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &sb->layout, "block layout");
     if (!s)
         s = buffer_set_add(ctx, set, parts * pb->dim_v, 4, NULL, &sb->o_part, "partial outputs");
-    if (!s) s = buffer_set_add(ctx, set, parts, 4, NULL, &sb->lse_part, "partial LSE");
+    if (!s) s = buffer_set_add(ctx, set, parts, 8, NULL, &sb->lse_part, "partial (max, sum)");
     return s;
 }
 

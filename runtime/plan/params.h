@@ -63,7 +63,7 @@
     X(row_mode, "fused: 0 query tiles of a class, 1 the rows listed in row_list")                  \
     X(num_listed_rows, "fused")                                                                    \
     X(use_tile_list, "fused: key tiles from tile_ptr/tile_idx instead of the window range")        \
-    X(write_lse, "")                                                                               \
+    X(write_lse, "0 no LSE. 1 LSE. 2 (max, log sum) pairs")                                        \
     X(per_sequence, "lengths from seq_len[] and q_len[] (KV caches), else len_k and len_q")        \
     X(page_size, "0: K and V are [B, len_k, ...] tensors, else page pools (block_table)")          \
     X(max_pages, "block table entries a sequence")                                                 \

@@ -193,7 +193,7 @@ static clattn_status check_extents(error_record *err, const clattn_attention_des
         tensor_span(&d->v, d->batch, d->heads_kv, d->len_k, d->dim_v, kv, &ext->v) ||
         tensor_span(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v, d->out_dtype, &ext->o) ||
         size_mul(d->batch, d->heads_q, &ext->lse) || size_mul(ext->lse, d->len_q, &ext->lse) ||
-        size_mul(ext->lse, sizeof(float), &ext->lse) ||
+        size_mul(ext->lse, d->lse_parts ? 2 * sizeof(float) : sizeof(float), &ext->lse) ||
         (has_bias && tensor_span(&d->bias_strides, d->batch, d->heads_q, d->len_q, d->len_k,
                                  CLATTN_F32, &ext->bias)))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
@@ -258,6 +258,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     pb->path = d.path, pb->variant = d.variant;
     pb->gemm_budget_bytes = d.gemm_budget_bytes;
     pb->count_tiles = d.count_tiles != 0;
+    pb->lse_parts = d.lse_parts != 0;
     pb->kv.dtype = d.kv_q8_0 ? CLATTN_Q8_0 : d.dtype;
     status = mask_from_desc(&d, &pb->mask);
     if (status != CLATTN_SUCCESS)
