@@ -844,12 +844,15 @@ CLATTN_API clattn_status clattn_kv_cache_reference(clattn_kv_cache *cache,
 
 /** Merging a partial result into an accumulator, both of the same query rows: float32 O
  *  tensors [B, H, N, D] and float32 LSE tensors [B, H, N], each by element offset and strides
- *  (batch, head, sequence; LSE's dim is 1). */
+ *  (batch, head, sequence; LSE's dim is 1). With lse_parts, each LSE element is a pair (max,
+ *  log sum) as desc->lse_parts gives them, offsets and strides counting pairs: the merge is then
+ *  exact whatever the scores' magnitude, and the accumulator keeps the parts. */
 typedef struct clattn_merge_desc {
     size_t struct_size; /* sizeof(clattn_merge_desc): clattn_merge_desc_init */
     size_t batch, heads, len, dim;
     clattn_tensor o, lse;           /* the accumulator, merged in place */
     clattn_tensor o_part, lse_part; /* the partial merged into it */
+    int lse_parts;                  /* both LSEs are (max, log sum) pairs */
 } clattn_merge_desc;
 
 /** Fills *desc with the sizes, O and O_part dense in `layout` and both LSEs dense [B, H, N], all
@@ -862,9 +865,10 @@ CLATTN_API clattn_status clattn_merge_desc_init_sized(clattn_merge_desc *desc, s
     clattn_merge_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
 
 /** Enqueues the exact merge of (o_part, lse_part) into (o, lse) on the device, row by row:
- *  L = log(exp(lse) + exp(lse_part)), o = exp(lse - L) o + exp(lse_part - L) o_part, lse = L.
- *  A row whose lse_part is -inf is left as it is; an accumulator row may start at o = 0,
- *  lse = -inf. `event` (may be NULL) receives the kernel's event.
+ *  L = log(exp(lse) + exp(lse_part)), o = exp(lse - L) o + exp(lse_part - L) o_part, lse = L
+ *  (with parts, the same with each LSE's sum kept apart from its max). A row whose part saw no
+ *  key (-inf) is left as it is; an accumulator row may start at o = 0, lse = -inf (parts:
+ *  (-inf, -inf)). `event` (may be NULL) receives the kernel's event.
  *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, a tensor that does not fit its
  *  buffer, o or lse overlapping another tensor); or an OpenCL error. */
 CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, const clattn_merge_desc *desc,

@@ -9,6 +9,7 @@
 
 #include "util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,35 @@ Test(ring, merge_matches_a_merge_in_double) {
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(clattn_context_last_error(ctx), "its buffer holds"), "%s",
               clattn_context_last_error(ctx));
+    clReleaseMemObject(ob), clReleaseMemObject(lb), clReleaseMemObject(pb), clReleaseMemObject(plb);
+}
+
+/* With LSE parts, rows whose scores are all -FLT_MAX merge by their keys' sums, which their
+ * plain LSE (-FLT_MAX) has lost: 3 keys and 7 keys give weights 3/10 and 7/10. */
+Test(ring, merge_of_lse_parts_keeps_the_sums) {
+    enum { B = 1, H = 1, N = 2, D = 4, ROWS = B * H * N };
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    float o[ROWS * D], part[ROWS * D], got[ROWS * D];
+    float lse[2 * ROWS] = {-FLT_MAX, logf(3.0f), 0.5f, logf(2.0f)};
+    float lse_part[2 * ROWS] = {-FLT_MAX, logf(7.0f), 1.5f, logf(4.0f)};
+    fill_uniform(o, ROWS * D, 5), fill_uniform(part, ROWS * D, 6);
+    double ref[ROWS * D], w1 = 2.0 * exp(0.5 - 1.5), w2 = 4.0;
+    for (int x = 0; x < D; x++) {
+        ref[x] = (3.0 * o[x] + 7.0 * part[x]) / 10.0;
+        ref[D + x] = (w1 * o[D + x] + w2 * part[D + x]) / (w1 + w2);
+    }
+    clattn_merge_desc m;
+    cr_assert_eq(clattn_merge_desc_init(&m, CLATTN_LAYOUT_BSHD, B, H, N, D), CLATTN_SUCCESS);
+    m.lse_parts = 1;
+    cl_mem ob = buffer_of(ctx, o, ROWS * D), lb = buffer_of(ctx, lse, 2 * ROWS);
+    cl_mem pb = buffer_of(ctx, part, ROWS * D), plb = buffer_of(ctx, lse_part, 2 * ROWS);
+    ASSERT_OK(ctx, clattn_attention_merge(ctx, &m, ob, lb, pb, plb, NULL));
+    read_back(ctx, ob, got, ROWS * D), read_back(ctx, lb, lse, 2 * ROWS);
+    cr_expect_eq(compare_outputs("merged O", got, ref, ROWS * D, 1e-6, 1e-5), 0);
+    cr_expect(lse[0] == -FLT_MAX && fabs(lse[1] - log(10.0)) < 1e-6, "(%g, %g)", lse[0], lse[1]);
+    cr_expect(lse[2] == 1.5f && fabs(lse[3] - log(w1 + w2)) < 1e-6, "(%g, %g)", lse[2], lse[3]);
     clReleaseMemObject(ob), clReleaseMemObject(lb), clReleaseMemObject(pb), clReleaseMemObject(plb);
 }
 
@@ -158,7 +188,8 @@ typedef struct ring_case {
     size_t num_globals;
     int block_layout; /* 0 none, 1 shared, 2 per head */
     size_t bq, bk;
-    int bias; /* 0 none, 1 [B, Hq, Nq, Nk], 2 broadcast [Nq, Nk] */
+    int bias; /* 0 none, 1 [B, Hq, Nq, Nk], 2 broadcast [Nq, Nk], 3 Hugging Face's padding
+                 [B, 1, Nq, Nk]: -FLT_MAX on the last keys and on every key of the last rows */
 } ring_case;
 
 /* A whole call with its inputs and its reference. */
@@ -200,15 +231,21 @@ static void whole_mask(const ring_case *c, whole_call *w) {
         d->block_layout_per_head = c->block_layout == 2;
     }
     if (c->bias) {
-        size_t n = (c->bias == 1 ? c->b * c->hq : 1) * c->nq * c->nk;
+        size_t n = (c->bias == 1 ? c->b * c->hq : c->bias == 3 ? c->b : 1) * c->nq * c->nk;
         w->bias = malloc(n * sizeof *w->bias);
         fill_uniform(w->bias, n, 12);
-        for (size_t i = 0; i < n; i++)
-            if (next_random(&state) % 6 == 0) w->bias[i] = -INFINITY;
+        for (size_t i = 0; i < n; i++) {
+            size_t row = i / c->nk % c->nq, key = i % c->nk;
+            if (c->bias < 3 && next_random(&state) % 6 == 0) w->bias[i] = -INFINITY;
+            if (c->bias == 3)
+                w->bias[i] =
+                    key + 4 + i / (c->nq * c->nk) >= c->nk || row + 3 >= c->nq ? -FLT_MAX : 0.0f;
+        }
         d->bias_host = w->bias;
         d->bias_strides = c->bias == 1
                               ? (clattn_tensor){0, c->hq * c->nq * c->nk, c->nq * c->nk, c->nk}
-                              : (clattn_tensor){0, 0, 0, c->nk};
+                          : c->bias == 3 ? (clattn_tensor){0, c->nq * c->nk, 0, c->nk}
+                                         : (clattn_tensor){0, 0, 0, c->nk};
     }
 }
 
@@ -365,6 +402,8 @@ Test(ring, every_mask_kind_over_one_two_and_three_parts) {
     c = ring_base("bias", 33, 39), c.bias = 1;
     check_parts(&c);
     c = ring_base("broadcast bias, causal", 40, 40), c.bias = 2, c.causal = 1;
+    check_parts(&c);
+    c = ring_base("padding bias: rows of -FLT_MAX", 37, 37), c.bias = 3;
     check_parts(&c);
 }
 

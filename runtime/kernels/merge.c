@@ -49,6 +49,7 @@ static clattn_status merge_check(clattn_context *ctx, const clattn_merge_desc *d
                          d->heads, d->len, d->dim);
     for (int i = 0; i < 4; i++) {
         end[i] = tensor_end(d, t[i], i % 2 ? 1 : d->dim, &first[i]);
+        if (i % 2 && d->lse_parts) end[i] *= 2, first[i] *= 2; /* pairs */
         if (!mem[i] || !end[i])
             return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "merge: %s is %s", names[i],
                              mem[i] ? "too large (its sizes overflow)" : "NULL");
@@ -81,12 +82,14 @@ static clattn_status merge_launch(clattn_context *ctx, const clattn_merge_desc *
         at.s[4 * i + 3] = (cl_long)t[i]->stride_seq;
     }
     cl_long heads = (cl_long)d->heads, len = (cl_long)d->len, dim = (cl_long)d->dim;
+    cl_int parts = d->lse_parts != 0;
     kernel_args a = {kernel, 0, CL_SUCCESS};
     for (int i = 0; i < 4; i++) KARG(a, mem[i]);
     KARG(a, at);
     KARG(a, heads);
     KARG(a, len);
     KARG(a, dim);
+    KARG(a, parts);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "merge: kernel arguments");
     size_t rows = d->batch * d->heads * d->len;
     return kernel_launch(ctx, kernel, 1, &rows, NULL, event, "merge: launch");

@@ -25,8 +25,9 @@ struct clattn_ring {
     size_t max_k_chunk;   /* the longest key/value chunk of any part */
     /* A buffer a chunk, so that no allocation is larger than a chunk's rows (devices cap one
      * allocation: PoCL at a quarter of its memory, Intel at 4 GiB). Query chunk a: its rows,
-     * and the float32 O [B, len, Hq, Dv] (in the layout) and LSE [B, Hq, len] it accumulates;
-     * key/value chunk c of the shard in hand. */
+     * and the float32 O [B, len, Hq, Dv] (in the layout) and LSE [B, Hq, len, 2] it accumulates,
+     * the LSE as (max, log sum) pairs (desc->lse_parts), which merge exactly whatever the
+     * scores' magnitude; key/value chunk c of the shard in hand. */
     cl_mem q[2], o_acc[2], lse_acc[2], k[2], v[2];
     cl_mem o_part, lse_part; /* one chunk call's outputs, float32, the longest query chunk */
     cl_mem bias[2];          /* each query chunk's rows of the bias, every key */
@@ -122,7 +123,7 @@ static clattn_status chunk_allocate(clattn_ring *r, int a, const void *q_shard, 
     const clattn_attention_desc *w = &r->whole;
     size_t len = r->q_rows.len[a], elem = dtype_size(w->dtype);
     size_t o_bytes = tensor_bytes(w->batch, w->heads_q, len, w->dim_v, sizeof(float));
-    size_t lse_bytes = tensor_bytes(w->batch, w->heads_q, len, 1, sizeof(float));
+    size_t lse_bytes = tensor_bytes(w->batch, w->heads_q, len, 2, sizeof(float)); /* pairs */
     memset(init, 0, o_bytes);
     clattn_status s = ring_buffer(r, o_bytes, init, &r->o_acc[a], "O accumulator");
     for (size_t i = 0; i < lse_bytes / sizeof(float); i++) init[i] = -INFINITY;
@@ -144,7 +145,8 @@ static clattn_status ring_allocate(clattn_ring *r, const void *q_shard) {
     const clattn_attention_desc *w = &r->whole;
     size_t chunk = r->q_rows.len[0] > r->q_rows.len[1] ? r->q_rows.len[0] : r->q_rows.len[1];
     size_t kv = r->max_k_chunk ? r->max_k_chunk : 1, elem = dtype_size(w->dtype);
-    size_t most = tensor_bytes(w->batch, w->heads_q, chunk ? chunk : 1, w->dim_v, sizeof(float));
+    size_t most = tensor_bytes(w->batch, w->heads_q, chunk ? chunk : 1, w->dim_v > 2 ? w->dim_v : 2,
+                               sizeof(float));
     float *init = most ? malloc(most) : NULL;
     clattn_status s = init ? CLATTN_SUCCESS
                            : ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY, "ring: %zu bytes", most);
@@ -154,8 +156,8 @@ static clattn_status ring_allocate(clattn_ring *r, const void *q_shard) {
     size_t heads = w->heads_q, batch = w->batch, rows = chunk ? chunk : 1;
     if (!s) s = ring_buffer(r, most, NULL, &r->o_part, "a chunk's O");
     if (!s)
-        s = ring_buffer(r, tensor_bytes(batch, heads, rows, 1, sizeof(float)), NULL, &r->lse_part,
-                        "a chunk's LSE");
+        s = ring_buffer(r, tensor_bytes(batch, heads, rows, 2, sizeof(float)), NULL, &r->lse_part,
+                        "a chunk's LSE parts");
     for (int c = 0; c < 2 && !s; c++) {
         s = ring_buffer(r, tensor_bytes(batch, w->heads_kv, kv, w->dim_qk, elem), NULL, &r->k[c],
                         "key chunk");
@@ -236,6 +238,7 @@ static clattn_attention_desc chunk_call(const clattn_ring *r, int a, size_t p, i
     d.v = dense_rows(r, w->heads_kv, d.len_k, w->dim_v);
     d.o = dense_rows(r, w->heads_q, d.len_q, w->dim_v);
     d.out_dtype = CLATTN_F32; /* partials stay float32; clattn_ring_finish rounds once */
+    d.lse_parts = 1;
     d.bias = r->bias[a], d.bias_host = NULL;
     d.bias_strides = r->bias_rows[a];
     d.bias_strides.offset = d.k_start; /* the rows hold every key; a key's stride is 1 */
@@ -247,6 +250,7 @@ static clattn_status merge_chunk(clattn_ring *r, int a, cl_event *event) {
     const clattn_attention_desc *w = &r->whole;
     clattn_merge_desc m;
     clattn_merge_desc_init(&m, r->layout, w->batch, w->heads_q, r->q_rows.len[a], w->dim_v);
+    m.lse_parts = 1;
     return clattn_attention_merge(r->ctx, &m, r->o_acc[a], r->lse_acc[a], r->o_part, r->lse_part,
                                   event);
 }
@@ -317,7 +321,8 @@ clattn_status clattn_ring_attend(clattn_ring *r, size_t p, const void *k, const 
 
 /* ---------------------------------------------------------------- the result */
 
-/* The accumulated O (float32, into the shard array o at its chunk rows) and LSE. */
+/* The accumulated O (float32, into the shard array o at its chunk rows) and LSE parts
+ * ([B, Hq, rows, 2]). */
 static clattn_status read_result(clattn_ring *r, float *o, float *lse) {
     const clattn_attention_desc *w = &r->whole;
     cl_int err = CL_SUCCESS;
@@ -326,7 +331,7 @@ static clattn_status read_result(clattn_ring *r, float *o, float *lse) {
         if (!len) continue;
         chunk_copy oc = {r->layout, w->batch,      w->heads_q, r->q_rows.rows,
                          w->dim_v,  sizeof(float), row0,       len};
-        chunk_copy lc = {CLATTN_LAYOUT_BHSD, w->batch, w->heads_q, r->q_rows.rows, 1,
+        chunk_copy lc = {CLATTN_LAYOUT_BHSD, w->batch, w->heads_q, r->q_rows.rows, 2,
                          sizeof(float),      row0,     len};
         err = copy_chunk(r->ctx->queue, r->o_acc[a], 0, &oc, o);
         if (err == CL_SUCCESS && lse) err = copy_chunk(r->ctx->queue, r->lse_acc[a], 0, &lc, lse);
@@ -346,12 +351,16 @@ clattn_status clattn_ring_finish(clattn_ring *r, void *o_shard, float *lse_shard
     size_t rows = r->q_rows.rows;
     if (!rows) return CLATTN_SUCCESS;
     if (!o_shard) return ctx_error(r->ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: o_shard is NULL");
-    size_t values = w->batch * w->heads_q * rows * w->dim_v;
-    float *o = malloc(values * sizeof *o);
-    if (!o) return ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY, "ring: %zu values", values);
-    clattn_status s = read_result(r, o, lse_shard);
+    size_t values = w->batch * w->heads_q * rows * w->dim_v, lses = w->batch * w->heads_q * rows;
+    float *o = malloc(values * sizeof *o), *parts = malloc(2 * lses * sizeof *parts);
+    clattn_status s = o && parts
+                          ? CLATTN_SUCCESS
+                          : ctx_error(r->ctx, CLATTN_ERR_OUT_OF_MEMORY, "ring: %zu values", values);
+    if (!s) s = read_result(r, o, parts);
     if (!s && clattn_convert(CLATTN_F32, o, w->out_dtype, o_shard, values) != CLATTN_SUCCESS)
         s = ctx_error(r->ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: out_dtype %d", (int)w->out_dtype);
-    free(o);
+    for (size_t i = 0; !s && lse_shard && i < lses; i++) /* as a kernel rounds m + log(sum) */
+        lse_shard[i] = parts[2 * i] + parts[2 * i + 1];
+    free(o), free(parts);
     return s;
 }
