@@ -507,8 +507,10 @@ Test(ring, multi_refuses_before_any_device_starts) {
     float *big = calloc(N * 300, sizeof *big), *out = calloc(N * 300, sizeof *out);
     cr_expect_eq(clattn_attention_multi(pair, 2, &d, CLATTN_SHARDING_AUTO, big, big, big, out, lse),
                  CLATTN_ERR_UNSUPPORTED);
-    cr_expect(strstr(clattn_context_last_error(pair[0]), "multi: part 0 on device"), "%s",
-              clattn_context_last_error(pair[0]));
+    /* every part fails; the first to fail stops the other, so either may be the one named */
+    cr_expect(strstr(clattn_context_last_error(pair[0]), "multi: part ") &&
+                  strstr(clattn_context_last_error(pair[0]), "head dims up to 256"),
+              "%s", clattn_context_last_error(pair[0]));
     for (int i = 0; i < N * 300; i++) cr_assert_eq(out[i], 0.0f, "O was written after a failure");
     for (int i = 0; i < N * D; i++) cr_assert_eq(o[i], 42.0f, "O was written after a refusal");
     free(big), free(out);
