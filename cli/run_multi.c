@@ -106,7 +106,8 @@ int run_multi_compute(const cli_args *args, run_state *s, char *where, size_t wh
         }
     }
     if (!rc) {
-        size_t at = (size_t)snprintf(where, where_size, "a ring over %zu devices:", n);
+        size_t at =
+            (size_t)snprintf(where, where_size, "a ring over %zu device%s:", n, n == 1 ? "" : "s");
         for (size_t i = 0; i < n && at < where_size; i++) {
             clattn_device_info info;
             clattn_device_info_init(&info);
