@@ -147,7 +147,8 @@ inline void store_bf16x16(float16 x, __global ushort *ptr, long index) {
  * The parameter block attn_params comes from "attn_params.cl", generated at build time from the
  * one list of its fields (runtime/plan/params.h), and the mask rules from "mask_rules.h"
  * (cl/mask_rules.h, which the host includes too), both built ahead of this file.
- * Positions: query i sits at key position p = i + offset (offset = len_k - len_q).
+ * Positions: query i sits at key position p = i + offset (offset = len_k - len_q, or a
+ * shard's: plan/mask.h).
  * Classes: keys of class r are j = r + m*classes (m = 0, 1, ...); a query at p belongs to
  * class p mod classes. With classes = dilation (the planner's choice while a class holds at
  * least a key tile) a query only meets its own class inside the window; with classes = 1 and
@@ -215,8 +216,26 @@ inline int window_ok(__constant attn_params *P, long p, long j) {
     return mask_window_ok(p, j, P->left, P->right, P->dilation);
 }
 
+/* is_global: [len_k] flags of the call's keys, then [len_q] of its query positions offset + r
+ * (a shard's queries may sit on global positions outside its keys; plan/mask.h). */
 inline int is_global_position(__constant attn_params *P, __global const uchar *is_global, long x) {
-    return P->has_global && x >= 0 && x < P->len_k && is_global[x];
+    if (!P->has_global) return 0;
+    if (x >= 0 && x < P->len_k) return is_global[x];
+    const long row = x - P->offset;
+    return row >= 0 && row < P->len_q && is_global[P->len_k + row];
+}
+
+/* A row's LSE from its largest score m and sum l of exp(s - m): m + log(l) (write_lse 1), or
+ * the pair (m, log(l)) at 2 * row (write_lse 2, desc->lse_parts: partials merge exactly);
+ * an empty row has -inf. */
+inline void store_lse(__constant attn_params *P, __global float *LSE, long row, float m, float l,
+                      int empty) {
+    if (P->write_lse == 2) {
+        LSE[2 * row] = empty ? -INFINITY : m;
+        LSE[2 * row + 1] = empty ? -INFINITY : log(l);
+    } else if (P->write_lse) {
+        LSE[row] = empty ? -INFINITY : m + log(l);
+    }
 }
 
 /* layout_head: the query head (ignored when one layout serves every head). */

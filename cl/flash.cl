@@ -413,9 +413,9 @@ ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
             const int col = f->lane + e * TEAM;
             if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e], row, col);
         }
-        if (f->lane == 0 && P->write_lse)
-            LSE[(f->b * P->heads_q + f->h) * P->len_q + i] =
-                empty ? -INFINITY : st->m[r] + log(st->l[r]);
+        if (f->lane == 0)
+            store_lse(P, LSE, (f->b * P->heads_q + f->h) * P->len_q + i, st->m[r], st->l[r],
+                      empty);
     }
 }
 

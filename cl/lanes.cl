@@ -367,9 +367,8 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
                 for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
             }
         }
-        if (P->write_lse)
-            LSE[(t->b * P->heads_q + t->h) * P->len_q + i] =
-                empty ? -INFINITY : row_max[m] + log(row_sum[m]);
+        store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, row_max[m], row_sum[m],
+                  empty);
     }
 }
 

@@ -146,9 +146,7 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
     const int empty = st->max == -INFINITY && st->sum == 0.0f;
     const long row = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + st->i * P->o_stride_s;
     for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e], O, row + e);
-    if (P->write_lse)
-        LSE[(b * P->heads_q + h) * P->len_q + st->i] =
-            empty ? -INFINITY : st->max + log(st->sum);
+    store_lse(P, LSE, (b * P->heads_q + h) * P->len_q + st->i, st->max, st->sum, empty);
 }
 
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */

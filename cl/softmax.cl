@@ -150,6 +150,5 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
         const float x = s[j];
         s[j] = empty || x == -INFINITY ? 0.0f : exp(x - row_max) * inv_sum;
     }
-    if (P->write_lse && lid == 0)
-        lse[(b * P->heads_q + h) * P->len_q + i] = empty ? -INFINITY : row_max + log(row_sum);
+    if (lid == 0) store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, row_max, row_sum, empty);
 }

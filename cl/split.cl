@@ -83,7 +83,7 @@ ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
     t->b = bkv / P->heads_kv, t->kvh = bkv % P->heads_kv;
     t->keys = P->per_sequence ? seq_len[t->b] : P->len_k;
     t->queries = P->per_sequence ? q_len[t->b] : P->len_q;
-    t->offset = t->keys - t->queries;
+    t->offset = P->per_sequence ? t->keys - t->queries : P->offset; /* a shard's, or Nk - Nq */
     t->Q = Q, t->scale = scale;
     int valid = 0;
     for (int k = 0; k < BLOCK_R; k++) {
@@ -294,8 +294,10 @@ ALWAYS_INLINE void chunk_keys(__constant attn_params *P, const row_block *t, lon
     *end = min(hi + 1, min((c + 1) * P->chunk_len, t->keys));
 }
 
-/* Chunk results: O and LSE themselves with one chunk, else the partials of chunk c. An empty
- * row (no allowed key) has O = 0 and LSE = -inf; a row of NaN scores stays NaN. */
+/* Chunk results: O and LSE themselves with one chunk, else the partials of chunk c, whose LSE
+ * is kept as its parts (max, sum): merged through m + log(sum) in float32, a row whose scores
+ * are all near -FLT_MAX would lose its keys' count. An empty row (no allowed key) has O = 0 and
+ * LSE = -inf; a row of NaN scores stays NaN. */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, long c,
                               __global float *O_part, __global float *LSE_part,
                               __global OUT_T *O, __global float *LSE) {
@@ -303,20 +305,20 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, lon
     for (int r = 0; r < BLOCK_R; r++) {
         if (t->at[r] < 0 || (t->i[r] < 0 && P->chunks > 1)) continue; /* merge_chunks does */
         const int empty = t->i[r] < 0 || (t->max[r] == -INFINITY && t->sum[r] == 0.0f);
-        const float lse = empty ? -INFINITY : t->max[r] + log(t->sum[r]);
         float o[DV_PAD];
         #pragma unroll
         for (int v = 0; v < NDV; v++) vstore16(empty ? (float16)0.0f : t->acc[r][v], v, o);
         const long row = (t->b * P->heads_q + t->h[r]) * P->len_q + t->at[r];
         if (P->chunks > 1) {
             for (int d = 0; d < P->dim_v; d++) O_part[(row * P->chunks + c) * P->dim_v + d] = o[d];
-            LSE_part[row * P->chunks + c] = lse;
+            LSE_part[2 * (row * P->chunks + c)] = empty ? -INFINITY : t->max[r];
+            LSE_part[2 * (row * P->chunks + c) + 1] = empty ? 0.0f : t->sum[r];
             continue;
         }
         const long at = P->o_offset + t->b * P->o_stride_b + t->h[r] * P->o_stride_h +
                         t->at[r] * P->o_stride_s;
         for (int d = 0; d < P->dim_v; d++) STORE_OUT(o[d], O, at + d);
-        if (P->write_lse) LSE[row] = lse;
+        store_lse(P, LSE, row, t->max[r], t->sum[r], empty);
     }
 }
 
@@ -348,21 +350,25 @@ __kernel void merge_chunks(__constant attn_params *P, __global const int *q_len,
     const long d = get_global_id(0), row = get_global_id(1);
     const long i = row % P->len_q, bh = row / P->len_q, b = bh / P->heads_q, h = bh % P->heads_q;
     const long queries = P->per_sequence ? q_len[b] : P->len_q;
-    float m = -INFINITY;
+    float m = -INFINITY; /* the row's largest score, over the chunks' (parts: max, sum) */
+    int nan = 0;
     for (long c = 0; i < queries && c < P->chunks; c++) {
-        const float l = LSE_part[row * P->chunks + c];
-        m = isnan(l) || l > m ? (isnan(m) ? m : l) : m;
+        const float cm = LSE_part[2 * (row * P->chunks + c)];
+        const float cl = LSE_part[2 * (row * P->chunks + c) + 1];
+        nan |= isnan(cm) || isnan(cl);
+        m = cm > m ? cm : m;
     }
-    const int empty = m == -INFINITY;
+    const int empty = m == -INFINITY && !nan;
     float sum = 0.0f, o = 0.0f;
     for (long c = 0; !empty && c < P->chunks; c++) {
-        const float l = LSE_part[row * P->chunks + c];
-        if (l == -INFINITY) continue; /* a chunk with no allowed key adds nothing */
-        const float w = exp2((l - m) * M_LOG2E_F);
+        const float cm = LSE_part[2 * (row * P->chunks + c)];
+        const float cl = LSE_part[2 * (row * P->chunks + c) + 1];
+        if (cm == -INFINITY && cl == 0.0f) continue; /* a chunk with no allowed key adds nothing */
+        const float w = cl * exp2((cm - m) * M_LOG2E_F); /* its keys' sum of exp(s - m) */
         sum += w;
         o += w * O_part[(row * P->chunks + c) * P->dim_v + d];
     }
     const long at = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + i * P->o_stride_s;
-    STORE_OUT(empty ? 0.0f : o / sum, O, at + d);
-    if (d == 0 && P->write_lse) LSE[row] = empty ? -INFINITY : m + log(sum);
+    STORE_OUT(empty ? 0.0f : nan ? NAN : o / sum, O, at + d);
+    if (d == 0) store_lse(P, LSE, row, nan ? NAN : m, sum, empty);
 }

@@ -86,6 +86,11 @@ int args_same_file(const char *a, const char *b);
 int args_check_outputs(const cli_args *args, const char *const *outputs, size_t num_outputs,
                        const char *const *inputs, size_t num_inputs);
 
+/* Keeps the messages of cli_error in buf (the first one, without "clattn CMD: ") instead of
+ * printing them, until called with NULL: for a program whose ranks agree on one message before
+ * any prints it (clattn run --distributed). */
+void cli_error_capture(char *buf, size_t size);
+
 /* Prints "clattn CMD: message" on stderr. */
 void cli_error(const char *command, const char *fmt, ...)
 #if defined(__GNUC__)

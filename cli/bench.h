@@ -109,4 +109,24 @@ typedef struct layer_bench_config {
 /* @return 0, or 1 (2: a usage error) after naming what failed. */
 int bench_layer(const layer_bench_config *c);
 
+/* clattn bench --distributed ring|ulysses (bench_distributed.c), under mpirun: for each Nq and
+ * pattern, the whole call on rank 0 alone, then sharded over every rank, with the speed-up and
+ * how evenly the ranks' device work is spread. */
+typedef struct distributed_config {
+    int ulysses; /* else the ring */
+    clattn_sharding sharding;
+    size_t batch, hq, hkv, d, dv;
+    size_t nq[16], num_nq, nk[16], num_nk; /* nk follows nq when num_nk is 0 */
+    const bench_pattern *patterns;
+    size_t num_patterns;
+    clattn_dtype dtype;
+    size_t warmup, repeat;
+    const size_t *devices; /* rank r takes devices[local rank % num_devices] */
+    size_t num_devices;
+    const char *csv, *json;
+} distributed_config;
+
+/* @return 0, or 1 after naming what failed (on every rank). */
+int bench_distributed(const distributed_config *c);
+
 #endif

@@ -49,6 +49,10 @@ static const cli_option bench_options[] = {
     {"csv", "FILE", "write the results as CSV"},
     {"json", "FILE", "write the results and the devices as JSON"},
     {"out", "DIR", "folder for a preset's CSV, JSON and PNG plot (default bench-out)"},
+    {"distributed", "ring|ulysses",
+     "under mpirun: one rank against every rank, per Nq and pattern (first B, Hq, Hkv, D)"},
+    {"sharding", "auto|contiguous|zigzag",
+     "--distributed: rows of each rank (auto: zigzag if causal)"},
     {"help", NULL, "show this help"},
 };
 
@@ -615,6 +619,50 @@ static int run_layer(const bench_config *c) {
     return bench_layer(&lc);
 }
 
+/* ---------------------------------------------------------------- distributed */
+
+/* --distributed: the first B, Hq, Hkv, D and Dv, every Nq (and Nk) and pattern, handed to
+ * bench_distributed (bench_distributed.c, built with MPI). */
+static int run_distributed(const cli_args *args, const bench_config *c) {
+    static const char *const modes[] = {"ring", "ulysses", NULL};
+    static const char *const shardings[] = {"auto", "contiguous", "zigzag", NULL};
+    int mode = 0, sharding = 0;
+    if (parse_choice(args, "distributed", modes, &mode) != 0 ||
+        (args_has(args, "sharding") && parse_choice(args, "sharding", shardings, &sharding) != 0))
+        return EXIT_USAGE;
+    if (args_has(args, "preset") || args_has(args, "path") || c->num_paths != 1) {
+        cli_error("bench", "--distributed measures the library's own path: no --preset or --path");
+        return EXIT_USAGE;
+    }
+#ifdef CLATTN_HAVE_MPI
+    distributed_config d = {mode == 1,
+                            (clattn_sharding)sharding,
+                            c->list[L_B][0],
+                            c->list[L_HQ][0],
+                            c->count[L_HKV] ? c->list[L_HKV][0] : c->list[L_HQ][0],
+                            c->list[L_D][0],
+                            c->count[L_DV] ? c->list[L_DV][0] : c->list[L_D][0],
+                            {0},
+                            c->count[L_NQ],
+                            {0},
+                            c->count[L_NK],
+                            c->patterns,
+                            c->num_patterns,
+                            c->dtype,
+                            c->warmup,
+                            c->repeat,
+                            c->devices,
+                            c->num_devices,
+                            c->csv,
+                            c->json};
+    memcpy(d.nq, c->list[L_NQ], sizeof d.nq), memcpy(d.nk, c->list[L_NK], sizeof d.nk);
+    return bench_distributed(&d);
+#else
+    cli_error("bench", "--distributed: this clattn was built without MPI (libclattn_mpi)");
+    return 1;
+#endif
+}
+
 /* ---------------------------------------------------------------- outputs */
 
 /* Stages `text` as `path` in the set and frees it. @return 0 or 1 (said). */
@@ -677,6 +725,11 @@ int cmd_bench(int argc, char **argv) {
     static bench_record records[MAX_RECORDS];
     int rc = parse_config(&args, &config);
     if (rc) return rc;
+    if (args_has(&args, "distributed")) return run_distributed(&args, &config);
+    if (args_has(&args, "sharding")) {
+        cli_error("bench", "--sharding goes with --distributed");
+        return EXIT_USAGE;
+    }
     if (config.decode) return run_decode(&config);
     if (config.layer) return run_layer(&config);
     bench_run run = {&config, records, 0, 0, 0, 0};

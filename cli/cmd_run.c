@@ -48,6 +48,10 @@ static const cli_option run_options[] = {
     {"compare", "REF.npy", "check O against REF.npy (O's shape) with the contract's tolerance"},
     {"compare-lse", "REF.npy",
      "check LSE against REF.npy (<f4 [B,Hq,Nq]) with the contract's tolerance"},
+    {"devices", "A,B,...", "shard the call over these devices of this process (a ring)"},
+    {"distributed", "ring|ulysses", "under mpirun: shard the call over the ranks (libclattn_mpi)"},
+    {"sharding", "auto|contiguous|zigzag", "rows of each device or rank (auto: zigzag if causal)"},
+    {"timeout", "S", "--distributed: seconds a silent rank is waited for (default 60)"},
     CACHE_RUN_OPTIONS,
     {"help", NULL, "show this help"},
 };
@@ -335,6 +339,7 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
         return 1;
     }
     if (s->cache) return cache_compute(args, s, where, where_size);
+    if (args_has(args, "devices")) return run_multi_compute(args, s, where, where_size);
     if (d->path == CLATTN_PATH_REFERENCE) {
         char err[1024];
         clattn_status status = clattn_attention_desc_check(d, NULL, err, sizeof err);
@@ -435,7 +440,7 @@ int run_write_all(const char *command, const run_output *outs, size_t n) {
     return ok && e == 0 ? 0 : 1;
 }
 
-static int write_outputs(const cli_args *args, const run_state *s) {
+int run_write_outputs(const cli_args *args, const run_state *s) {
     const clattn_attention_desc *d = &s->desc;
     size_t o_shape[4], lse_shape[3] = {d->batch, d->heads_q, d->len_q};
     output_shape(s, o_shape);
@@ -574,7 +579,7 @@ static int compare_lse_with(const cli_args *args, const run_state *s) {
 
 /* --compare and --compare-lse, after the outputs are written; with --lse but without
  * --compare-lse, a line says that LSE was not compared. @return 0, or 1 when a check failed. */
-static int compare_outputs(const cli_args *args, const run_state *s) {
+int run_compare_outputs(const cli_args *args, const run_state *s) {
     int rc = 0;
     if (args_has(args, "compare")) rc |= compare_with(args, s);
     if (args_has(args, "compare-lse"))
@@ -585,7 +590,7 @@ static int compare_outputs(const cli_args *args, const run_state *s) {
 }
 
 /* Options present and outputs distinct from each other and from every input. */
-static int check_run_args(const cli_args *args, run_state *s) {
+int run_check_args(const cli_args *args, run_state *s) {
     static const char *const required[] = {"q", "k", "v", "out"};
     static const char *const outputs[] = {"out", "lse", "k-cache-out", "v-cache-out"};
     static const char *const inputs[] = {
@@ -598,7 +603,7 @@ static int check_run_args(const cli_args *args, run_state *s) {
         }
     if (args_check_outputs(args, outputs, 4, inputs, sizeof inputs / sizeof inputs[0]))
         return EXIT_USAGE;
-    if (cache_check_args(args) != 0) return EXIT_USAGE;
+    if (cache_check_args(args) != 0 || run_check_shard_args(args) != 0) return EXIT_USAGE;
     static const char *const layouts[] = {"bshd", "bhsd", NULL};
     int layout = 0;
     if (args_has(args, "layout") && parse_choice(args, "layout", layouts, &layout) != 0)
@@ -607,25 +612,31 @@ static int check_run_args(const cli_args *args, run_state *s) {
     return 0;
 }
 
-/* Reads and checks everything, computes, and only then writes: a failure writes nothing. */
-static int run_with_args(const cli_args *args, run_state *s) {
-    int rc = check_run_args(args, s);
-    if (rc) return rc;
-    rc = run_load(args, "q", &s->q) || run_load(args, "k", &s->k) || run_load(args, "v", &s->v);
+int run_prepare(const cli_args *args, run_state *s) {
+    int rc = run_load(args, "q", &s->q) || run_load(args, "k", &s->k) || run_load(args, "v", &s->v);
     if (!rc) rc = setup_shapes(args, s);
     if (!rc) rc = cache_load(args, s);
     if (!rc) rc = run_setup_mask(args, s);
     if (!rc) rc = load_reference(args, s);
+    return rc;
+}
+
+/* Reads and checks everything, computes, and only then writes: a failure writes nothing. */
+static int run_with_args(const cli_args *args, run_state *s) {
+    int rc = run_check_args(args, s);
+    if (rc) return rc;
+    if (args_has(args, "distributed")) return run_distributed(args, s);
+    rc = run_prepare(args, s);
     char where[256] = "";
     double t0 = seconds_now();
     if (!rc) rc = compute(args, s, where, sizeof where);
     double elapsed = seconds_now() - t0;
-    if (!rc) rc = write_outputs(args, s);
+    if (!rc) rc = run_write_outputs(args, s);
     if (rc) return rc;
     printf("wrote %s: B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu Dqk=%zu Dv=%zu, %s, %.1f ms\n",
            args_get(args, "out"), s->desc.batch, s->desc.heads_q, s->desc.heads_kv, s->desc.len_q,
            s->desc.len_k, s->desc.dim_qk, s->desc.dim_v, where, elapsed * 1e3);
-    return compare_outputs(args, s);
+    return run_compare_outputs(args, s);
 }
 
 int cmd_run(int argc, char **argv) {

@@ -61,6 +61,25 @@ void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size);
 /* Frees what a run_state holds. */
 void run_release(run_state *s);
 
+/* cmd_run.c, for the sharded modes: the options checked (usage errors print and return
+ * EXIT_USAGE; s->layout_kind set); the inputs read and checked into s (Q, K, V, the cache, the
+ * mask, --compare's reference); the outputs written from s->o and s->lse (all or none); --compare.
+ * Each returns 0, or 1 (or EXIT_USAGE) after printing the problem. */
+int run_check_args(const cli_args *args, run_state *s);
+int run_prepare(const cli_args *args, run_state *s);
+int run_write_outputs(const cli_args *args, const run_state *s);
+int run_compare_outputs(const cli_args *args, const run_state *s); /* --compare, --compare-lse */
+
+/* run_multi.c: --devices, --distributed, --sharding and --timeout with what they exclude
+ * (--cache-len, --kv-storage, each other); --sharding's value. @return 0 or EXIT_USAGE. */
+int run_check_shard_args(const cli_args *args);
+int run_sharding(const cli_args *args, clattn_sharding *sharding);
+/* --devices A,B,...: the call as a ring over a context a device (clattn_attention_multi) into
+ * s->o and s->lse. @return 0 or 1. */
+int run_multi_compute(const cli_args *args, run_state *s, char *where, size_t where_size);
+/* run_mpi.c: the whole of `clattn run --distributed` on this rank (a stub without MPI). */
+int run_distributed(const cli_args *args, run_state *s);
+
 /* run_cache.c: the options of the cache mode, their checks, reading, computing and outputs. */
 #define CACHE_RUN_OPTIONS                                                                          \
     {"cache-len", "L.npy",                                                                         \

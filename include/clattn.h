@@ -18,8 +18,8 @@
  *
  * Structs that can grow (ABI)
  * - clattn_device_info, clattn_softmax_desc, clattn_attention_desc, clattn_stats,
- *   clattn_transfers, clattn_pattern_desc, clattn_mha_desc, clattn_mha_info and
- *   clattn_mha_stats start with
+ *   clattn_transfers, clattn_pattern_desc, clattn_mha_desc, clattn_mha_info, clattn_mha_stats
+ *   and clattn_merge_desc start with
  *   `struct_size`, which the caller sets to sizeof the struct its header declares (the *_init
  *   functions do it). Later versions only append fields, whose zero
  *   value is their default, so a binary built against an older header keeps working: the
@@ -142,7 +142,9 @@ CLATTN_API const char *clattn_version(void);
     X(ERR_BUILD, -7005, "kernel build failed")                                                     \
     X(ERR_IO, -7006, "file input/output failed")                                                   \
     X(ERR_FORMAT, -7007, "malformed input file")                                                   \
-    X(ERR_BLAS, -7008, "CLBlast call failed")
+    X(ERR_BLAS, -7008, "CLBlast call failed")                                                      \
+    X(ERR_TIMEOUT, -7009, "another process did not answer in time")                                \
+    X(ERR_COMM, -7010, "communication between processes failed")
 
 #define CLATTN_STATUS_ENUM_ENTRY(name, value, text) CLATTN_##name = (value),
 /** Status of every call: CLATTN_SUCCESS, CLATTN_CL_* (OpenCL's codes and values) and
@@ -467,6 +469,28 @@ typedef struct clattn_attention_desc {
     int kv_q8_0;     /* nonzero: K and V are stored as CLATTN_Q8_0 blocks (Q keeps dtype; K/V
                         offsets and strides stay in values). Only the split variant reads
                         them; the fused and gemm paths refuse. */
+
+    /* ---- added in 0.3: one shard of a longer sequence (context parallelism: ring attention,
+       clattn_attention_multi, libclattn_mpi). The call computes the partial result of query
+       rows [q_start, q_start + len_q) of a sequence of full_len_q queries over keys
+       [k_start, k_start + len_k) of a sequence of full_len_k keys, and every mask applies at
+       those whole-sequence positions: query i sits at p = q_start + i + full_len_k - full_len_q
+       and key j at k_start + j (docs/semantics.md section 2 of the whole call); global_tokens are
+       whole-sequence key positions in [0, full_len_k); block_layout covers the whole
+       sequences, [L][ceil(full_len_q/block_q)][ceil(full_len_k/block_k)]. The bias stays the
+       call's own [b, h, i, j] (point bias_strides.offset at the shard's first element). A row
+       that sees no key of the shard gets O = 0 and LSE = -inf, so the partials of a row over
+       disjoint key shards merge exactly through their LSE. full_len_q = 0 means len_q
+       (then q_start must be 0), full_len_k = 0 likewise; all four 0 is an ordinary call. KV
+       cache calls and layers refuse shards. */
+    size_t q_start, k_start;
+    size_t full_len_q, full_len_k;
+    int lse_parts; /* nonzero: LSE holds two float32 a row, [B, Hq, Nq, 2]: the row's largest
+                      score m and log(sum over its keys of exp(s - m)), whose sum is the LSE.
+                      A row with no key has (-inf, -inf). Merging partials needs them: float32
+                      cannot hold m + log(...) exactly once |m| is large (a row whose every key
+                      has a bias of -FLT_MAX has LSE = -FLT_MAX, whatever its key count). KV
+                      cache calls and layers refuse it. */
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */
@@ -876,6 +900,141 @@ CLATTN_API clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *cache,
 CLATTN_API clattn_status clattn_kv_cache_reference(clattn_kv_cache *cache,
                                                    const clattn_attention_desc *desc, const void *q,
                                                    const int32_t *q_len, void *o, float *lse);
+
+/* ---------------------------------------------------------------- shards and rings (from 0.3) */
+
+/*
+ * Context parallelism: a long sequence cut into shards, one a device (or a process), as ring
+ * attention does it. Each part holds a shard of the query rows and one of the key/value rows;
+ * the key/value shards go round the ring, and each part attends its query shard to every
+ * key/value shard in turn (desc->q_start ... make each such call a shard of the whole call),
+ * merging the partial results exactly through their LSE:
+ *
+ *     O = sum_c exp(LSE_c - LSE) O_c,   LSE = log sum_c exp(LSE_c)
+ *
+ * (a shard that sees no key has LSE_c = -inf and adds nothing). The rows each part ends with
+ * are exactly the whole call's rows. libclattn_mpi (clattn_mpi.h) passes the shards between
+ * processes with MPI; clattn_attention_multi passes them between the devices of one process.
+ */
+
+/** Merging a partial result into an accumulator, both of the same query rows: float32 O
+ *  tensors [B, H, N, D] and float32 LSE tensors [B, H, N], each by element offset and strides
+ *  (batch, head, sequence; LSE's dim is 1). With lse_parts, each LSE element is a pair (max,
+ *  log sum) as desc->lse_parts gives them, offsets and strides counting pairs: the merge is then
+ *  exact whatever the scores' magnitude, and the accumulator keeps the parts. */
+typedef struct clattn_merge_desc {
+    size_t struct_size; /* sizeof(clattn_merge_desc): clattn_merge_desc_init */
+    size_t batch, heads, len, dim;
+    clattn_tensor o, lse;           /* the accumulator, merged in place */
+    clattn_tensor o_part, lse_part; /* the partial merged into it */
+    int lse_parts;                  /* both LSEs are (max, log sum) pairs */
+} clattn_merge_desc;
+
+/** Fills *desc with the sizes, O and O_part dense in `layout` and both LSEs dense [B, H, N], all
+ *  at offset 0. @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL, a size of 0,
+ *  overflow). */
+CLATTN_API clattn_status clattn_merge_desc_init_sized(clattn_merge_desc *desc, size_t struct_size,
+                                                      clattn_layout layout, size_t batch,
+                                                      size_t heads, size_t len, size_t dim);
+#define clattn_merge_desc_init(desc, ...)                                                          \
+    clattn_merge_desc_init_sized((desc), sizeof *(desc), __VA_ARGS__)
+
+/** Enqueues the exact merge of (o_part, lse_part) into (o, lse) on the device, row by row:
+ *  L = log(exp(lse) + exp(lse_part)), o = exp(lse - L) o + exp(lse_part - L) o_part, lse = L
+ *  (with parts, the same with each LSE's sum kept apart from its max). A row whose part saw no
+ *  key (-inf) is left as it is; an accumulator row may start at o = 0, lse = -inf (parts:
+ *  (-inf, -inf)). `event` (may be NULL) receives the kernel's event.
+ *  @return CLATTN_SUCCESS; CLATTN_ERR_INVALID_ARGUMENT (sizes, a tensor that does not fit its
+ *  buffer, o or lse overlapping another tensor); or an OpenCL error. */
+CLATTN_API clattn_status clattn_attention_merge(clattn_context *ctx, const clattn_merge_desc *desc,
+                                                cl_mem o, cl_mem lse, cl_mem o_part,
+                                                cl_mem lse_part, cl_event *event);
+
+/** How a sequence is cut into the shards of R parts. */
+typedef enum clattn_sharding {
+    CLATTN_SHARDING_AUTO = 0,       /* zigzag for a causal call, else contiguous */
+    CLATTN_SHARDING_CONTIGUOUS = 1, /* R chunks: part r holds chunk r */
+    CLATTN_SHARDING_ZIGZAG = 2      /* 2R chunks: part r holds chunks r and 2R-1-r, so each part
+                                       gets as much causal work as another (Megatron-LM's
+                                       context parallelism, striped/zigzag ring attention) */
+} clattn_sharding;
+
+/** The rows of a sequence one part holds: up to two ranges of the whole sequence, in the order
+ *  the part holds them (its shard arrays are those rows one after the other). */
+typedef struct clattn_shard {
+    size_t start[2], len[2]; /* len[1] = 0 for a contiguous shard; a range may be empty */
+    size_t rows;             /* len[0] + len[1] (0 when the sequence is shorter than the chunks) */
+} clattn_shard;
+
+/** The query rows and key/value rows that part `part` of `parts` holds for the whole call
+ *  `desc` (its len_q and len_k; the shard fields must be 0). Chunk c of C (C = parts, or 2 *
+ *  parts for zigzag) starts at row floor(c * N / C), rounded down to a multiple of block_q
+ *  (queries) or block_k (keys) when the desc has a block layout, so that shards start on block
+ *  edges. AUTO is resolved from desc->causal. q_rows and k_rows may be NULL.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (a bad desc, parts = 0, part >= parts,
+ *  an unknown sharding). */
+CLATTN_API clattn_status clattn_attention_shards(const clattn_attention_desc *desc,
+                                                 clattn_sharding sharding, size_t parts,
+                                                 size_t part, clattn_shard *q_rows,
+                                                 clattn_shard *k_rows);
+
+/** One part of a ring attention on one context: its query shard and bias rows on the device,
+ *  the float32 O and LSE it accumulates, and room for one key/value shard at a time. Each chunk
+ *  of rows (a zigzag shard has two) has buffers of its own, so that no allocation is larger
+ *  than a chunk: devices cap one allocation below their memory (PoCL at a quarter of it). */
+typedef struct clattn_ring clattn_ring;
+
+/** Starts part `part` of `parts` of the whole call `desc` (shard fields 0; every mask, GQA,
+ *  float16/bfloat16 storage; not kv_q8_0). Shard arrays are dense in `layout`, their rows those
+ *  clattn_attention_shards gives: q_shard [B, rows, Hq, Dqk] (BSHD; [B, Hq, rows, Dqk] for
+ *  BHSD) in desc->dtype. The bias, when given, is the whole call's desc->bias_host with
+ *  desc->bias_strides: the ring copies the rows of its query shard. Checks everything, then
+ *  uploads the query shard and allocates the accumulators. The desc's host arrays (global
+ *  tokens, block layout) must outlive the ring.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (naming the problem on ctx),
+ *  CLATTN_ERR_UNSUPPORTED (kv_q8_0), CLATTN_ERR_OUT_OF_MEMORY or an OpenCL error. */
+CLATTN_API clattn_status clattn_ring_create(clattn_context *ctx, const clattn_attention_desc *desc,
+                                            clattn_layout layout, clattn_sharding sharding,
+                                            size_t parts, size_t part, const void *q_shard,
+                                            clattn_ring **ring);
+
+/** Releases the ring. Accepts NULL. */
+CLATTN_API void clattn_ring_destroy(clattn_ring *ring);
+
+/** Attends the ring's query shard to the key/value shard of part `kv_part` (k_shard [B, rows,
+ *  Hkv, Dqk] and v_shard [B, rows, Hkv, Dv], dense in the ring's layout and the desc's dtype;
+ *  NULL when that shard has no rows) and merges the result into the accumulators. The shard
+ *  is copied to the device before the call returns, so its arrays may be reused then. The
+ *  (query chunk, key chunk) pairs that allow no pair are skipped. With `done` NULL the call
+ *  waits for the device; otherwise *done receives an event that completes with the work (the
+ *  caller releases it; NULL when nothing was enqueued), so a caller can move the next shard
+ *  meanwhile. Each kv_part must be attended once before clattn_ring_finish.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (kv_part out of range or attended
+ *  already, a NULL shard with rows), or an error of clattn_attention. */
+CLATTN_API clattn_status clattn_ring_attend(clattn_ring *ring, size_t kv_part, const void *k_shard,
+                                            const void *v_shard, cl_event *done);
+
+/** Waits, and writes the part's rows of the whole call's result: o_shard [B, rows, Hq, Dv]
+ *  dense in the ring's layout and desc->out_dtype, lse_shard float32 [B, Hq, rows] (may be
+ *  NULL). @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (a key/value part not yet
+ *  attended), or an OpenCL error. */
+CLATTN_API clattn_status clattn_ring_finish(clattn_ring *ring, void *o_shard, float *lse_shard);
+
+/** The whole call on several devices of one process: the rows are sharded over the contexts
+ *  (each on its own thread) and the key/value shards go round the ring, as clattn_ring does
+ *  it; the result equals clattn_attention_host's within the contract's tolerances. Host arrays as
+ *  clattn_attention_host takes them (the desc's tensors, offsets and strides; bias from
+ *  desc->bias_host). Each device holds its query shard, its accumulators and one key/value
+ *  shard at a time, so together they fit calls that one of them cannot hold. The contexts must
+ *  be distinct (a context serves one thread at a time). Everything is checked before any
+ *  device starts; o and lse are written only when every part succeeded. A failure is named in
+ *  clattn_context_last_error(ctxs[0]), with the device that failed.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, CLATTN_ERR_UNSUPPORTED (kv_q8_0),
+ *  CLATTN_ERR_OUT_OF_MEMORY, or the first failing part's error. */
+CLATTN_API clattn_status clattn_attention_multi(clattn_context *const *ctxs, size_t num_ctxs,
+                                                const clattn_attention_desc *desc,
+                                                clattn_sharding sharding, const void *q,
+                                                const void *k, const void *v, void *o, float *lse);
 
 /* ---------------------------------------------------------------- sparse patterns */
 

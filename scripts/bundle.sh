@@ -11,6 +11,7 @@
 #   licenses/                  the copyright files of the bundled Debian packages
 #   README.txt                 what it holds, what it needs, how to use it
 # Release build without the tests (test hooks exist only in test builds), binaries stripped.
+# Without MPI: the program would need the machine's own MPI, its libraries and its plugins.
 # Needs patchelf (scripts/setup.sh installs it). Usage: scripts/bundle.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ build="$(realpath -m "${1:-build-bundle}")"
 command -v patchelf > /dev/null || { echo "bundle.sh: needs patchelf (apt-get install patchelf)" >&2; exit 1; }
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCLATTN_BUILD_TESTS=OFF \
-  -DCLATTN_BUILD_BENCH=ON > /dev/null
+  -DCLATTN_BUILD_BENCH=ON -DCLATTN_WITH_MPI=OFF > /dev/null
 cmake --build "$build" -j "$(nproc)"
 version="$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")"
 name="clattn-$version-linux-$(uname -m)"

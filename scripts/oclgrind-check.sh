@@ -7,7 +7,10 @@
 #     result is right;
 #  2. a KV cache through `clattn run --cache-len` (tests/cli/cli_cache.sh), contiguous and paged;
 #  3. one multi-head attention layer through `clattn layer` (tests/cli/cli_layer.sh), with CLBlast's
-#     GEMMs, a head mask and biases;
+#     GEMMs, a head mask and biases; and a ring of one part (`clattn run --devices 0`): the
+#     zigzag chunks' shard calls of a causal window with global tokens, and the LSE-parts merge
+#     (one part: oclgrind 21.10 is not safe for two threads at once, two contexts of its own
+#     each; the threads test fails there too);
 #  4. each quick case of the fused path, for each fused variant, in its own process with the
 #     uninitialized-value check as well. Built with -cl-opt-disable there: oclgrind 21.10's
 #     checker cannot execute the `freeze` and undef-lane shuffles that LLVM's optimizer emits,
@@ -62,6 +65,19 @@ if ! bash "$(dirname "$0")/../tests/cli/cli_layer.sh" "$clattn" "$logs/layer-run
   failed=1
 fi
 for log in "$logs"/layer-*.log; do report "$log" "the layer"; done
+
+echo "-- a ring of one part: shard calls and their merge (memory, races, API)"
+ring_case=$("$clattn" check --list | grep -m1 -F "global=" | awk '{print $1}')
+line=$("$clattn" check --case "$ring_case" --path reference --dump "$logs/ring" | grep -o 'clattn run.*')
+read -r -a ring_run <<< "${line#clattn }"
+"$clattn" "${ring_run[@]}" > /dev/null # the reference's output, on the host
+if ! oclgrind --data-races --check-api --log "$logs/ring.log" "$clattn" "${ring_run[@]/reference/auto}" \
+     --out "$logs/ring/o.npy" --devices 0 --compare "$logs/ring/case-$ring_case/o.npy" > "$logs/out" 2>&1; then
+  echo "clattn run --devices failed on the simulator:"
+  cat "$logs/out"
+  failed=1
+fi
+report "$logs/ring.log" "the ring"
 
 cases=$("$clattn" check --quick --list | wc -l)
 echo "-- $cases quick cases x 4 fused variants, each in its own process (+ uninitialized values)"

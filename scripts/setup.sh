@@ -5,7 +5,8 @@
 # patchelf (scripts/bundle.sh), python3-venv (the Python package's tests build and install
 # its wheel in a virtual environment), and clang with its sanitizer and libFuzzer runtimes
 # (libclang-rt-14-dev): tests/fuzz/run.sh builds the fuzzers with them, and its OpenCL front end
-# compiles flash's subgroup branch, which no CI device runs (tests/unit/flash_subgroups_cl.sh).
+# compiles flash's subgroup branch, which no CI device runs (tests/unit/flash_subgroups_cl.sh),
+# and OpenMPI (libclattn_mpi, its tests under mpirun, clattn run --distributed).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -16,6 +17,7 @@ packages=(
   libopenblas0 gnuplot-nox patchelf
   python3 python3-venv
   clang libclang-rt-14-dev
+  openmpi-bin libopenmpi-dev
 )
 
 sudo_cmd=()

@@ -125,6 +125,11 @@ class AttentionDesc(Structure):
         ("gemm_budget_bytes", c_size_t),
         ("count_tiles", c_int),
         ("kv_q8_0", c_int),
+        ("q_start", c_size_t),
+        ("k_start", c_size_t),
+        ("full_len_q", c_size_t),
+        ("full_len_k", c_size_t),
+        ("lse_parts", c_int),
     ]
 
 

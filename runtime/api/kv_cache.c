@@ -573,6 +573,12 @@ static clattn_status cache_problem(clattn_kv_cache *c, const clattn_attention_de
         struct_read(&d, sizeof d, given, given->struct_size, CLATTN_ATTENTION_DESC_BASE_SIZE))
         return problem_build(given, bias, &ctx->error, pb); /* names the problem */
     d.struct_size = sizeof d;
+    if (mask_desc_is_shard(&d) || d.lse_parts)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache attention: a cache call is no shard and has no LSE parts "
+                         "(q_start=%zu k_start=%zu full_len_q=%zu full_len_k=%zu lse_parts=%d must "
+                         "be 0)",
+                         d.q_start, d.k_start, d.full_len_q, d.full_len_k, d.lse_parts);
     if (d.batch != cd->batch || d.heads_kv != cd->heads_kv || d.dim_qk != cd->dim_qk ||
         d.dim_v != cd->dim_v)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,

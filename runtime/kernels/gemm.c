@@ -224,7 +224,7 @@ static clattn_status plan_chunks(clattn_context *ctx, const attn_problem *pb, ge
 static void chunk_keys(const mask_spec *m, gemm_chunk *c) {
     int64_t first = (int64_t)c->row0 + m->offset, last = first + (int64_t)c->rows - 1;
     int64_t lo, hi, unused;
-    int windowed = m->num_globals == 0; /* a global row or key reaches past the window */
+    int windowed = !m->has_global; /* a global row or key reaches past the window */
     mask_class_range(first, 0, 1, m->len_k, m->left, m->right, m->causal, windowed, &lo, &unused);
     mask_class_range(last, 0, 1, m->len_k, m->left, m->right, m->causal, windowed, &unused, &hi);
     if (lo > hi) lo = hi = 0;
@@ -340,7 +340,7 @@ typedef struct gemm_buffers {
     cl_mem q32, k32, v32; /* float32 copies of 16-bit inputs: Q of a chunk, all of K and V */
     cl_mem o32;           /* [group_chunk][row_chunk][Dv] float, for a 16-bit O */
     cl_mem flags;         /* [B*Hkv][Nk] bytes: 1 where the row of V holds NaN or inf */
-    cl_mem is_global;     /* [Nk] flags of the global tokens, or the placeholder */
+    cl_mem is_global;     /* [Nk + Nq] global flags (plan/mask.h), or the placeholder */
     cl_mem layout;        /* [Hq or 1][blocks_q][blocks_k] block layout, or the placeholder */
 } gemm_buffers;
 
@@ -379,7 +379,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
                        "float32 O chunk");
     if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, set, m->num_globals ? 1 : 0, (size_t)m->len_k, 1, 1, m->is_global,
+        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global,
                        &gb->is_global, "global flags");
     if (!s)
         s = add_buffer(ctx, set, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,

@@ -147,12 +147,12 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &sb->params, "parameters");
     if (!s) s = sequence_buffers(ctx, pb, buf, sb);
     if (!s)
-        s = buffer_set_add(ctx, set, m->num_globals ? (size_t)m->len_k : 0, 1, m->is_global,
+        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global,
                            &sb->is_global, "global flags");
     if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &sb->layout, "block layout");
     if (!s)
         s = buffer_set_add(ctx, set, parts * pb->dim_v, 4, NULL, &sb->o_part, "partial outputs");
-    if (!s) s = buffer_set_add(ctx, set, parts, 4, NULL, &sb->lse_part, "partial LSE");
+    if (!s) s = buffer_set_add(ctx, set, parts, 8, NULL, &sb->lse_part, "partial (max, sum)");
     return s;
 }
 

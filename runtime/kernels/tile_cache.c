@@ -7,7 +7,7 @@
 /* What an entry's lists depend on besides the global tokens and the layout bytes. Every field is
  * an int64_t, so the struct has no padding and compares with memcmp. */
 typedef struct tile_key {
-    int64_t len_q, len_k, heads_q, causal, left, right, dilation, num_globals;
+    int64_t len_q, len_k, offset, heads_q, causal, left, right, dilation, num_globals, flag_bytes;
     int64_t layout_heads, block_q, block_k, blocks_q, blocks_k;
     int64_t block_m, block_n, classes, tiles_per_class, globals_matter;
 } tile_key;
@@ -16,6 +16,7 @@ struct tile_cache_entry {
     uint64_t hash, last_use;
     tile_key key;
     int64_t *globals; /* copies of the mask's arrays, compared in full */
+    uint8_t *flags;   /* is_global (a shard's global rows are in no other array) */
     uint8_t *layout;
     size_t layout_bytes;
     tile_lists host;
@@ -45,9 +46,10 @@ static size_t layout_bytes(const mask_spec *m, int64_t layout_heads) {
 static void make_key(const attn_problem *pb, const tile_geometry *g, tile_key *k) {
     const mask_spec *m = &pb->mask;
     memset(k, 0, sizeof *k);
-    k->len_q = m->len_q, k->len_k = m->len_k, k->heads_q = (int64_t)pb->heads_q;
+    k->len_q = m->len_q, k->len_k = m->len_k, k->offset = m->offset;
+    k->heads_q = (int64_t)pb->heads_q;
     k->causal = m->causal, k->left = m->left, k->right = m->right, k->dilation = m->dilation;
-    k->num_globals = m->num_globals;
+    k->num_globals = m->num_globals, k->flag_bytes = (int64_t)mask_flag_bytes(m);
     if (m->layout) {
         k->layout_heads = m->layout_per_head ? (int64_t)pb->heads_q : 1;
         k->block_q = m->block_q, k->block_k = m->block_k;
@@ -60,6 +62,7 @@ static void make_key(const attn_problem *pb, const tile_geometry *g, tile_key *k
 static uint64_t key_hash(const tile_key *k, const mask_spec *m) {
     uint64_t h = fnv1a(14695981039346656037ull, k, sizeof *k);
     h = fnv1a(h, m->globals, (size_t)m->num_globals * sizeof *m->globals);
+    h = fnv1a(h, m->is_global, mask_flag_bytes(m));
     return fnv1a(h, m->layout, layout_bytes(m, k->layout_heads));
 }
 
@@ -68,6 +71,7 @@ static int entry_is(const tile_cache_entry *e, uint64_t hash, const tile_key *k,
     return e->hash == hash && memcmp(&e->key, k, sizeof *k) == 0 &&
            (!k->num_globals ||
             memcmp(e->globals, m->globals, (size_t)k->num_globals * sizeof *m->globals) == 0) &&
+           (!k->flag_bytes || memcmp(e->flags, m->is_global, (size_t)k->flag_bytes) == 0) &&
            (!e->layout_bytes || memcmp(e->layout, m->layout, e->layout_bytes) == 0);
 }
 
@@ -79,6 +83,7 @@ static void entry_release(tile_cache_entry *e) {
         if (e->held[i]) clReleaseMemObject(e->held[i]);
     tiles_release_lists(&e->host);
     free(e->globals);
+    free(e->flags);
     free(e->layout);
     free(e);
 }
@@ -113,7 +118,7 @@ static clattn_status entry_upload(clattn_context *ctx, const attn_problem *pb,
         s = upload(ctx, e, globals ? (size_t)m->num_globals : 0, 4, l->gpos, &d->gpos,
                    "global list");
     if (!s)
-        s = upload(ctx, e, globals ? (size_t)m->len_k : 0, 1, m->is_global, &d->is_global,
+        s = upload(ctx, e, globals ? mask_flag_bytes(m) : 0, 1, m->is_global, &d->is_global,
                    "global flags");
     if (!s) s = upload(ctx, e, e->layout_bytes, 1, m->layout, &d->layout, "block layout");
     if (!s)
@@ -142,13 +147,16 @@ static clattn_status entry_build(clattn_context *ctx, const attn_problem *pb,
     e->refs = 1, e->hash = hash, e->key = *k;
     e->layout_bytes = layout_bytes(m, k->layout_heads);
     e->globals = malloc((size_t)(m->num_globals + 1) * sizeof *e->globals);
+    e->flags = malloc(mask_flag_bytes(m) + 1);
     e->layout = malloc(e->layout_bytes + 1);
-    clattn_status s = e->globals && e->layout ? CLATTN_SUCCESS
-                                              : ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY,
-                                                          "tile lists: copying the mask");
+    clattn_status s =
+        e->globals && e->flags && e->layout
+            ? CLATTN_SUCCESS
+            : ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "tile lists: copying the mask");
     if (!s) {
         if (m->num_globals)
             memcpy(e->globals, m->globals, (size_t)m->num_globals * sizeof *m->globals);
+        if (mask_flag_bytes(m)) memcpy(e->flags, m->is_global, mask_flag_bytes(m));
         if (e->layout_bytes) memcpy(e->layout, m->layout, e->layout_bytes);
         s = tiles_build_lists(pb, g, &ctx->error, &e->host);
     }

@@ -191,6 +191,11 @@ static clattn_status read_call(const mha_shape *s, const clattn_attention_desc *
                          "mha: the call's desc sets kv_q8_0, but the layer's K and V are its own "
                          "float32 projections: for 8-bit K/V give a q8_0 KV cache "
                          "(clattn_mha_forward_cache)");
+    if (mask_desc_is_shard(d) || d->lse_parts)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: a layer's call is no shard and has no LSE parts (q_start=%zu "
+                         "k_start=%zu full_len_q=%zu full_len_k=%zu lse_parts=%d must be 0)",
+                         d->q_start, d->k_start, d->full_len_q, d->full_len_k, d->lse_parts);
     return CLATTN_SUCCESS;
 }
 

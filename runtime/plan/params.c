@@ -33,7 +33,7 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p) 
     p->right = m->right;
     p->dilation = m->dilation;
     p->classes = m->dilation; /* the fused planner may group by fewer */
-    p->has_global = m->num_globals > 0;
+    p->has_global = m->has_global;
     p->num_global = m->num_globals;
     p->has_layout = m->layout != NULL;
     if (p->has_layout) {
@@ -43,7 +43,7 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p) 
         p->blocks_q = m->blocks_q;
         p->blocks_k = m->blocks_k;
     }
-    p->write_lse = write_lse != 0;
+    p->write_lse = write_lse ? (pb->lse_parts ? 2 : 1) : 0;
     p->per_sequence = pb->kv.seq_len != NULL;
     p->page_size = (cl_long)pb->kv.page_size;
     p->max_pages = (cl_long)pb->kv.max_pages;

@@ -22,7 +22,7 @@
     X(len_k, "Nk")                                                                                 \
     X(dim_qk, "Dqk")                                                                               \
     X(dim_v, "Dv")                                                                                 \
-    X(offset, "len_k - len_q: query i sits at key position p = i + offset")                        \
+    X(offset, "query i sits at key position p = i + offset (len_k - len_q, or a shard offset)")    \
     X(q_offset, "Q: element offset and strides (batch, head, sequence)")                           \
     X(q_stride_b, "")                                                                              \
     X(q_stride_h, "")                                                                              \
@@ -48,7 +48,7 @@
     X(left, "window sides, -1 unbounded")                                                          \
     X(right, "")                                                                                   \
     X(dilation, "")                                                                                \
-    X(has_global, "global keys: positions in gpos[], flags in is_global[]")                        \
+    X(has_global, "global keys in gpos[]. Flags is_global[len_k + len_q] (plan/mask.h)")           \
     X(num_global, "")                                                                              \
     X(has_layout, "block layout [layout heads][blocks_q][blocks_k]")                               \
     X(layout_per_head, "")                                                                         \
@@ -63,7 +63,7 @@
     X(row_mode, "fused: 0 query tiles of a class, 1 the rows listed in row_list")                  \
     X(num_listed_rows, "fused")                                                                    \
     X(use_tile_list, "fused: key tiles from tile_ptr/tile_idx instead of the window range")        \
-    X(write_lse, "")                                                                               \
+    X(write_lse, "0 no LSE. 1 LSE. 2 (max, log sum) pairs")                                        \
     X(per_sequence, "lengths from seq_len[] and q_len[] (KV caches), else len_k and len_q")        \
     X(page_size, "0: K and V are [B, len_k, ...] tensors, else page pools (block_table)")          \
     X(max_pages, "block table entries a sequence")                                                 \

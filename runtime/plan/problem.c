@@ -117,6 +117,30 @@ static clattn_status check_sizes(error_record *err, const clattn_attention_desc 
     return CLATTN_SUCCESS;
 }
 
+/* A shard (the 0.3 fields): its rows and keys inside the whole sequences, whose lengths stay
+ * below 2^31 as a call's do. */
+static clattn_status check_shard(error_record *err, const clattn_attention_desc *d) {
+    const size_t full_q = mask_full_len_q(d), full_k = mask_full_len_k(d);
+    if (full_q > INT32_MAX || full_k > INT32_MAX)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "whole-sequence lengths above 2^31-1 are not supported (full_len_q=%zu "
+                         "full_len_k=%zu)",
+                         full_q, full_k);
+    if (d->q_start > full_q || full_q - d->q_start < d->len_q)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "query shard [%zu, %zu) is outside the whole sequence [0, %zu) "
+                         "(q_start, len_q, full_len_q%s)",
+                         d->q_start, d->q_start + d->len_q, full_q,
+                         d->full_len_q ? "" : " = 0: len_q");
+    if (d->k_start > full_k || full_k - d->k_start < d->len_k)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "key shard [%zu, %zu) is outside the whole sequence [0, %zu) "
+                         "(k_start, len_k, full_len_k%s)",
+                         d->k_start, d->k_start + d->len_k, full_k,
+                         d->full_len_k ? "" : " = 0: len_k");
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status check_mask(error_record *err, const clattn_attention_desc *d) {
     if (d->window_left < -1 || d->window_right < -1)
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
@@ -130,10 +154,10 @@ static clattn_status check_mask(error_record *err, const clattn_attention_desc *
                          "num_global_tokens is %zu but global_tokens is NULL",
                          d->num_global_tokens);
     for (size_t g = 0; g < d->num_global_tokens; g++)
-        if (d->global_tokens[g] < 0 || (uint64_t)d->global_tokens[g] >= d->len_k)
+        if (d->global_tokens[g] < 0 || (uint64_t)d->global_tokens[g] >= mask_full_len_k(d))
             return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                              "global token %lld is outside the keys [0, %zu)",
-                             (long long)d->global_tokens[g], d->len_k);
+                             (long long)d->global_tokens[g], mask_full_len_k(d));
     if (d->block_layout &&
         (d->block_q == 0 || d->block_k == 0 || d->block_q > INT32_MAX || d->block_k > INT32_MAX))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
@@ -169,7 +193,7 @@ static clattn_status check_extents(error_record *err, const clattn_attention_des
         tensor_span(&d->v, d->batch, d->heads_kv, d->len_k, d->dim_v, kv, &ext->v) ||
         tensor_span(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v, d->out_dtype, &ext->o) ||
         size_mul(d->batch, d->heads_q, &ext->lse) || size_mul(ext->lse, d->len_q, &ext->lse) ||
-        size_mul(ext->lse, sizeof(float), &ext->lse) ||
+        size_mul(ext->lse, d->lse_parts ? 2 * sizeof(float) : sizeof(float), &ext->lse) ||
         (has_bias && tensor_span(&d->bias_strides, d->batch, d->heads_q, d->len_q, d->len_k,
                                  CLATTN_F32, &ext->bias)))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
@@ -217,6 +241,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     clattn_status status = read_desc(err, given, &d);
     int has_bias = status == CLATTN_SUCCESS && has_bias_from(&d, bias);
     if (status == CLATTN_SUCCESS) status = check_sizes(err, &d);
+    if (status == CLATTN_SUCCESS) status = check_shard(err, &d);
     if (status == CLATTN_SUCCESS) status = check_mask(err, &d);
     if (status == CLATTN_SUCCESS && d.kv_q8_0) status = check_q8_0(err, &d);
     if (status == CLATTN_SUCCESS) status = check_extents(err, &d, has_bias, &pb->extents);
@@ -233,10 +258,11 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     pb->path = d.path, pb->variant = d.variant;
     pb->gemm_budget_bytes = d.gemm_budget_bytes;
     pb->count_tiles = d.count_tiles != 0;
+    pb->lse_parts = d.lse_parts != 0;
     pb->kv.dtype = d.kv_q8_0 ? CLATTN_Q8_0 : d.dtype;
     status = mask_from_desc(&d, &pb->mask);
     if (status != CLATTN_SUCCESS)
-        return error_set(err, status, "the mask's global token list (%zu tokens)",
+        return error_set(err, status, "the mask's global token flags (%zu tokens) or shard layout",
                          d.num_global_tokens);
     return CLATTN_SUCCESS;
 }

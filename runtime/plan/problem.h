@@ -38,6 +38,7 @@ typedef struct attn_problem {
     clattn_variant variant;
     size_t gemm_budget_bytes;
     int count_tiles;
+    int lse_parts; /* LSE as (max, log sum) pairs: [B, Hq, Nq, 2] */
     kv_view kv; /* for a plain call: dtype, no lengths, not paged */
 } attn_problem;
 

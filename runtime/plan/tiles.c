@@ -25,7 +25,7 @@ void tiles_plan_geometry(const attn_problem *pb, unsigned block_m, unsigned bloc
     int64_t rows_per_class = (m->len_q + g->classes - 1) / g->classes;
     g->class_slots = (keys_per_class + block_n - 1) / block_n * block_n;
     g->tiles_per_class = (rows_per_class + block_m - 1) / block_m;
-    g->globals_matter = m->num_globals > 0 && (m->left >= 0 || m->right >= 0 || m->dilation > 1);
+    g->globals_matter = m->has_global && (m->left >= 0 || m->right >= 0 || m->dilation > 1);
 }
 
 /* ---------------------------------------------------------------- rows, keys and ranges */
@@ -161,19 +161,20 @@ static clattn_status build_tile_lists(const attn_problem *pb, const tile_geometr
     return CLATTN_SUCCESS;
 }
 
-/* Global key positions and the rows that sit on them (both sorted). */
+/* Global key positions and the rows that sit on global positions (both sorted). A shard's
+ * rows may sit on global positions outside its keys, so the rows come from the row flags. */
 static clattn_status build_global_lists(const attn_problem *pb, error_record *err,
                                         tile_lists *lists) {
     const mask_spec *m = &pb->mask;
+    size_t rows = 0;
+    for (int64_t i = 0; i < m->len_q; i++) rows += m->is_global[m->len_k + i] != 0;
     lists->gpos = malloc(((size_t)m->num_globals + 1) * sizeof *lists->gpos);
-    lists->row_list = malloc(((size_t)m->num_globals + 1) * sizeof *lists->row_list);
+    lists->row_list = malloc((rows + 1) * sizeof *lists->row_list);
     if (!lists->gpos || !lists->row_list)
         return error_set(err, CLATTN_ERR_OUT_OF_MEMORY, "fused: global token lists");
-    for (int64_t k = 0; k < m->num_globals; k++) {
-        lists->gpos[k] = (int32_t)m->globals[k];
-        int64_t i = m->globals[k] - m->offset;
-        if (i >= 0 && i < m->len_q) lists->row_list[lists->num_rows++] = (int32_t)i;
-    }
+    for (int64_t k = 0; k < m->num_globals; k++) lists->gpos[k] = (int32_t)m->globals[k];
+    for (int64_t i = 0; i < m->len_q; i++)
+        if (m->is_global[m->len_k + i]) lists->row_list[lists->num_rows++] = (int32_t)i;
     return CLATTN_SUCCESS;
 }
 

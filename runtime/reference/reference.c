@@ -99,7 +99,8 @@ static size_t score_row(const reference_call *c, size_t b, size_t h, size_t i, d
     return n;
 }
 
-/* One query row: o_row is [dim_v] doubles; lse may be NULL. */
+/* One query row: o_row is [dim_v] doubles; lse may be NULL, else its LSE, or with
+ * pb->lse_parts its two parts (max, log sum). */
 static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, double *o_row,
                        double *lse) {
     const attn_problem *d = c->pb;
@@ -108,7 +109,8 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
     size_t n = score_row(c, b, h, i, &m);
     memset(o_row, 0, d->dim_v * sizeof *o_row);
     if (n == 0 || m == -INFINITY) { /* no key, or every allowed score is -inf: empty row */
-        if (lse) *lse = -INFINITY;
+        if (lse) lse[0] = -INFINITY;
+        if (lse && d->lse_parts) lse[1] = -INFINITY;
         return;
     }
     /* pass 2: P = exp(s - m) / sum, O = sum of P * V (divided once at the end) */
@@ -121,7 +123,10 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
         for (size_t x = 0; x < d->dim_v; x++) o_row[x] += p * load(c->v, d->kv.dtype, vj + x);
     }
     for (size_t x = 0; x < d->dim_v; x++) o_row[x] /= sum;
-    if (lse) *lse = m + log(sum); /* = log(sum of exp(s)), without overflow */
+    if (lse && d->lse_parts)
+        lse[0] = m, lse[1] = log(sum);
+    else if (lse)
+        lse[0] = m + log(sum); /* = log(sum of exp(s)), without overflow */
 }
 
 static clattn_status reference_dense(const attn_problem *pb, const void *q, const void *k,
@@ -139,7 +144,8 @@ static clattn_status reference_dense(const attn_problem *pb, const void *q, cons
     for (size_t b = 0; b < pb->batch; b++)
         for (size_t h = 0; h < pb->heads_q; h++)
             for (size_t i = 0; i < pb->len_q; i++, row++)
-                attend_row(&c, b, h, i, o + row * pb->dim_v, lse ? lse + row : NULL);
+                attend_row(&c, b, h, i, o + row * pb->dim_v,
+                           lse ? lse + row * (pb->lse_parts ? 2 : 1) : NULL);
 done:
     free(c.keys);
     free(c.scores);
@@ -221,6 +227,7 @@ static clattn_status reference_sequences(const attn_problem *pb, const void *q, 
 clattn_status reference_attention(const attn_problem *pb, const void *q, const void *k,
                                   const void *v, const float *bias, double *o, double *lse) {
     if (!q || !k || !v || !o || (pb->has_bias && !bias)) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (problem_is_cache(pb) && pb->lse_parts) return CLATTN_ERR_INVALID_ARGUMENT; /* refused */
     return problem_is_cache(pb) ? reference_sequences(pb, q, k, v, bias, o, lse)
                                 : reference_dense(pb, q, k, v, bias, o, lse);
 }
@@ -251,7 +258,8 @@ clattn_status reference_attention_store(const attn_problem *pb, const void *q, c
     if (size_mul(rows * pb->dim_v, sizeof(double), &o_bytes))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "O's size overflows");
     double *o_ref = malloc(o_bytes);
-    double *lse_ref = lse ? malloc(rows * sizeof *lse_ref) : NULL;
+    size_t lse_values = rows * (pb->lse_parts ? 2 : 1);
+    double *lse_ref = lse ? malloc(lse_values * sizeof *lse_ref) : NULL;
     clattn_status status = CLATTN_SUCCESS;
     if (!o_ref || (lse && !lse_ref))
         status = error_set(err, CLATTN_ERR_OUT_OF_MEMORY,
@@ -259,7 +267,7 @@ clattn_status reference_attention_store(const attn_problem *pb, const void *q, c
     if (status == CLATTN_SUCCESS) status = reference_attention(pb, q, k, v, bias, o_ref, lse_ref);
     if (status == CLATTN_SUCCESS) {
         store_output(pb, o_ref, o);
-        for (size_t r = 0; lse && r < rows; r++) lse[r] = (float)lse_ref[r];
+        for (size_t r = 0; lse && r < lse_values; r++) lse[r] = (float)lse_ref[r];
     }
     free(lse_ref);
     free(o_ref);

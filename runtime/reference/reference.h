@@ -12,7 +12,8 @@
  * q, k, v: host arrays laid out as pb->q/k/v say (offsets, strides, pb->dtype; float16 is
  *          read as uint16_t bits and widened exactly).
  * bias:    float32 at pb->bias (zero strides broadcast), when pb->has_bias.
- * o:       dense double [B][Hq][Nq][Dv]; lse: dense double [B][Hq][Nq] (may be NULL).
+ * o:       dense double [B][Hq][Nq][Dv]; lse: dense double [B][Hq][Nq] (may be NULL), or
+ *          [B][Hq][Nq][2] (max, log sum) with pb->lse_parts (dense calls only).
  * A row with no allowed key gets O = 0 and LSE = -inf.
  * @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (NULL arrays) or
  *         CLATTN_ERR_OUT_OF_MEMORY. */

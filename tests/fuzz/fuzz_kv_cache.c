@@ -479,7 +479,7 @@ static size_t blocks(size_t n, size_t block) {
     return block ? n / block + (n % block != 0) : 1;
 }
 
-/* Masks of SPEC section 2 on the desc: causal, a window, global tokens, a block layout (arrays
+/* Masks of docs/semantics.md section 2 on the desc: causal, a window, global tokens, a block layout (arrays
  * exactly as large as the desc says; freed by the caller through *global and *layout). */
 static void take_masks(fuzz_input *in, const model *m, clattn_attention_desc *d, int64_t **global,
                        uint8_t **layout) {
@@ -515,7 +515,7 @@ static void take_desc(fuzz_input *in, const model *m, clattn_attention_desc *d) 
                                c->dim_qk, c->dim_v);
     d->scale = 1.0f / (8.0f * (float)c->dim_qk); /* scores within about +-16 */
     static const clattn_variant variants[] = {CLATTN_VARIANT_AUTO, CLATTN_VARIANT_SPLIT,
-                                              CLATTN_VARIANT_REFERENCE, CLATTN_VARIANT_CPU};
+                                              CLATTN_VARIANT_REFERENCE, CLATTN_VARIANT_LANES};
     d->variant = variants[take_size(in, 0, 3)];
     if (take_byte(in) < 240) return;
     size_t *fields[] = {&d->batch,         &d->heads_q,        &d->heads_kv, &d->len_q,

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the masks of SPEC section 2 that take indices and sizes from the caller -
+ * libFuzzer target: the masks of docs/semantics.md section 2 that take indices and sizes from the caller -
  * block layouts (block sizes, per-head layouts, the pattern generators of
  * clattn_pattern_layout), global tokens, windows and dilation, with causal - on small calls
  * (B <= 2, Hq <= 4, Nq and Nk <= 12). Mostly valid values, hostile one time in sixteen. Checks:
@@ -160,8 +160,8 @@ static void take_call(fuzz_input *in, clattn_attention_desc *d, call_masks *m) {
     take_block_layout(in, d, m);
     take_strides(in, d);
     static const clattn_variant variants[] = {
-        CLATTN_VARIANT_AUTO,  CLATTN_VARIANT_CPU,  CLATTN_VARIANT_GPU,      CLATTN_VARIANT_SPLIT,
-        CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GEMM, CLATTN_VARIANT_REFERENCE};
+        CLATTN_VARIANT_AUTO,  CLATTN_VARIANT_LANES, CLATTN_VARIANT_ROWWISE,  CLATTN_VARIANT_SPLIT,
+        CLATTN_VARIANT_FLASH, CLATTN_VARIANT_GEMM,  CLATTN_VARIANT_REFERENCE};
     d->variant = variants[take_size(in, 0, 6)];
     if (d->variant == CLATTN_VARIANT_GEMM) d->gemm_budget_bytes = take_size(in, 0, 16) * 256;
 }

@@ -184,3 +184,25 @@ Test(abi, a_newer_callers_unknown_fields_must_be_zero) {
     cr_expect_eq(clattn_attention_desc_check(&newer.desc, NULL, NULL, 0),
                  CLATTN_ERR_INVALID_ARGUMENT);
 }
+
+/* A caller built against the 0.2 header, whose desc ends with kv_q8_0: the shard fields added
+ * later are not read (an ordinary call), and the library writes nothing past the desc. */
+Test(abi, a_caller_without_the_shard_fields_makes_ordinary_calls) {
+    const size_t size_0_2 = offsetof(clattn_attention_desc, kv_q8_0) + sizeof(int);
+    struct {
+        clattn_attention_desc desc;
+        unsigned char canary[64];
+    } g;
+    memset(&g, CANARY, sizeof g);
+    cr_assert_eq(clattn_attention_desc_init_sized(&g.desc, size_0_2, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4,
+                                                  4, 8, 8),
+                 CLATTN_SUCCESS);
+    cr_assert_eq(g.desc.struct_size, size_0_2);
+    cr_assert(untouched((const unsigned char *)&g.desc + size_0_2,
+                        sizeof g.desc - size_0_2 + sizeof g.canary),
+              "desc_init wrote past the 0.2 desc");
+    g.desc.causal = 1;
+    uint64_t pairs = 0;
+    cr_assert_eq(clattn_attention_pairs(&g.desc, &pairs), CLATTN_SUCCESS);
+    cr_expect_eq(pairs, 4 * 5 / 2, "the bytes past the 0.2 desc (0xA5) were read as a shard");
+}

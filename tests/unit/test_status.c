@@ -19,7 +19,8 @@ Test(status, library_codes_have_their_own_range_and_names) {
     const clattn_status own[] = {
         CLATTN_ERR_INVALID_ARGUMENT, CLATTN_ERR_UNSUPPORTED, CLATTN_ERR_NO_DEVICE,
         CLATTN_ERR_OUT_OF_MEMORY,    CLATTN_ERR_BUILD,       CLATTN_ERR_IO,
-        CLATTN_ERR_FORMAT,           CLATTN_ERR_BLAS};
+        CLATTN_ERR_FORMAT,           CLATTN_ERR_BLAS,        CLATTN_ERR_TIMEOUT,
+        CLATTN_ERR_COMM};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
         cr_assert(own[i] <= -7001 && own[i] > -7100, "code %d outside -7001..-7099", own[i]);
         cr_assert_eq(strncmp(clattn_status_name(own[i]), "CLATTN_ERR_", 11), 0);
