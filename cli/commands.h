@@ -13,6 +13,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_pattern(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_layer(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* Resolves a --device spec (NULL: $CLATTN_DEVICE or the default) to device indices, printing
  * one clear line when nothing matches. @return 0 or 1 (no device installed, or none matches

@@ -21,6 +21,7 @@ static const subcommand subcommands[] = {
     {"bench", cmd_bench, "benchmark paths and sparse patterns"},
     {"pattern", cmd_pattern, "write a block-sparse layout (.npy)"},
     {"tune", cmd_tune, "search a device's kernel parameters and store them in tuning.json"},
+    {"cache", cmd_cache, "show, trim, clear or warm the cache of compiled kernels"},
 };
 
 static void usage(FILE *out) {
@@ -29,8 +30,10 @@ static void usage(FILE *out) {
                  "       clattn --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
         fprintf(out, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
-    fprintf(out, "\nenvironment: CLATTN_DEVICE (device spec), CLATTN_VERBOSE=1, CLATTN_CACHE_DIR "
-                 "(or off),\n             CLATTN_KERNEL=");
+    fprintf(
+        out,
+        "\nenvironment: CLATTN_DEVICE (device spec), CLATTN_VERBOSE=1, CLATTN_CACHE_DIR "
+        "(or off),\n             CLATTN_CACHE_MAX_MB (default 256),\n             CLATTN_KERNEL=");
     const char *name;
     for (int v = 1; strcmp(name = clattn_variant_name((clattn_variant)v), "unknown") != 0; v++)
         fprintf(out, "%s%s", v > 1 ? "|" : "", name);

@@ -739,6 +739,52 @@ CLATTN_API clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant 
  *  CLATTN_ERR_INVALID_ARGUMENT (NULL, or too small). */
 CLATTN_API clattn_status clattn_tuning_file(char *path, size_t size);
 
+/* ---------------------------------------------------------------- the cache folder
+ * Compiled kernels are kept in the cache folder ($CLATTN_CACHE_DIR, else
+ * $XDG_CACHE_HOME/clattn, else ~/.cache/clattn; "off" disables it) beside tuning.json, one
+ * file per program. The folder is bounded: after each write, entries are removed until they
+ * total at most $CLATTN_CACHE_MAX_MB MiB (default 256): those of other clattn versions first,
+ * then the least recently used. docs/cache.md explains the folder. */
+
+/** What the cache folder's compiled kernels hold (tuning.json aside). */
+typedef struct clattn_cache_info {
+    size_t struct_size; /* sizeof(clattn_cache_info): clattn_cache_info_init */
+    uint64_t bytes;     /* all entries */
+    size_t entries;
+    uint64_t other_version_bytes; /* of them, built by other clattn versions */
+    size_t other_version_entries;
+    int64_t oldest_use; /* last use of the least recently used entry, seconds since 1970; 0 when
+                           there is none */
+    int64_t newest_use;
+    uint64_t limit_bytes; /* $CLATTN_CACHE_MAX_MB, by default 256 MiB */
+} clattn_cache_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size; clattn_cache_info_init(info)
+ *  passes sizeof *info. @return CLATTN_SUCCESS or INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_cache_info_init_sized(clattn_cache_info *info, size_t struct_size);
+#define clattn_cache_info_init(info) clattn_cache_info_init_sized((info), sizeof *(info))
+
+/** Writes the cache folder's path into path (whether or not it exists yet).
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED when the cache is off, or
+ *  CLATTN_ERR_INVALID_ARGUMENT (NULL, or too small). */
+CLATTN_API clattn_status clattn_cache_folder(char *path, size_t size);
+
+/** Fills *info (initialised by clattn_cache_info_init). A folder not made yet holds nothing.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED (cache off), CLATTN_ERR_INVALID_ARGUMENT or
+ *  CLATTN_ERR_IO (the folder cannot be read). */
+CLATTN_API clattn_status clattn_cache_info_get(clattn_cache_info *info);
+
+/** Removes entries until they total at most max_bytes, in the order the limit uses; `removed`
+ *  (may be NULL) receives how many. clattn_cache_trim(0, ...) removes them all; tuning.json
+ *  always stays. @return as clattn_cache_info_get. */
+CLATTN_API clattn_status clattn_cache_trim(uint64_t max_bytes, size_t *removed);
+
+/** Builds ahead the programs that `auto` runs for inputs of `dtype` with head dimension
+ *  `head_dim` on the context's device: prefill and decode shapes, without a mask and causal,
+ *  storing them in the cache folder. @return as clattn_attention_host. */
+CLATTN_API clattn_status clattn_cache_warm(clattn_context *ctx, clattn_dtype dtype,
+                                           size_t head_dim);
+
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_UNSUPPORTED for a wrapped queue without profiling. */

@@ -207,6 +207,24 @@ const char *program_cache_dir(char *buf, size_t size);
  * per process on stderr, with why. */
 const char *program_cache_trusted_dir(char *buf, size_t size, int create);
 
+/* The cache folder's compiled kernels as a whole (cache_folder.c). */
+typedef struct cache_usage {
+    uint64_t bytes, other_version_bytes;
+    size_t entries, other_version_entries;
+    int64_t oldest_use, newest_use; /* seconds since 1970; 0 without entries */
+} cache_usage;
+/* Whether a file name is a compiled-kernel entry's (16 hex digits, ".clbin"). */
+int cache_entry_name(const char *name, size_t len);
+/* $CLATTN_CACHE_MAX_MB in bytes (MiB, fractions allowed), by default 256 MiB. */
+uint64_t cache_limit_bytes(void);
+/* Marks an entry as used now (its modification time), for the least-recently-used order. */
+void cache_entry_touch(const char *path);
+/* What the folder's entries hold. @return 0, or errno. A missing folder holds nothing. */
+int cache_usage_get(const char *dir, cache_usage *usage);
+/* Removes entries until they total at most limit_bytes: other clattn versions first, then the
+ * least recently used. @return 0, or errno; *removed counts the entries removed. */
+int cache_trim(const char *dir, uint64_t limit_bytes, size_t *removed);
+
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
  * that a reader never sees half a file (file.c). @return 0, or errno. */
 int write_file_atomic(const char *path, const void *data, size_t size);

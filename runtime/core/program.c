@@ -4,21 +4,18 @@
  * read from $CLATTN_KERNEL_DIR while developing) built with options that follow the device.
  *
  * Disk cache entries live in $CLATTN_CACHE_DIR, else $XDG_CACHE_HOME/clattn, else
- * ~/.cache/clattn ("off" disables it). An entry is
- *
- *     magic "CLATTNPC" | u32 format | u32 key bytes | u64 binary bytes | u64 checksum | key |
- * binary
- *
+ * ~/.cache/clattn ("off" disables it), in the format of cache_entry.h,
  * where the key spells out everything the binary depends on (library version, source hash,
  * options, device, driver and platform version) and the checksum (FNV-1a 64) covers key and
  * binary. An entry that is short, damaged or made for another key is ignored and rewritten.
  * Writes go to a temporary file that is renamed into place; the temporaries of processes killed
- * while writing are removed at the folder's first use by a later process.
+ * while writing are removed at the folder's first use by a later process. A hit marks the
+ * entry used, and a write trims the folder to its limit (cache_folder.c).
  */
+#include "cache_entry.h"
 #include "core.h"
 #include "embedded.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,9 +24,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CACHE_MAGIC             "CLATTNPC"
-#define CACHE_FORMAT            1u
-#define CACHE_HEADER_BYTES      32u
 #define MAX_KERNELS_PER_PROGRAM 8
 
 struct program_entry {
@@ -149,10 +143,7 @@ const char *program_cache_dir(char *buf, size_t size) {
  * and tuning.json (plan/tuning.c). */
 static int is_cache_file(const char *name, size_t len) {
     if (len == 11 && strncmp(name, "tuning.json", 11) == 0) return 1;
-    if (len != 22 || strncmp(name + 16, ".clbin", 6) != 0) return 0;
-    for (size_t i = 0; i < 16; i++)
-        if (!isxdigit((unsigned char)name[i])) return 0;
-    return 1;
+    return cache_entry_name(name, len);
 }
 
 /* Once per folder and process, at its first use: the temporaries that killed processes left
@@ -274,6 +265,7 @@ static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) 
     }
     memmove(data, data + CACHE_HEADER_BYTES + key_len, bin_len);
     *binary_size = bin_len;
+    cache_entry_touch(entry->path);
     return data;
 }
 
@@ -293,10 +285,14 @@ static void cache_write(const cache_entry *entry, const unsigned char *binary, s
     memcpy(file + CACHE_HEADER_BYTES + entry->key_len, binary, size);
     int err = write_file_atomic(entry->path, file, total);
     free(file);
-    if (err)
+    if (err) {
         log_msg("cannot write cache entry %s: %s", entry->path, strerror(err));
-    else
-        log_msg("cached %s (%zu bytes)", entry->path, size);
+        return;
+    }
+    log_msg("cached %s (%zu bytes)", entry->path, size);
+    size_t removed = 0;
+    err = cache_trim(dir, cache_limit_bytes(), &removed);
+    if (err) log_msg("cannot trim the cache folder %s: %s", dir, strerror(err));
 }
 
 /* ---------------------------------------------------------------- building */

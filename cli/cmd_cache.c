@@ -1,0 +1,262 @@
+/*
+ * clattn cache: the cache folder of compiled kernels.
+ *   info   where it is, what it holds, its limit;
+ *   clear  removes every compiled kernel (tuning.json stays);
+ *   trim   removes the least recently used down to a size (other clattn versions first);
+ *   warm   builds ahead what `auto` runs for some dtypes and head dimensions, several
+ *          programs at once: one child process per job, each with its own context (PoCL
+ *          compiles on one thread per process, and concurrent context creation within one
+ *          process is not safe on every driver).
+ * Failures exit 1, usage errors 2.
+ */
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WARM_ITEMS 16
+
+static const cli_option cache_options[] = {
+    {"device", "SPEC", "warm: the device (default $CLATTN_DEVICE, else the first)"},
+    {"dtypes", "LIST", "warm: input dtypes, of f32,f16,bf16 (default f32,f16)"},
+    {"head-dims", "LIST", "warm: head dimensions (default 64,128)"},
+    {"jobs", "N", "warm: programs built at once, in child processes (default: the cores)"},
+    {"max-mb", "MB", "trim: the size to trim to, in MiB (default: the limit)"},
+    {"json", NULL, "info: print one JSON object"},
+    {"help", NULL, "show this help"},
+};
+#define NUM_CACHE_OPTIONS (sizeof cache_options / sizeof cache_options[0])
+#define CACHE_SYNOPSIS                                                                             \
+    "info [--json] | clear | trim [--max-mb MB]\n"                                                 \
+    "       | warm [--device SPEC] [--dtypes LIST] [--head-dims LIST] [--jobs N]\n\n"              \
+    "The folder is $CLATTN_CACHE_DIR, else $XDG_CACHE_HOME/clattn, else ~/.cache/clattn;\n"        \
+    "its compiled kernels are kept under $CLATTN_CACHE_MAX_MB MiB (default 256)."
+
+static void usage(void) {
+    args_usage("cache", CACHE_SYNOPSIS, cache_options, NUM_CACHE_OPTIONS);
+}
+
+/* ---------------------------------------------------------------- info, clear, trim */
+
+static void format_time(int64_t seconds, char *out, size_t size) {
+    time_t t = (time_t)seconds;
+    struct tm tm;
+    if (seconds == 0 || !gmtime_r(&t, &tm) || !strftime(out, size, "%Y-%m-%d %H:%M UTC", &tm))
+        snprintf(out, size, "-");
+}
+
+static int cache_unavailable(clattn_status status) {
+    if (status == CLATTN_ERR_UNSUPPORTED)
+        cli_error("cache", "the cache is off (CLATTN_CACHE_DIR=off, or no HOME)");
+    else
+        cli_error("cache", "cannot read the cache folder (%s)", clattn_status_name(status));
+    return 1;
+}
+
+static int cache_info(const cli_args *args) {
+    char folder[4096], oldest[64], newest[64];
+    clattn_cache_info info;
+    clattn_cache_info_init(&info);
+    clattn_status status = clattn_cache_folder(folder, sizeof folder);
+    if (status == CLATTN_SUCCESS) status = clattn_cache_info_get(&info);
+    if (status != CLATTN_SUCCESS) return cache_unavailable(status);
+    format_time(info.oldest_use, oldest, sizeof oldest);
+    format_time(info.newest_use, newest, sizeof newest);
+    if (args_has(args, "json")) {
+        printf("{\"folder\": \"%s\", \"entries\": %zu, \"bytes\": %llu, "
+               "\"other_version_entries\": %zu, \"other_version_bytes\": %llu, "
+               "\"oldest_use\": %lld, \"newest_use\": %lld, \"limit_bytes\": %llu}\n",
+               folder, info.entries, (unsigned long long)info.bytes, info.other_version_entries,
+               (unsigned long long)info.other_version_bytes, (long long)info.oldest_use,
+               (long long)info.newest_use, (unsigned long long)info.limit_bytes);
+        return 0;
+    }
+    printf("folder      %s\n", folder);
+    printf("entries     %zu compiled programs, %.1f MiB\n", info.entries,
+           (double)info.bytes / 1048576.0);
+    printf("  of them   %zu of other clattn versions, %.1f MiB (removed first)\n",
+           info.other_version_entries, (double)info.other_version_bytes / 1048576.0);
+    printf("last used   oldest %s, newest %s\n", oldest, newest);
+    printf("limit       %.1f MiB ($CLATTN_CACHE_MAX_MB)\n", (double)info.limit_bytes / 1048576.0);
+    return 0;
+}
+
+static int cache_trim_to(const cli_args *args, int clear) {
+    clattn_cache_info info;
+    clattn_cache_info_init(&info);
+    clattn_status status = clattn_cache_info_get(&info);
+    if (status != CLATTN_SUCCESS) return cache_unavailable(status);
+    uint64_t max_bytes = clear ? 0 : info.limit_bytes;
+    if (!clear && args_get(args, "max-mb")) {
+        float mb = 0;
+        if (parse_float(args, "max-mb", &mb) != 0) return EXIT_USAGE;
+        if (!(mb >= 0)) {
+            cli_error("cache", "--max-mb: expected a size >= 0 in MiB, got '%s'",
+                      args_get(args, "max-mb"));
+            return EXIT_USAGE;
+        }
+        max_bytes = (uint64_t)((double)mb * 1048576.0);
+    }
+    size_t removed = 0;
+    status = clattn_cache_trim(max_bytes, &removed);
+    if (status != CLATTN_SUCCESS) return cache_unavailable(status);
+    printf("removed %zu of %zu compiled programs\n", removed, info.entries);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- warm */
+
+typedef struct warm_item {
+    clattn_dtype dtype;
+    size_t head_dim;
+} warm_item;
+
+static const char *const dtype_names[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype order */
+
+/* The dtypes x head dimensions of the options, into items. @return 0 or EXIT_USAGE. */
+static int warm_items(const cli_args *args, warm_item *items, size_t *count) {
+    char words[4][64] = {"f32", "f16"};
+    size_t dims[8] = {64, 128}, num_words = 2, num_dims = 2;
+    if (args_get(args, "dtypes") && parse_word_list(args, "dtypes", words, 4, &num_words) != 0)
+        return EXIT_USAGE;
+    if (args_get(args, "head-dims") &&
+        parse_size_list(args, "head-dims", 1, dims, 8, &num_dims) != 0)
+        return EXIT_USAGE;
+    *count = 0;
+    for (size_t w = 0; w < num_words; w++) {
+        int t = 0;
+        while (dtype_names[t] && strcmp(dtype_names[t], words[w]) != 0) t++;
+        if (!dtype_names[t]) {
+            cli_error("cache", "--dtypes: expected f32, f16 or bf16, got '%s'", words[w]);
+            return EXIT_USAGE;
+        }
+        for (size_t d = 0; d < num_dims && *count < MAX_WARM_ITEMS; d++)
+            items[(*count)++] = (warm_item){(clattn_dtype)t, dims[d]};
+    }
+    return 0;
+}
+
+/* Warms items job, job + jobs, ... on its own context. @return the exit status. */
+static int warm_share(const char *spec, const warm_item *items, size_t count, size_t job,
+                      size_t jobs) {
+    clattn_context *ctx = NULL;
+    int rc = cli_open_context("cache", spec, &ctx);
+    for (size_t i = job; rc == 0 && i < count; i += jobs) {
+        double start = seconds_now();
+        clattn_status status = clattn_cache_warm(ctx, items[i].dtype, items[i].head_dim);
+        char what[64];
+        snprintf(what, sizeof what, "%s D=%zu", dtype_names[items[i].dtype], items[i].head_dim);
+        if (status != CLATTN_SUCCESS) {
+            cli_report("cache", what, status, ctx);
+            rc = 1;
+        } else {
+            printf("[%zu/%zu] %-12s ready in %.1f s\n", i + 1, count, what, seconds_now() - start);
+            fflush(stdout);
+        }
+    }
+    clattn_context_destroy(ctx);
+    return rc;
+}
+
+/* Checks the device spec in a child process, so that a bad spec is said once before the jobs
+ * start, and this process, which forks them, never starts the OpenCL driver (a driver's
+ * threads do not survive a fork: a child of an initialised process can wait forever on a lock
+ * that one of them held). @return 0 or 1. */
+static int check_device_apart(const char *spec) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        size_t index = 0, found = 0;
+        _exit(cli_select_devices("cache", spec, &index, 1, &found));
+    }
+    int wstatus = 0;
+    if (pid < 0 || waitpid(pid, &wstatus, 0) != pid) return 0; /* the jobs will say it */
+    return !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0;
+}
+
+/* Runs warm_share in `jobs` child processes and waits for them all. @return 0 or 1. */
+static int warm_in_children(const char *spec, const warm_item *items, size_t count, size_t jobs) {
+    int rc = 0;
+    size_t started = 0;
+    fflush(stdout);
+    for (; started < jobs; started++) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(warm_share(spec, items, count, started, jobs));
+        if (pid < 0) {
+            cli_error("cache", "cannot start a build process; building the rest here");
+            rc = warm_share(spec, items, count, started, jobs);
+            break;
+        }
+    }
+    for (size_t i = 0; i < started; i++) {
+        int wstatus = 0;
+        if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) rc = 1;
+    }
+    return rc;
+}
+
+static int cache_warm(const cli_args *args) {
+    warm_item items[MAX_WARM_ITEMS];
+    size_t count = 0, jobs = (size_t)sysconf(_SC_NPROCESSORS_ONLN);
+    int rc = warm_items(args, items, &count);
+    if (rc != 0) return rc;
+    if (args_get(args, "jobs") && parse_size(args, "jobs", 1, &jobs) != 0) return EXIT_USAGE;
+    const char *spec = args_get(args, "device");
+    if (jobs < 1) jobs = 1;
+    if (jobs > count) jobs = count;
+    if (jobs > 1 && check_device_apart(spec) != 0) return 1;
+    double start = seconds_now();
+    rc = jobs == 1 ? warm_share(spec, items, count, 0, 1)
+                   : warm_in_children(spec, items, count, jobs);
+    printf("warmed %zu kinds of call in %.1f s with %zu jobs%s\n", count, seconds_now() - start,
+           jobs, rc ? "; some failed (above)" : "");
+    return rc;
+}
+
+/* Whether every option given belongs to the action (its words in action_options). */
+static int options_fit(const cli_args *args, const char *action, const char *allowed) {
+    for (size_t i = 0; i < NUM_CACHE_OPTIONS; i++) {
+        const char *name = cache_options[i].name;
+        size_t len = strlen(name);
+        const char *at = strstr(allowed, name);
+        int listed = at && (at == allowed || at[-1] == ' ') && (at[len] == ' ' || !at[len]);
+        if (args->values[i] && strcmp(name, "help") != 0 && !listed) {
+            cli_error("cache", "--%s does not apply to 'cache %s'", name, action);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int cmd_cache(int argc, char **argv) {
+    static const char *const actions[] = {"info", "clear", "trim", "warm"};
+    static const char *const action_options[] = {"json", "", "max-mb",
+                                                 "device dtypes head-dims jobs"};
+    if (argc < 1 || argv[0][0] == '-') {
+        cli_args args;
+        int rc = args_parse(&args, cache_options, NUM_CACHE_OPTIONS, "cache", argc, argv);
+        if (rc == 1) return 0;
+        if (rc == 0) cli_error("cache", "name an action: info, clear, trim or warm");
+        if (rc == 0) usage();
+        return EXIT_USAGE;
+    }
+    int action = 0;
+    while (action < 4 && strcmp(actions[action], argv[0]) != 0) action++;
+    if (action == 4) {
+        cli_error("cache", "unknown action '%s' (info, clear, trim or warm)", argv[0]);
+        return EXIT_USAGE;
+    }
+    cli_args args;
+    int rc = args_parse(&args, cache_options, NUM_CACHE_OPTIONS, "cache", argc - 1, argv + 1);
+    if (rc != 0) return rc == 1 ? 0 : EXIT_USAGE;
+    if (!options_fit(&args, actions[action], action_options[action])) return EXIT_USAGE;
+    if (action == 0) return cache_info(&args);
+    if (action == 3) return cache_warm(&args);
+    return cache_trim_to(&args, action == 1);
+}

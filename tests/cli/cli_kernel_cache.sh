@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# clattn cache (docs/cache.md), on a cache folder of its own: info counting entries and the
+# entries of other clattn versions; trim removing other versions first, then the least recently
+# used; clear keeping tuning.json and foreign files; the $CLATTN_CACHE_MAX_MB bound kept while
+# real programs are built; warm in two processes storing what a second warm only loads; and the
+# usage errors. Usage: cli_kernel_cache.sh PATH/TO/clattn
+set -uo pipefail
+clattn="$(realpath "$1")"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
+
+shared="${CLATTN_CACHE_DIR:-}" # the suite's shared folder: only ever read here
+export CLATTN_CACHE_DIR="$work/cache"
+version=$("$clattn" --version | awk '{print $2}')
+
+# fake_entry NAME VERSION AGE: an entry of 102400 bytes whose key starts "clattn VERSION",
+# last used AGE seconds ago (its modification time)
+fake_entry() {
+  local file="$CLATTN_CACHE_DIR/$1.clbin"
+  { printf 'CLATTNPC\x01\x00\x00\x00'; head -c 20 /dev/zero; printf 'clattn %s\n' "$2"; } > "$file"
+  truncate -s 102400 "$file"
+  touch -d "@$(($(date +%s) - $3))" "$file"
+}
+field() { "$clattn" cache info --json | sed -n "s/.*\"$1\": \([0-9]*\).*/\1/p"; }
+entry_bytes() { cat "$CLATTN_CACHE_DIR"/*.clbin 2> /dev/null | wc -c; }
+present() { [ -e "$CLATTN_CACHE_DIR/$1.clbin" ]; }
+
+# ---- info on a folder not made yet
+[ "$(field entries)" = 0 ] || fail "a missing folder should hold 0 entries: $("$clattn" cache info)"
+
+# ---- three entries of another version (used recently), three of this one (used 300, 200 and
+# 100 s ago), tuning.json and a file of someone else's
+mkdir -m 700 "$CLATTN_CACHE_DIR"
+fake_entry 00000000000000a1 0.0.1 10
+fake_entry 00000000000000a2 0.0.1 20
+fake_entry 00000000000000a3 0.0.1 30
+fake_entry 00000000000000c1 "$version" 300
+fake_entry 00000000000000c2 "$version" 200
+fake_entry 00000000000000c3 "$version" 100
+echo '{}' > "$CLATTN_CACHE_DIR/tuning.json"
+echo notes > "$CLATTN_CACHE_DIR/notes.txt"
+[ "$(field entries)" = 6 ] || fail "info: entries $(field entries), expected 6"
+[ "$(field other_version_entries)" = 3 ] || fail "info: other versions $(field other_version_entries)"
+[ "$(field bytes)" = 614400 ] || fail "info: bytes $(field bytes), expected 614400"
+"$clattn" cache info | grep -q "6 compiled programs" || fail "info's text: $("$clattn" cache info)"
+
+# 307200 bytes (0.29296875 MiB): the other version's three go, though they were used last
+"$clattn" cache trim --max-mb 0.29296875 > "$work/out" || fail "trim: $(cat "$work/out")"
+grep -q "removed 3 of 6" "$work/out" || fail "trim said: $(cat "$work/out")"
+for e in a1 a2 a3; do present 00000000000000$e && fail "trim kept the other version's entry $e"; done
+for e in c1 c2 c3; do present 00000000000000$e || fail "trim removed this version's entry $e"; done
+# 204800 bytes: the least recently used of this version goes
+"$clattn" cache trim --max-mb 0.1953125 > /dev/null || fail "second trim"
+present 00000000000000c1 && fail "trim kept the least recently used entry"
+present 00000000000000c2 && present 00000000000000c3 || fail "trim removed a recently used entry"
+"$clattn" cache clear > "$work/out" || fail "clear: $(cat "$work/out")"
+[ "$(field entries)" = 0 ] || fail "clear left $(field entries) entries"
+[ -f "$CLATTN_CACHE_DIR/tuning.json" ] && [ -f "$CLATTN_CACHE_DIR/notes.txt" ] ||
+  fail "clear removed tuning.json or a file that is not an entry"
+
+# ---- the bound while programs are built: 1 MiB, below what two head dimensions need
+for dim in 32 64; do
+  CLATTN_CACHE_MAX_MB=1 "$clattn" cache warm --dtypes f32 --head-dims "$dim" > "$work/out" 2>&1 ||
+    fail "warm D=$dim under a 1 MiB limit: $(cat "$work/out")"
+  grep -q "f32 D=$dim" "$work/out" || fail "warm's progress: $(cat "$work/out")"
+  [ "$(entry_bytes)" -le 1048576 ] || fail "the cache holds $(entry_bytes) bytes over its 1 MiB limit"
+  [ "$(field entries)" -ge 1 ] || fail "the limit left no entry at all after warm D=$dim"
+done
+
+# ---- warm in two processes, then a second warm only loads (seeded from the suite's folder,
+# whose entries for these calls, when present, spare the builds)
+"$clattn" cache clear > /dev/null
+[ -n "$shared" ] && cp "$shared"/*.clbin "$CLATTN_CACHE_DIR"/ 2> /dev/null
+"$clattn" cache warm --dtypes f32 --head-dims 32,64 --jobs 2 > "$work/out" 2>&1 ||
+  fail "warm --jobs 2: $(cat "$work/out")"
+grep -q "with 2 jobs" "$work/out" || fail "warm did not run two jobs: $(cat "$work/out")"
+CLATTN_VERBOSE=1 "$clattn" cache warm --dtypes f32 --head-dims 32,64 --jobs 1 > "$work/out" 2>&1 ||
+  fail "second warm: $(cat "$work/out")"
+grep -q "cache hit" "$work/out" || fail "the second warm loaded nothing: $(cat "$work/out")"
+grep -q "^clattn: built " "$work/out" && fail "the second warm built again: $(grep "^clattn: built " "$work/out")"
+
+# ---- usage errors and a disabled cache
+expect 2 "name an action" -- "$clattn" cache
+expect 2 "unknown action 'frob'" -- "$clattn" cache frob
+expect 2 "--jobs does not apply to 'cache info'" -- "$clattn" cache info --jobs 2
+expect 2 "--dtypes: expected f32, f16 or bf16, got 'f64'" -- "$clattn" cache warm --dtypes f64
+expect 2 "--max-mb" -- "$clattn" cache trim --max-mb=-1
+expect 1 "the cache is off" -- env CLATTN_CACHE_DIR=off "$clattn" cache info
+
+finish cli_kernel_cache
