@@ -24,8 +24,10 @@ out=build-fuzz
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -D_POSIX_C_SOURCE=200809L -Iinclude -Icli -std=c11 -Wall -Wextra
        -Werror)
-declare -A sources=([npy]="cli/npy.c cli/outfile.c" [args]="cli/args.c")
-uses_library() { [ -z "${sources[$1]:-}" ]; }
+# The program's files that a target tests; the targets without any test the library, and the
+# option parser needs it too (it names variants through the library).
+declare -A sources=([npy]="cli/npy.c cli/outfile.c cli/interrupt.c" [args]="cli/args.c")
+uses_library() { [ "$1" != npy ]; }
 known() { [[ " ${all[*]} " == *" $1 "* ]] || { echo "run.sh: no target '$1' (${all[*]})" >&2; exit 2; }; }
 
 # The library with the sanitizers and libFuzzer's coverage (no main).
@@ -39,11 +41,12 @@ build_library() {
 }
 
 build_target() {
+  local program_files=(${sources[$1]:-})
   if uses_library "$1"; then
-    clang "${flags[@]}" "tests/fuzz/fuzz_$1.c" tests/fuzz/harness.c "$out/lib/libclattn.a" \
-      -lOpenCL -lclblast -lm -ldl -lpthread -o "$out/fuzz_$1"
+    clang "${flags[@]}" "tests/fuzz/fuzz_$1.c" "${program_files[@]}" tests/fuzz/harness.c \
+      "$out/lib/libclattn.a" -lOpenCL -lclblast -lm -ldl -lpthread -o "$out/fuzz_$1"
   else
-    clang "${flags[@]}" "tests/fuzz/fuzz_$1.c" ${sources[$1]} -o "$out/fuzz_$1"
+    clang "${flags[@]}" "tests/fuzz/fuzz_$1.c" "${program_files[@]}" -o "$out/fuzz_$1"
   fi
 }
 
