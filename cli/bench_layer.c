@@ -9,6 +9,10 @@
  * FLOP/s: projections 2*M*d_model*(kept*Dqk + kv*(Dqk+Dv)) and output 2*M*kept*Dv*d_model with
  * M = B*Nq (the layer's own counts), attention 2*pairs*(Dqk+Dv) over the kept heads' allowed
  * pairs (the pattern's pairs * kept/Hq: exact for patterns shared by the heads).
+ *
+ * After each record the device's float32 FMA peak is measured (clattn_context_fma_peak), and
+ * the GEMMs' FLOP/s (projections and output together) are reported as a share of it, next to
+ * the GEMM row that ran them (clattn_mha_stats.gemm_kernel; $CLATTN_GEMM chooses the row).
  */
 #include "args.h"
 #include "bench.h"
@@ -29,7 +33,9 @@ typedef struct layer_record {
     double ms_min, ms_median;        /* the whole call, waited for */
     double proj_ms, attn_ms, out_ms; /* medians of the phases */
     double proj_flops, attn_flops, out_flops;
+    double peak_gflops; /* the device's FMA peak, measured right after the record */
     char kernel[96];
+    char gemm[96]; /* the GEMM row and kernel of the projections and the output */
 } layer_record;
 
 static const char *dtype_text(clattn_dtype t) {
@@ -137,6 +143,7 @@ static clattn_status measure(clattn_context *ctx, const layer_bench_config *c, c
         r->out_ms = median(out, repeat);
         r->proj_flops = (double)stats.projection_flops, r->out_flops = (double)stats.output_flops;
         snprintf(r->kernel, sizeof r->kernel, "%s", stats.kernel);
+        snprintf(r->gemm, sizeof r->gemm, "%s", stats.gemm_kernel);
     }
     if (x) clReleaseMemObject(x);
     if (y) clReleaseMemObject(y);
@@ -156,6 +163,7 @@ static clattn_status measure_record(clattn_context *ctx, const layer_bench_confi
     if (bench_apply_pattern(p, &call, &pd) != 0) return CLATTN_ERR_INVALID_ARGUMENT;
     clattn_status s = make_layer(ctx, r, &mha);
     if (!s) s = measure(ctx, c, mha, &call, r);
+    if (!s) s = clattn_context_fma_peak(ctx, &r->peak_gflops);
     if (!s && clattn_attention_pairs(&call, &pairs) == CLATTN_SUCCESS)
         r->attn_flops = 2.0 * (double)pairs * (double)r->kept / (double)r->hq * 2.0 * (double)r->d;
     clattn_mha_destroy(mha);
@@ -165,40 +173,49 @@ static clattn_status measure_record(clattn_context *ctx, const layer_bench_confi
 
 /* ---------------------------------------------------------------- outputs */
 
+/* The GEMMs' FLOP/s (projections and output together) as a percentage of the FMA peak. */
+static double gemm_share(const layer_record *r) {
+    double gf = gflops(r->proj_flops + r->out_flops, r->proj_ms + r->out_ms);
+    return r->peak_gflops > 0 ? 100.0 * gf / r->peak_gflops : 0;
+}
+
 static void print_header(const clattn_device_info *info) {
     printf("\ndevice %zu: %s (%s, driver %s)\n", info->index, info->name, info->platform_name,
            info->driver_version);
     printf("%-4s %2s %7s %3s %3s %4s %6s %4s %5s %-12s %9s %9s | %9s %7s | %9s %7s | %9s %7s | "
-           "%s\n",
+           "%7s %6s | %s; %s\n",
            "w", "B", "d_model", "Hq", "Hkv", "D", "Nq", "kept", "kv", "pattern", "ms min", "ms med",
-           "proj ms", "GFLOP/s", "attn ms", "GFLOP/s", "out ms", "GFLOP/s", "attention kernel");
+           "proj ms", "GFLOP/s", "attn ms", "GFLOP/s", "out ms", "GFLOP/s", "FMA pk", "GEMM%",
+           "attention kernel", "GEMM");
     fflush(stdout);
 }
 
 static void print_record(const layer_record *r) {
     printf("%-4s %2zu %7zu %3zu %3zu %4zu %6zu %4zu %4zu%s %-12.12s %9.1f %9.1f | %9.1f %7.1f | "
-           "%9.1f %7.1f | %9.1f %7.1f | %s\n",
+           "%9.1f %7.1f | %9.1f %7.1f | %7.1f %5.1f%% | %s; %s\n",
            dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d, r->nq, r->kept,
            r->attention_kv, r->duplicated ? "*" : " ", r->pattern, r->ms_min, r->ms_median,
            r->proj_ms, gflops(r->proj_flops, r->proj_ms), r->attn_ms,
            gflops(r->attn_flops, r->attn_ms), r->out_ms, gflops(r->out_flops, r->out_ms),
-           r->kernel);
+           r->peak_gflops, gemm_share(r), r->kernel, r->gemm);
     fflush(stdout);
 }
 
 static void layer_csv(textbuf *t, const layer_record *r, size_t n) {
     textbuf_printf(t, "device,wtype,b,d_model,hq,hkv,d,nq,kept,attention_hkv,duplicated,pattern,"
                       "ms_min,ms_median,projection_ms,attention_ms,output_ms,projection_gflops,"
-                      "attention_gflops,output_gflops,kernel\n");
+                      "attention_gflops,output_gflops,fma_peak_gflops,gemm_percent_of_peak,kernel,"
+                      "gemm\n");
     for (size_t i = 0; i < n; i++, r++)
         textbuf_printf(t,
                        "%zu,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%d,\"%s\",%.3f,%.3f,%.3f,%.3f,%.3f,"
-                       "%.2f,%.2f,%.2f,\"%s\"\n",
+                       "%.2f,%.2f,%.2f,%.2f,%.2f,\"%s\",\"%s\"\n",
                        r->device, dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d,
                        r->nq, r->kept, r->attention_kv, r->duplicated, r->pattern, r->ms_min,
                        r->ms_median, r->proj_ms, r->attn_ms, r->out_ms,
                        gflops(r->proj_flops, r->proj_ms), gflops(r->attn_flops, r->attn_ms),
-                       gflops(r->out_flops, r->out_ms), r->kernel);
+                       gflops(r->out_flops, r->out_ms), r->peak_gflops, gemm_share(r), r->kernel,
+                       r->gemm);
 }
 
 static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_bench_config *c) {
@@ -219,10 +236,13 @@ static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_
         textbuf_printf(t,
                        ", \"ms_min\": %.3f, \"ms_median\": %.3f, \"projection_ms\": %.3f, "
                        "\"attention_ms\": %.3f, \"output_ms\": %.3f, \"projection_flops\": %.0f, "
-                       "\"attention_flops\": %.0f, \"output_flops\": %.0f, \"kernel\": ",
+                       "\"attention_flops\": %.0f, \"output_flops\": %.0f, \"fma_peak_gflops\": "
+                       "%.2f, \"gemm_percent_of_peak\": %.2f, \"kernel\": ",
                        r->ms_min, r->ms_median, r->proj_ms, r->attn_ms, r->out_ms, r->proj_flops,
-                       r->attn_flops, r->out_flops);
+                       r->attn_flops, r->out_flops, r->peak_gflops, gemm_share(r));
         textbuf_json_string(t, r->kernel);
+        textbuf_printf(t, ", \"gemm\": ");
+        textbuf_json_string(t, r->gemm);
         textbuf_printf(t, "}%s\n", i + 1 < n ? "," : "");
     }
     textbuf_printf(t, "  ]\n}\n");

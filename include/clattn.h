@@ -799,6 +799,12 @@ CLATTN_API clattn_status clattn_context_set_gemm_tuning(clattn_context *ctx, cla
 CLATTN_API clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,
                                                  const clattn_tuning *params);
 
+/** Measures the float32 fused multiply-add peak of the context's device now, in GFLOP/s: a
+ *  kernel of independent FMA chains on 16-lane vectors, the median of 5 runs of about 50 ms.
+ *  The bench reports GEMM and attention FLOP/s against it, measured in the same run (a busy
+ *  machine lowers both). @return CLATTN_SUCCESS, or the build's or launch's status. */
+CLATTN_API clattn_status clattn_context_fma_peak(clattn_context *ctx, double *gflops);
+
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
  *  @return CLATTN_SUCCESS, or CLATTN_ERR_UNSUPPORTED for a wrapped queue without profiling. */

@@ -159,3 +159,12 @@ clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,
     context_leave(ctx);
     return status;
 }
+
+clattn_status clattn_context_fma_peak(clattn_context *ctx, double *gflops) {
+    if (!ctx || !gflops) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    clattn_status status = gemm_fma_peak(ctx, gflops);
+    context_leave(ctx);
+    return status;
+}

@@ -115,6 +115,9 @@ typedef struct gemm_ran {
 } gemm_ran;
 clattn_status gemm_run(clattn_context *ctx, const gemm_desc *g, gemm_ran *ran);
 
+/* The device's float32 FMA peak in GFLOP/s, measured now (peak.c, cl/fma_peak.cl). */
+clattn_status gemm_fma_peak(clattn_context *ctx, double *gflops);
+
 /* The context's choice (CLATTN_GEMM_AUTO: the table's). */
 clattn_status gemm_set_choice(clattn_context *ctx, clattn_gemm gemm);
 
