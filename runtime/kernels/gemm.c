@@ -382,8 +382,8 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
                        "float32 O chunk");
     if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global,
-                       &gb->is_global, "global flags");
+        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global, &gb->is_global,
+                       "global flags");
     if (!s)
         s = add_buffer(ctx, set, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
                        m->layout, &gb->layout, "block layout");
@@ -896,7 +896,8 @@ const attn_variant variant_gemm = {
     .name = "gemm",
     .path = CLATTN_PATH_GEMM,
     .summary =
-        "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
+        "batched GEMM (the GEMM table: panels on CPUs, CLBlast elsewhere), masked softmax, batched "
+        "GEMM, in chunks of query rows",
     .defaults = defaults,
     .num_defaults = ARRAY_LEN(defaults),
     .supports = supports,
