@@ -296,9 +296,11 @@ static int compute_device(const cli_args *args, layer_state *s, char *where, siz
     if (status == CLATTN_SUCCESS && clattn_mha_last_stats(mha, &stats) == CLATTN_SUCCESS &&
         clattn_mha_get_info(mha, &info) == CLATTN_SUCCESS &&
         clattn_context_device_info(ctx, &device) == CLATTN_SUCCESS)
-        snprintf(where, where_size, "%zu of %zu heads kept (attention Hq=%zu Hkv=%zu), %s on %s",
+        snprintf(where, where_size,
+                 "%zu of %zu heads kept (attention Hq=%zu Hkv=%zu), %s, GEMMs %s (%s) on %s",
                  info.heads_kept, info.heads_q, info.attention_heads_q, info.attention_heads_kv,
-                 stats.kernel, device.name);
+                 stats.kernel, clattn_gemm_name(stats.output_gemm), stats.gemm_kernel,
+                 device.name);
     clattn_mha_destroy(mha);
     clattn_context_destroy(ctx);
     return status == CLATTN_SUCCESS ? 0 : 1;
