@@ -40,11 +40,13 @@ static const tuning_default defaults[] = {
     {CL_DEVICE_TYPE_ALL, "", "", {.tile_m = 8, .tile_n = 32, .block_m = 64, .block_n = 128}},
 };
 
+/* Blocks that are multiples of several micro-tiles (48 and 96 rows: of 4, 6, 8 and 12; 96, 192
+ * and 384 columns: of 16, 32 and 48), so that a step along one axis is seldom refused. */
 static const clattn_tuning_axis axes[] = {
     TUNING_AXIS(tile_m, 4, 6, 8, 12),
     TUNING_AXIS(tile_n, 16, 32, 48),
-    TUNING_AXIS(block_m, 32, 64, 128),
-    TUNING_AXIS(block_n, 64, 128, 256),
+    TUNING_AXIS(block_m, 32, 48, 64, 96, 128, 192),
+    TUNING_AXIS(block_n, 64, 96, 128, 192, 256, 384),
 };
 
 /* ---------------------------------------------------------------- checks */
