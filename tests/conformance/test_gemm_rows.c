@@ -24,8 +24,6 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static const clattn_gemm rows[] = {CLATTN_GEMM_CLBLAST, CLATTN_GEMM_PANELS};
-
 /* One GEMM or batch: sizes, padding of each operand's rows, and how a batch is laid out. */
 typedef struct gemm_case {
     size_t m, n, k;
@@ -191,9 +189,13 @@ static void check_case(clattn_context *ctx, clattn_gemm row, const gemm_case *gc
 static void check_all(const gemm_case *cases, size_t n) {
     clattn_context **ctxs;
     size_t num = test_contexts(&ctxs);
-    for (size_t i = 0; i < num; i++)
-        for (size_t r = 0; r < COUNT(rows); r++)
+    for (size_t i = 0; i < num; i++) {
+        clattn_gemm rows[8];
+        size_t num_rows = gemm_rows_on(ctxs[i], rows, COUNT(rows));
+        cr_assert_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
+        for (size_t r = 0; r < num_rows; r++)
             for (size_t c = 0; c < n; c++) check_case(ctxs[i], rows[r], &cases[c]);
+    }
 }
 
 /* ---------------------------------------------------------------- the tests */
@@ -258,8 +260,10 @@ Test(gemm_rows, a_refused_call_says_why_and_writes_nothing) {
     clattn_context **ctxs;
     size_t num = test_contexts(&ctxs);
     gemm_case gc = {9, 17, 5, 1, 1, 1, 0, 1, 0, 1.0f, 0, 0, 0, CLATTN_F32, 80};
-    for (size_t i = 0; i < num; i++)
-        for (size_t r = 0; r < COUNT(rows); r++) {
+    for (size_t i = 0; i < num; i++) {
+        clattn_gemm rows[8];
+        size_t num_rows = gemm_rows_on(ctxs[i], rows, COUNT(rows));
+        for (size_t r = 0; r < num_rows; r++) {
             clattn_context *ctx = ctxs[i];
             ASSERT_OK(ctx, clattn_context_set_gemm(ctx, rows[r]));
             gemm_data d;
@@ -278,6 +282,7 @@ Test(gemm_rows, a_refused_call_says_why_and_writes_nothing) {
             data_free(&d);
             ASSERT_OK(ctx, clattn_context_set_gemm(ctx, CLATTN_GEMM_AUTO));
         }
+    }
 }
 
 Test(gemm_rows, a_gemm_named_by_the_environment_must_exist) {
@@ -317,7 +322,7 @@ Test(gemm_rows, the_table_is_described) {
             if (info.gemm == CLATTN_GEMM_PANELS)
                 cr_expect_eq(info.used_by_auto, (dev.type & CL_DEVICE_TYPE_CPU) != 0);
         }
-        cr_expect_eq(described, COUNT(rows));
+        cr_expect_geq(described, 2, "clblast and panels at least");
     }
     clattn_gemm g;
     cr_expect_eq(clattn_gemm_from_name("panels", &g), CLATTN_SUCCESS);
