@@ -137,18 +137,23 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     }
     const float row_max = group_max(local_max, scratch);
 
-    /* pass 2: sum of exponentials (each work-item reads back only what it wrote) */
+    /* pass 2: the exponentials, written back, and their sum (each work-item reads back only
+       what it wrote); a masked key's is exactly 0 */
     const int empty = row_max == -INFINITY;
     float local_sum = 0.0f;
-    for (long j = lid; !empty && j < cols; j += WG_SIZE)
-        if (s[j] != -INFINITY) local_sum += exp(s[j] - row_max);
+    for (long j = lid; !empty && j < cols; j += WG_SIZE) {
+        const float x = s[j], e = x == -INFINITY ? 0.0f : exp(x - row_max);
+        s[j] = e;
+        local_sum += e;
+    }
     const float row_sum = group_sum(local_sum, scratch);
 
-    /* pass 3: P in place; masked keys exactly 0 */
+    /* pass 3: P in place; masked keys (and an empty row's) stay exactly 0, even in a row whose
+       sum is NaN */
     const float inv_sum = empty ? 0.0f : 1.0f / row_sum;
     for (long j = lid; j < cols; j += WG_SIZE) {
-        const float x = s[j];
-        s[j] = empty || x == -INFINITY ? 0.0f : exp(x - row_max) * inv_sum;
+        const float e = s[j];
+        s[j] = empty || e == 0.0f ? 0.0f : e * inv_sum;
     }
     if (lid == 0) store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, row_max, row_sum, empty);
 }

@@ -888,6 +888,9 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
 
 /* The masked softmax's work-group: a power of two up to wg_size. */
 static const tuning_default defaults[] = {
+    /* CPUs: a work-group's barriers cost PoCL more the more work-items it runs in turn; 64
+     * measured 15-25% faster than 256 on PoCL here (bench/README.md, issue 23) */
+    {CL_DEVICE_TYPE_CPU, "", "", {.wg_size = 64, .vector = 1}},
     {CL_DEVICE_TYPE_ALL, "", "", {.wg_size = 256, .vector = 1}},
 };
 
