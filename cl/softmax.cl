@@ -124,11 +124,18 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
                                             h * P->bias_stride_h + i * P->bias_stride_s + key0
                                       : 0;
 
-    /* pass 1: bias and masks, written back (-inf where masked), and the row maximum */
+    /* pass 1: bias and masks, written back (-inf where masked), and the row maximum. Without a
+       block layout, global tokens or dilation (causality and a window only), the keys the row
+       may see are one range [lo, hi], found once (mask_allowed's rules, mask_rules.h) */
+    const int one_range = !P->has_layout && !P->has_global && P->dilation == 1;
+    const long p = i + P->offset;
+    long lo = P->left >= 0 ? p - P->left : LONG_MIN, hi = P->right >= 0 ? p + P->right : LONG_MAX;
+    if (P->causal) hi = min(hi, p);
     float local_max = -INFINITY;
     for (long j = lid; j < cols; j += WG_SIZE) {
         float x = -INFINITY;
-        if (mask_allowed(P, is_global, layout, h, i, key0 + j)) {
+        const long key = key0 + j;
+        if (one_range ? key >= lo && key <= hi : mask_allowed(P, is_global, layout, h, i, key)) {
             x = isfinite(s[j]) ? s[j] : rescore(P, Q, K, b, h, i, key0 + j, scale);
             if (P->has_bias) x = add_saturating(x, bias[bias_row + j]);
         }
