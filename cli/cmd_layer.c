@@ -299,8 +299,7 @@ static int compute_device(const cli_args *args, layer_state *s, char *where, siz
         snprintf(where, where_size,
                  "%zu of %zu heads kept (attention Hq=%zu Hkv=%zu), %s, GEMMs %s (%s) on %s",
                  info.heads_kept, info.heads_q, info.attention_heads_q, info.attention_heads_kv,
-                 stats.kernel, clattn_gemm_name(stats.output_gemm), stats.gemm_kernel,
-                 device.name);
+                 stats.kernel, clattn_gemm_name(stats.output_gemm), stats.gemm_kernel, device.name);
     clattn_mha_destroy(mha);
     clattn_context_destroy(ctx);
     return status == CLATTN_SUCCESS ? 0 : 1;
