@@ -60,6 +60,10 @@ for gemm in clblast panels; do
     grep -q "GEMMs $gemm (" "$work/out" || fail "CLATTN_GEMM=$gemm, $which: not named: $(cat "$work/out")"
   done
 done
+"$clattn" "${self[@]}" --gemm clblast --out "$work/y-option.npy" --compare "$work/ref.npy" > "$work/out" 2>&1 ||
+  fail "--gemm clblast: $(cat "$work/out")"
+grep -q "GEMMs clblast (" "$work/out" || fail "--gemm clblast: not named: $(cat "$work/out")"
+expect 2 "--gemm: expected auto, clblast or panels" -- "$clattn" "${self[@]}" --out "$work/never.npy" --gemm sgemm
 CLATTN_GEMM=sgemm "$clattn" "${self[@]}" --out "$work/never.npy" > "$work/out" 2>&1 &&
   fail "CLATTN_GEMM=sgemm ran"
 grep -q "CLATTN_GEMM=sgemm: no such GEMM row" "$work/out" || fail "CLATTN_GEMM=sgemm: $(cat "$work/out")"
