@@ -172,7 +172,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
             const long first = key0 + js; /* lanes allowed: [lo - first, hi - first] */
             const int lo_lane = (int)clamp(lo == LONG_MIN ? -1L : lo - first, -1L, (long)SV);
             const int hi_lane = (int)clamp(hi == LONG_MAX ? (long)SV : hi - first, -1L, (long)SV);
-            const int16 allowed = lane >= (int16)lo_lane && lane <= (int16)hi_lane;
+            const int16 allowed = (lane >= (int16)lo_lane) & (lane <= (int16)hi_lane);
             const float16 x = vload16(0, s + js);
             if (!any(allowed & ~isfinite(x))) {
                 const float16 y = select((float16)(-INFINITY), x, allowed);
@@ -229,7 +229,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
         const long js = av * SV - key0;
         if (js >= 0 && js + SV <= cols) {
             const float16 e = vload16(0, s + js);
-            const int16 zero = e == (float16)0.0f || (int16)(empty ? -1 : 0);
+            const int16 zero = (e == (float16)0.0f) | (int16)(empty ? -1 : 0);
             vstore16(select(e * inv_sum, (float16)0.0f, zero), 0, s + js);
             continue;
         }
