@@ -25,6 +25,17 @@ of the same dtype (the layout of a Hugging Face KV cache). Same rounds, times an
 is K/V GB/s, the K and V bytes a call reads over its time. A q8_0 cache (float32 Q and O) has no
 torch counterpart: its row shows clattn's times and "-" for torch.
 
+--layer (issue 23): a whole multi-head attention layer, Y = (SDPA(X W_q^T, X_kv W_k^T, X_kv
+W_v^T)) W_o^T, no biases, X and Y float32. The clattn side is `clattn bench --preset layer`
+(clattn_mha_forward on device buffers, every head kept; the process also measures the device's
+float32 FMA peak after the record, and reports the GEMMs' FLOP/s as a share of it, and which
+GEMM row ran); the torch side is F.linear + SDPA + F.linear on the same shapes in this process.
+Four shapes: d_model 1024, 16 heads, D 64, N 1024, causal; d_model 4096, 32/8 heads (GQA), D 128,
+N 2048, causal; a cross-attention (d_model 1024, 16 heads, N 1024 queries over Nk 1500 rows of
+X_kv, full); and bfloat16 weights (the first shape: clattn reads them as stored with float32 X
+and Y; torch, which has no mixed-type F.linear, runs the whole layer in bfloat16). GFLOP/s count
+the layer's useful work: the GEMMs' 2*M*N*K and the attention's 4*pairs*D.
+
 --generate (issue 32): a Hugging Face Llama generating, clattn's attention with its DeviceCache
 against sdpa with transformers' cache, prefill and decode tokens/s at contexts 512 to 8192: see
 bench/generate.py (it needs the clattn Python package and transformers besides torch).
@@ -43,6 +54,8 @@ then, after ./scripts/build.sh:
     ~/venv-torch/bin/python bench/vs_torch.py --csv out.csv --json out.json
     ~/venv-torch/bin/python bench/vs_torch.py --decode             # Nk = 4096, 32768; 4 dtypes
     ~/venv-torch/bin/python bench/vs_torch.py --decode --nk 4096 --dtypes f32,bf16
+    ~/venv-torch/bin/python bench/vs_torch.py --layer                # the layer's 4 shapes
+    ~/venv-torch/bin/python bench/vs_torch.py --layer --shapes 0,3   # some of them
 
 The clattn process runs with OPENBLAS_NUM_THREADS=1: the CLI links OpenBLAS for its host
 baseline, whose idle worker threads would otherwise spin beside PoCL's threads; the fused path
@@ -78,6 +91,19 @@ CLATTN_MAX_REPEAT = 256  # clattn bench --preset decode times at most this many 
 
 TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # q8_0: none
 
+# --layer: the shapes of issue 23 (every head kept, B = 1).
+LAYER_SHAPES = [
+    {"d_model": 1024, "hq": 16, "hkv": 16, "d": 64, "n": 1024, "nk": 0, "pattern": "causal",
+     "wtype": "f32"},
+    {"d_model": 4096, "hq": 32, "hkv": 8, "d": 128, "n": 2048, "nk": 0, "pattern": "causal",
+     "wtype": "f32"},
+    {"d_model": 1024, "hq": 16, "hkv": 16, "d": 64, "n": 1024, "nk": 1500, "pattern": "full",
+     "wtype": "f32"},
+    {"d_model": 1024, "hq": 16, "hkv": 16, "d": 64, "n": 1024, "nk": 0, "pattern": "causal",
+     "wtype": "bf16"},
+]
+LAYER_MAX_REPEAT = 64  # clattn bench --preset layer times at most this many calls
+
 
 def parse_args():
     here = os.path.dirname(os.path.abspath(__file__))
@@ -88,6 +114,10 @@ def parse_args():
                    help="a whole model generating (bench/generate.py: its own options)")
     p.add_argument("--decode", action="store_true",
                    help="decoding: one query (Nq = 1) over a full KV cache of --nk keys")
+    p.add_argument("--layer", action="store_true",
+                   help="the whole attention layer (projections, attention, output)")
+    p.add_argument("--shapes", help="--layer: which of its shapes, by index (default: all)")
+    p.add_argument("--gemm", help="--layer: clattn's GEMM row (clattn bench --gemm; default auto)")
     p.add_argument("--sizes",
                    help=f"prefill: sequence lengths N, Nq = Nk (default {DEFAULT_SIZES})")
     p.add_argument("--patterns", help=f"prefill: full and/or causal (default {DEFAULT_PATTERNS})")
@@ -111,6 +141,10 @@ def parse_args():
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--json", help="write the results and the setup as JSON")
     args = p.parse_args()
+    if args.layer and args.decode:
+        p.error("--layer and --decode are separate modes")
+    if not args.layer and (args.shapes is not None or args.gemm is not None):
+        p.error("--shapes and --gemm belong to the --layer mode")
     other = ("sizes", "patterns") if args.decode else ("nk", "dtypes")
     for name in other:
         if getattr(args, name) is not None:
@@ -123,6 +157,8 @@ def parse_args():
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.layer:
+        args.max_repeat = min(args.max_repeat, LAYER_MAX_REPEAT)
     if args.rounds < 1 or args.max_repeat < 1:
         p.error("--rounds and --max-repeat must be at least 1")
     if args.decode and args.max_repeat > CLATTN_MAX_REPEAT:
@@ -327,6 +363,121 @@ class Decode:
             "q8_0: clattn only (its K/V cache in q8_0, float32 Q and O); torch has no q8_0"]
 
 
+# ---------------------------------------------------------------- layer: the whole layer
+
+
+class Layer:
+    """The attention layer: projections, attention, output projection."""
+
+    name = "layer"
+    own_torch_repeat = True
+
+    @staticmethod
+    def shapes(args):
+        chosen = int_list(args.shapes) if args.shapes else range(len(LAYER_SHAPES))
+        for i in chosen:
+            if not 0 <= i < len(LAYER_SHAPES):
+                sys.exit(f"vs_torch: --shapes: {i} is not a shape (0 to {len(LAYER_SHAPES) - 1})")
+            yield dict(LAYER_SHAPES[i], b=args.batch, shape=i, gemm=args.gemm or "auto")
+
+    @staticmethod
+    def pairs(s):
+        n, nk = s["n"], s["nk"] or s["n"]
+        per_head = n * nk if s["pattern"] == "full" else n * (n + 1) // 2
+        return s["b"] * s["hq"] * per_head
+
+    @staticmethod
+    def flops(s):
+        m, mk, d = s["b"] * s["n"], s["b"] * (s["nk"] or s["n"]), s["d"]
+        gemms = 2 * m * s["d_model"] * s["hq"] * d * 2 + 2 * mk * s["d_model"] * 2 * s["hkv"] * d
+        return gemms + 4 * Layer.pairs(s) * d
+
+    @staticmethod
+    def repeats(s, args):
+        return repeats_for(Layer.flops(s) / 50e9, args)  # at an assumed 50 GFLOP/s
+
+    @staticmethod
+    def clattn_args(s, repeat, tmp):
+        cmd = ["bench", "--preset", "layer", "--b", str(s["b"]), "--hq", str(s["hq"]),
+               "--hkv", str(s["hkv"]), "--d", str(s["d"]), "--nq", str(s["n"]),
+               "--pattern", s["pattern"], "--kept", str(s["hq"]), "--dtype", s["wtype"],
+               "--gemm", s["gemm"], "--warmup", "1", "--repeat", str(repeat), "--out", tmp]
+        if s["nk"]:
+            cmd += ["--nk", str(s["nk"])]
+        return cmd, os.path.join(tmp, "layer.csv")
+
+    @staticmethod
+    def clattn_record(s, rows):
+        row = rows[0]
+        if int(row["d_model"]) != s["d_model"] or int(row["nk"]) != (s["nk"] or s["n"]):
+            sys.exit(f"vs_torch: clattn measured another layer: {row}")
+        return row, {"clattn_kernel": row["kernel"], "clattn_gemm": row["gemm"],
+                     "clattn_fma_peak_gflops": float(row["fma_peak_gflops"]),
+                     "clattn_gemm_percent_of_peak": float(row["gemm_percent_of_peak"]),
+                     "clattn_projection_ms": float(row["projection_ms"]),
+                     "clattn_attention_ms": float(row["attention_ms"]),
+                     "clattn_output_ms": float(row["output_ms"])}
+
+    @staticmethod
+    def torch_call(torch, s):
+        """F.linear, SDPA on [B][H][N][D] views, F.linear; bf16 weights: all in bfloat16."""
+        dtype = torch.bfloat16 if s["wtype"] == "bf16" else torch.float32
+        g = torch.Generator().manual_seed(42)
+        dm, d, hq, hkv = s["d_model"], s["d"], s["hq"], s["hkv"]
+        nk = s["nk"] or s["n"]
+
+        def make(*shape, scale=1.0):
+            return ((torch.rand(*shape, generator=g) * 2 - 1) * scale).to(dtype)
+
+        x = make(s["b"], s["n"], dm)
+        x_kv = make(s["b"], nk, dm) if s["nk"] else x
+        w_q, w_o = make(hq * d, dm, scale=dm ** -0.5), make(dm, hq * d, scale=(hq * d) ** -0.5)
+        w_k, w_v = make(hkv * d, dm, scale=dm ** -0.5), make(hkv * d, dm, scale=dm ** -0.5)
+        linear = torch.nn.functional.linear
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        extra = {"enable_gqa": True} if hq != hkv else {}
+        causal = s["pattern"] == "causal"
+
+        def heads(t, h):
+            return t.view(t.shape[0], t.shape[1], h, d).transpose(1, 2)
+
+        def layer():
+            q = heads(linear(x, w_q), hq)
+            k, v = heads(linear(x_kv, w_k), hkv), heads(linear(x_kv, w_v), hkv)
+            o = sdpa(q, k, v, is_causal=causal, **extra)
+            return linear(o.transpose(1, 2).reshape(s["b"], s["n"], hq * d), w_o)
+
+        return layer
+
+    @staticmethod
+    def fields(s):
+        return {"pairs": Layer.pairs(s), "flops": Layer.flops(s)}
+
+    @staticmethod
+    def rates(r):
+        return {"clattn_gflops": r["flops"] / r["clattn_ms_median"] / 1e6,
+                "torch_gflops": r["flops"] / r["torch_ms_median"] / 1e6}
+
+    columns = [("d_model", lambda r: str(r["d_model"])),
+               ("Hq:Hkv", lambda r: f"{r['hq']}:{r['hkv']}"), ("D", lambda r: str(r["d"])),
+               ("N", lambda r: str(r["n"])), ("Nk", lambda r: str(r["nk"] or r["n"])),
+               ("pattern", lambda r: r["pattern"]), ("weights", lambda r: r["wtype"])]
+    rate_columns = [("clattn GFLOP/s", lambda r: fmt(r["clattn_gflops"], "{:.0f}")),
+                    ("torch GFLOP/s", lambda r: fmt(r["torch_gflops"], "{:.0f}")),
+                    ("GEMM % of FMA peak", lambda r: f"{r['clattn_gemm_percent_of_peak']:.0f}% "
+                     f"of {r['clattn_fma_peak_gflops']:.0f}"),
+                    ("clattn GEMM", lambda r: r["clattn_gemm"].split(",")[0])]
+    ms_format = "{:.1f}"
+
+    @staticmethod
+    def describe(setup, r):
+        return f"the attention layer, X and Y float32, B={setup['batch']}, no biases", [
+            "GFLOP/s: the layer's GEMMs (2*M*N*K) and attention (4*pairs*D) / median time",
+            "GEMM % of FMA peak: clattn's projections and output, against the device's float32 "
+            "FMA peak measured in the same clattn process",
+            "weights bf16: clattn reads them as stored (X, Y float32); torch runs in bfloat16"]
+
+
 # ---------------------------------------------------------------- one shape
 
 
@@ -466,7 +617,7 @@ def main():
         sys.exit("vs_torch: PyTorch is not installed in this Python; see the top of this file")
     if not os.access(args.clattn, os.X_OK):
         sys.exit(f"vs_torch: {args.clattn} is not an executable; run ./scripts/build.sh first")
-    mode = Decode if args.decode else Prefill
+    mode = Decode if args.decode else Layer if args.layer else Prefill
     torch.set_num_threads(args.threads)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,

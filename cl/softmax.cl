@@ -109,6 +109,34 @@ inline float rescore(__constant attn_params *P, __global const IN_T *Q, __global
     return rescored(dot, scale);
 }
 
+/* The masked softmax works on vectors of SV keys aligned to the keys' own indices: vector `av`
+ * holds keys [av * SV, av * SV + SV), and work-item av % WG_SIZE owns it in every pass. So each
+ * key's exponential is summed in the same lane of the same work-item, in the same order,
+ * whatever range of keys a chunk covers (a key outside it adds an exact 0): the result does not
+ * depend on the chunking. Full vectors are float16 loads and stores, which CPU compilers keep in
+ * vector registers and GPUs read coalesced. */
+#define SV 16
+
+/* The largest of 16 values that hold no NaN. */
+inline float max16(float16 x) {
+    const float8 a = fmax(x.lo, x.hi);
+    const float4 b = fmax(a.lo, a.hi);
+    const float2 c = fmax(b.lo, b.hi);
+    return fmax(c.lo, c.hi);
+}
+
+inline float sum16(float16 x) {
+    const float8 a = x.lo + x.hi;
+    const float4 b = a.lo + a.hi;
+    const float2 c = b.lo + b.hi;
+    return c.lo + c.hi;
+}
+
+/* The first aligned vector work-item lid owns among those from first_av on. */
+inline long first_owned(long first_av, int lid) {
+    return first_av + (long)((lid - (int)(first_av % WG_SIZE) + WG_SIZE) % WG_SIZE);
+}
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 softmax_masked(__constant attn_params *P, __global float *scores, long group0, long row0, long key0,
                long keys, __global const float *bias, __global const uchar *is_global,
@@ -123,32 +151,92 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     const long bias_row = P->has_bias ? P->bias_offset + b * P->bias_stride_b +
                                             h * P->bias_stride_h + i * P->bias_stride_s + key0
                                       : 0;
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
-    /* pass 1: bias and masks, written back (-inf where masked), and the row maximum */
+    /* pass 1: bias and masks, written back (-inf where masked), and the row maximum. Without a
+       block layout, global tokens or dilation (causality and a window only), the keys the row
+       may see are one range [lo, hi], found once (mask_allowed's rules, mask_rules.h), and a
+       vector of finite scores without a bias is masked in registers; anything else (a tail, a
+       non-finite score to rescore) goes key by key */
+    const int one_range = !P->has_layout && !P->has_global && P->dilation == 1;
+    const long p = i + P->offset;
+    long lo = P->left >= 0 ? p - P->left : LONG_MIN, hi = P->right >= 0 ? p + P->right : LONG_MAX;
+    if (P->causal) hi = min(hi, p);
+    /* the aligned vectors over the chunk's keys [key0, key0 + cols): vector av starts at
+       element js = av * SV - key0 of s, which may lie before 0 or end past cols */
+    const long first_av = key0 / SV, end_av = (key0 + cols + SV - 1) / SV;
     float local_max = -INFINITY;
-    for (long j = lid; j < cols; j += WG_SIZE) {
-        float x = -INFINITY;
-        if (mask_allowed(P, is_global, layout, h, i, key0 + j)) {
-            x = isfinite(s[j]) ? s[j] : rescore(P, Q, K, b, h, i, key0 + j, scale);
-            if (P->has_bias) x = add_saturating(x, bias[bias_row + j]);
+    for (long av = first_owned(first_av, lid); av < end_av; av += WG_SIZE) {
+        const long js = av * SV - key0;
+        if (one_range && !P->has_bias && js >= 0 && js + SV <= cols) {
+            const long first = key0 + js; /* lanes allowed: [lo - first, hi - first] */
+            const int lo_lane = (int)clamp(lo == LONG_MIN ? -1L : lo - first, -1L, (long)SV);
+            const int hi_lane = (int)clamp(hi == LONG_MAX ? (long)SV : hi - first, -1L, (long)SV);
+            const int16 allowed = (lane >= (int16)lo_lane) & (lane <= (int16)hi_lane);
+            const float16 x = vload16(0, s + js);
+            if (!any(allowed & ~isfinite(x))) {
+                const float16 y = select((float16)(-INFINITY), x, allowed);
+                vstore16(y, 0, s + js);
+                local_max = max_keep_nan(local_max, max16(y));
+                continue;
+            }
         }
-        s[j] = x;
-        local_max = max_keep_nan(local_max, x);
+        for (long j = max(js, 0L); j < js + SV && j < cols; j++) {
+            const long key = key0 + j;
+            float x = -INFINITY;
+            if (one_range ? key >= lo && key <= hi
+                          : mask_allowed(P, is_global, layout, h, i, key)) {
+                x = isfinite(s[j]) ? s[j] : rescore(P, Q, K, b, h, i, key, scale);
+                if (P->has_bias) x = add_saturating(x, bias[bias_row + j]);
+            }
+            s[j] = x;
+            local_max = max_keep_nan(local_max, x);
+        }
     }
     const float row_max = group_max(local_max, scratch);
 
-    /* pass 2: sum of exponentials (each work-item reads back only what it wrote) */
+    /* pass 2: the exponentials, written back, and their sum, each key in its lane (each
+       work-item reads back only what it wrote); a masked key's is exactly 0 */
     const int empty = row_max == -INFINITY;
-    float local_sum = 0.0f;
-    for (long j = lid; !empty && j < cols; j += WG_SIZE)
-        if (s[j] != -INFINITY) local_sum += exp(s[j] - row_max);
-    const float row_sum = group_sum(local_sum, scratch);
+    float16 sums = (float16)0.0f;
+    for (long av = first_owned(first_av, lid); !empty && av < end_av; av += WG_SIZE) {
+        const long js = av * SV - key0;
+        if (js >= 0 && js + SV <= cols) {
+            const float16 x = vload16(0, s + js);
+            const float16 e = select(exp(x - row_max), (float16)0.0f, x == (float16)(-INFINITY));
+            vstore16(e, 0, s + js);
+            sums += e;
+            continue;
+        }
+        /* a vector cut by the chunk: the same vector exp as a full one (a scalar exp may round
+           differently), the keys outside it -inf, so 0 */
+        float part[SV];
+        for (int l = 0; l < SV; l++)
+            part[l] = js + l >= 0 && js + l < cols ? s[js + l] : -INFINITY;
+        const float16 x = vload16(0, part);
+        const float16 e = select(exp(x - row_max), (float16)0.0f, x == (float16)(-INFINITY));
+        vstore16(e, 0, part);
+        for (int l = 0; l < SV; l++)
+            if (js + l >= 0 && js + l < cols) s[js + l] = part[l];
+        sums += e;
+    }
+    const float row_sum = group_sum(sum16(sums), scratch);
 
-    /* pass 3: P in place; masked keys exactly 0 */
+    /* pass 3: P in place; masked keys (and an empty row's) stay exactly 0, even in a row whose
+       sum is NaN */
     const float inv_sum = empty ? 0.0f : 1.0f / row_sum;
-    for (long j = lid; j < cols; j += WG_SIZE) {
-        const float x = s[j];
-        s[j] = empty || x == -INFINITY ? 0.0f : exp(x - row_max) * inv_sum;
+    for (long av = first_owned(first_av, lid); av < end_av; av += WG_SIZE) {
+        const long js = av * SV - key0;
+        if (js >= 0 && js + SV <= cols) {
+            const float16 e = vload16(0, s + js);
+            const int16 zero = (e == (float16)0.0f) | (int16)(empty ? -1 : 0);
+            vstore16(select(e * inv_sum, (float16)0.0f, zero), 0, s + js);
+            continue;
+        }
+        for (long j = max(js, 0L); j < js + SV && j < cols; j++) {
+            const float e = s[j];
+            s[j] = empty || e == 0.0f ? 0.0f : e * inv_sum;
+        }
     }
     if (lid == 0) store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, row_max, row_sum, empty);
 }

@@ -95,7 +95,9 @@ int bench_decode(const decode_config *c);
  * for each Nq, pattern and number of kept query heads, timed end to end and in its phases. */
 typedef struct layer_bench_config {
     size_t nq[16], num_nq, kept[16], num_kept;
+    size_t nk; /* 0: self-attention; else cross-attention over X_kv [B, nk, d_model] */
     size_t batch, hq, hkv, d;
+    clattn_gemm gemm;   /* the GEMM row (clattn_context_set_gemm) */
     clattn_dtype wtype; /* the weights' storage; X and Y are float32 */
     clattn_path path;   /* the attention's */
     clattn_variant variant;

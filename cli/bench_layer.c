@@ -4,11 +4,16 @@
  * with the context timing: each phase is waited for), for each Nq, pattern and number of kept
  * heads (the first K query heads; the rest pruned), so that a user sees where the time goes.
  * Weights are seeded uniform in [-1/sqrt(in), 1/sqrt(in)] (nn.Linear's initialisation), X in
- * [-1, 1]; X and Y float32, the weights in --dtype.
+ * [-1, 1]; X and Y float32, the weights in --dtype. With --nk the layer is cross-attention: X_kv
+ * [B, Nk, d_model] as well (the first Nk).
  *
  * FLOP/s: projections 2*M*d_model*(kept*Dqk + kv*(Dqk+Dv)) and output 2*M*kept*Dv*d_model with
  * M = B*Nq (the layer's own counts), attention 2*pairs*(Dqk+Dv) over the kept heads' allowed
  * pairs (the pattern's pairs * kept/Hq: exact for patterns shared by the heads).
+ *
+ * After each record the device's float32 FMA peak is measured (clattn_context_fma_peak), and
+ * the GEMMs' FLOP/s (projections and output together) are reported as a share of it, next to
+ * the GEMM row that ran them (clattn_mha_stats.gemm_kernel; $CLATTN_GEMM chooses the row).
  */
 #include "args.h"
 #include "bench.h"
@@ -23,13 +28,16 @@
 typedef struct layer_record {
     size_t device;
     clattn_dtype wtype;
-    size_t b, d_model, hq, hkv, d, nq, kept, attention_kv;
+    size_t b, d_model, hq, hkv, d, nq, nk, kept, attention_kv; /* nk: = nq for self-attention */
+    int cross;                                                 /* X_kv given (--nk) */
     int duplicated;
     char pattern[96];
     double ms_min, ms_median;        /* the whole call, waited for */
     double proj_ms, attn_ms, out_ms; /* medians of the phases */
     double proj_flops, attn_flops, out_flops;
+    double peak_gflops; /* the device's FMA peak, measured right after the record */
     char kernel[96];
+    char gemm[96]; /* the GEMM row and kernel of the projections and the output */
 } layer_record;
 
 static const char *dtype_text(clattn_dtype t) {
@@ -97,10 +105,10 @@ typedef struct layer_sample {
 
 /* One call, waited for, and its phases. */
 static clattn_status run_once(clattn_context *ctx, clattn_mha *mha,
-                              const clattn_attention_desc *call, cl_mem x, cl_mem y,
+                              const clattn_attention_desc *call, cl_mem x, cl_mem x_kv, cl_mem y,
                               layer_sample *t, clattn_mha_stats *stats) {
     double t0 = seconds_now();
-    clattn_status s = clattn_mha_forward(mha, call, x, NULL, y, NULL);
+    clattn_status s = clattn_mha_forward(mha, call, x, x_kv, y, NULL);
     clFinish(clattn_context_queue(ctx));
     t->wall = (seconds_now() - t0) * 1e3;
     if (!s) s = clattn_mha_last_stats(mha, stats);
@@ -121,13 +129,21 @@ static clattn_status measure(clattn_context *ctx, const layer_bench_config *c, c
                                                   rows * 4, NULL, &err)
                                  : NULL;
     free(host);
-    clattn_status s = x && y && err == CL_SUCCESS ? CLATTN_SUCCESS : CLATTN_ERR_OUT_OF_MEMORY;
+    size_t kv_rows = r->b * r->nk * r->d_model;
+    host = r->cross && err == CL_SUCCESS ? random_values(kv_rows, 1.0, CLATTN_F32, 16) : NULL;
+    cl_mem x_kv = host ? clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_COPY_HOST_PTR,
+                                        kv_rows * 4, host, &err)
+                       : NULL;
+    free(host);
+    clattn_status s = x && y && (x_kv || !r->cross) && err == CL_SUCCESS ? CLATTN_SUCCESS
+                                                                         : CLATTN_ERR_OUT_OF_MEMORY;
     layer_sample t[64], ignored;
     clattn_mha_stats stats;
     clattn_mha_stats_init(&stats);
     for (size_t i = 0; !s && i < c->warmup; i++)
-        s = run_once(ctx, mha, call, x, y, &ignored, &stats);
-    for (size_t i = 0; !s && i < repeat; i++) s = run_once(ctx, mha, call, x, y, &t[i], &stats);
+        s = run_once(ctx, mha, call, x, x_kv, y, &ignored, &stats);
+    for (size_t i = 0; !s && i < repeat; i++)
+        s = run_once(ctx, mha, call, x, x_kv, y, &t[i], &stats);
     if (!s) {
         double wall[64], proj[64], attn[64], out[64];
         for (size_t i = 0; i < repeat; i++)
@@ -137,8 +153,10 @@ static clattn_status measure(clattn_context *ctx, const layer_bench_config *c, c
         r->out_ms = median(out, repeat);
         r->proj_flops = (double)stats.projection_flops, r->out_flops = (double)stats.output_flops;
         snprintf(r->kernel, sizeof r->kernel, "%s", stats.kernel);
+        snprintf(r->gemm, sizeof r->gemm, "%s", stats.gemm_kernel);
     }
     if (x) clReleaseMemObject(x);
+    if (x_kv) clReleaseMemObject(x_kv);
     if (y) clReleaseMemObject(y);
     return s;
 }
@@ -150,12 +168,13 @@ static clattn_status measure_record(clattn_context *ctx, const layer_bench_confi
     clattn_attention_desc call;
     pattern_data pd = {0};
     uint64_t pairs = 0;
-    clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, r->b, r->hq, r->hkv, r->nq, r->nq, r->d,
+    clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, r->b, r->hq, r->hkv, r->nq, r->nk, r->d,
                                r->d);
     call.path = c->path, call.variant = c->variant;
     if (bench_apply_pattern(p, &call, &pd) != 0) return CLATTN_ERR_INVALID_ARGUMENT;
     clattn_status s = make_layer(ctx, r, &mha);
     if (!s) s = measure(ctx, c, mha, &call, r);
+    if (!s) s = clattn_context_fma_peak(ctx, &r->peak_gflops);
     if (!s && clattn_attention_pairs(&call, &pairs) == CLATTN_SUCCESS)
         r->attn_flops = 2.0 * (double)pairs * (double)r->kept / (double)r->hq * 2.0 * (double)r->d;
     clattn_mha_destroy(mha);
@@ -165,40 +184,50 @@ static clattn_status measure_record(clattn_context *ctx, const layer_bench_confi
 
 /* ---------------------------------------------------------------- outputs */
 
+/* The GEMMs' FLOP/s (projections and output together) as a percentage of the FMA peak. */
+static double gemm_share(const layer_record *r) {
+    double gf = gflops(r->proj_flops + r->out_flops, r->proj_ms + r->out_ms);
+    return r->peak_gflops > 0 ? 100.0 * gf / r->peak_gflops : 0;
+}
+
 static void print_header(const clattn_device_info *info) {
     printf("\ndevice %zu: %s (%s, driver %s)\n", info->index, info->name, info->platform_name,
            info->driver_version);
-    printf("%-4s %2s %7s %3s %3s %4s %6s %4s %5s %-12s %9s %9s | %9s %7s | %9s %7s | %9s %7s | "
-           "%s\n",
-           "w", "B", "d_model", "Hq", "Hkv", "D", "Nq", "kept", "kv", "pattern", "ms min", "ms med",
-           "proj ms", "GFLOP/s", "attn ms", "GFLOP/s", "out ms", "GFLOP/s", "attention kernel");
+    printf("%-4s %2s %7s %3s %3s %4s %6s %6s %4s %5s %-12s %9s %9s | %9s %7s | %9s %7s | %9s "
+           "%7s | %7s %6s | %s; %s\n",
+           "w", "B", "d_model", "Hq", "Hkv", "D", "Nq", "Nk", "kept", "kv", "pattern", "ms min",
+           "ms med", "proj ms", "GFLOP/s", "attn ms", "GFLOP/s", "out ms", "GFLOP/s", "FMA pk",
+           "GEMM%", "attention kernel", "GEMM");
     fflush(stdout);
 }
 
 static void print_record(const layer_record *r) {
-    printf("%-4s %2zu %7zu %3zu %3zu %4zu %6zu %4zu %4zu%s %-12.12s %9.1f %9.1f | %9.1f %7.1f | "
-           "%9.1f %7.1f | %9.1f %7.1f | %s\n",
-           dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d, r->nq, r->kept,
-           r->attention_kv, r->duplicated ? "*" : " ", r->pattern, r->ms_min, r->ms_median,
-           r->proj_ms, gflops(r->proj_flops, r->proj_ms), r->attn_ms,
+    printf("%-4s %2zu %7zu %3zu %3zu %4zu %6zu %5zu%s %4zu %4zu%s %-12.12s %9.1f %9.1f | %9.1f "
+           "%7.1f | %9.1f %7.1f | %9.1f %7.1f | %7.1f %5.1f%% | %s; %s\n",
+           dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d, r->nq, r->nk,
+           r->cross ? "x" : " ", r->kept, r->attention_kv, r->duplicated ? "*" : " ", r->pattern,
+           r->ms_min, r->ms_median, r->proj_ms, gflops(r->proj_flops, r->proj_ms), r->attn_ms,
            gflops(r->attn_flops, r->attn_ms), r->out_ms, gflops(r->out_flops, r->out_ms),
-           r->kernel);
+           r->peak_gflops, gemm_share(r), r->kernel, r->gemm);
     fflush(stdout);
 }
 
 static void layer_csv(textbuf *t, const layer_record *r, size_t n) {
-    textbuf_printf(t, "device,wtype,b,d_model,hq,hkv,d,nq,kept,attention_hkv,duplicated,pattern,"
-                      "ms_min,ms_median,projection_ms,attention_ms,output_ms,projection_gflops,"
-                      "attention_gflops,output_gflops,kernel\n");
+    textbuf_printf(
+        t, "device,wtype,b,d_model,hq,hkv,d,nq,nk,cross,kept,attention_hkv,duplicated,pattern,"
+           "ms_min,ms_median,projection_ms,attention_ms,output_ms,projection_gflops,"
+           "attention_gflops,output_gflops,fma_peak_gflops,gemm_percent_of_peak,kernel,"
+           "gemm\n");
     for (size_t i = 0; i < n; i++, r++)
-        textbuf_printf(t,
-                       "%zu,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%d,\"%s\",%.3f,%.3f,%.3f,%.3f,%.3f,"
-                       "%.2f,%.2f,%.2f,\"%s\"\n",
-                       r->device, dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d,
-                       r->nq, r->kept, r->attention_kv, r->duplicated, r->pattern, r->ms_min,
-                       r->ms_median, r->proj_ms, r->attn_ms, r->out_ms,
-                       gflops(r->proj_flops, r->proj_ms), gflops(r->attn_flops, r->attn_ms),
-                       gflops(r->out_flops, r->out_ms), r->kernel);
+        textbuf_printf(
+            t,
+            "%zu,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%d,%zu,%zu,%d,\"%s\",%.3f,%.3f,%.3f,%.3f,%.3f,"
+            "%.2f,%.2f,%.2f,%.2f,%.2f,\"%s\",\"%s\"\n",
+            r->device, dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d, r->nq, r->nk,
+            r->cross, r->kept, r->attention_kv, r->duplicated, r->pattern, r->ms_min, r->ms_median,
+            r->proj_ms, r->attn_ms, r->out_ms, gflops(r->proj_flops, r->proj_ms),
+            gflops(r->attn_flops, r->attn_ms), gflops(r->out_flops, r->out_ms), r->peak_gflops,
+            gemm_share(r), r->kernel, r->gemm);
 }
 
 static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_bench_config *c) {
@@ -211,18 +240,22 @@ static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_
     for (size_t i = 0; i < n; i++, r++) {
         textbuf_printf(t,
                        "    {\"device\": %zu, \"wtype\": \"%s\", \"b\": %zu, \"d_model\": %zu, "
-                       "\"hq\": %zu, \"hkv\": %zu, \"d\": %zu, \"nq\": %zu, \"kept\": %zu, "
+                       "\"hq\": %zu, \"hkv\": %zu, \"d\": %zu, \"nq\": %zu, \"nk\": %zu, "
+                       "\"cross\": %d, \"kept\": %zu, "
                        "\"attention_hkv\": %zu, \"duplicated\": %d, \"pattern\": ",
                        r->device, dtype_text(r->wtype), r->b, r->d_model, r->hq, r->hkv, r->d,
-                       r->nq, r->kept, r->attention_kv, r->duplicated);
+                       r->nq, r->nk, r->cross, r->kept, r->attention_kv, r->duplicated);
         textbuf_json_string(t, r->pattern);
         textbuf_printf(t,
                        ", \"ms_min\": %.3f, \"ms_median\": %.3f, \"projection_ms\": %.3f, "
                        "\"attention_ms\": %.3f, \"output_ms\": %.3f, \"projection_flops\": %.0f, "
-                       "\"attention_flops\": %.0f, \"output_flops\": %.0f, \"kernel\": ",
+                       "\"attention_flops\": %.0f, \"output_flops\": %.0f, \"fma_peak_gflops\": "
+                       "%.2f, \"gemm_percent_of_peak\": %.2f, \"kernel\": ",
                        r->ms_min, r->ms_median, r->proj_ms, r->attn_ms, r->out_ms, r->proj_flops,
-                       r->attn_flops, r->out_flops);
+                       r->attn_flops, r->out_flops, r->peak_gflops, gemm_share(r));
         textbuf_json_string(t, r->kernel);
+        textbuf_printf(t, ", \"gemm\": ");
+        textbuf_json_string(t, r->gemm);
         textbuf_printf(t, "}%s\n", i + 1 < n ? "," : "");
     }
     textbuf_printf(t, "  ]\n}\n");
@@ -265,7 +298,8 @@ static int layer_device(const layer_bench_config *c, size_t device, layer_record
     clattn_device_info info;
     clattn_device_info_init(&info);
     if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
-        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS) {
+        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS ||
+        clattn_context_set_gemm(ctx, c->gemm) != CLATTN_SUCCESS) {
         cli_error("bench", "cannot open device %zu with timing", device);
         clattn_context_destroy(ctx);
         return -1;
@@ -281,6 +315,7 @@ static int layer_device(const layer_bench_config *c, size_t device, layer_record
                 memset(r, 0, sizeof *r);
                 r->device = device, r->wtype = c->wtype, r->b = c->batch, r->hq = c->hq;
                 r->hkv = c->hkv, r->d = c->d, r->d_model = c->hq * c->d, r->nq = c->nq[q];
+                r->nk = c->nk ? c->nk : c->nq[q], r->cross = c->nk != 0;
                 r->kept = c->kept[k];
                 snprintf(r->pattern, sizeof r->pattern, "%s", c->patterns[p].text);
                 if (!(s = measure_record(ctx, c, &c->patterns[p], r))) print_record(&out[n++]);
@@ -306,8 +341,11 @@ int bench_layer(const layer_bench_config *c) {
         else
             n += (size_t)added;
     }
-    printf("kv: the attention's kv heads (* duplicated per kept query head); ms: the whole call; "
-           "the phases are waited for one by one\n");
+    printf(
+        "kv: the attention's kv heads (* duplicated per kept query head); Nk x: "
+        "cross-attention over X_kv of Nk rows; ms: the whole call; the phases are waited for one "
+        "by one; FMA pk: the device's float32 FMA peak in GFLOP/s measured after the record; "
+        "GEMM%%: the projections' and output's FLOP/s as a share of it\n");
     if (n == 0) return 1;
     return write_layer_outputs(c, records, n) || failed ? 1 : 0;
 }

@@ -64,11 +64,12 @@ void bench_print_record(const bench_record *r) {
         snprintf(tiles, sizeof tiles, "%.4f", (double)r->tiles_visited / (double)r->tiles_total);
     if (r->kernel_median > 0) snprintf(kernel, sizeof kernel, "%.2f", r->kernel_median);
     printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %7s %9.2f %9.2f "
-           "%9s %8.1f %7.2f %8.1f\n",
+           "%9s %8.1f %7.2f %8.1f%s%s\n",
            bench_path_name(r->path), variant_name(r), dtype_name(r->dtype), r->b, r->hq, r->hkv,
            r->nq, r->nk, r->dqk, r->dv, r->pattern, full > 0 ? (double)r->pairs / full : 0, tiles,
            r->ms_min, r->ms_median, kernel, bench_gflops(r), bench_gbytes_s(r),
-           (double)r->device_bytes / (1 << 20));
+           (double)r->device_bytes / (1 << 20), r->path == BENCH_GEMM ? "  " : "",
+           r->path == BENCH_GEMM ? r->kernel : ""); /* the gemm path: which GEMM row ran */
     fflush(stdout);
 }
 
@@ -85,7 +86,7 @@ static void csv_field(textbuf *t, const char *s) {
 
 void bench_csv(textbuf *t, const bench_record *records, size_t count) {
     textbuf_printf(t, "device,path,variant,dtype,b,hq,hkv,nq,nk,dqk,dv,pattern,pairs,ms_min,"
-                      "ms_median,gflops,gbytes_s,device_bytes\n");
+                      "ms_median,gflops,gbytes_s,device_bytes,kernel\n");
     for (size_t i = 0; i < count; i++) {
         const bench_record *r = &records[i];
         clattn_device_info d;
@@ -96,9 +97,11 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
                        variant_name(r), dtype_name(r->dtype), r->b, r->hq, r->hkv, r->nq, r->nk,
                        r->dqk, r->dv);
         csv_field(t, r->pattern);
-        textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu\n", (unsigned long long)r->pairs,
+        textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu,", (unsigned long long)r->pairs,
                        r->ms_min, r->ms_median, bench_gflops(r), bench_gbytes_s(r),
                        (unsigned long long)r->device_bytes);
+        csv_field(t, r->kernel);
+        textbuf_printf(t, "\n");
     }
 }
 

@@ -41,6 +41,9 @@ static const cli_option bench_options[] = {
     {"dtype", "f32|f16|bf16|q8_0",
      "storage of Q, K, V and O (default f32; decode: all four, q8_0 being K/V only)"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
+    {"gemm", "NAME",
+     "the GEMM row of the gemm path and the layer: auto, clblast, panels (default auto, or "
+     "$CLATTN_GEMM)"},
     {"steps", "N", "decode: tokens the generation mode appends one at a time (default 64)"},
     {"kept", "LIST", "layer: query heads kept, the first K (default: all, then half)"},
     {"warmup", "N", "untimed runs first (default 1)"},
@@ -179,6 +182,7 @@ typedef struct bench_config {
     size_t num_patterns;
     clattn_dtype dtype;
     clattn_variant variant;
+    clattn_gemm gemm;
     size_t warmup, repeat;
     size_t devices[16], num_devices;
     const char *csv, *json, *out;
@@ -236,6 +240,11 @@ static int parse_settings(const cli_args *args, bench_config *c) {
     }
     if (args_has(args, "variant") && parse_variant(args, "variant", &c->variant) != 0)
         return EXIT_USAGE;
+    if (args_has(args, "gemm") && clattn_gemm_from_name(args_get(args, "gemm"), &c->gemm) != 0) {
+        cli_error("bench", "--gemm: expected auto, clblast or panels, got '%s'",
+                  args_get(args, "gemm"));
+        return EXIT_USAGE;
+    }
     if (args_has(args, "steps") && parse_size(args, "steps", 0, &c->steps) != 0) return EXIT_USAGE;
     if (args_has(args, "kept") &&
         parse_size_list(args, "kept", 1, c->kept, MAX_LIST, &c->num_kept) != 0)
@@ -550,7 +559,8 @@ static void bench_device(bench_run *run, size_t device) {
     clattn_device_info info;
     clattn_device_info_init(&info);
     if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
-        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS) {
+        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS ||
+        clattn_context_set_gemm(ctx, c->gemm) != CLATTN_SUCCESS) {
         cli_error("bench", "cannot open device %zu", device);
         clattn_context_destroy(ctx);
         run->failed = 1;
@@ -603,6 +613,8 @@ static int run_layer(const bench_config *c) {
         return EXIT_USAGE;
     }
     memcpy(lc.nq, c->list[L_NQ], sizeof lc.nq), lc.num_nq = c->count[L_NQ];
+    lc.nk = c->count[L_NK] ? c->list[L_NK][0] : 0; /* cross-attention over X_kv of Nk rows */
+    lc.gemm = c->gemm;
     lc.batch = c->list[L_B][0], lc.hq = c->list[L_HQ][0], lc.d = c->list[L_D][0];
     lc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : lc.hq;
     memcpy(lc.kept, c->kept, sizeof lc.kept), lc.num_kept = c->num_kept;

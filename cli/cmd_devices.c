@@ -117,6 +117,28 @@ static void print_variant_notes(const clattn_variant_info *info) {
     printf("\n");
 }
 
+/* Every row of the GEMM table on the context's device, as the variants are listed. */
+static void print_gemms(clattn_context *ctx) {
+    printf("    %-10s %-4s %-4s %-11s %s\n", "gemm", "runs", "auto", "tuning",
+           "what it is / why not (the layer's projections, the gemm path)");
+    for (int g = 1;; g++) {
+        clattn_gemm_info info;
+        clattn_gemm_info_init(&info);
+        if (clattn_gemm_describe(ctx, (clattn_gemm)g, &info) != CLATTN_SUCCESS) break;
+        printf("    %-10s %-4s %-4s %-11s %s\n", info.name, info.supported ? "yes" : "no",
+               info.used_by_auto ? "yes" : "no", info.tuning,
+               info.reason[0] ? info.reason : info.summary);
+        if (!info.num_axes) continue;
+        printf("    %-10s clattn tune --gemm %s searches", "", info.name);
+        for (size_t a = 0; a < info.num_axes; a++) {
+            printf("%s %s ", a ? "," : "", info.axes[a].field);
+            for (unsigned i = 0; i < info.axes[a].count; i++)
+                printf("%s%u", i ? "/" : "", info.axes[a].values[i]);
+        }
+        printf("\n");
+    }
+}
+
 /* Every row of the variant table on one device: whether it runs there, whether `auto` tries
  * it, where its tuning comes from, and why not when it does not. */
 static int print_variants(size_t device) {
@@ -137,6 +159,7 @@ static int print_variants(size_t device) {
                info.reason[0] ? info.reason : info.summary);
         print_variant_notes(&info);
     }
+    print_gemms(ctx);
     clattn_context_destroy(ctx);
     return 0;
 }
@@ -173,7 +196,8 @@ static int report_no_devices(const char *command, clattn_status status) {
 
 int cmd_devices(int argc, char **argv) {
     static const cli_option options[] = {
-        {"variants", NULL, "also list the kernel variants each device runs, and why not"},
+        {"variants", NULL,
+         "also list the kernel variants and GEMM rows each device runs, and why not"},
         {"help", NULL, "show this help"}};
     cli_args args;
     int parsed = args_parse(&args, options, 2, "devices", argc, argv);

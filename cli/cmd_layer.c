@@ -44,6 +44,7 @@ static const cli_option layer_options[] = {
     {"path", "auto|fused|gemm|reference",
      "the attention's path; reference: the whole layer on the CPU reference"},
     {"variant", "NAME", "the attention's kernel variant (default auto)"},
+    {"gemm", "NAME", "the GEMM row of the projections: auto, clblast, panels (default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
     {"compare", "REF.npy", "check Y against REF.npy ([B,N,d_model]) with the layer's tolerance"},
     {"out", "Y.npy", "output [B,N,d_model]"},
@@ -279,9 +280,16 @@ static int compute_reference(layer_state *s, char *where, size_t where_size) {
 static int compute_device(const cli_args *args, layer_state *s, char *where, size_t where_size) {
     clattn_context *ctx = NULL;
     clattn_mha *mha = NULL;
+    clattn_gemm gemm = CLATTN_GEMM_AUTO;
+    if (args_has(args, "gemm") && clattn_gemm_from_name(args_get(args, "gemm"), &gemm)) {
+        cli_error("layer", "--gemm: expected auto, clblast or panels, got '%s'",
+                  args_get(args, "gemm"));
+        return EXIT_USAGE;
+    }
     int rc = cli_open_context("layer", args_get(args, "device"), &ctx);
     if (rc != 0) return rc;
-    clattn_status status = clattn_mha_create(ctx, &s->layer, &mha);
+    clattn_status status = clattn_context_set_gemm(ctx, gemm);
+    if (status == CLATTN_SUCCESS) status = clattn_mha_create(ctx, &s->layer, &mha);
     if (status != CLATTN_SUCCESS) cli_report("layer", "creating the layer", status, ctx);
     if (status == CLATTN_SUCCESS) {
         status = clattn_mha_forward_host(mha, &s->run.desc, s->files[F_X].data,
@@ -296,9 +304,10 @@ static int compute_device(const cli_args *args, layer_state *s, char *where, siz
     if (status == CLATTN_SUCCESS && clattn_mha_last_stats(mha, &stats) == CLATTN_SUCCESS &&
         clattn_mha_get_info(mha, &info) == CLATTN_SUCCESS &&
         clattn_context_device_info(ctx, &device) == CLATTN_SUCCESS)
-        snprintf(where, where_size, "%zu of %zu heads kept (attention Hq=%zu Hkv=%zu), %s on %s",
+        snprintf(where, where_size,
+                 "%zu of %zu heads kept (attention Hq=%zu Hkv=%zu), %s, GEMMs %s (%s) on %s",
                  info.heads_kept, info.heads_q, info.attention_heads_q, info.attention_heads_kv,
-                 stats.kernel, device.name);
+                 stats.kernel, clattn_gemm_name(stats.output_gemm), stats.gemm_kernel, device.name);
     clattn_mha_destroy(mha);
     clattn_context_destroy(ctx);
     return status == CLATTN_SUCCESS ? 0 : 1;

@@ -11,12 +11,20 @@
  * reference with docs/semantics.md section 4's tolerances) and at least 2% faster (geometric mean
  * over the shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
  * improves or --time runs out (a candidate is never started after that).
+ *
+ * --gemm NAME tunes a row of the GEMM table instead (clattn_gemm_info's axes; the panels row's
+ * micro-tile and blocks, or CLBlast's Xgemm parameters through CLBlastOverrideParameters) on
+ * attention layers (tune_layer.c) whose projections and output run on it: the time is the
+ * GEMMs' (projections plus output), the check the layer's reference. A row whose parameters in
+ * effect are not on its axes (CLBlast's own database) is searched from the middle of each axis,
+ * and its winner kept only when it beats those parameters by 2% too.
  */
 #include "args.h"
 #include "common.h"
 #include "commands.h"
 #include "conformance.h"
 #include "interrupt.h"
+#include "tune_layer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +38,10 @@ static const cli_option tune_options[] = {
     {"device", "SPEC", "the device to tune (default: $CLATTN_DEVICE or the first GPU)"},
     {"variant", "NAME",
      "the variant to tune (default flash): one with tuning axes in clattn devices --variants"},
+    {"gemm", "NAME",
+     "tune a GEMM row (clblast, panels: clattn devices --variants) on attention layers instead"},
     {"time", "SECONDS", "time budget of the search (default 120); no candidate starts after it"},
-    {"n", "N", "sequence length of the shapes (default 1024)"},
+    {"n", "N", "sequence length of the shapes (default 1024; --gemm: 512)"},
     {"repeat", "N", "timed runs a candidate and shape, after one warm-up (default 3)"},
     {"dry-run", NULL, "search and print, but write nothing"},
     {"verbose", NULL, "print every candidate"},
@@ -191,7 +201,9 @@ typedef struct tuner {
     clattn_context *ctx;
     clattn_device_info device;
     clattn_variant variant;
-    tune_shape shapes[TUNE_SHAPES];
+    clattn_gemm gemm;               /* --gemm: a GEMM row is tuned, on `layers` */
+    tune_shape shapes[TUNE_SHAPES]; /* names and times (and, for variants, the calls) */
+    tune_layer layers[TUNE_SHAPES];
     size_t repeat, tried, rejected;
     int verbose;
     double deadline;
@@ -212,14 +224,20 @@ static double evaluate(tuner *t, const clattn_tuning *c, char *kernel, size_t si
     char why[512] = "";
     double score = 0;
     t->tried++;
-    if (clattn_context_set_tuning(t->ctx, t->variant, c) != CLATTN_SUCCESS) {
+    clattn_status set = t->gemm ? clattn_context_set_gemm_tuning(t->ctx, t->gemm, c)
+                                : clattn_context_set_tuning(t->ctx, t->variant, c);
+    if (set != CLATTN_SUCCESS) {
         t->rejected++; /* the kernel cannot take it as given on this device */
         if (t->verbose) printf("  refused: %s\n", clattn_context_last_error(t->ctx));
         return INFINITY;
     }
     for (size_t i = 0; i < TUNE_SHAPES; i++) {
         tune_shape *s = &t->shapes[i];
-        if (measure(t->ctx, s, t->variant, t->repeat, kernel, size, why, sizeof why)) {
+        int failed = t->gemm
+                         ? tune_layer_measure(t->ctx, &t->layers[i], t->repeat, &s->ms, kernel,
+                                              size, why, sizeof why)
+                         : measure(t->ctx, s, t->variant, t->repeat, kernel, size, why, sizeof why);
+        if (failed) {
             t->rejected++;
             if (t->verbose) printf("  rejected: %s\n", why);
             return INFINITY;
@@ -297,6 +315,7 @@ static void print_table(const tuner *t, const char *before, const char *after) {
 typedef struct tune_options_values {
     const char *device;
     clattn_variant variant;
+    clattn_gemm gemm; /* CLATTN_GEMM_AUTO: none given */
     double seconds;
     size_t n, repeat;
     int dry_run, verbose;
@@ -312,29 +331,76 @@ static int parse_tune(const cli_args *args, tune_options_values *o) {
         (args_has(args, "n") && parse_size(args, "n", 1, &o->n)) ||
         (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)))
         return EXIT_USAGE;
+    o->gemm = CLATTN_GEMM_AUTO;
+    if (args_has(args, "gemm")) {
+        if (args_has(args, "variant")) {
+            cli_error("tune", "--gemm and --variant: one subject at a time");
+            return EXIT_USAGE;
+        }
+        if (clattn_gemm_from_name(args_get(args, "gemm"), &o->gemm) != CLATTN_SUCCESS ||
+            o->gemm == CLATTN_GEMM_AUTO) {
+            cli_error("tune", "--gemm: expected clblast or panels, got '%s'",
+                      args_get(args, "gemm"));
+            return EXIT_USAGE;
+        }
+        if (!args_has(args, "n")) o->n = 512;
+    }
     o->seconds = (double)seconds;
     o->dry_run = args_has(args, "dry-run");
     o->verbose = args_has(args, "verbose");
     return 0;
 }
 
+/* --gemm: causal layers of d_model 1024 (16 heads of 64): MHA and GQA with float32 weights, and
+ * MHA with bfloat16 weights. */
+static int setup_layers(tuner *t, size_t n) {
+    static const size_t heads_kv[TUNE_SHAPES] = {16, 4, 16};
+    static const clattn_dtype wtypes[TUNE_SHAPES] = {CLATTN_F32, CLATTN_F32, CLATTN_BF16};
+    for (size_t i = 0; i < TUNE_SHAPES; i++) {
+        if (tune_layer_setup(t->ctx, &t->layers[i], 16, heads_kv[i], 64, n, wtypes[i])) return 1;
+        snprintf(t->shapes[i].name, sizeof t->shapes[i].name, "%s", t->layers[i].name);
+    }
+    return 0;
+}
+
 /* The representative shapes: MHA, causal GQA, and a float16 causal call with D=128. */
 static int setup_shapes(tuner *t, size_t n) {
+    if (t->gemm) return setup_layers(t, n);
     return shape_setup(t->ctx, &t->shapes[0], 8, 8, n, 64, CLATTN_F32, 0) ||
            shape_setup(t->ctx, &t->shapes[1], 8, 2, n, 64, CLATTN_F32, 1) ||
            shape_setup(t->ctx, &t->shapes[2], 4, 4, n, 128, CLATTN_F16, 1);
 }
 
+/* The axes' middle values over `from`: where a search starts when `from` is not on the axes. */
+static int off_the_axes(const clattn_tuning *from, const clattn_tuning_axis *axes, size_t n,
+                        clattn_tuning *middle) {
+    int off = 0;
+    *middle = *from;
+    for (size_t a = 0; a < n; a++) {
+        unsigned value = *field_of((clattn_tuning *)from, &axes[a]), found = 0;
+        for (unsigned i = 0; i < axes[a].count; i++) found |= axes[a].values[i] == value;
+        off |= !found;
+        *field_of(middle, &axes[a]) = axes[a].values[axes[a].count / 2];
+    }
+    return off;
+}
+
+/* The parameters in effect for the subject, and where they come from. */
+static void tuning_in_effect(const tuner *t, clattn_tuning *before, clattn_tuning_source *source) {
+    clattn_tuning_init(before);
+    if (t->gemm)
+        clattn_device_gemm_tuning(t->device.index, t->gemm, before, source);
+    else
+        clattn_device_tuning(t->device.index, t->variant, before, source);
+}
+
 /* Measures the parameters in effect, searches, prints; *best receives the winner. */
-static int run_search(tuner *t, const tune_options_values *o, const clattn_variant_info *info,
+static int run_search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes,
                       clattn_tuning *best) {
     static const char *const sources[] = {"class default", "built-in", "tuning.json", "context"};
     clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
-    clattn_tuning before;
-    const clattn_tuning_axis *axes = info->axes;
-    size_t num_axes = info->num_axes;
-    clattn_tuning_init(&before);
-    clattn_device_tuning(t->device.index, o->variant, &before, &source);
+    clattn_tuning before, start;
+    tuning_in_effect(t, &before, &source);
     char kernel[96] = "", text_before[512], text_after[512], params[256];
     seen_before(t, &before);
     double best_score = evaluate(t, &before, kernel, sizeof kernel);
@@ -345,7 +411,17 @@ static int run_search(tuner *t, const tune_options_values *o, const clattn_varia
              isinf(best_score) ? ": failed" : "");
     if (isinf(best_score)) printf("the parameters in effect fail: %s\n", text_before);
     *best = before;
+    double before_score = best_score;
+    if (off_the_axes(&before, axes, num_axes, &start) && !seen_before(t, &start)) {
+        double start_score = evaluate(t, &start, kernel, sizeof kernel);
+        if (!isinf(start_score)) { /* descend from the middle; keep it only if it wins */
+            *best = start, best_score = start_score;
+            keep_times(t);
+        }
+    }
     search(t, axes, num_axes, best, &best_score);
+    if (!isinf(before_score) && best_score >= before_score + log(TUNE_GAIN))
+        *best = before, best_score = before_score; /* nothing beat the parameters in effect */
     if (isinf(best_score)) {
         cli_error("tune", "no candidate ran correctly on %s", t->device.name);
         return 1;
@@ -358,7 +434,10 @@ static int run_search(tuner *t, const tune_options_values *o, const clattn_varia
 
 static int save_winner(tuner *t, const tune_options_values *o, const clattn_tuning *best) {
     char path[4200] = "";
-    clattn_context_set_tuning(t->ctx, o->variant, NULL);
+    if (t->gemm)
+        clattn_context_set_gemm_tuning(t->ctx, t->gemm, NULL);
+    else
+        clattn_context_set_tuning(t->ctx, o->variant, NULL);
     if (o->dry_run) {
         printf("--dry-run: tuning.json not written\n");
         return 0;
@@ -367,15 +446,55 @@ static int save_winner(tuner *t, const tune_options_values *o, const clattn_tuni
      * SIGTERM wait for it, so that neither half a file nor the temporary is left */
     interrupt_section section;
     interrupt_defer_begin(&section);
-    clattn_status status = clattn_tuning_save(t->ctx, o->variant, best);
+    clattn_status status = t->gemm ? clattn_gemm_tuning_save(t->ctx, t->gemm, best)
+                                   : clattn_tuning_save(t->ctx, o->variant, best);
     interrupt_defer_end(&section);
     if (status != CLATTN_SUCCESS) {
         cli_report("tune", "saving the winner", status, t->ctx);
         return 1;
     }
     clattn_tuning_file(path, sizeof path);
-    printf("wrote the %s entry of %s (driver %s) to %s\n", clattn_variant_name(o->variant),
-           t->device.name, t->device.driver_version, path);
+    printf("wrote the %s entry of %s (driver %s) to %s\n",
+           t->gemm ? clattn_gemm_name(t->gemm) : clattn_variant_name(o->variant), t->device.name,
+           t->device.driver_version, path);
+    return 0;
+}
+
+/* Whether the subject (variant or GEMM row) has axes and runs on the device; its axes.
+ * @return 0, or the exit status after saying why not. */
+static int subject_check(tuner *t, clattn_tuning_axis *axes, size_t *num_axes) {
+    char why[256] = "";
+    const char *name = t->gemm ? clattn_gemm_name(t->gemm) : clattn_variant_name(t->variant);
+    int supported = 0;
+    if (t->gemm) {
+        clattn_gemm_info info;
+        clattn_gemm_info_init(&info);
+        if (clattn_gemm_describe(t->ctx, t->gemm, &info) == CLATTN_SUCCESS) {
+            *num_axes = info.num_axes;
+            memcpy(axes, info.axes, info.num_axes * sizeof *axes);
+            supported = info.supported;
+            snprintf(why, sizeof why, "%s", info.reason);
+        }
+    } else {
+        clattn_variant_info info;
+        clattn_variant_info_init(&info);
+        if (clattn_variant_describe(t->ctx, t->variant, &info) == CLATTN_SUCCESS) {
+            *num_axes = info.num_axes < 8 ? info.num_axes : 8;
+            memcpy(axes, info.axes, *num_axes * sizeof *axes);
+            supported = clattn_variant_supported(t->ctx, t->variant, NULL, why, sizeof why) ==
+                        CLATTN_SUCCESS;
+        }
+    }
+    if (!*num_axes) {
+        cli_error("tune",
+                  "%s has nothing to tune (see the tuning axes in clattn devices --variants)",
+                  name);
+        return EXIT_USAGE;
+    }
+    if (!supported) {
+        cli_error("tune", "%s does not run on %s: %s", name, t->device.name, why);
+        return 1;
+    }
     return 0;
 }
 
@@ -394,33 +513,25 @@ int cmd_tune(int argc, char **argv) {
         return rc;
     clattn_device_info_init(&t.device);
     clattn_context_device_info(t.ctx, &t.device);
-    t.variant = o.variant, t.repeat = o.repeat, t.verbose = o.verbose;
+    t.variant = o.variant, t.gemm = o.gemm, t.repeat = o.repeat, t.verbose = o.verbose;
     t.deadline = seconds_now() + o.seconds;
-    char why[256] = "";
-    clattn_variant_info info;
-    clattn_variant_info_init(&info);
-    if (clattn_variant_describe(t.ctx, o.variant, &info) != CLATTN_SUCCESS || !info.num_axes) {
-        cli_error("tune",
-                  "%s has nothing to tune (see the tuning axes in clattn devices "
-                  "--variants)",
-                  clattn_variant_name(o.variant));
-        rc = EXIT_USAGE;
-    } else if (clattn_variant_supported(t.ctx, o.variant, NULL, why, sizeof why) !=
-               CLATTN_SUCCESS) {
-        cli_error("tune", "%s does not run on %s: %s", clattn_variant_name(o.variant),
-                  t.device.name, why);
-        rc = 1;
-    } else if (clattn_context_set_timing(t.ctx, 1) != CLATTN_SUCCESS || setup_shapes(&t, o.n)) {
+    const char *subject = t.gemm ? clattn_gemm_name(t.gemm) : clattn_variant_name(o.variant);
+    clattn_tuning_axis axes[8];
+    size_t num_axes = 0;
+    rc = subject_check(&t, axes, &num_axes);
+    if (!rc && (clattn_context_set_timing(t.ctx, 1) != CLATTN_SUCCESS ||
+                (t.gemm && clattn_context_set_gemm(t.ctx, t.gemm) != CLATTN_SUCCESS) ||
+                setup_shapes(&t, o.n))) {
         cli_error("tune", "cannot set up the shapes on %s (out of memory?)", t.device.name);
         rc = 1;
     }
     if (!rc)
-        printf("tuning %s on %s (driver %s), %.0f s budget, N=%zu\n",
-               clattn_variant_name(o.variant), t.device.name, t.device.driver_version, o.seconds,
-               o.n);
+        printf("tuning %s%s on %s (driver %s), %.0f s budget, N=%zu\n", t.gemm ? "the GEMM " : "",
+               subject, t.device.name, t.device.driver_version, o.seconds, o.n);
     clattn_tuning best;
-    if (!rc) rc = run_search(&t, &o, &info, &best);
+    if (!rc) rc = run_search(&t, axes, num_axes, &best);
     if (!rc) rc = save_winner(&t, &o, &best);
+    for (size_t i = 0; i < TUNE_SHAPES; i++) tune_layer_free(&t.layers[i]);
     for (size_t i = 0; i < TUNE_SHAPES; i++) shape_free(&t.shapes[i]);
     clattn_context_destroy(t.ctx);
     return rc;

@@ -784,6 +784,71 @@ CLATTN_API clattn_status clattn_cache_trim(uint64_t max_bytes, size_t *removed);
  *  storing them in the cache folder. @return as clattn_attention_host. */
 CLATTN_API clattn_status clattn_cache_warm(clattn_context *ctx, clattn_dtype dtype,
                                            size_t head_dim);
+/* ---------------------------------------------------------------- GEMMs (from 0.3) */
+
+/** The ways clattn multiplies matrices: the attention layer's projections and the gemm
+ *  attention path run on one of them. Like the attention variants, they are rows of a table
+ *  in the order `auto` prefers (docs/variants.md, "The GEMM table"). */
+typedef enum clattn_gemm {
+    CLATTN_GEMM_AUTO = 0,    /* "auto": the first row that serves the call and suits the device */
+    CLATTN_GEMM_CLBLAST = 1, /* "clblast": CLBlast's SGEMM; every device */
+    CLATTN_GEMM_PANELS = 2   /* "panels": clattn's own kernel, register-blocked over packed panels
+                                of B, 16-lane vectors; auto on CPU devices */
+} clattn_gemm;
+
+/** "auto", "clblast", "panels", or "unknown". */
+CLATTN_API const char *clattn_gemm_name(clattn_gemm gemm);
+
+/** Looks a GEMM row up by name ("auto" included).
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_gemm_from_name(const char *name, clattn_gemm *gemm);
+
+/** Makes the context's GEMMs run on `gemm` (CLATTN_GEMM_AUTO, the default, lets the table
+ *  choose; $CLATTN_GEMM=NAME does the same for contexts that chose nothing). A layer keeps the
+ *  row its weights were prepared for: set this before clattn_mha_create. A row that cannot
+ *  serve a call makes the call fail with CLATTN_ERR_UNSUPPORTED and why; there is no silent
+ *  fallback. @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_context_set_gemm(clattn_context *ctx, clattn_gemm gemm);
+
+/** What a GEMM row is and how it stands on one device (clattn devices --variants). */
+typedef struct clattn_gemm_info {
+    size_t struct_size; /* sizeof(clattn_gemm_info): clattn_gemm_info_init */
+    clattn_gemm gemm;
+    const char *name;    /* static storage */
+    const char *summary; /* one line (static storage) */
+    int supported;       /* it can run on the context's device */
+    int used_by_auto;    /* `auto` picks it there (the first such row runs) */
+    char reason[256];    /* why it is not supported or `auto` passes it over; or "" */
+    char tuning[32];     /* where its parameters come from: default, built-in, tuning.json */
+    size_t num_axes;     /* what `clattn tune --gemm` searches: axes[0 .. num_axes) */
+    clattn_tuning_axis axes[8];
+} clattn_gemm_info;
+
+/** Zeroes `struct_size` bytes of *info and sets info->struct_size. */
+CLATTN_API clattn_status clattn_gemm_info_init_sized(clattn_gemm_info *info, size_t struct_size);
+#define clattn_gemm_info_init(info) clattn_gemm_info_init_sized((info), sizeof *(info))
+
+/** Describes GEMM row `gemm` on the context's device. Rows are numbered from 1 up without gaps:
+ *  iterate until it returns CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_gemm_describe(clattn_context *ctx, clattn_gemm gemm,
+                                              clattn_gemm_info *info);
+
+/** The tuning of a GEMM row, as for the attention variants (clattn_device_tuning,
+ *  clattn_context_set_tuning, clattn_tuning_save): the fields each row reads are its axes
+ *  (clattn_gemm_info). tuning.json keeps them under the row's name. */
+CLATTN_API clattn_status clattn_device_gemm_tuning(size_t device_index, clattn_gemm gemm,
+                                                   clattn_tuning *params,
+                                                   clattn_tuning_source *source);
+CLATTN_API clattn_status clattn_context_set_gemm_tuning(clattn_context *ctx, clattn_gemm gemm,
+                                                        const clattn_tuning *params);
+CLATTN_API clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,
+                                                 const clattn_tuning *params);
+
+/** Measures the float32 fused multiply-add peak of the context's device now, in GFLOP/s: a
+ *  kernel of independent FMA chains on 16-lane vectors, the median of 5 runs of about 50 ms.
+ *  The bench reports GEMM and attention FLOP/s against it, measured in the same run (a busy
+ *  machine lowers both). @return CLATTN_SUCCESS, or the build's or launch's status. */
+CLATTN_API clattn_status clattn_context_fma_peak(clattn_context *ctx, double *gflops);
 
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.
@@ -1283,6 +1348,10 @@ typedef struct clattn_mha_stats {
     char kernel[96];        /* the attention's kernel (clattn_stats.kernel) */
     size_t attention_heads_q, attention_heads_kv;
     uint64_t projection_flops, output_flops; /* 2*M*N*K of the GEMMs */
+    /* from 0.3: the GEMM rows that ran the projections and the output, and the output's
+     * kernel with its parameters */
+    clattn_gemm projection_gemm, output_gemm;
+    char gemm_kernel[96];
 } clattn_mha_stats;
 
 /** Zeroes `struct_size` bytes of *stats and sets stats->struct_size. */

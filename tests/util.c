@@ -125,6 +125,17 @@ size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *o
     return n;
 }
 
+size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap) {
+    size_t n = 0;
+    for (int g = 1; n < cap; g++) {
+        clattn_gemm_info info;
+        clattn_gemm_info_init(&info);
+        if (clattn_gemm_describe(ctx, (clattn_gemm)g, &info) != CLATTN_SUCCESS) break;
+        if (info.supported) out[n++] = info.gemm;
+    }
+    return n;
+}
+
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;

@@ -51,6 +51,10 @@ void caller_objects_release(caller_objects *c);
  * `cap` of them into out. @return how many. */
 size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *out, size_t cap);
 
+/* The rows of the GEMM table that run on ctx's device (clattn_gemm_describe), at most `cap` of
+ * them into out. @return how many. */
+size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap);
+
 /* Runs every case on every device through `path` with `variant` (AUTO on the fused path: every
  * row of the variant table on that path, split included) and fails the test, naming the case,
  * device and first mismatch, when a case errs or leaves the tolerance. Returns the number of

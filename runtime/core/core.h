@@ -114,7 +114,13 @@ static inline int size_add(size_t a, size_t b, size_t *out) {
 struct program_entry; /* program.c: one built program and its kernels */
 
 /* Buffers a context keeps from call to call (workspace_get), by purpose. */
-enum { WORKSPACE_PACKED_K, WORKSPACE_PACKED_V, WORKSPACE_V_FLAGS, WORKSPACE_SLOTS };
+enum {
+    WORKSPACE_PACKED_K,
+    WORKSPACE_PACKED_V,
+    WORKSPACE_V_FLAGS,
+    WORKSPACE_GEMM_PANELS, /* the panels GEMM row: B packed per call */
+    WORKSPACE_SLOTS
+};
 
 /* Something a layer above keeps per context and releases when the context goes: the layer
  * registers it once (context_on_destroy), so the core needs to know nothing of it. */

@@ -2,9 +2,11 @@
  * The gemm path: attention in three steps per chunk of query rows, for the calls the fused
  * kernel cannot serve and as the baseline the benchmarks compare against:
  *
- *     S = scale * Q K^T       CLBlastSgemmBatched, one batch entry per (b, h) group of the chunk
+ *     S = scale * Q K^T       a batched GEMM of the GEMM table (gemm/gemm.h: clattn's panels
+ *                             kernel on CPUs, CLBlast elsewhere), an entry per (b, h) group
  *     P = masked softmax(S)   softmax_masked (cl/softmax.cl): bias, every mask of docs/semantics.md
- * section 2 and LSE; P overwrites S O = P V                 CLBlastSgemmBatched
+ * section 2 and LSE; P overwrites S
+ *     O = P V                 a batched GEMM of the GEMM table
  *
  * Batched GEMM takes one element offset per entry and one leading dimension, so GQA (entry h
  * reads K/V head h / (Hq/Hkv)) and both layouts (ld = the sequence stride) read the caller's
@@ -32,6 +34,7 @@
  * after it a small kernel adds P[i][j] * V[j][:] to the rows with P[i][j] != 0 (cl/convert.cl).
  */
 #include "core/blas.h"
+#include "gemm/gemm.h"
 #include "kernels/softmax.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
@@ -379,8 +382,8 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
                        "float32 O chunk");
     if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global,
-                       &gb->is_global, "global flags");
+        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global, &gb->is_global,
+                       "global flags");
     if (!s)
         s = add_buffer(ctx, set, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
                        m->layout, &gb->layout, "block layout");
@@ -413,15 +416,6 @@ static operand chunk_operand(cl_mem buffer, size_t dim) {
     return op;
 }
 
-/* Element offset of batch entry g (group b, head) of chunk c: query rows start at c->row0,
- * key rows (kv operands) at c->key0. */
-static size_t entry_offset(const operand *op, const gemm_chunk *c, size_t g, size_t b, size_t head,
-                           int kv) {
-    if (op->chunk_local) return g * c->rows * op->ld;
-    return op->t.offset + b * op->t.stride_batch + head * op->t.stride_head +
-           (kv ? c->key0 : c->row0) * op->t.stride_seq;
-}
-
 /* The operands of both GEMMs; 16-bit storage reads and writes float32 scratch instead. */
 typedef struct gemm_operands {
     operand q, k, v, o, s; /* s: the score buffer, [rows][keys] per entry (ld set per chunk) */
@@ -444,25 +438,6 @@ static void make_operands(const attn_problem *pb, const gemm_plan *p, const gemm
 
 /* ---------------------------------------------------------------- launching */
 
-/* Per-entry arguments of a batched GEMM, sized for the largest chunk. */
-typedef struct batch_args {
-    size_t *a, *b, *c;
-    float *alpha, *beta;
-} batch_args;
-
-static void batch_args_release(batch_args *args) {
-    free(args->a), free(args->b), free(args->c), free(args->alpha), free(args->beta);
-    memset(args, 0, sizeof *args);
-}
-
-static clattn_status batch_args_alloc(clattn_context *ctx, size_t n, batch_args *args) {
-    args->a = malloc(n * sizeof *args->a), args->b = malloc(n * sizeof *args->b);
-    args->c = malloc(n * sizeof *args->c);
-    args->alpha = malloc(n * sizeof *args->alpha), args->beta = malloc(n * sizeof *args->beta);
-    if (args->a && args->b && args->c && args->alpha && args->beta) return CLATTN_SUCCESS;
-    return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: batch arguments for %zu entries", n);
-}
-
 /* One GEMM of a chunk: C[rows][n] = alpha * A[rows][k] * B for every (b, h) entry, where A
  * and C hold query rows and B key rows, at the entry's kv head: [n][k] read transposed (K) or
  * [k][n] (V). */
@@ -471,31 +446,33 @@ typedef struct gemm_step {
     int transpose_b;
     size_t n, k;
     float alpha;
-    int invalid; /* test-only: pass ldc = 0, which CLBlast rejects */
+    int invalid; /* test-only: the GEMM row is made to reject the call */
     const char *what;
 } gemm_step;
 
-static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, const gemm_chunk *c,
-                                  batch_args *args, const gemm_step *st) {
-    size_t group_size = pb->heads_q / pb->heads_kv;
-    for (size_t g = 0; g < c->groups; g++) {
-        size_t batch = (c->group0 + g) / pb->heads_q, head = (c->group0 + g) % pb->heads_q;
-        args->a[g] = entry_offset(st->a, c, g, batch, head, 0);
-        args->b[g] = entry_offset(st->b, c, g, batch, head / group_size, 1);
-        args->c[g] = entry_offset(st->c, c, g, batch, head, 0);
-        args->alpha[g] = st->alpha;
-        args->beta[g] = 0.0f;
+/* An operand of a chunk's batch as the GEMM table addresses it: entry i is the group
+ * g = group0 + i (batch g / Hq, head g % Hq), at query rows from c->row0 or, for kv operands, key
+ * rows from c->key0; chunk scratch holds entry i at i * rows * ld. */
+static gemm_operand batch_operand(const operand *op, const gemm_chunk *c, int kv) {
+    gemm_operand g = {.buffer = op->buffer, .ld = op->ld};
+    if (op->chunk_local) {
+        g.s_item = c->rows * op->ld;
+        return g;
     }
-    cl_event event = NULL;
-    blas_enter(ctx);
-    CLBlastStatusCode code = CLBlastSgemmBatched(
-        CLBlastLayoutRowMajor, CLBlastTransposeNo,
-        st->transpose_b ? CLBlastTransposeYes : CLBlastTransposeNo, c->rows, st->n, st->k,
-        args->alpha, st->a->buffer, args->a, st->a->ld, st->b->buffer, args->b, st->b->ld,
-        args->beta, st->c->buffer, args->c, st->invalid ? 0 : st->c->ld, c->groups, &ctx->queue,
-        ctx->timing ? &event : NULL);
-    blas_leave(ctx);
-    return blas_done(ctx, code, event, st->what);
+    g.offset = op->t.offset + (kv ? c->key0 : c->row0) * op->t.stride_seq;
+    g.s_batch = op->t.stride_batch, g.s_head = op->t.stride_head;
+    return g;
+}
+
+static clattn_status batched_gemm(clattn_context *ctx, const attn_problem *pb, const gemm_chunk *c,
+                                  const gemm_step *st, gemm_ran *ran) {
+    gemm_desc g = gemm_desc_single(c->rows, st->n, st->k, st->what);
+    g.count = c->groups, g.first = c->group0;
+    g.heads = pb->heads_q, g.group = pb->heads_q / pb->heads_kv;
+    g.alpha = st->alpha, g.transpose_b = st->transpose_b, g.test_fail = st->invalid;
+    g.a = batch_operand(st->a, c, 0), g.b = batch_operand(st->b, c, 1);
+    g.c = batch_operand(st->c, c, 0);
+    return gemm_run(ctx, &g, ran);
 }
 
 typedef struct gemm_kernels {
@@ -615,7 +592,7 @@ typedef struct gemm_call {
     const attn_buffers *buf;
     gemm_kernels kernels;
     gemm_operands ops;
-    batch_args args;
+    gemm_ran ran; /* the GEMM row of the first product */
     bad_keys bad;
     uint64_t scores_computed; /* by the first GEMM, summed over the chunks */
 } gemm_call;
@@ -800,18 +777,18 @@ static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_
                         .k = pb->dim_qk,
                         .alpha = pb->scale,
                         .invalid = p->fail_gemm,
-                        .what = "gemm: CLBlastSgemmBatched (scores S = scale*Q*K^T)"};
+                        .what = "gemm: scores S = scale*Q*K^T"};
     gemm_step output = {.a = &ops.s,
                         .b = &ops.v,
                         .c = &ops.o,
                         .n = pb->dim_v,
                         .k = c->keys,
                         .alpha = 1.0f,
-                        .what = "gemm: CLBlastSgemmBatched (output O = P*V)"};
-    if (!status) status = batched_gemm(ctx, pb, c, &call->args, &scores);
+                        .what = "gemm: output O = P*V"};
+    if (!status) status = batched_gemm(ctx, pb, c, &scores, &call->ran);
     if (!status)
         status = launch_softmax(ctx, call->kernels.softmax, p, call->gb, call->buf, c, pb->scale);
-    if (!status) status = batched_gemm(ctx, pb, c, &call->args, &output);
+    if (!status) status = batched_gemm(ctx, pb, c, &output, NULL);
     if (!status && call->bad.count) status = add_bad_keys(ctx, call, c);
     if (!status && p->out_16bit) {
         convert_range o = {&pb->o, pb->heads_q, c->group0, c->groups, c->row0, c->rows, pb->dim_v};
@@ -837,7 +814,6 @@ static clattn_status widen_keys(clattn_context *ctx, const gemm_call *call) {
 
 static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
     clattn_status status = get_kernels(ctx, call->pb, call->p, &call->kernels);
-    if (!status) status = batch_args_alloc(ctx, call->p->group_chunk, &call->args);
     if (!status && call->p->in_16bit) status = widen_keys(ctx, call);
     if (!status) status = find_bad_keys(ctx, call);
     if (!status && call->bad.count) status = prepare_bad_keys(ctx, call);
@@ -853,14 +829,15 @@ static clattn_status run_chunks(clattn_context *ctx, gemm_call *call) {
     return status;
 }
 
-static void fill_stats(const attn_problem *pb, const gemm_plan *p, uint64_t bytes,
-                       clattn_stats *s) {
+static void fill_stats(const attn_problem *pb, const gemm_plan *p, const gemm_ran *ran,
+                       uint64_t bytes, clattn_stats *s) {
     s->block_m = (unsigned)(p->group_chunk * p->row_chunk); /* score rows of a chunk */
     s->block_n = (unsigned)pb->len_k;                       /* score columns of a chunk, at most */
     s->chunks = p->chunks > UINT32_MAX ? UINT32_MAX : (unsigned)p->chunks;
     s->device_bytes = bytes;
-    snprintf(s->kernel, sizeof s->kernel, "gemm-clblast %zux%zu rows softmax wg%zu %s->%s",
-             p->group_chunk, p->row_chunk, p->wg, dtype_name(pb->dtype), dtype_name(pb->out_dtype));
+    snprintf(s->kernel, sizeof s->kernel, "gemm-%s %zux%zu rows softmax wg%zu %s->%s",
+             clattn_gemm_name(ran->gemm), p->group_chunk, p->row_chunk, p->wg,
+             dtype_name(pb->dtype), dtype_name(pb->out_dtype));
 }
 
 static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn_buffers *buf,
@@ -875,23 +852,19 @@ static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn
     call.pb = pb, call.p = plan, call.gb = &gb, call.buf = buf;
     params_from_problem(pb, vp->write_lse, &P);
     clattn_status status = make_buffers(ctx, pb, plan, &P, &gb);
-    if (!status) {
-        blas_user_add(ctx);
-        status = run_chunks(ctx, &call);
-    }
+    if (!status) status = run_chunks(ctx, &call);
     if (!status && event) {
         cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
         if (err != CL_SUCCESS) status = ctx_cl_error(ctx, err, "gemm: completion event");
     }
     if (!status) {
-        fill_stats(pb, plan, gb.set.bytes, stats);
+        fill_stats(pb, plan, &call.ran, gb.set.bytes, stats);
         log_msg("gemm: %s, %zu chunks, score budget %zu bytes (%s), %.1f%% of the scores "
                 "computed",
                 stats->kernel, plan->chunks, plan->budget, plan->budget_from,
                 100.0 * (double)call.scores_computed /
                     ((double)plan->groups * (double)pb->len_q * (double)pb->len_k));
     }
-    batch_args_release(&call.args);
     bad_keys_release(&call.bad);
     buffer_set_release(&gb.set);
     return status;
@@ -915,6 +888,9 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
 
 /* The masked softmax's work-group: a power of two up to wg_size. */
 static const tuning_default defaults[] = {
+    /* CPUs: a work-group's barriers cost PoCL more the more work-items it runs in turn; 64
+     * measured 15-25% faster than 256 on PoCL here (bench/README.md, issue 23) */
+    {CL_DEVICE_TYPE_CPU, "", "", {.wg_size = 64, .vector = 1}},
     {CL_DEVICE_TYPE_ALL, "", "", {.wg_size = 256, .vector = 1}},
 };
 
@@ -923,7 +899,8 @@ const attn_variant variant_gemm = {
     .name = "gemm",
     .path = CLATTN_PATH_GEMM,
     .summary =
-        "CLBlast batched GEMM, masked softmax, CLBlast batched GEMM, in chunks of query rows",
+        "batched GEMM (the GEMM table: panels on CPUs, CLBlast elsewhere), masked softmax, batched "
+        "GEMM, in chunks of query rows",
     .defaults = defaults,
     .num_defaults = ARRAY_LEN(defaults),
     .supports = supports,

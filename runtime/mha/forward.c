@@ -1,31 +1,32 @@
 /*
  * Running a multi-head attention layer, in three phases (clattn_mha_stats times each):
  *
- *   projection  16-bit X (and X_kv) widened to float32; Q, K, V = X W^T + b with CLBlast float32
- *               GEMMs straight into the layout the attention reads: self-attention is one GEMM
- *               whose rows [B, N, kept*Dqk + kv*Dqk + kv*Dv] hold Q, K and V side by side, so
- *               Q is BSHD [B, N, kept, Dqk] with a row stride of the whole row, and K and V
- *               likewise (no copy); cross-attention is a GEMM for Q from X and one for K and V
- *               from X_kv. A bias is broadcast into the rows first and the GEMM adds (beta = 1).
+ *   projection  16-bit X (and X_kv) widened to float32; Q, K, V = X W^T + b with GEMMs of the
+ *               GEMM table (gemm/gemm.h; the row the weights were prepared for) straight into
+ *               the layout the attention reads: self-attention writes rows
+ *               [B, N, kept*Dqk + kv*Dqk + kv*Dv] holding Q, K and V side by side (Q from W_q
+ *               into the first columns, K and V from W_kv into the rest), so Q is BSHD
+ *               [B, N, kept, Dqk] with a row stride of the whole row, and K and V likewise (no
+ *               copy); cross-attention writes Q from X and K, V from X_kv into buffers of their
+ *               own. A bias is broadcast into the rows first and the GEMMs add to it.
  *   attention   clattn_attention over the kept heads (or, with a KV cache, the append of K and
  *               V and clattn_kv_cache_attention), into O [B, N, kept, Dv]
  *   output      Y = O W_o^T + b_o, one GEMM over [B*N, kept*Dv]; a 16-bit Y is narrowed from a
  *               float32 copy.
+ *
+ * Each GEMM row has its own limits (CLBlast's int offsets and padded copies, for one), so the
+ * layer asks the row of each of its GEMMs before anything runs.
  *
  * Everything is checked before the first command is enqueued, and Y is written last.
  */
 #include "mha/mha.h"
 
 #include "api/calls.h"
-#include "core/blas.h"
 #include "plan/params.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* CLBlast passes offsets and leading dimensions to its kernels as int. */
-#define CLBLAST_MAX_ELEMENTS ((size_t)INT32_MAX)
 
 /* ---------------------------------------------------------------- one call */
 
@@ -40,6 +41,7 @@ typedef struct mha_run {
     cl_mem o, y32;              /* O; Y before narrowing (the caller's Y when float32) */
     size_t width;               /* floats a row of proj: all of Q, K, V, or Q's (cross) */
     double ms[3];               /* projection, attention, output, while timing */
+    gemm_ran ran[2];            /* the GEMM rows of the projections and the output */
     double t0;
 } mha_run;
 
@@ -71,47 +73,45 @@ static clattn_status phase_done(mha_run *r, int phase) {
 
 /* ---------------------------------------------------------------- checks */
 
-/* CLBlast's int offsets: every GEMM operand must span at most 2^31-1 elements. */
-static clattn_status check_int_offsets(const mha_run *r) {
+/* The layer's GEMMs: Q (with K and V, self-attention), K and V, and the output, with the
+ * scratch buffers the run holds (NULL while checking). */
+enum { GEMM_Q, GEMM_KV, GEMM_OUT, LAYER_GEMMS };
+
+static void layer_gemms(const mha_run *r, gemm_desc g[LAYER_GEMMS]) {
     const mha_shape *s = &r->m->shape;
     const mha_weights *w = &r->m->weights;
-    size_t rows_q = r->call.batch * r->call.len_q, rows_k = r->call.batch * r->call.len_k;
-    double in = (double)(w->rows_q * s->d_model + (w->rows_k + w->rows_v) * s->d_kv);
-    double span[] = {in,
-                     (double)rows_q * (double)(w->rows_q + w->rows_k + w->rows_v),
-                     (double)rows_k * (double)(w->rows_k + w->rows_v),
-                     (double)rows_q * (double)s->d_model,
-                     (double)rows_k * (double)s->d_kv,
-                     (double)rows_q * (double)(r->m->heads.kept * s->dim_v)};
-    for (size_t i = 0; i < ARRAY_LEN(span); i++)
-        if (span[i] > (double)CLBLAST_MAX_ELEMENTS)
-            return ctx_error(r->m->ctx, CLATTN_ERR_UNSUPPORTED,
-                             "mha: CLBlast addresses operands with int offsets, and a projection "
-                             "spans more than 2^31-1 elements (B=%zu N=%zu Nk=%zu d_model=%zu)",
-                             r->call.batch, r->call.len_q, r->call.len_k, s->d_model);
-    return CLATTN_SUCCESS;
+    size_t mq = r->call.batch * r->call.len_q, mk = r->call.batch * r->call.len_k;
+    size_t rows_kv = w->rows_k + w->rows_v, width = r->call.cross ? w->rows_q : w->rows_q + rows_kv;
+    size_t in_o = r->m->heads.kept * s->dim_v;
+    int cross = r->call.cross, bias = w->b_in != NULL;
+    g[GEMM_Q] = gemm_desc_single(mq, w->rows_q, s->d_model, "mha: Q = X W_q^T");
+    g[GEMM_KV] = gemm_desc_single(cross ? mk : mq, rows_kv, s->d_kv,
+                                  cross ? "mha: K, V = X_kv W_kv^T" : "mha: K, V = X W_kv^T");
+    g[GEMM_OUT] = gemm_desc_single(mq, s->d_model, in_o, "mha: Y = O W_o^T");
+    const gemm_operand a[] = {{.buffer = r->x32, .ld = s->d_model},
+                              {.buffer = cross ? r->x_kv32 : r->x32, .ld = s->d_kv},
+                              {.buffer = r->o, .ld = in_o}};
+    const gemm_operand c[] = {{.buffer = r->proj, .ld = width},
+                              {.buffer = cross ? r->proj_kv : r->proj,
+                               .offset = cross ? 0 : w->rows_q,
+                               .ld = cross ? rows_kv : width},
+                              {.buffer = r->y32, .ld = s->d_model}};
+    const gemm_weights *weights[] = {&w->w_q, &w->w_kv, &w->w_o};
+    for (int i = 0; i < LAYER_GEMMS; i++) {
+        g[i].a = a[i], g[i].c = c[i], g[i].weights = weights[i];
+        g[i].accumulate = i == GEMM_OUT ? w->b_o != NULL : bias;
+    }
 }
 
-/* CLBlast's padded copies (blas.h) of the layer's GEMMs within the device's largest allocation,
- * checked before anything runs: CLBlast would abort the process where they do not fit. */
-static clattn_status check_blas_copies(const mha_run *r) {
-    const mha_shape *s = &r->m->shape;
-    const mha_weights *w = &r->m->weights;
-    size_t rows_q = r->call.batch * r->call.len_q, rows_k = r->call.batch * r->call.len_k;
-    size_t qkv = w->rows_q + w->rows_k + w->rows_v;
-    const size_t gemms[3][3] = {/* m, n, k: C[m][n] = A[m][k] B[n][k]^T */
-                                {rows_q, r->call.cross ? w->rows_q : qkv, s->d_model},
-                                {r->call.cross ? rows_k : 0, w->rows_k + w->rows_v, s->d_kv},
-                                {rows_q, s->d_model, r->m->heads.kept * s->dim_v}};
-    const clattn_device_info *dev = &r->m->ctx->device;
-    for (size_t i = 0; i < ARRAY_LEN(gemms); i++)
-        if (!blas_gemm_copies_fit(dev, gemms[i][0], gemms[i][1], gemms[i][2]))
-            return ctx_error(r->m->ctx, CLATTN_ERR_OUT_OF_MEMORY,
-                             "mha: CLBlast's padded copies of a %zu x %zu x %zu GEMM would exceed "
-                             "the device's largest allocation (%llu bytes); use a smaller B*N",
-                             gemms[i][0], gemms[i][1], gemms[i][2],
-                             (unsigned long long)dev->max_alloc_bytes);
-    return CLATTN_SUCCESS;
+/* Each GEMM's row can run it (CLBlast's int offsets and padded copies, the panels' sizes),
+ * checked before anything runs: CLBlast would abort the process where its copies do not fit. */
+static clattn_status check_gemms(const mha_run *r) {
+    gemm_desc g[LAYER_GEMMS];
+    layer_gemms(r, g);
+    clattn_status status = CLATTN_SUCCESS;
+    for (int i = 0; status == CLATTN_SUCCESS && i < LAYER_GEMMS; i++)
+        status = gemm_check(r->m->ctx, &g[i]);
+    return status;
 }
 
 /* The caller's buffers: present, large enough, Y apart from the inputs. */
@@ -149,8 +149,7 @@ static clattn_status run_begin(mha_run *r, clattn_mha *m, const clattn_attention
     clattn_status status = mha_call_check(&m->shape, call, r->x_kv != NULL, capacity,
                                           MHA_BIAS_BUFFER, &r->call, &m->ctx->error);
     if (status == CLATTN_SUCCESS) status = check_buffers(r);
-    if (status == CLATTN_SUCCESS) status = check_int_offsets(r);
-    if (status == CLATTN_SUCCESS) status = check_blas_copies(r);
+    if (status == CLATTN_SUCCESS) status = check_gemms(r);
     if (status == CLATTN_SUCCESS)
         status = mha_pruned_attention(&r->call, &m->heads, &r->attn, &r->layout, &m->ctx->error);
     r->t0 = seconds_now();
@@ -199,34 +198,14 @@ static clattn_status copy_rows(clattn_context *ctx, const rows_copy *c) {
     return kernel_launch(ctx, c->kernel, 3, global, NULL, NULL, c->what);
 }
 
-/* C[rows][n] = A[rows][k] B[n][k]^T (+ C when accumulating): every GEMM of the layer. */
-typedef struct mha_gemm {
-    cl_mem a, b, c;
-    size_t b_offset, rows, n, k;
-    int accumulate;
-    const char *what;
-} mha_gemm;
-
-static clattn_status gemm(clattn_context *ctx, const mha_gemm *g) {
-    blas_enter(ctx);
-    CLBlastStatusCode code =
-        CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, g->rows, g->n,
-                     g->k, 1.0f, g->a, 0, g->k, g->b, g->b_offset, g->k,
-                     g->accumulate ? 1.0f : 0.0f, g->c, 0, g->n, &ctx->queue, NULL);
-    blas_leave(ctx);
-    return blas_done(ctx, code, NULL, g->what);
-}
-
-/* C = X W^T + bias: the bias (b_in from `bias_offset`, or b_o) broadcast into C's rows first. */
-static clattn_status project(mha_run *r, cl_mem bias, size_t bias_offset, const mha_gemm *g) {
+/* Broadcasts a float32 bias (from element `offset`) into the dense rows [rows][cols] of dst,
+ * which the GEMMs then add to. */
+static clattn_status broadcast_bias(mha_run *r, cl_mem bias, size_t offset, cl_mem dst, size_t rows,
+                                    size_t cols) {
     clattn_context *ctx = r->m->ctx;
-    mha_gemm with_bias = *g;
-    if (!bias) return gemm(ctx, g);
-    rows_copy fill = {NULL, bias, g->c, bias_offset, 0, g->rows, g->n, "mha: broadcasting a bias"};
+    rows_copy fill = {NULL, bias, dst, offset, 0, rows, cols, "mha: broadcasting a bias"};
     clattn_status status = convert_kernel(ctx, CLATTN_F32, CLATTN_F32, "widen_rows", &fill.kernel);
-    if (status == CLATTN_SUCCESS) status = copy_rows(ctx, &fill);
-    with_bias.accumulate = 1;
-    return status == CLATTN_SUCCESS ? gemm(ctx, &with_bias) : status;
+    return status == CLATTN_SUCCESS ? copy_rows(ctx, &fill) : status;
 }
 
 /* ---------------------------------------------------------------- phases */
@@ -258,27 +237,13 @@ static clattn_status project_inputs(mha_run *r) {
     if (!st) st = scratch(r->m, MHA_PROJ, mq * r->width * 4, &r->proj, "mha: Q, K, V");
     if (!st && r->call.cross)
         st = scratch(r->m, MHA_PROJKV, mk * (qkv - w->rows_q) * 4, &r->proj_kv, "mha: K, V");
-    mha_gemm q = {r->x32,
-                  w->w_in,
-                  r->proj,
-                  0,
-                  mq,
-                  r->width,
-                  s->d_model,
-                  0,
-                  r->call.cross ? "mha: CLBlastSgemm (Q = X W_q^T)"
-                                : "mha: CLBlastSgemm (Q, K, V = X W_qkv^T)"};
-    if (!st) st = project(r, w->b_in, 0, &q);
-    mha_gemm kv = {r->x_kv32,
-                   w->w_in,
-                   r->proj_kv,
-                   w->rows_q * s->d_model,
-                   mk,
-                   qkv - w->rows_q,
-                   s->d_kv,
-                   0,
-                   "mha: CLBlastSgemm (K, V = X_kv W_kv^T)"};
-    if (!st && r->call.cross) st = project(r, w->b_in, w->rows_q, &kv);
+    if (!st && w->b_in) st = broadcast_bias(r, w->b_in, 0, r->proj, mq, r->width);
+    if (!st && w->b_in && r->call.cross)
+        st = broadcast_bias(r, w->b_in, w->rows_q, r->proj_kv, mk, qkv - w->rows_q);
+    gemm_desc g[LAYER_GEMMS];
+    layer_gemms(r, g);
+    if (!st) st = gemm_run(r->m->ctx, &g[GEMM_Q], &r->ran[0]);
+    if (!st) st = gemm_run(r->m->ctx, &g[GEMM_KV], NULL);
     /* the attention's tensors: BSHD rows of the projections */
     size_t kv_width = r->call.cross ? qkv - w->rows_q : qkv, k0 = r->call.cross ? 0 : w->rows_q;
     size_t nq = r->call.len_q, nk = r->call.cross ? r->call.len_k : nq; /* rows a sequence */
@@ -342,16 +307,10 @@ static clattn_status project_output(mha_run *r) {
     clattn_status st = CLATTN_SUCCESS;
     r->y32 = r->y;
     if (narrow) st = scratch(m, MHA_Y32, rows * s->d_model * 4, &r->y32, "mha: float32 Y");
-    mha_gemm out = {r->o,
-                    m->weights.w_o,
-                    r->y32,
-                    0,
-                    rows,
-                    s->d_model,
-                    m->heads.kept * s->dim_v,
-                    0,
-                    "mha: CLBlastSgemm (Y = O W_o^T)"};
-    if (!st) st = project(r, m->weights.b_o, 0, &out);
+    if (!st && m->weights.b_o) st = broadcast_bias(r, m->weights.b_o, 0, r->y32, rows, s->d_model);
+    gemm_desc g[LAYER_GEMMS];
+    layer_gemms(r, g);
+    if (!st) st = gemm_run(m->ctx, &g[GEMM_OUT], &r->ran[1]);
     rows_copy y = {NULL, r->y, r->y32, 0, s->d_model, rows, s->d_model, "mha: narrowing Y"};
     if (!st && narrow)
         st = convert_kernel(m->ctx, r->call.x_dtype, r->call.y_dtype, "narrow_rows", &y.kernel);
@@ -409,6 +368,8 @@ static clattn_status run_finish(mha_run *r, cl_event *event) {
         snprintf(st->kernel, sizeof st->kernel, "%s", attention.kernel);
     }
     st->attention_heads_q = m->heads.kept, st->attention_heads_kv = m->heads.kv;
+    st->projection_gemm = r->ran[0].gemm, st->output_gemm = r->ran[1].gemm;
+    snprintf(st->gemm_kernel, sizeof st->gemm_kernel, "%s", r->ran[1].kernel);
     double mq = (double)(r->call.batch * r->call.len_q);
     double mk = r->call.cross ? (double)(r->call.batch * r->call.len_k) : mq;
     st->projection_flops = (uint64_t)(2.0 * mq * (double)(w->rows_q * s->d_model) +
@@ -422,7 +383,6 @@ static clattn_status run_finish(mha_run *r, cl_event *event) {
 /* The three phases of a checked call. */
 static clattn_status run_phases(mha_run *r, clattn_kv_cache *cache, const int32_t *new_len,
                                 cl_event *event) {
-    blas_user_add(r->m->ctx);
     clattn_status st = project_inputs(r);
     if (!st && !cache) st = phase_done(r, 0);
     if (!st) st = attend(r, cache, new_len);

@@ -1,9 +1,9 @@
 /*
  * Creating a multi-head attention layer and pruning its heads: the desc is checked once, the
  * weights are copied to the host as given (read back once from buffers), and the rows and
- * columns of the kept heads are packed, widened to float32 and uploaded (mha.h shows the
- * packed layout). A new head mask packs again from the host copies; the old weights stay
- * until the new ones are on the device, so a failure changes nothing.
+ * columns of the kept heads are packed in their storage type and prepared for the GEMM row that
+ * will multiply by them (mha.h shows the layout). A new head mask packs again from the host copies;
+ * the old weights stay until the new ones are on the device, so a failure changes nothing.
  */
 #include "mha/mha.h"
 
@@ -58,28 +58,35 @@ static void take_rows(const clattn_mha *m, int p, size_t row0, size_t count, flo
                    count * cols);
 }
 
-/* W_q, W_k, W_v (or their biases, from `first` = MHA_WQ or MHA_BQ) of the attention's heads,
- * one after the other: [rows_q + rows_k + rows_v][cols] as mha.h lays out w_in and b_in. */
-static void pack_in(const clattn_mha *m, const mha_heads *h, int first, float *dst) {
-    const mha_shape *s = &m->shape;
-    size_t dq = s->dim_qk, dv = s->dim_v;
-    for (size_t i = 0; i < h->kept; i++, dst += dq * s->cols[first])
-        take_rows(m, first, h->q_head[i] * dq, dq, dst);
-    for (size_t g = 0; g < h->kv; g++, dst += dq * s->cols[first + 1])
-        take_rows(m, first + 1, h->kv_head[g] * dq, dq, dst);
-    for (size_t g = 0; g < h->kv; g++, dst += dv * s->cols[first + 2])
-        take_rows(m, first + 2, h->kv_head[g] * dv, dv, dst);
+/* The rows of `heads` heads (head[i] * dim, dim rows each) of parameter p, in its storage
+ * type, one head after the other into dst; returns the end of what was written. */
+static unsigned char *copy_heads(const clattn_mha *m, int p, const size_t *head, size_t heads,
+                                 size_t dim, unsigned char *dst) {
+    size_t row = m->shape.cols[p] * dtype_size(m->shape.dtype) * dim;
+    for (size_t i = 0; i < heads; i++, dst += row)
+        memcpy(dst, (const unsigned char *)m->source[p] + head[i] * row, row);
+    return dst;
 }
 
-/* W_o's columns of the kept heads: dst [d_model][kept*Dv]. */
-static void pack_out(const clattn_mha *m, const mha_heads *h, float *dst) {
+/* b_q, b_k, b_v of the attention's heads, float32, one after the other: [rows_q + rows_k +
+ * rows_v] as mha.h lays out b_in. */
+static void pack_bias_in(const clattn_mha *m, const mha_heads *h, float *dst) {
     const mha_shape *s = &m->shape;
-    size_t dv = s->dim_v, cols = s->cols[MHA_WO], elem = dtype_size(s->dtype);
+    size_t dq = s->dim_qk, dv = s->dim_v;
+    for (size_t i = 0; i < h->kept; i++, dst += dq)
+        take_rows(m, MHA_BQ, h->q_head[i] * dq, dq, dst);
+    for (size_t g = 0; g < h->kv; g++, dst += dq) take_rows(m, MHA_BK, h->kv_head[g] * dq, dq, dst);
+    for (size_t g = 0; g < h->kv; g++, dst += dv) take_rows(m, MHA_BV, h->kv_head[g] * dv, dv, dst);
+}
+
+/* W_o's columns of the kept heads, in the weights' type: dst [d_model][kept*Dv]. */
+static void pack_out(const clattn_mha *m, const mha_heads *h, unsigned char *dst) {
+    const mha_shape *s = &m->shape;
+    size_t cols = s->cols[MHA_WO], elem = dtype_size(s->dtype), head = s->dim_v * elem;
     const unsigned char *src = (const unsigned char *)m->source[MHA_WO];
     for (size_t r = 0; r < s->d_model; r++)
-        for (size_t i = 0; i < h->kept; i++, dst += dv)
-            clattn_convert(s->dtype, src + (r * cols + h->q_head[i] * dv) * elem, CLATTN_F32, dst,
-                           dv);
+        for (size_t i = 0; i < h->kept; i++, dst += head)
+            memcpy(dst, src + (r * cols + h->q_head[i] * s->dim_v) * elem, head);
 }
 
 /* Uploads `count` floats of host into a new read-only buffer counted in w->bytes. */
@@ -92,36 +99,52 @@ static clattn_status upload(clattn_context *ctx, const float *host, size_t count
 }
 
 static void weights_release(mha_weights *w) {
-    cl_mem all[] = {w->w_in, w->b_in, w->w_o, w->b_o};
+    cl_mem all[] = {w->b_in, w->b_o};
     for (size_t i = 0; i < ARRAY_LEN(all); i++)
         if (all[i]) clReleaseMemObject(all[i]);
+    gemm_weights_release(&w->w_q), gemm_weights_release(&w->w_kv), gemm_weights_release(&w->w_o);
     memset(w, 0, sizeof *w);
 }
 
-/* Packs the weights of heads h into w (host staging, then one upload each). */
+/* Stages a weight matrix [n][k] of the weights' type and prepares it for the GEMM row. */
+static clattn_status prepare(clattn_mha *m, const unsigned char *stage, size_t n, size_t k,
+                             mha_weights *w, gemm_weights *out) {
+    clattn_status status = gemm_weights_make(m->ctx, stage, m->shape.dtype, n, k, out);
+    if (status == CLATTN_SUCCESS) w->bytes += out->bytes;
+    return status;
+}
+
+/* Packs the weights of heads h into w (host staging in the weights' type, then each matrix
+ * prepared for the GEMM row). */
 static clattn_status pack_weights(clattn_mha *m, const mha_heads *h, mha_weights *w) {
     const mha_shape *s = &m->shape;
     memset(w, 0, sizeof *w);
     w->rows_q = h->kept * s->dim_qk, w->rows_k = h->kv * s->dim_qk, w->rows_v = h->kv * s->dim_v;
-    size_t in_rows = w->rows_q + w->rows_k + w->rows_v;
-    size_t in = w->rows_q * s->d_model + (w->rows_k + w->rows_v) * s->d_kv;
-    size_t out = s->d_model * h->kept * s->dim_v;
+    size_t in_rows = w->rows_q + w->rows_k + w->rows_v, elem = dtype_size(s->dtype);
+    size_t q = w->rows_q * s->d_model, kv = (w->rows_k + w->rows_v) * s->d_kv;
+    size_t out = s->d_model * h->kept * s->dim_v, most = q > kv ? q : kv;
     int in_bias = s->given[MHA_BQ] || s->given[MHA_BK] || s->given[MHA_BV];
-    float *stage = malloc((in > out ? in : out) * sizeof *stage);
+    most = most > out ? most : out;
+    unsigned char *stage = malloc((most > in_rows ? most : in_rows) * (elem > 4 ? elem : 4));
     if (!stage) return ctx_error(m->ctx, CLATTN_ERR_OUT_OF_MEMORY, "mha: packing the weights");
-    pack_in(m, h, MHA_WQ, stage);
-    clattn_status st = upload(m->ctx, stage, in, w, &w->w_in, "mha: packed W_q, W_k, W_v");
+    copy_heads(m, MHA_WQ, h->q_head, h->kept, s->dim_qk, stage);
+    clattn_status st = prepare(m, stage, w->rows_q, s->d_model, w, &w->w_q);
+    if (!st) {
+        unsigned char *end = copy_heads(m, MHA_WK, h->kv_head, h->kv, s->dim_qk, stage);
+        copy_heads(m, MHA_WV, h->kv_head, h->kv, s->dim_v, end);
+        st = prepare(m, stage, w->rows_k + w->rows_v, s->d_kv, w, &w->w_kv);
+    }
     if (!st && in_bias) {
-        pack_in(m, h, MHA_BQ, stage);
-        st = upload(m->ctx, stage, in_rows, w, &w->b_in, "mha: packed b_q, b_k, b_v");
+        pack_bias_in(m, h, (float *)stage);
+        st = upload(m->ctx, (float *)stage, in_rows, w, &w->b_in, "mha: packed b_q, b_k, b_v");
     }
     if (!st) {
         pack_out(m, h, stage);
-        st = upload(m->ctx, stage, out, w, &w->w_o, "mha: packed W_o");
+        st = prepare(m, stage, s->d_model, h->kept * s->dim_v, w, &w->w_o);
     }
     if (!st && s->given[MHA_BO]) {
-        take_rows(m, MHA_BO, 0, s->d_model, stage);
-        st = upload(m->ctx, stage, s->d_model, w, &w->b_o, "mha: b_o");
+        take_rows(m, MHA_BO, 0, s->d_model, (float *)stage);
+        st = upload(m->ctx, (float *)stage, s->d_model, w, &w->b_o, "mha: b_o");
     }
     free(stage);
     if (st) weights_release(w);

@@ -1,24 +1,29 @@
 /*
  * The multi-head attention layer, the runtime's top layer: it stands on the public entry points
- * of runtime/api (clattn_attention, the KV cache) and on CLBlast (core/blas.h), and nothing
+ * of runtime/api (clattn_attention, the KV cache) and on the GEMM table (gemm/gemm.h), and nothing
  * below includes it. layer.c creates a layer and packs its weights; forward.c runs it.
  */
 #ifndef CLATTN_MHA_H
 #define CLATTN_MHA_H
 
+#include "gemm/gemm.h"
 #include "mha/shapes.h"
 
-/* The kept heads' weights on the device, packed and widened to float32 (row-major [out, in]):
+/* The kept heads' weights on the device, prepared for the GEMM row that multiplies by them
+ * (gemm/gemm.h: packed panels in the weights' storage type, or float32 rows), as [out][in]:
  *
- *   w_in  [rows_q][d_model] (W_q's rows of the kept heads), then [rows_k + rows_v][d_kv] (W_k's
- *         and W_v's rows of the kv heads the attention reads): with d_kv = d_model one
- *         [rows_q + rows_k + rows_v][d_model] matrix, so self-attention projects Q, K and V
- *         with one GEMM whose rows are [B, N, kept*Dqk + kv*Dqk + kv*Dv]
- *   b_in  [rows_q + rows_k + rows_v] (zeros for a bias not given), or NULL without input biases
+ *   w_q   [rows_q][d_model]: W_q's rows of the kept heads
+ *   w_kv  [rows_k + rows_v][d_kv]: W_k's and W_v's rows of the kv heads the attention reads
+ *   b_in  float32 [rows_q + rows_k + rows_v] (zeros for a bias not given), or NULL without
+ *         input biases
  *   w_o   [d_model][kept*Dv]: W_o's columns of the kept heads
- *   b_o   [d_model], or NULL */
+ *   b_o   float32 [d_model], or NULL
+ *
+ * Self-attention writes Q, K and V side by side into rows [B, N, kept*Dqk + kv*Dqk + kv*Dv]
+ * (two GEMMs, one per weight matrix, into their columns). */
 typedef struct mha_weights {
-    cl_mem w_in, b_in, w_o, b_o;
+    gemm_weights w_q, w_kv, w_o;
+    cl_mem b_in, b_o;
     size_t rows_q, rows_k, rows_v; /* kept*Dqk, kv*Dqk, kv*Dv */
     uint64_t bytes;
 } mha_weights;

@@ -51,6 +51,40 @@ done
 "$clattn" "${cross[@]}" --out "$work/cross-ref.npy" --path reference > /dev/null || fail "cross reference"
 "$clattn" "${cross[@]}" --out "$work/cross.npy" --compare "$work/cross-ref.npy" > "$work/out" 2>&1 ||
   fail "cross-attention: $(cat "$work/out")"
+# ---- each row of the GEMM table ($CLATTN_GEMM) runs the projections, and says so
+for gemm in clblast panels; do
+  for which in self cross; do
+    if [ "$which" = self ]; then call=("${self[@]}") ref="$work/ref.npy"; else call=("${cross[@]}") ref="$work/cross-ref.npy"; fi
+    CLATTN_GEMM=$gemm "$clattn" "${call[@]}" --out "$work/y-$gemm.npy" --compare "$ref" > "$work/out" 2>&1 ||
+      fail "CLATTN_GEMM=$gemm, $which: $(cat "$work/out")"
+    grep -q "GEMMs $gemm (" "$work/out" || fail "CLATTN_GEMM=$gemm, $which: not named: $(cat "$work/out")"
+  done
+done
+"$clattn" "${self[@]}" --gemm clblast --out "$work/y-option.npy" --compare "$work/ref.npy" > "$work/out" 2>&1 ||
+  fail "--gemm clblast: $(cat "$work/out")"
+grep -q "GEMMs clblast (" "$work/out" || fail "--gemm clblast: not named: $(cat "$work/out")"
+expect 2 "--gemm: expected auto, clblast or panels" -- "$clattn" "${self[@]}" --out "$work/never.npy" --gemm sgemm
+CLATTN_GEMM=sgemm "$clattn" "${self[@]}" --out "$work/never.npy" > "$work/out" 2>&1 &&
+  fail "CLATTN_GEMM=sgemm ran"
+grep -q "CLATTN_GEMM=sgemm: no such GEMM row" "$work/out" || fail "CLATTN_GEMM=sgemm: $(cat "$work/out")"
+"$clattn" devices --variants | awk '$1 == "gemm" && $2 == "runs" { g = 1; next } g { print $1 }' \
+  > "$work/gemms"
+grep -qx clblast "$work/gemms" && grep -qx panels "$work/gemms" ||
+  fail "devices --variants does not list the GEMM rows: $(cat "$work/gemms")"
+
+# ---- bench --preset layer: the GEMM row chosen, named, and measured against the FMA peak
+"$clattn" bench --preset layer --hq 4 --hkv 2 --d 8 --nq 40 --nk 24 --kept 4 --repeat 1 \
+  --gemm panels --dtype bf16 --out "$work/bench" > "$work/out" 2>&1 || fail "bench layer: $(cat "$work/out")"
+grep -q '"panels [^"]*bf16 B"$' "$work/bench/layer.csv" || fail "bench layer: no panels row in the CSV"
+command -v python3 > /dev/null &&
+python3 - "$work/bench/layer.csv" << 'PY' || fail "bench layer's CSV: $(cat "$work/bench/layer.csv")"
+import csv, sys
+row = next(csv.DictReader(open(sys.argv[1])))
+assert row["gemm"].startswith("panels") and "bf16 B" in row["gemm"], row["gemm"]
+assert float(row["fma_peak_gflops"]) > 0 and float(row["gemm_percent_of_peak"]) > 0, row
+assert row["nk"] == "24" and row["cross"] == "1", row
+PY
+expect 2 "--gemm: expected auto, clblast or panels" -- "$clattn" bench --preset layer --gemm sgemm
 "$clattn" "${self[@]}" --storage f16 --out "$work/ref16.npy" --path reference > /dev/null ||
   fail "float16 reference"
 "$clattn" "${self[@]}" --storage f16 --out "$work/y16.npy" --compare "$work/ref16.npy" > "$work/out" 2>&1 ||

@@ -2,7 +2,8 @@
 # clattn tune end to end, briefly, in a scratch cache folder: it measures and writes the flash
 # entry of the device and driver into tuning.json; afterwards `clattn devices` says the device
 # is tuned, the variant listing takes its parameters from tuning.json, a `clattn run` builds the
-# kernel with exactly the saved values, and a second tune keeps the other entries of the file.
+# kernel with exactly the saved values, and a second tune keeps the other entries of the file;
+# tune --gemm panels writes the GEMM row's entry, which the layer's GEMMs then take.
 # Bad options are usage errors. Usage: cli_tune.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
@@ -49,7 +50,26 @@ CLATTN_VERBOSE=1 "$clattn" "${run[@]}" --variant flash --out "$work/o.npy" > "$w
 grep -qF "$expected" "$work/run.txt" ||
   fail "the run did not take '$expected': $(grep flash "$work/run.txt")"
 
+# ---- a GEMM row: tune --gemm panels writes its entry, which the layer's GEMMs then take
+"$clattn" tune --device 0 --gemm panels --time 4 --n 32 --repeat 1 > "$work/gemm.txt" 2>&1 ||
+  fail "clattn tune --gemm panels failed: $(cat "$work/gemm.txt")"
+grep -q "^tuning the GEMM panels" "$work/gemm.txt" && grep -q "layer d=1024" "$work/gemm.txt" ||
+  fail "tune --gemm: $(cat "$work/gemm.txt")"
+grep -q "^wrote the panels entry" "$work/gemm.txt" || fail "no panels entry: $(cat "$work/gemm.txt")"
+grep -q '"variant": "flash"' "$json" || fail "tune --gemm dropped the flash entry: $(cat "$json")"
+"$clattn" devices --variants | grep -E "^ +panels +yes +[a-z]+ +tuning.json" > /dev/null ||
+  fail "variants after tune --gemm: $("$clattn" devices --variants)"
+entry=$(grep '"variant": "panels"' "$json")
+[ -n "$entry" ] || fail "tuning.json has no panels entry: $(cat "$json")"
+expected="panels $(field tile_m)x$(field tile_n) micro-tiles, blocks $(field block_m)x$(field block_n)"
+"$clattn" bench --preset layer --device 0 --hq 2 --hkv 2 --d 8 --nq 16 --kept 2 --repeat 1 \
+  --gemm panels --out "$work/bench" > "$work/bench.txt" 2>&1 || fail "bench layer: $(cat "$work/bench.txt")"
+grep -qF "$expected" "$work/bench.txt" ||
+  fail "the layer did not take '$expected': $(cat "$work/bench.txt")"
+
 # ---- options
+expect 2 "--gemm and --variant" -- "$clattn" tune --gemm panels --variant flash
+expect 2 "--gemm: expected clblast or panels" -- "$clattn" tune --gemm auto
 expect 2 "--variant" -- "$clattn" tune --variant cuda
 expect 2 "--time" -- "$clattn" tune --time 0
 expect 1 "no device matches" -- "$clattn" tune --device no-such-device

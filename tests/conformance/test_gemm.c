@@ -611,3 +611,44 @@ Test(gemm, long_sequence_in_bounded_memory) {
     for (size_t i = 0; i < COUNT(rows); i++) expect_row(q, k, v, o, lse, rows[i], dim);
     free(q), free(k), free(v), free(o), free(lse);
 }
+
+/* ---------------------------------------------------------------- every GEMM row */
+
+/* The path on each row of the GEMM table (runtime/gemm/): MHA, GQA and MQA, both layouts with
+ * offsets, 16-bit storage, masks, Nq > Nk, a NaN key; the statistics name the row that ran. */
+Test(gemm, every_gemm_row_against_the_reference) {
+    attn_case cases[7];
+    case_init(&cases[0], 2, 4, 4, 67, 67, 64, 64);
+    cases[0].causal = 1;
+    case_init(&cases[1], 1, 6, 2, 45, 130, 48, 40); /* GQA, cross, Dqk != Dv */
+    case_init(&cases[2], 2, 4, 1, 33, 17, 32, 32);  /* MQA, Nq > Nk */
+    cases[2].causal = 1;
+    case_init(&cases[3], 2, 4, 2, 60, 75, 32, 48);
+    cases[3].layout = CLATTN_LAYOUT_BHSD, cases[3].offset = 7;
+    case_init(&cases[4], 2, 4, 2, 97, 131, 111, 59);
+    cases[4].dtype = CLATTN_F16, cases[4].out_dtype = CLATTN_BF16;
+    case_init(&cases[5], 1, 2, 1, 130, 130, 64, 64);
+    cases[5].left = 9, cases[5].right = 0;
+    case_init(&cases[6], 1, 2, 1, 40, 40, 64, 64);
+    cases[6].nan_key = 1;
+    for (size_t i = 0; i < COUNT(cases); i++) cases[i].seed = 200 + i;
+    clattn_context **ctxs;
+    size_t num = test_contexts(&ctxs);
+    for (size_t d = 0; d < num; d++) {
+        clattn_gemm gemm_rows[8];
+        size_t num_rows = gemm_rows_on(ctxs[d], gemm_rows, COUNT(gemm_rows));
+        cr_expect_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
+        for (size_t g = 0; g < num_rows; g++) {
+            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], gemm_rows[g]));
+            char want[32];
+            snprintf(want, sizeof want, "gemm-%s ", clattn_gemm_name(gemm_rows[g]));
+            for (size_t i = 0; i < COUNT(cases); i++) {
+                clattn_stats s =
+                    expect_case(ctxs[d], &cases[i], CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO);
+                cr_expect(strncmp(s.kernel, want, strlen(want)) == 0, "kernel '%s', want %s",
+                          s.kernel, want);
+            }
+            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], CLATTN_GEMM_AUTO));
+        }
+    }
+}

@@ -138,6 +138,9 @@ static size_t compare_layer(const char *label, const float *got, const float *re
     return bad;
 }
 
+/* The GEMM row check_layer expects to have run (AUTO: any). */
+static clattn_gemm expected_gemm = CLATTN_GEMM_AUTO;
+
 /* Runs the layer (head mask `keep`) on ctx and the reference; compares them. */
 static void check_layer(clattn_context *ctx, const layer_case *lc, const uint8_t *keep,
                         const clattn_attention_desc *call_given) {
@@ -158,6 +161,15 @@ static void check_layer(clattn_context *ctx, const layer_case *lc, const uint8_t
     ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
     ASSERT_OK(ctx, clattn_mha_forward_host(mha, &call, in.x, in.x_kv, y));
     cr_assert_eq(clattn_mha_reference(&d, &call, in.x, in.x_kv, ref), CLATTN_SUCCESS);
+    if (expected_gemm != CLATTN_GEMM_AUTO) {
+        clattn_mha_stats stats;
+        clattn_mha_stats_init(&stats);
+        cr_assert_eq(clattn_mha_last_stats(mha, &stats), CLATTN_SUCCESS);
+        cr_expect(stats.projection_gemm == expected_gemm && stats.output_gemm == expected_gemm,
+                  "GEMMs %s and %s ran, chose %s (%s)", clattn_gemm_name(stats.projection_gemm),
+                  clattn_gemm_name(stats.output_gemm), clattn_gemm_name(expected_gemm),
+                  stats.gemm_kernel);
+    }
     float *got = as_floats(y, in.y_count, lc->y_dtype),
           *want = as_floats(ref, in.y_count, lc->y_dtype);
     char label[160];
@@ -204,6 +216,31 @@ Test(mha, weight_and_io_types) {
                 lc.y_dtype = types[(t + 2 * (size_t)biases) % 3];
                 check_layer(ctxs[i], &lc, NULL, NULL);
             }
+}
+
+/* Each row of the GEMM table (runtime/gemm/) runs the projections and the output: self- and
+ * cross-attention, every weight type, sizes off the panels' tiles; the statistics name it. */
+Test(mha, every_gemm_row_against_the_reference) {
+    const layer_case cases[] = {
+        self_gqa,
+        {32, 24, 4, 1, 16, 16, CLATTN_F32, 1, 2, 9, 17, CLATTN_F32, CLATTN_F32, 0, 21},
+        {96, 0, 6, 2, 16, 16, CLATTN_F16, 2, 1, 70, 0, CLATTN_F32, CLATTN_F32, 1, 22},
+        {80, 0, 5, 5, 16, 24, CLATTN_BF16, 1, 1, 37, 0, CLATTN_BF16, CLATTN_F16, 1, 23},
+    };
+    clattn_context **ctxs;
+    size_t n = test_contexts(&ctxs);
+    for (size_t i = 0; i < n; i++) {
+        clattn_gemm gemm_rows[8];
+        size_t num_rows = gemm_rows_on(ctxs[i], gemm_rows, COUNT(gemm_rows));
+        cr_expect_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
+        for (size_t g = 0; g < num_rows; g++) {
+            ASSERT_OK(ctxs[i], clattn_context_set_gemm(ctxs[i], gemm_rows[g]));
+            expected_gemm = gemm_rows[g];
+            for (size_t c = 0; c < COUNT(cases); c++) check_layer(ctxs[i], &cases[c], NULL, NULL);
+            expected_gemm = CLATTN_GEMM_AUTO;
+            ASSERT_OK(ctxs[i], clattn_context_set_gemm(ctxs[i], CLATTN_GEMM_AUTO));
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- weights in buffers */

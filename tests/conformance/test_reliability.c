@@ -236,7 +236,9 @@ Test(gemm_budget, scores_that_fill_the_largest_allocation) {
 
 /* A layer whose GEMM CLBlast could copy into a padded temporary beyond the largest allocation
  * (X [65537][900] padded to [65792][1024] floats, over 256 MiB) is refused before it runs;
- * CLBlast would abort the process. Y stays as it was. */
+ * CLBlast would abort the process. Y stays as it was. The layer's GEMMs are CLBlast's here
+ * (clattn_context_set_gemm): `auto` would take clattn's own panels kernel on a CPU, which has
+ * no such copies. */
 Test(gemm_budget, a_layer_beyond_clblasts_copies_is_refused) {
     need_small_allocations();
     clattn_context *ctx = first_context();
@@ -252,7 +254,9 @@ Test(gemm_budget, a_layer_beyond_clblasts_copies_is_refused) {
     ASSERT_OK(ctx, clattn_mha_desc_init(&desc, d_model, 1, 1, d, d));
     desc.w_q.host = desc.w_k.host = desc.w_v.host = desc.w_o.host = w;
     clattn_mha *mha = NULL;
+    ASSERT_OK(ctx, clattn_context_set_gemm(ctx, CLATTN_GEMM_CLBLAST));
     ASSERT_OK(ctx, clattn_mha_create(ctx, &desc, &mha));
+    ASSERT_OK(ctx, clattn_context_set_gemm(ctx, CLATTN_GEMM_AUTO)); /* the layer keeps its row */
     clattn_attention_desc call;
     clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, 1, 1, 1, n, n, d, d);
     cr_expect_eq(clattn_mha_forward_host(mha, &call, x, NULL, y), CLATTN_ERR_OUT_OF_MEMORY);

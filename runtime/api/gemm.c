@@ -1,0 +1,170 @@
+/*
+ * The entry points about the GEMM table (runtime/gemm/): names, the context's choice of a row,
+ * what each row is on a device, and the rows' tuning (the database is plan/tuning.c, as for the
+ * attention variants).
+ */
+#include "gemm/gemm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *clattn_gemm_name(clattn_gemm gemm) {
+    if (gemm == CLATTN_GEMM_AUTO) return "auto";
+    const gemm_row *row = gemm_find(gemm);
+    return row ? row->name : "unknown";
+}
+
+clattn_status clattn_gemm_from_name(const char *name, clattn_gemm *gemm) {
+    if (!name || !gemm) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (strcmp(name, "auto") == 0) {
+        *gemm = CLATTN_GEMM_AUTO;
+        return CLATTN_SUCCESS;
+    }
+    const gemm_row *row = gemm_named(name);
+    if (!row) return CLATTN_ERR_INVALID_ARGUMENT;
+    *gemm = row->id;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_gemm(clattn_context *ctx, clattn_gemm gemm) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    clattn_status status = CLATTN_SUCCESS;
+    if (gemm != CLATTN_GEMM_AUTO && !gemm_find(gemm))
+        status = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no GEMM row %d", (int)gemm);
+    else if (gemm_set_choice(ctx, gemm) != CLATTN_SUCCESS)
+        status = ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "choosing a GEMM row");
+    context_leave(ctx);
+    return status;
+}
+
+clattn_status clattn_gemm_info_init_sized(clattn_gemm_info *info, size_t struct_size) {
+    clattn_gemm_info local;
+    memset(&local, 0, sizeof local);
+    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
+               ? CLATTN_ERR_INVALID_ARGUMENT
+               : CLATTN_SUCCESS;
+}
+
+static clattn_status describe_in_call(clattn_context *ctx, clattn_gemm gemm,
+                                      clattn_gemm_info *info) {
+    const gemm_row *row = gemm_find(gemm);
+    ctx_clear_error(ctx);
+    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no GEMM row %d", (int)gemm);
+    if (!info || info->struct_size < sizeof *info)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "info is NULL or its struct_size is too small: clattn_gemm_info_init");
+    clattn_gemm_info d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.gemm = row->id, d.name = row->name, d.summary = row->summary;
+    d.supported = row->check(ctx, NULL, d.reason, sizeof d.reason) == CLATTN_SUCCESS;
+    d.used_by_auto = d.supported && row->suits(&ctx->device, d.reason, sizeof d.reason);
+    tuning_params unused;
+    snprintf(d.tuning, sizeof d.tuning, "%s", tuning_source_name(gemm_tuning(ctx, row, &unused)));
+    d.num_axes = row->num_axes < ARRAY_LEN(d.axes) ? row->num_axes : ARRAY_LEN(d.axes);
+    for (size_t i = 0; i < d.num_axes; i++) d.axes[i] = row->axes[i];
+    struct_write(info, &d, sizeof d, sizeof d);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_gemm_describe(clattn_context *ctx, clattn_gemm gemm, clattn_gemm_info *info) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = describe_in_call(ctx, gemm, info);
+    context_leave(ctx);
+    return status;
+}
+
+/* ---------------------------------------------------------------- tuning */
+
+#define COPY_FIELD(name, meaning) to->name = from->name;
+
+static void to_public(const tuning_params *from, clattn_tuning *to) {
+    TUNING_FIELDS(COPY_FIELD)
+}
+
+/* The caller's params into the database's struct. @return 0, or 1 for a bad struct. */
+static int from_public(const clattn_tuning *params, tuning_params *to) {
+    clattn_tuning local;
+    if (!params || struct_read(&local, sizeof local, params, params->struct_size, sizeof local))
+        return 1;
+    memset(to, 0, sizeof *to);
+    const clattn_tuning *from = &local;
+    TUNING_FIELDS(COPY_FIELD)
+    return 0;
+}
+#undef COPY_FIELD
+
+clattn_status clattn_device_gemm_tuning(size_t device_index, clattn_gemm gemm,
+                                        clattn_tuning *params, clattn_tuning_source *source) {
+    const gemm_row *row = gemm_find(gemm);
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    if (!row || !params || params->struct_size < sizeof *params ||
+        clattn_device_get_info(device_index, &info) != CLATTN_SUCCESS)
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    tuning_params found;
+    tuning_source from = gemm_tuning_on(&info, row, &found);
+    clattn_tuning out;
+    memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    to_public(&found, &out);
+    struct_write(params, &out, sizeof out, sizeof out);
+    if (source) *source = (clattn_tuning_source)from;
+    return CLATTN_SUCCESS;
+}
+
+static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_gemm gemm,
+                                        const clattn_tuning *params) {
+    const gemm_row *row = gemm_find(gemm);
+    ctx_clear_error(ctx);
+    if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no GEMM row %d", (int)gemm);
+    tuning_params p;
+    if (params && from_public(params, &p))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "params->struct_size is %zu: set it with clattn_tuning_init",
+                         params->struct_size);
+    char why[512] = "";
+    if (params && row->tuning_valid && !row->tuning_valid(&p, &ctx->device, why, sizeof why))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", row->name, why);
+    clattn_status status = tuning_set_context(ctx, row->name, params ? &p : NULL);
+    return status ? ctx_error(ctx, status, "setting the tuning of %s", row->name) : status;
+}
+
+clattn_status clattn_context_set_gemm_tuning(clattn_context *ctx, clattn_gemm gemm,
+                                             const clattn_tuning *params) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    clattn_status status = set_tuning_in_call(ctx, gemm, params);
+    context_leave(ctx);
+    return status;
+}
+
+clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,
+                                      const clattn_tuning *params) {
+    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    const gemm_row *row = gemm_find(gemm);
+    tuning_params p;
+    clattn_status status =
+        !row || from_public(params, &p)
+            ? ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                        "clattn_gemm_tuning_save: an unknown GEMM row (%d) or NULL or "
+                        "uninitialised params",
+                        (int)gemm)
+            : tuning_save(&ctx->device, row->name, &p, &ctx->error);
+    context_leave(ctx);
+    return status;
+}
+
+clattn_status clattn_context_fma_peak(clattn_context *ctx, double *gflops) {
+    if (!ctx || !gflops) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
+    ctx_clear_error(ctx);
+    clattn_status status = gemm_fma_peak(ctx, gflops);
+    context_leave(ctx);
+    return status;
+}
