@@ -23,15 +23,30 @@ ALWAYS_INLINE float load_block(__global const IN_T *x, long from, float *v) {
     return max;
 }
 
-/* Values x[from .. from+31] as one q8_0 block at `block`: d = max|x| / 127 (finite values;
- * rounded to float16), q = round(x / d) within +-127; NaN stores 0. check_rows has made sure
- * that d is finite. */
+/* The float32 nearest to a / b, which IEEE division gives (and ggml's host code takes): an
+ * OpenCL device's division may be 2.5 ulp off, or a * (1 / b). The quotient is corrected once by
+ * its residual (then within an ulp), and of it and its two neighbours the one whose residual
+ * a - q * b is smallest wins: within an ulp of a / b that residual is exact in an fma, and a
+ * quotient of two float32 is never halfway between two of them. a, b finite, b nonzero. */
+ALWAYS_INLINE float nearest_quotient(float a, float b) {
+    float q = a / b;
+    q = fma(fma(-q, b, a), 1.0f / b, q);
+    const float below = nextafter(q, -INFINITY), above = nextafter(q, INFINITY);
+    const float r = fabs(fma(-q, b, a)), r_below = fabs(fma(-below, b, a));
+    const float r_above = fabs(fma(-above, b, a));
+    if (r_below < r && r_below <= r_above) return below;
+    return r_above < r ? above : q;
+}
+
+/* Values x[from .. from+31] as one q8_0 block at `block`, as clattn_convert makes it (ggml's
+ * quantize_row_q8_0_ref): d = max|x| / 127 (finite values), q = round(x * (1 / d)) half away
+ * from zero, the reciprocal of the float32 d; d stored rounded to float16. NaN stores 0.
+ * check_rows has made sure that d is finite. */
 ALWAYS_INLINE void quantize_block(__global const IN_T *x, long from, __global uchar *block) {
     float v[32];
-    const float max = load_block(x, from, v);
-    vstore_half_rte(max / 127.0f, 0, (__global half *)block);
-    const float scale = vload_half(0, (__global const half *)block);
-    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    const float d = nearest_quotient(load_block(x, from, v), 127.0f);
+    const float inv = d != 0.0f ? nearest_quotient(1.0f, d) : 0.0f;
+    vstore_half_rte(d, 0, (__global half *)block);
     __global char *q = (__global char *)(block + 2);
     for (int i = 0; i < 32; i++) {
         const float t = v[i] * inv;

@@ -544,9 +544,10 @@ CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc
 
 /** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
  *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
- *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32): each block is quantised with the
- *  scale d = max|x| / 127 over its finite values (rounded to float16) and q = round(x / d)
- *  within +-127 (NaN stores 0). A block whose scale overflows float16 is refused, and then
+ *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32), quantised as ggml's
+ *  quantize_row_q8_0_ref does it, bit for bit: d = max|x| / 127 over the block's finite values
+ *  in float32, q = round(x * (1 / d)) half away from zero within +-127 (NaN stores 0), and d
+ *  stored rounded to float16. A block whose scale overflows float16 is refused, and then
  *  nothing is written (clattn_convert_check names the block).
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes, a
  *  q8_0 count that is not a multiple of 32, a block whose q8_0 scale overflows). */

@@ -36,13 +36,16 @@ int q8_scale_overflows(const float *block) {
     return (float_to_half(block_max(block) / 127.0f) & 0x7fffu) == 0x7c00u;
 }
 
-/* One q8_0 block: scale d = max|x| / 127 rounded to float16, then q = round(x / d) within
- * +-127. A block of zeros (or one whose scale rounds to zero) is all zero; NaN stores 0 and an
- * infinity +-127. The caller has checked that the scale is finite (q8_scale_overflows). */
+/* One q8_0 block as ggml's quantize_row_q8_0_ref makes it: d = max|x| / 127 in float32, its
+ * reciprocal taken from that float32 d (not from the float16 it is stored as), q = round(x * (1 /
+ * d)) half away from zero; d is stored rounded to float16 (nearest even). A block of zeros is all
+ * zero. Beyond ggml (which leaves them undefined): NaN and infinities have no say in the scale,
+ * NaN stores 0 and an infinity +-127. The caller has checked that the scale is finite
+ * (q8_scale_overflows). */
 static void quantize_block(const float *x, uint8_t *block) {
-    uint16_t d = float_to_half(block_max(x) / 127.0f);
-    float scale = half_to_float(d), inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    block[0] = (uint8_t)(d & 0xff), block[1] = (uint8_t)(d >> 8);
+    const float d = block_max(x) / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = float_to_half(d);
+    block[0] = (uint8_t)(h & 0xff), block[1] = (uint8_t)(h >> 8);
     for (int i = 0; i < Q8_BLOCK; i++) {
         float q = roundf(x[i] * inv); /* inf * 0 is NaN: stores 0, as the device does */
         block[2 + i] = isnan(q) ? 0
