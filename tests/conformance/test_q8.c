@@ -201,8 +201,8 @@ static clattn_kv_cache *q8_cache(clattn_context *ctx, int paged) {
 }
 
 /* Float32 rows appended (quantised on the device) then a call over the cache: the contiguous
- * cache's blocks hold the rows to within half a step (and the scale's rounding), the paged cache gives the same output
- * bit for bit, and both match the reference of the dequantised cache. */
+ * cache's blocks hold the rows to within half a step (and the scale's rounding), the paged cache
+ * gives the same output bit for bit, and both match the reference of the dequantised cache. */
 static void check_cache(clattn_context *ctx) {
     static const int32_t new_len[B] = {NEW, 23};
     float *k = malloc(B * NEW * HKV * D * sizeof *k), *v = malloc(B * NEW * HKV * D * sizeof *v);

@@ -76,12 +76,12 @@ static int first_difference(const uint8_t *a, const uint8_t *b, int n) {
  * quantiser that took the reciprocal of the float16 scale instead differs in every one. */
 static const uint16_t q8_known_scale[3] = {0x2852, 0x278f, 0x26b8};
 static const int8_t q8_known_q[3][BLOCK] = {
-    {-127, 30, -72, 85, -17, -119, 38, -64, 93, -8, -110, 47, -55, 102, 0, -102,
-     55, -47, 110, 8, -93, 64, -38, 119, 17, -85, 72, -30, 127, 25, -76, 80},
-    {-80, 76, -25, -127, 30, -72, 85, -17, -119, 38, -63, 93, -8, -110, 47, -55,
-     102, 0, -102, 55, -47, 110, 8, -93, 63, -38, 119, 17, -85, 72, -30, 127},
-    {-34, 123, 21, -80, 76, -25, -127, 30, -72, 85, -17, -119, 38, -63, 93, -8,
-     -110, 47, -55, 102, 0, -102, 55, -47, 110, 8, -93, 63, -38, 119, 17, -85},
+    {-127, 30,  -72, 85, -17, -119, 38,  -64, 93, -8,  -110, 47,  -55, 102, 0,   -102,
+     55,   -47, 110, 8,  -93, 64,   -38, 119, 17, -85, 72,   -30, 127, 25,  -76, 80},
+    {-80, 76, -25,  -127, 30,  -72, 85, -17, -119, 38,  -63, 93, -8,  -110, 47,  -55,
+     102, 0,  -102, 55,   -47, 110, 8,  -93, 63,   -38, 119, 17, -85, 72,   -30, 127},
+    {-34,  123, 21,  -80, 76, -25,  -127, 30,  -72, 85, -17, -119, 38,  -63, 93, -8,
+     -110, 47,  -55, 102, 0,  -102, 55,   -47, 110, 8,  -93, 63,   -38, 119, 17, -85},
 };
 
 static void q8_known(int k, uint8_t *block) {
@@ -118,8 +118,8 @@ static void random_block(uint64_t *state, int kind, float *x) {
         double u = (double)(*state >> 11) * 0x1.0p-53 * 2.0 - 1.0;
         x[i] = (float)ldexp(u, kind % 53 - 30);
     }
-    if (kind % 7 == 0) x[5] = x[9] = -x[3];           /* ties in magnitude */
-    if (kind % 11 == 0) memset(x, 0, 8 * sizeof *x);  /* zeros */
+    if (kind % 7 == 0) x[5] = x[9] = -x[3];            /* ties in magnitude */
+    if (kind % 11 == 0) memset(x, 0, 8 * sizeof *x);   /* zeros */
     if (kind % 13 == 0) x[2] = 0.5f * (x[1] = 127.0f); /* a scale of 1 and a half step */
 }
 
@@ -135,7 +135,8 @@ Test(quant, q8_0_convert_is_ggml_bit_for_bit) {
         ggml_q8_0(x + b * BLOCK, want);
         int at = first_difference(got + b * Q8_BYTES, want, Q8_BYTES);
         if (at >= 0 && bad++ < 3)
-            cr_log_error("block %d byte %d: %d, ggml's %d", b, at, got[b * Q8_BYTES + at], want[at]);
+            cr_log_error("block %d byte %d: %d, ggml's %d", b, at, got[b * Q8_BYTES + at],
+                         want[at]);
     }
     cr_expect_eq(bad, 0, "%zu of %d blocks differ from ggml's", bad, BLOCKS);
     free(x), free(got);
