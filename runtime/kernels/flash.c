@@ -163,10 +163,10 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
                  "does)");
         return 0;
     }
-    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
+    if (pb && dtype_is_quantised(pb->kv.dtype)) {
         snprintf(why, size,
-                 "stages float or 16-bit K/V tiles: not q8_0 (the split variant reads "
-                 "it)");
+                 "stages float or 16-bit K/V tiles: not %s (the split variant reads it)",
+                 dtype_name(pb->kv.dtype));
         return 0;
     }
     if (!pb || (pb->dim_qk <= FLASH_MAX_HEAD_DIM && pb->dim_v <= FLASH_MAX_HEAD_DIM)) return 1;

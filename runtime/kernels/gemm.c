@@ -902,8 +902,9 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
         snprintf(why, size, "reads dense K and V tensors: not a KV cache (the split variant does)");
         return 0;
     }
-    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
-        snprintf(why, size, "CLBlast multiplies float K and V: not q8_0 (the split variant does)");
+    if (pb && dtype_is_quantised(pb->kv.dtype)) {
+        snprintf(why, size, "CLBlast multiplies float K and V: not %s (the split variant reads it)",
+                 dtype_name(pb->kv.dtype));
         return 0;
     }
     return 1; /* any other call; limits of CLBlast's int offsets are found when planning */

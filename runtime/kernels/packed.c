@@ -12,8 +12,9 @@ int packed_supports(const attn_problem *pb, char *why, size_t size) {
         snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
         return 0;
     }
-    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
-        snprintf(why, size, "packs float K and V: not q8_0 (the split variant reads it)");
+    if (pb && dtype_is_quantised(pb->kv.dtype)) {
+        snprintf(why, size, "packs float K and V: not %s (the split variant reads it)",
+                 dtype_name(pb->kv.dtype));
         return 0;
     }
     if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;

@@ -39,17 +39,18 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return 0;
 }
 
-/* Over a KV cache and q8_0 K/V always (no other variant reads them); else while a kv head has
- * at most the tuning entry's block_m query rows, where the fused variants' query tiles would
+/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else while a kv head
+ * has at most the tuning entry's block_m query rows, where the fused variants' query tiles would
  * leave most of the device idle. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
     variant_tuning_on(device, &variant_split, &tuning);
-    if (!pb || problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0 ||
+    if (!pb || problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
         pb->len_q * pb->group <= tuning.block_m)
         return 1;
     snprintf(why, size,
-             "auto uses it over KV caches, for q8_0 K/V and for at most %u query rows a kv head "
+             "auto uses it over KV caches, for q8_0 and q4_0 K/V and for at most %u query rows a "
+             "kv head "
              "(this call has %zu)",
              tuning.block_m, pb->len_q * pb->group);
     return 0;
@@ -147,8 +148,8 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &sb->params, "parameters");
     if (!s) s = sequence_buffers(ctx, pb, buf, sb);
     if (!s)
-        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global,
-                           &sb->is_global, "global flags");
+        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global, &sb->is_global,
+                           "global flags");
     if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &sb->layout, "block layout");
     if (!s)
         s = buffer_set_add(ctx, set, parts * pb->dim_v, 4, NULL, &sb->o_part, "partial outputs");

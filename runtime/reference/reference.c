@@ -27,12 +27,15 @@ typedef struct reference_call {
 } reference_call;
 
 /* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32; q8_0 as
- * its block's scale times its int8). */
+ * its block's scale times its int8, q4_0 as its scale times its 4-bit code less 8). */
 static double load(const void *base, clattn_dtype dtype, size_t index) {
-    if (dtype == CLATTN_Q8_0) {
-        const uint8_t *block = (const uint8_t *)base + index / Q8_BLOCK * Q8_BLOCK_BYTES;
+    if (dtype_is_quantised(dtype)) {
+        const uint8_t *block = (const uint8_t *)base + index / Q8_BLOCK * quant_block_bytes(dtype);
         float scale = half_to_float((uint16_t)(block[0] | block[1] << 8));
-        return scale * (float)(int8_t)block[2 + index % Q8_BLOCK];
+        size_t e = index % Q8_BLOCK;
+        if (dtype == CLATTN_Q4_0)
+            return scale * (float)((block[2 + e % 16] >> (e / 16 * 4) & 15) - 8);
+        return scale * (float)(int8_t)block[2 + e];
     }
     if (dtype == CLATTN_F16) return half_to_float(((const uint16_t *)base)[index]);
     if (dtype == CLATTN_BF16) return bf16_to_float(((const uint16_t *)base)[index]);
