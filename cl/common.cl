@@ -255,6 +255,47 @@ inline void store_lse(__constant attn_params *P, __global float *LSE, long row, 
     }
 }
 
+/* ---- score modifiers and sinks (docs/semantics.md section 8). The block P points to is
+ * followed by float32 sinks [Hq] (has_sinks), then ALiBi slopes [Hq] or [B][Hq] (alibi 1, 2):
+ * plan/params.h, params_block. */
+#define MODIFIES_SCORES(P) ((P)->softcap != 0 || (P)->alibi != 0)
+
+inline __constant float *params_extras(__constant attn_params *P) {
+    return (__constant float *)(P + 1);
+}
+
+/* An allowed pair's scaled score t (query position p, key j; head h of sequence b), soft-capped
+ * (softcap * tanh(t / softcap), float32) and then given ALiBi's -slope * |p - j| (float32
+ * product, saturating sum): the reference takes the same steps. */
+inline float modified_score(__constant attn_params *P, float t, long b, long h, long p, long j) {
+    if (P->softcap != 0) {
+        const float cap = as_float((uint)P->softcap);
+        t = cap * tanh(t / cap);
+    }
+    if (P->alibi != 0) {
+        const long first = P->has_sinks ? P->heads_q : 0; /* the slopes follow the sinks */
+        const float slope = params_extras(P)[first + (P->alibi == 2 ? b * P->heads_q : 0) + h];
+        const long distance = p > j ? p - j : j - p;
+        t = add_saturating(t, -(slope * (float)distance));
+    }
+    return t;
+}
+
+/* Head h's sink folded into a row's softmax state (largest score m, sum l of exp(s - m)):
+ * m and l become the state with the sink among the scores, for the LSE, and the result is what
+ * O normalised by the old l is multiplied by, l / (l + exp(sink - m)), computed without
+ * overflow. An empty row (m = -inf, l = 0) gets the factor 0 and the state (sink, 1), so LSE =
+ * sink; a NaN row keeps its NaN. Without a sink: 1, state unchanged. */
+inline float sink_fold(__constant attn_params *P, long h, float *m, float *l) {
+    if (!P->has_sinks || isnan(*m) || isnan(*l)) return 1.0f;
+    const float sink = params_extras(P)[h];
+    if (sink == -INFINITY) return 1.0f;
+    const float top = fmax(*m, sink);
+    const float kept = *m == -INFINITY ? 0.0f : *l * exp(*m - top), added = exp(sink - top);
+    *m = top, *l = kept + added;
+    return kept / (kept + added);
+}
+
 /* layout_head: the query head (ignored when one layout serves every head). */
 inline int layout_ok(__constant attn_params *P, __global const uchar *layout, long layout_head,
                      long i, long j) {

@@ -247,7 +247,7 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     tile_scores(t, kt, s_t);
     rescore_overflows(P, t, kt, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
-    if (kind == TILE_GENERAL || P->has_bias) {
+    if (kind == TILE_GENERAL || P->has_bias || MODIFIES_SCORES(P)) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);
         mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M, kpos,
@@ -345,7 +345,8 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
 }
 
 /* O rows = O^T * bound / sum (0 for empty rows) and LSE = max + log(sum) (-inf for an empty
- * row; a row of NaN scores has max -inf but sum NaN and stays NaN). */
+ * row; a row of NaN scores has max -inf but sum NaN and stays NaN); a sink joins the sum
+ * (sink_fold). */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
                               __global OUT_T *O, __global float *LSE, const query_tile *t) {
     const float *row_max = (const float *)t->row_max, *row_sum = (const float *)t->row_sum;
@@ -356,7 +357,10 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         const long row =
             P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
         const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
-        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m]; /* in [1, 1 + BLOCK_N] */
+        float top = row_max[m], sum = row_sum[m]; /* with the head's sink, if any */
+        const float keep = sink_fold(P, t->h, &top, &sum);
+        /* bound / sum is in [1, 1 + BLOCK_N] */
+        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m] * keep;
         for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
             const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
             if (d0 + 16 <= P->dim_v) {
@@ -367,8 +371,8 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
                 for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
             }
         }
-        store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, row_max[m], row_sum[m],
-                  empty);
+        store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, top, sum,
+                  top == -INFINITY && sum == 0.0f);
     }
 }
 

@@ -130,6 +130,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
         float x = -INFINITY;
         if (mask_allowed(P, is_global, layout, h, i, key0 + j)) {
             x = isfinite(s[j]) ? s[j] : rescore(P, Q, K, b, h, i, key0 + j, scale);
+            if (MODIFIES_SCORES(P)) x = modified_score(P, x, b, h, i + P->offset, key0 + j);
             if (P->has_bias) x = add_saturating(x, bias[bias_row + j]);
         }
         s[j] = x;
@@ -144,11 +145,15 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
         if (s[j] != -INFINITY) local_sum += exp(s[j] - row_max);
     const float row_sum = group_sum(local_sum, scratch);
 
-    /* pass 3: P in place; masked keys exactly 0 */
-    const float inv_sum = empty ? 0.0f : 1.0f / row_sum;
+    /* pass 3: P in place; masked keys exactly 0; a sink joins the sum (sink_fold) */
+    float top = row_max, sum = row_sum;
+    const float keep = sink_fold(P, h, &top, &sum);
+    const float inv_sum = empty ? 0.0f : keep / row_sum;
     for (long j = lid; j < cols; j += WG_SIZE) {
         const float x = s[j];
         s[j] = empty || x == -INFINITY ? 0.0f : exp(x - row_max) * inv_sum;
     }
-    if (lid == 0) store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, row_max, row_sum, empty);
+    if (lid == 0)
+        store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, top, sum,
+                  top == -INFINITY && sum == 0.0f);
 }

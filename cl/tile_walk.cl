@@ -192,7 +192,8 @@ ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const 
 
 /* Scores of `rows` rows and BLOCK_N keys (natural domain), score (m, c) at
  * s[m * row_stride + c * key_stride]: -inf where the pass does not own the pair or the slot is
- * padding; plus the bias where one is given (saturating: a finite bias never masks). */
+ * padding; else soft-capped and ALiBi's term added (modified_score), then the bias where one is
+ * given (saturating: a finite bias never masks). */
 ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
                                  __global const float *bias, int pass, int kind, long b, long h,
                                  const long *row_i, int rows, int row_stride, int key_stride,
@@ -206,8 +207,10 @@ ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar
             if (kind == TILE_GENERAL &&
                 (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
                 x = -INFINITY;
-            else if (P->has_bias && kpos[c] != NO_KEY && x != -INFINITY) /* not onto a mask */
-                x = add_saturating(x, bias_row[kpos[c]]);
+            else if (kpos[c] != NO_KEY && x != -INFINITY) { /* not onto a mask */
+                if (MODIFIES_SCORES(P)) x = modified_score(P, x, b, h, i + P->offset, kpos[c]);
+                if (P->has_bias) x = add_saturating(x, bias_row[kpos[c]]);
+            }
             s[m * row_stride + c * key_stride] = x;
         }
     }

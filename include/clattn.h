@@ -500,6 +500,19 @@ typedef struct clattn_attention_desc {
     /* ---- added in 0.3 (issue 33): what the peers compute (docs/semantics.md section 7) */
     int kv_q4_0; /* nonzero: K and V are stored as CLATTN_Q4_0 blocks, as kv_q8_0 stores q8_0
                     (not both). */
+    /* Score modifiers and sinks (docs/semantics.md section 8), each on every path and in the
+       reference; not with shards (q_start, ...) or lse_parts. */
+    float softcap; /* > 0: each scaled score t = scale * q.k becomes softcap * tanh(t / softcap),
+                      in float32, before ALiBi, the bias and the masks (Gemma 2); 0: off */
+    const float *alibi_slopes; /* host float32 [Hq] (or [B][Hq] with alibi_per_batch), or NULL:
+                                  ALiBi adds -slope[h] * |p - j| to each score after
+                                  soft-capping, p = i + Nk - Nq (bottom-right aligned, as
+                                  causal), computed in the kernels; clattn_pattern_alibi_slopes
+                                  gives the standard slopes */
+    int alibi_per_batch;       /* nonzero: alibi_slopes is [B][Hq] */
+    const float *sinks;        /* host float32 [Hq], or NULL: head h's sink logit joins each
+                                  row's softmax denominator (exp(sink - m)), adds nothing to O and
+                                  enters the LSE; an empty row gets O = 0 and LSE = sink (gpt-oss) */
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */
@@ -1056,6 +1069,13 @@ CLATTN_API clattn_status clattn_attention_multi(clattn_context *const *ctxs, siz
 /** Block-sparse layouts of the standard patterns, for desc->block_layout. Block rows and
  *  columns are aligned to the end, like causal attention: block row a sits at block column
  *  a + (blocks_k - blocks_q). */
+/** ALiBi's standard slopes for `heads` query heads (BLOOM's and FlashAttention-2's): with n
+ *  the largest power of two <= heads, slope h = 2^(-8 (h + 1) / n) for h < n, and the heads past
+ *  n take 2^(-4 (2 k + 1) / n) for k = 0, 1, ... (the odd powers of the next ladder). Written
+ *  into slopes[heads] (float32). @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL,
+ *  heads = 0). */
+CLATTN_API clattn_status clattn_pattern_alibi_slopes(size_t heads, float *slopes);
+
 typedef enum clattn_pattern_kind {
     CLATTN_PATTERN_SLIDING = 0,   /* |a' - b| <= window/2 (window: odd width in blocks) */
     CLATTN_PATTERN_BIGBIRD = 1,   /* sliding window + global + `random` random blocks a row */

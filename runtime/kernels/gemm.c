@@ -363,7 +363,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     size_t layout_heads = m->layout ? (m->layout_per_head ? pb->heads_q : 1) : 0;
     cl_mem placeholder = NULL; /* stands in for an absent LSE or bias */
     clattn_status s = buffer_set_placeholder(ctx, set, &placeholder);
-    if (!s) s = add_buffer(ctx, set, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
+    if (!s) s = params_buffer_add(ctx, set, P, pb, &gb->params);
     if (!s) s = add_buffer(ctx, set, rows, pb->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
     if (!s)
         s = add_buffer(ctx, set, p->in_16bit ? rows : 0, pb->dim_qk, 1, 4, NULL, &gb->q32,
@@ -379,8 +379,8 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
                        "float32 O chunk");
     if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global,
-                       &gb->is_global, "global flags");
+        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global, &gb->is_global,
+                       "global flags");
     if (!s)
         s = add_buffer(ctx, set, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
                        m->layout, &gb->layout, "block layout");

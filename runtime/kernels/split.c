@@ -145,7 +145,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
         m->layout
             ? (size_t)((m->layout_per_head ? (int64_t)pb->heads_q : 1) * m->blocks_q * m->blocks_k)
             : 0;
-    clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &sb->params, "parameters");
+    clattn_status s = params_buffer_add(ctx, set, P, pb, &sb->params);
     if (!s) s = sequence_buffers(ctx, pb, buf, sb);
     if (!s)
         s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global, &sb->is_global,

@@ -167,6 +167,31 @@ static clattn_status check_mask(error_record *err, const clattn_attention_desc *
     return CLATTN_SUCCESS;
 }
 
+/* Soft-capping, ALiBi and sinks (docs/semantics.md section 8): finite values, and not with
+ * the partial results of shards, whose merge would count a sink once a shard. */
+static clattn_status check_modifiers(error_record *err, const clattn_attention_desc *d) {
+    size_t slopes = d->alibi_per_batch ? d->batch * d->heads_q : d->heads_q;
+    if (!isfinite(d->softcap) || d->softcap < 0.0f)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softcap must be finite and >= 0 (0: off; got %g)", (double)d->softcap);
+    for (size_t h = 0; d->alibi_slopes && h < slopes; h++)
+        if (!isfinite(d->alibi_slopes[h]))
+            return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                             "alibi_slopes[%zu] is %g: slopes must be finite", h,
+                             (double)d->alibi_slopes[h]);
+    for (size_t h = 0; d->sinks && h < d->heads_q; h++)
+        if (isnan(d->sinks[h]) || d->sinks[h] == INFINITY)
+            return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                             "sinks[%zu] is %g: a sink is finite (or -inf: none)", h,
+                             (double)d->sinks[h]);
+    int modifies = d->softcap > 0.0f || d->alibi_slopes || d->sinks;
+    if (modifies && (mask_desc_is_shard(d) || d->lse_parts))
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softcap, alibi_slopes and sinks are not combined with shard positions "
+                         "(q_start, k_start, full_len_*) or lse_parts");
+    return CLATTN_SUCCESS;
+}
+
 /* Quantised K/V (q8_0, q4_0): one type, and every row starts a block, so a row is whole
  * 32-value blocks. */
 static clattn_status check_blocks(error_record *err, const clattn_attention_desc *d) {
@@ -254,6 +279,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     if (status == CLATTN_SUCCESS) status = check_sizes(err, &d);
     if (status == CLATTN_SUCCESS) status = check_shard(err, &d);
     if (status == CLATTN_SUCCESS) status = check_mask(err, &d);
+    if (status == CLATTN_SUCCESS) status = check_modifiers(err, &d);
     if (status == CLATTN_SUCCESS && (d.kv_q8_0 || d.kv_q4_0)) status = check_blocks(err, &d);
     if (status == CLATTN_SUCCESS) status = check_extents(err, &d, has_bias, &pb->extents);
     if (status != CLATTN_SUCCESS) return status;
@@ -271,6 +297,9 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     pb->count_tiles = d.count_tiles != 0;
     pb->lse_parts = d.lse_parts != 0;
     pb->kv.dtype = kv_dtype_of(&d);
+    pb->softcap = d.softcap;
+    pb->alibi_slopes = d.alibi_slopes, pb->alibi_per_batch = d.alibi_slopes && d.alibi_per_batch;
+    pb->sinks = d.sinks;
     status = mask_from_desc(&d, &pb->mask);
     if (status != CLATTN_SUCCESS)
         return error_set(err, status, "the mask's global token flags (%zu tokens) or shard layout",
