@@ -32,9 +32,20 @@ typedef struct split_plan {
 
 extern const attn_variant variant_split; /* the row, at the end of the file */
 
+/* Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512): a work-item
+ * holds its rows' q and O in private memory (no local memory), BLOCK_R capped at
+ * SPLIT_WIDE_ROWS, in buckets of 64. */
+#define SPLIT_MAX_HEAD_DIM 576
+#define SPLIT_WIDE_ROWS    2
+
+static unsigned head_dim_bucket(size_t dim) {
+    if (dim <= TILES_MAX_HEAD_DIM) return tiles_head_dim_bucket(dim);
+    return dim <= SPLIT_MAX_HEAD_DIM ? (unsigned)((dim + 63) / 64 * 64) : 0;
+}
+
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
-    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
+    if (!pb || (pb->dim_qk <= SPLIT_MAX_HEAD_DIM && pb->dim_v <= SPLIT_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", SPLIT_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
     return 0;
 }
@@ -73,10 +84,12 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
                          "split: the tuning entry's block_m %u (rows a work-item, 1 to 16) or "
                          "block_n %u (least keys a chunk, 16 or more) is out of range",
                          tune->block_m, tune->block_n);
-    p->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
-    p->dv_pad = tiles_head_dim_bucket(pb->dim_v);
+    p->dqk_pad = head_dim_bucket(pb->dim_qk);
+    p->dv_pad = head_dim_bucket(pb->dim_v);
     p->rows = pb->len_q * pb->group;
-    p->block_r = pow2_at_least(p->rows, tune->block_m);
+    int wide = p->dqk_pad > TILES_MAX_HEAD_DIM || p->dv_pad > TILES_MAX_HEAD_DIM;
+    p->block_r = pow2_at_least(p->rows, wide && tune->block_m > SPLIT_WIDE_ROWS ? SPLIT_WIDE_ROWS
+                                                                                : tune->block_m);
     p->row_blocks = (p->rows + p->block_r - 1) / p->block_r;
     p->max_keys = pb->len_k; /* the call's keys, or the longest sequence of a cache */
     if (pb->kv.seq_len) {
