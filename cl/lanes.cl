@@ -168,6 +168,8 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
     if (P->alibi != 0)
         slope = params_extras(P)[(P->has_sinks ? P->heads_q : 0) +
                                  (P->alibi == 2 ? t->b * P->heads_q : 0) + t->h];
+    const long widest = P->len_k + P->len_q + (P->offset < 0 ? -P->offset : P->offset);
+    const int small_terms = fabs(slope) * (float)widest < 1e30f; /* every |p - j| <= widest */
     for (int g = 0; g < GROUPS; g++) {
         float position[16]; /* p = i + offset of each lane's row, exact in float below 2^24 */
         for (int l = 0; l < 16; l++)
@@ -179,13 +181,14 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
             if (cap != 0.0f) { /* tanh from the kernel's exp2: (1 - e) / (1 + e), e = e^(-2|u|) */
                 const float16 u = x * inv_cap;
                 const float16 e = exp2_nonpositive(fabs(u) * (float16)(-2.0f * M_LOG2E_F));
-                y = cap * copysign(((float16)1.0f - e) / ((float16)1.0f + e), u);
+                y = cap * copysign(native_divide((float16)1.0f - e, (float16)1.0f + e), u);
             }
             if (P->alibi != 0) {
                 const float16 term = -(slope * fabs(p - (float16)(float)kpos[j]));
-                const float16 sum = y + term; /* saturating, as add_saturating */
-                y = select(sum, copysign((float16)FLT_MAX, sum),
-                           isinf(sum) & isfinite(y) & isfinite(term));
+                const float16 sum = y + term; /* saturating, as add_saturating, unless no term */
+                y = small_terms ? sum /* can reach 1e31, half of FLT_MAX's ulp: none overflows */
+                                : select(sum, copysign((float16)FLT_MAX, sum),
+                                         isinf(sum) & isfinite(y) & isfinite(term));
             }
             s_t[j][g] = select(y, x, x == (float16)(-INFINITY));
         }
