@@ -188,9 +188,9 @@ class _Call:
         section 8), as clattn.attention's keyword arguments give them."""
         d = self.desc
         if softcap is not None:
-            cap = _checks.scale(softcap, "softcap")
-            if cap is None or not cap > 0:
-                raise invalid(f"softcap={softcap!r}: a positive float (None: off)")
+            cap = _checks.real(softcap, "softcap")
+            if not (0 < cap < 3.4e38):
+                raise invalid(f"softcap={softcap!r}: a positive finite float (None: off)")
             d.softcap = cap
         if alibi_slopes is not None:
             slopes = self._per_head(alibi_slopes, "alibi_slopes", allow_batch=True)

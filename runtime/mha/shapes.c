@@ -191,6 +191,10 @@ static clattn_status read_call(const mha_shape *s, const clattn_attention_desc *
                          "mha: the call's desc sets kv_q8_0 or kv_q4_0, but the layer's K and V "
                          "are its own float32 projections: for quantised K/V give a q8_0 or q4_0 "
                          "KV cache (clattn_mha_forward_cache)");
+    if (d->softcap != 0.0f || d->alibi_slopes || d->sinks) /* per head: pruning would shift them */
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: the call's desc sets softcap, alibi_slopes or sinks, which the "
+                         "layer does not take yet (clattn_attention and KV cache calls do)");
     if (mask_desc_is_shard(d) || d->lse_parts)
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "mha: a layer's call is no shard and has no LSE parts (q_start=%zu "

@@ -670,9 +670,10 @@ Test(mha, bad_calls_change_nothing) {
     clattn_attention_desc good, call;
     call_desc(&lc, &good);
     ASSERT_OK(ctx, clattn_mha_forward_host(mha, &good, in.x, NULL, before));
-    for (int bad = 0; bad < 6; bad++) {
-        const char *want[] = {"the layer Hq=4", "len_k = len_q", "X needs",
-                              "must not share", "window",        "q8_0 KV cache"};
+    static const float sinks[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    for (int bad = 0; bad < 7; bad++) {
+        const char *want[] = {"the layer Hq=4", "len_k = len_q", "X needs", "must not share",
+                              "window",         "q8_0 or q4_0",  "sinks"};
         call = good;
         cl_mem xb = x, yb = y;
         if (bad == 0) call.heads_q = 2, call.heads_kv = 1;
@@ -680,7 +681,8 @@ Test(mha, bad_calls_change_nothing) {
         if (bad == 2) xb = short_x;
         if (bad == 3) yb = x;
         if (bad == 4) call.window_left = -2;
-        if (bad == 5) call.kv_q8_0 = 1; /* the layer's K and V are float32 */
+        if (bad == 5) call.kv_q8_0 = 1;   /* the layer's K and V are float32 */
+        if (bad == 6) call.sinks = sinks; /* not offered by the layer yet */
         cr_expect_eq(clattn_mha_forward(mha, &call, xb, NULL, yb, NULL),
                      CLATTN_ERR_INVALID_ARGUMENT, "case %d", bad);
         cr_expect(strstr(clattn_context_last_error(ctx), want[bad]), "case %d: '%s' lacks '%s'",
