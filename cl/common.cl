@@ -6,12 +6,13 @@
  * Storage: IN_DTYPE (Q, K, V) and OUT_DTYPE (O) are clattn_dtype values: float32, float16
  * (read and written with vload_half and vstore_half, which need no cl_khr_fp16) or bfloat16
  * (the upper half of a float32's bits, widened by a shift, narrowed rounding to nearest even).
- * KV_DTYPE, when K and V are stored apart from Q, may also be q8_0. All arithmetic is float32.
+ * KV_DTYPE, when K and V are stored apart from Q, may also be q8_0 or q4_0. All arithmetic is float32.
  */
 #define DTYPE_F32  0
 #define DTYPE_F16  1
 #define DTYPE_BF16 2
 #define DTYPE_Q8_0 3 /* K and V only: blocks of a float16 scale and 32 int8 (34 bytes) */
+#define DTYPE_Q4_0 4 /* K and V only: blocks of a float16 scale and 32 4-bit codes (18 bytes) */
 #ifndef IN_DTYPE
 #define IN_DTYPE DTYPE_F32
 #endif
@@ -74,17 +75,20 @@ inline ushort float_to_bf16(float x) {
 #define KV_T                  ushort
 #define LOAD_KV(ptr, index)   bf16_to_float((ptr)[(index)])
 #define LOAD16_KV(ptr, index) bf16x16_to_float16(vload16(0, (ptr) + (index)))
-#elif KV_DTYPE == DTYPE_Q8_0
-/* Value `index` (an element index; rows start whole blocks) is in block index / 32 at byte
- * 34 * (index / 32): its float16 scale, then 32 int8. Dequantised in registers. */
+#elif KV_DTYPE == DTYPE_Q8_0 || KV_DTYPE == DTYPE_Q4_0
+/* Value `index` (an element index; rows start whole blocks) is in block index / 32, at byte
+ * QBLOCK_BYTES * (index / 32): a float16 scale d, then q8_0's 32 int8 q (value d * q) or
+ * q4_0's 16 bytes of 4-bit codes q, value j's in the low nibble of byte j and value j + 16's in
+ * the high one (value (q - 8) * d). Dequantised in registers. */
 #define KV_T                  uchar
-#define LOAD_KV(ptr, index)   q8_load((ptr), (index))
-#define LOAD16_KV(ptr, index) q8_load16((ptr), (index))
+#define QBLOCK_BYTES          (KV_DTYPE == DTYPE_Q8_0 ? 34 : 18)
+#define LOAD_KV(ptr, index)   quant_load((ptr), (index))
+#define LOAD16_KV(ptr, index) quant_load16((ptr), (index))
 
-/* The block's float16 scale, widened with integer operations (exactly; vload_half may be a
- * library call). */
-inline float q8_scale(__global const uchar *x, long block) {
-    const uint h = *(__global const ushort *)(x + block * 34), exp = h & 0x7c00u;
+/* The float16 scale at the start of block `block`, widened with integer operations (exactly;
+ * vload_half may be a library call). */
+inline float quant_scale(__global const uchar *x, long block) {
+    const uint h = *(__global const ushort *)(x + block * QBLOCK_BYTES), exp = h & 0x7c00u;
     uint o = ((h & 0x7fffu) << 13) + (112u << 23);
     float f;
     if (exp == 0x7c00u) /* infinity or NaN */
@@ -96,16 +100,29 @@ inline float q8_scale(__global const uchar *x, long block) {
     return as_float(as_uint(f) | ((h & 0x8000u) << 16));
 }
 
-inline float q8_load(__global const uchar *x, long index) {
+inline float quant_load(__global const uchar *x, long index) {
     const long block = index >> 5;
-    return q8_scale(x, block) * (float)((__global const char *)x)[block * 34 + 2 + (index & 31)];
+    __global const uchar *q = x + block * QBLOCK_BYTES + 2;
+#if KV_DTYPE == DTYPE_Q8_0
+    return quant_scale(x, block) * (float)((__global const char *)q)[index & 31];
+#else
+    const int code = (q[index & 15] >> ((index & 16) >> 2)) & 15;
+    return quant_scale(x, block) * (float)(code - 8);
+#endif
 }
 
 /* 16 values from `index` on, a multiple of 16: half a block. */
-inline float16 q8_load16(__global const uchar *x, long index) {
+inline float16 quant_load16(__global const uchar *x, long index) {
     const long block = index >> 5;
-    const char16 q = vload16(0, (__global const char *)x + block * 34 + 2 + (index & 31));
-    return q8_scale(x, block) * convert_float16(q);
+    __global const uchar *q = x + block * QBLOCK_BYTES + 2;
+#if KV_DTYPE == DTYPE_Q8_0
+    const float16 values = convert_float16(vload16(0, (__global const char *)q + (index & 31)));
+#else
+    const uchar16 bytes = vload16(0, q);
+    const uchar16 codes = (index & 16) ? bytes >> (uchar16)4 : bytes & (uchar16)15;
+    const float16 values = convert_float16(codes) - (float16)8.0f;
+#endif
+    return quant_scale(x, block) * values;
 }
 #else
 #define KV_T                  float
@@ -236,6 +253,47 @@ inline void store_lse(__constant attn_params *P, __global float *LSE, long row, 
     } else if (P->write_lse) {
         LSE[row] = empty ? -INFINITY : m + log(l);
     }
+}
+
+/* ---- score modifiers and sinks (docs/semantics.md section 8). The block P points to is
+ * followed by float32 sinks [Hq] (has_sinks), then ALiBi slopes [Hq] or [B][Hq] (alibi 1, 2):
+ * plan/params.h, params_block. */
+#define MODIFIES_SCORES(P) ((P)->softcap != 0 || (P)->alibi != 0)
+
+inline __constant float *params_extras(__constant attn_params *P) {
+    return (__constant float *)(P + 1);
+}
+
+/* An allowed pair's scaled score t (query position p, key j; head h of sequence b), soft-capped
+ * (softcap * tanh(t / softcap), float32) and then given ALiBi's -slope * |p - j| (float32
+ * product, saturating sum): the reference takes the same steps. */
+inline float modified_score(__constant attn_params *P, float t, long b, long h, long p, long j) {
+    if (P->softcap != 0) {
+        const float cap = as_float((uint)P->softcap);
+        t = cap * tanh(t / cap);
+    }
+    if (P->alibi != 0) {
+        const long first = P->has_sinks ? P->heads_q : 0; /* the slopes follow the sinks */
+        const float slope = params_extras(P)[first + (P->alibi == 2 ? b * P->heads_q : 0) + h];
+        const long distance = p > j ? p - j : j - p;
+        t = add_saturating(t, -(slope * (float)distance));
+    }
+    return t;
+}
+
+/* Head h's sink folded into a row's softmax state (largest score m, sum l of exp(s - m)):
+ * m and l become the state with the sink among the scores, for the LSE, and the result is what
+ * O normalised by the old l is multiplied by, l / (l + exp(sink - m)), computed without
+ * overflow. An empty row (m = -inf, l = 0) gets the factor 0 and the state (sink, 1), so LSE =
+ * sink; a NaN row keeps its NaN. Without a sink: 1, state unchanged. */
+inline float sink_fold(__constant attn_params *P, long h, float *m, float *l) {
+    if (!P->has_sinks || isnan(*m) || isnan(*l)) return 1.0f;
+    const float sink = params_extras(P)[h];
+    if (sink == -INFINITY) return 1.0f;
+    const float top = fmax(*m, sink);
+    const float kept = *m == -INFINITY ? 0.0f : *l * exp(*m - top), added = exp(sink - top);
+    *m = top, *l = kept + added;
+    return kept / (kept + added);
 }
 
 /* layout_head: the query head (ignored when one layout serves every head). */

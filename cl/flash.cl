@@ -223,10 +223,11 @@ ALWAYS_INLINE int key_position(const flash_ctx *f, const walk_state *w, int m) {
 ALWAYS_INLINE void mask_scores(const flash_ctx *f, const walk_state *w, const flash_rows *st,
                                int kind, long k0, float s[TILE_M][TILE_N]) {
     __constant attn_params *P = f->P;
-    if (kind == TILE_FULL && !P->has_bias) return;
+    const int modifies = P->has_bias || MODIFIES_SCORES(P);
+    if (kind == TILE_FULL && !modifies) return;
     for (int c = 0; c < TILE_N; c++) {
         const int m = (int)k0 + f->lane + c * TEAM;
-        const int j = kind == TILE_GENERAL || P->has_bias ? key_position(f, w, m) : (int)NO_KEY;
+        const int j = kind == TILE_GENERAL || modifies ? key_position(f, w, m) : (int)NO_KEY;
         for (int r = 0; r < TILE_M; r++) {
             float x = s[r][c];
             if (kind == TILE_BOUNDED && (m < w->lo[r] || m > w->hi[r]))
@@ -234,7 +235,9 @@ ALWAYS_INLINE void mask_scores(const flash_ctx *f, const walk_state *w, const fl
             else if (kind == TILE_GENERAL &&
                      (j == NO_KEY || !pass_owns(P, f->layout, w->pass, f->h, max(st->i[r], 0), j)))
                 x = -INFINITY;
-            if (P->has_bias && j != NO_KEY && x != -INFINITY) /* not onto a mask */
+            if (j != NO_KEY && x != -INFINITY && MODIFIES_SCORES(P)) /* not onto a mask */
+                x = modified_score(P, x, f->b, f->h, max(st->i[r], 0) + P->offset, j);
+            if (P->has_bias && j != NO_KEY && x != -INFINITY)
                 x = add_saturating(x, st->bias_row[r][j]);
             s[r][c] = x;
         }
@@ -407,15 +410,17 @@ ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
         /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
         const int empty = st->m[r] == -INFINITY && st->l[r] == 0.0f;
+        float top = st->m[r], sum = st->l[r]; /* with the head's sink, if any */
+        const float keep = sink_fold(P, f->h, &top, &sum);
         __global OUT_T *row =
             O + P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
         for (int e = 0; e < DV_COLS; e++) {
             const int col = f->lane + e * TEAM;
-            if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e], row, col);
+            if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e] * keep, row, col);
         }
         if (f->lane == 0)
-            store_lse(P, LSE, (f->b * P->heads_q + f->h) * P->len_q + i, st->m[r], st->l[r],
-                      empty);
+            store_lse(P, LSE, (f->b * P->heads_q + f->h) * P->len_q + i, top, sum,
+                      top == -INFINITY && sum == 0.0f);
     }
 }
 

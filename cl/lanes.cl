@@ -155,6 +155,46 @@ ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_
     }
 }
 
+/* Soft-capping and ALiBi (common.cl's modified_score) on whole vectors of S^T, for tiles whose
+ * every slot holds a key (full and bounded ones; a bounded tile's masked lanes stay -inf):
+ * cap * tanh(s / cap), then s - slope * |p - j| with the rows' positions p in the lanes. tanh
+ * comes from exp2_nonpositive (the library call is several times slower on whole vectors): its
+ * error near 0, a few float32 ulps of 1 times cap, is far inside the tolerances. */
+ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, const long *kpos,
+                               float16 s_t[BLOCK_N][GROUPS]) {
+    const float cap = P->softcap != 0 ? as_float((uint)P->softcap) : 0.0f;
+    const float inv_cap = cap != 0.0f ? 1.0f / cap : 0.0f;
+    float slope = 0.0f;
+    if (P->alibi != 0)
+        slope = params_extras(P)[(P->has_sinks ? P->heads_q : 0) +
+                                 (P->alibi == 2 ? t->b * P->heads_q : 0) + t->h];
+    const long widest = P->len_k + P->len_q + (P->offset < 0 ? -P->offset : P->offset);
+    const int small_terms = fabs(slope) * (float)widest < 1e30f; /* every |p - j| <= widest */
+    for (int g = 0; g < GROUPS; g++) {
+        float position[16]; /* p = i + offset of each lane's row, exact in float below 2^24 */
+        for (int l = 0; l < 16; l++)
+            position[l] = (float)(max(t->row_i[g * 16 + l], 0L) + P->offset);
+        const float16 p = vload16(0, position);
+        for (int j = 0; j < BLOCK_N; j++) {
+            const float16 x = s_t[j][g];
+            float16 y = x;
+            if (cap != 0.0f) { /* tanh from the kernel's exp2: (1 - e) / (1 + e), e = e^(-2|u|) */
+                const float16 u = x * inv_cap;
+                const float16 e = exp2_nonpositive(fabs(u) * (float16)(-2.0f * M_LOG2E_F));
+                y = cap * copysign(native_divide((float16)1.0f - e, (float16)1.0f + e), u);
+            }
+            if (P->alibi != 0) {
+                const float16 term = -(slope * fabs(p - (float16)(float)kpos[j]));
+                const float16 sum = y + term; /* saturating, as add_saturating, unless no term */
+                y = small_terms ? sum /* can reach 1e31, half of FLT_MAX's ulp: none overflows */
+                                : select(sum, copysign((float16)FLT_MAX, sum),
+                                         isinf(sum) & isfinite(y) & isfinite(term));
+            }
+            s_t[j][g] = select(y, x, x == (float16)(-INFINITY));
+        }
+    }
+}
+
 /* Online softmax on S^T, lane by lane: rescale the running state to the new maximum and turn
  * the scores into P^T = exp(s - max) / bound, in place, where bound = old sum * alpha + BLOCK_N
  * is known before the exponentials and is at least the new sum (each of them is at most 1). So
@@ -247,11 +287,14 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     tile_scores(t, kt, s_t);
     rescore_overflows(P, t, kt, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
-    if (kind == TILE_GENERAL || P->has_bias) {
+    const int vector_modify = kind != TILE_GENERAL && MODIFIES_SCORES(P);
+    if (kind == TILE_GENERAL || P->has_bias || vector_modify) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);
-        mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M, kpos,
-                      (float *)s_t);
+        if (vector_modify) modify_tile(P, t, kpos, s_t);
+        if (kind == TILE_GENERAL || P->has_bias)
+            mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M,
+                          kpos, !vector_modify, (float *)s_t);
     }
     softmax_update(t, s_t, keep);
     if (careful)
@@ -345,7 +388,8 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
 }
 
 /* O rows = O^T * bound / sum (0 for empty rows) and LSE = max + log(sum) (-inf for an empty
- * row; a row of NaN scores has max -inf but sum NaN and stays NaN). */
+ * row; a row of NaN scores has max -inf but sum NaN and stays NaN); a sink joins the sum
+ * (sink_fold). */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
                               __global OUT_T *O, __global float *LSE, const query_tile *t) {
     const float *row_max = (const float *)t->row_max, *row_sum = (const float *)t->row_sum;
@@ -356,7 +400,10 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         const long row =
             P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
         const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
-        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m]; /* in [1, 1 + BLOCK_N] */
+        float top = row_max[m], sum = row_sum[m]; /* with the head's sink, if any */
+        const float keep = sink_fold(P, t->h, &top, &sum);
+        /* bound / sum is in [1, 1 + BLOCK_N] */
+        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m] * keep;
         for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
             const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
             if (d0 + 16 <= P->dim_v) {
@@ -367,8 +414,8 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
                 for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
             }
         }
-        store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, row_max[m], row_sum[m],
-                  empty);
+        store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, top, sum,
+                  top == -INFINITY && sum == 0.0f);
     }
 }
 

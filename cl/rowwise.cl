@@ -63,10 +63,10 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     if (kind == TILE_BOUNDED)
         for (int c = 0; c < BLOCK_N; c++)
             if (k0 + c < st->lo || k0 + c > st->hi) s[c] = -INFINITY;
-    if (kind == TILE_GENERAL || P->has_bias) {
+    if (kind == TILE_GENERAL || P->has_bias || MODIFIES_SCORES(P)) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, r, k0, kpos);
-        mask_and_bias(P, layout, bias, pass, kind, b, h, &st->i, 1, BLOCK_N, 1, kpos, s);
+        mask_and_bias(P, layout, bias, pass, kind, b, h, &st->i, 1, BLOCK_N, 1, kpos, 1, s);
     }
     float tile_max = -INFINITY;
     for (int c = 0; c < BLOCK_N; c++) tile_max = fmax(tile_max, s[c]);
@@ -144,9 +144,12 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
     if (st->i < 0 || row_left_to_global_pass(P, is_global, st->i)) return;
     /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
     const int empty = st->max == -INFINITY && st->sum == 0.0f;
+    float top = st->max, sum = st->sum; /* with the head's sink, if any */
+    const float keep = sink_fold(P, h, &top, &sum);
     const long row = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + st->i * P->o_stride_s;
-    for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e], O, row + e);
-    store_lse(P, LSE, (b * P->heads_q + h) * P->len_q + st->i, st->max, st->sum, empty);
+    for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e] * keep, O, row + e);
+    store_lse(P, LSE, (b * P->heads_q + h) * P->len_q + st->i, top, sum,
+              top == -INFINITY && sum == 0.0f);
 }
 
 /* Work-group (tile, b*Hq + h) of BLOCK_M work-items, one query row each. */

@@ -156,8 +156,8 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     /* pass 1: bias and masks, written back (-inf where masked), and the row maximum. Without a
        block layout, global tokens or dilation (causality and a window only), the keys the row
        may see are one range [lo, hi], found once (mask_allowed's rules, mask_rules.h), and a
-       vector of finite scores without a bias is masked in registers; anything else (a tail, a
-       non-finite score to rescore) goes key by key */
+       vector of finite scores without a bias or a score modifier is masked in registers;
+       anything else (a tail, a non-finite score to rescore) goes key by key */
     const int one_range = !P->has_layout && !P->has_global && P->dilation == 1;
     const long p = i + P->offset;
     long lo = P->left >= 0 ? p - P->left : LONG_MIN, hi = P->right >= 0 ? p + P->right : LONG_MAX;
@@ -168,7 +168,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     float local_max = -INFINITY;
     for (long av = first_owned(first_av, lid); av < end_av; av += WG_SIZE) {
         const long js = av * SV - key0;
-        if (one_range && !P->has_bias && js >= 0 && js + SV <= cols) {
+        if (one_range && !P->has_bias && !MODIFIES_SCORES(P) && js >= 0 && js + SV <= cols) {
             const long first = key0 + js; /* lanes allowed: [lo - first, hi - first] */
             const int lo_lane = (int)clamp(lo == LONG_MIN ? -1L : lo - first, -1L, (long)SV);
             const int hi_lane = (int)clamp(hi == LONG_MAX ? (long)SV : hi - first, -1L, (long)SV);
@@ -187,6 +187,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
             if (one_range ? key >= lo && key <= hi
                           : mask_allowed(P, is_global, layout, h, i, key)) {
                 x = isfinite(s[j]) ? s[j] : rescore(P, Q, K, b, h, i, key, scale);
+                if (MODIFIES_SCORES(P)) x = modified_score(P, x, b, h, p, key);
                 if (P->has_bias) x = add_saturating(x, bias[bias_row + j]);
             }
             s[j] = x;
@@ -223,8 +224,10 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
     const float row_sum = group_sum(sum16(sums), scratch);
 
     /* pass 3: P in place; masked keys (and an empty row's) stay exactly 0, even in a row whose
-       sum is NaN */
-    const float inv_sum = empty ? 0.0f : 1.0f / row_sum;
+       sum is NaN; a sink joins the sum (sink_fold) */
+    float top = row_max, sum = row_sum;
+    const float keep = sink_fold(P, h, &top, &sum);
+    const float inv_sum = empty ? 0.0f : keep / row_sum;
     for (long av = first_owned(first_av, lid); av < end_av; av += WG_SIZE) {
         const long js = av * SV - key0;
         if (js >= 0 && js + SV <= cols) {
@@ -238,5 +241,7 @@ softmax_masked(__constant attn_params *P, __global float *scores, long group0, l
             s[j] = empty || e == 0.0f ? 0.0f : e * inv_sum;
         }
     }
-    if (lid == 0) store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, row_max, row_sum, empty);
+    if (lid == 0)
+        store_lse(P, lse, (b * P->heads_q + h) * P->len_q + i, top, sum,
+                  top == -INFINITY && sum == 0.0f);
 }

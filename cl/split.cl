@@ -204,9 +204,13 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
         x = select(x, (float16)(-INFINITY), out);
         vstore16(x, 0, s[r]);
         for (int c = 0; c < n; c++) {
-            if (!simple && !pair_allowed(P, is_global, layout, t, r, j0 + c))
+            if (!simple && !pair_allowed(P, is_global, layout, t, r, j0 + c)) {
                 s[r][c] = -INFINITY;
-            else if (P->has_bias && s[r][c] != -INFINITY)
+                continue;
+            }
+            if (MODIFIES_SCORES(P) && s[r][c] != -INFINITY)
+                s[r][c] = modified_score(P, s[r][c], t->b, t->h[r], t->i[r] + t->offset, j0 + c);
+            if (P->has_bias && s[r][c] != -INFINITY)
                 s[r][c] = add_saturating(s[r][c], bias[P->bias_offset + t->b * P->bias_stride_b +
                                                        t->h[r] * P->bias_stride_h +
                                                        t->i[r] * P->bias_stride_s + j0 + c]);
@@ -305,9 +309,11 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, lon
     for (int r = 0; r < BLOCK_R; r++) {
         if (t->at[r] < 0 || (t->i[r] < 0 && P->chunks > 1)) continue; /* merge_chunks does */
         const int empty = t->i[r] < 0 || (t->max[r] == -INFINITY && t->sum[r] == 0.0f);
+        float top = t->max[r], sum = t->sum[r]; /* one chunk: with the head's sink, if any */
+        const float keep = P->chunks > 1 || t->i[r] < 0 ? 1.0f : sink_fold(P, t->h[r], &top, &sum);
         float o[DV_PAD];
         #pragma unroll
-        for (int v = 0; v < NDV; v++) vstore16(empty ? (float16)0.0f : t->acc[r][v], v, o);
+        for (int v = 0; v < NDV; v++) vstore16(empty ? (float16)0.0f : t->acc[r][v] * keep, v, o);
         const long row = (t->b * P->heads_q + t->h[r]) * P->len_q + t->at[r];
         if (P->chunks > 1) {
             for (int d = 0; d < P->dim_v; d++) O_part[(row * P->chunks + c) * P->dim_v + d] = o[d];
@@ -318,7 +324,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, lon
         const long at = P->o_offset + t->b * P->o_stride_b + t->h[r] * P->o_stride_h +
                         t->at[r] * P->o_stride_s;
         for (int d = 0; d < P->dim_v; d++) STORE_OUT(o[d], O, at + d);
-        store_lse(P, LSE, row, t->max[r], t->sum[r], empty);
+        store_lse(P, LSE, row, top, sum, t->i[r] < 0 || (top == -INFINITY && sum == 0.0f));
     }
 }
 
@@ -369,6 +375,8 @@ __kernel void merge_chunks(__constant attn_params *P, __global const int *q_len,
         o += w * O_part[(row * P->chunks + c) * P->dim_v + d];
     }
     const long at = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + i * P->o_stride_s;
-    STORE_OUT(empty ? 0.0f : nan ? NAN : o / sum, O, at + d);
-    if (d == 0) store_lse(P, LSE, row, nan ? NAN : m, sum, empty);
+    float top = nan ? NAN : m, total = sum; /* with the head's sink, once for all chunks */
+    const float keep = i < queries ? sink_fold(P, h, &top, &total) : 1.0f;
+    STORE_OUT(empty ? 0.0f : nan ? NAN : o / sum * keep, O, at + d);
+    if (d == 0) store_lse(P, LSE, row, top, total, top == -INFINITY && total == 0.0f);
 }

@@ -192,11 +192,13 @@ ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const 
 
 /* Scores of `rows` rows and BLOCK_N keys (natural domain), score (m, c) at
  * s[m * row_stride + c * key_stride]: -inf where the pass does not own the pair or the slot is
- * padding; plus the bias where one is given (saturating: a finite bias never masks). */
+ * padding; else soft-capped and ALiBi's term added (modified_score, when `modify`: a caller
+ * may have done it already, on whole vectors), then the bias where one is given (saturating: a
+ * finite bias never masks). */
 ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
                                  __global const float *bias, int pass, int kind, long b, long h,
                                  const long *row_i, int rows, int row_stride, int key_stride,
-                                 const long *kpos, float *s) {
+                                 const long *kpos, int modify, float *s) {
     for (int m = 0; m < rows; m++) {
         long i = row_i[m] < 0 ? 0 : row_i[m];
         __global const float *bias_row = bias + P->bias_offset + b * P->bias_stride_b +
@@ -206,8 +208,11 @@ ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar
             if (kind == TILE_GENERAL &&
                 (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))
                 x = -INFINITY;
-            else if (P->has_bias && kpos[c] != NO_KEY && x != -INFINITY) /* not onto a mask */
-                x = add_saturating(x, bias_row[kpos[c]]);
+            else if (kpos[c] != NO_KEY && x != -INFINITY) { /* not onto a mask */
+                if (modify && MODIFIES_SCORES(P))
+                    x = modified_score(P, x, b, h, i + P->offset, kpos[c]);
+                if (P->has_bias) x = add_saturating(x, bias_row[kpos[c]]);
+            }
             s[m * row_stride + c * key_stride] = x;
         }
     }

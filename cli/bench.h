@@ -80,7 +80,7 @@ void bench_pattern_data_free(pattern_data *pd);
 typedef struct decode_config {
     size_t nq[16], num_nq, nk[16], num_nk;
     size_t batch, hq, hkv, d;
-    clattn_dtype dtypes[4]; /* the cache's; Q and O are float32 for a q8_0 cache */
+    clattn_dtype dtypes[5]; /* the cache's; Q and O are float32 for a q8_0 or q4_0 cache */
     size_t num_dtypes;
     size_t warmup, repeat;
     size_t steps; /* generation: tokens appended one at a time */

@@ -1,8 +1,8 @@
 /*
  * clattn bench --preset decode: decoding over a KV cache (docs/semantics.md section 6). For each
- * storage type of the cache (a q8_0 cache is read with float32 Q and O), cache length Nk and query
- * block Nq (1, and 4 for speculative decoding), one call of Nq queries over a full cache; it
- * reports the time and the K/V bytes read per second next to the device's memory bandwidth,
+ * storage type of the cache (a q8_0 or q4_0 cache is read with float32 Q and O), cache length Nk
+ * and query block Nq (1, and 4 for speculative decoding), one call of Nq queries over a full cache;
+ * it reports the time and the K/V bytes read per second next to the device's memory bandwidth,
  * measured in the same run by a device-to-device copy (bytes read plus written, per second). A
  * generation mode appends one token a step to a growing cache and attends with it, and reports
  * tokens per second.
@@ -36,17 +36,22 @@ static double kv_gbs(const decode_record *r) {
 }
 
 static const char *dtype_text(clattn_dtype t) {
-    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : t == CLATTN_Q8_0 ? "q8_0" : "f32";
+    return t == CLATTN_F16    ? "f16"
+           : t == CLATTN_BF16 ? "bf16"
+           : t == CLATTN_Q8_0 ? "q8_0"
+           : t == CLATTN_Q4_0 ? "q4_0"
+                              : "f32";
 }
 
 /* Q's and O's storage with a cache of `cache` storage. */
 static clattn_dtype query_dtype(clattn_dtype cache) {
-    return cache == CLATTN_Q8_0 ? CLATTN_F32 : cache;
+    return cache == CLATTN_Q8_0 || cache == CLATTN_Q4_0 ? CLATTN_F32 : cache;
 }
 
-/* Bytes of n values (q8_0: n a multiple of 32, 34 bytes a block). */
+/* Bytes of n values (q8_0, q4_0: n a multiple of 32, 34 or 18 bytes a block). */
 static size_t values_bytes(clattn_dtype t, size_t n) {
-    return t == CLATTN_Q8_0 ? n / 32 * 34 : n * (t == CLATTN_F32 ? 4 : 2);
+    if (t == CLATTN_Q8_0 || t == CLATTN_Q4_0) return n / 32 * (t == CLATTN_Q8_0 ? 34 : 18);
+    return n * (t == CLATTN_F32 ? 4 : 2);
 }
 
 static int compare_double(const void *a, const void *b) {

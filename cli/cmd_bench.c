@@ -38,8 +38,8 @@ static const cli_option bench_options[] = {
     {"pattern", "LIST",
      "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
      "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
-    {"dtype", "f32|f16|bf16|q8_0",
-     "storage of Q, K, V and O (default f32; decode: all four, q8_0 being K/V only)"},
+    {"dtype", "f32|f16|bf16|q8_0|q4_0",
+     "storage of Q, K, V and O (default f32; decode: all five, q8_0 and q4_0 being K/V only)"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
     {"gemm", "NAME",
      "the GEMM row of the gemm path and the layer: auto, clblast, panels (default auto, or "
@@ -227,15 +227,16 @@ static int parse_lists(const cli_args *args, bench_config *c) {
 }
 
 static int parse_settings(const cli_args *args, bench_config *c) {
-    static const char *const dtypes[] = {"f32", "f16", "bf16", "q8_0", NULL}; /* clattn_dtype */
+    static const char *const dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL}; /* enum */
     int choice = 0;
     if (args_has(args, "dtype")) {
         if (parse_choice(args, "dtype", dtypes, &choice) != 0) return EXIT_USAGE;
         c->dtype = (clattn_dtype)choice;
         c->dtype_given = 1;
     }
-    if (c->dtype == CLATTN_Q8_0 && !c->decode) {
-        cli_error("bench", "--dtype q8_0 stores K and V only: it is measured by --preset decode");
+    if ((c->dtype == CLATTN_Q8_0 || c->dtype == CLATTN_Q4_0) && !c->decode) {
+        cli_error("bench", "--dtype %s stores K and V only: it is measured by --preset decode",
+                  dtypes[c->dtype]);
         return EXIT_USAGE;
     }
     if (args_has(args, "variant") && parse_variant(args, "variant", &c->variant) != 0)
@@ -594,7 +595,8 @@ static int run_decode(const bench_config *c) {
     memcpy(dc.nk, c->count[L_NK] ? c->list[L_NK] : c->list[L_NQ], sizeof dc.nk);
     dc.batch = c->list[L_B][0], dc.hq = c->list[L_HQ][0], dc.d = c->list[L_D][0];
     dc.hkv = c->count[L_HKV] ? c->list[L_HKV][0] : dc.hq;
-    static const clattn_dtype all[] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16, CLATTN_Q8_0};
+    static const clattn_dtype all[] = {CLATTN_F32, CLATTN_F16, CLATTN_BF16, CLATTN_Q8_0,
+                                       CLATTN_Q4_0};
     dc.num_dtypes = c->dtype_given ? 1 : ARRAY_LEN(all);
     memcpy(dc.dtypes, c->dtype_given ? &c->dtype : all, dc.num_dtypes * sizeof *all);
     dc.warmup = c->warmup, dc.repeat = c->repeat, dc.steps = c->steps;

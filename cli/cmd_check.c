@@ -129,10 +129,31 @@ static void add_sparse_cases(sweep *s, int quick) {
     c->block_layout = LAYOUT_ALL_ONES, c->bq = 64, c->bk = 64;
 }
 
+/* Soft-capping, ALiBi and sinks (docs/semantics.md section 8), composed with masks, a bias,
+ * GQA, empty rows and 16-bit storage. The quick ones reuse shapes of the cases above, whose
+ * kernel builds they share (a cold cache builds nothing more for them). */
+static void add_modifier_cases(sweep *s, int quick) {
+    attn_case *c = add_case(s, 2, 2, 1, 40, 52, 32, 32);
+    c->bias = BIAS_FULL, c->softcap = 1.5f, c->alibi = 2, c->sinks = 1;
+    c = add_case(s, 1, 2, 1, 70, 90, 32, 32);
+    c->causal = 1, c->left = 9, c->right = 0, c->alibi = 1, c->softcap = 2.0f, c->scale = 1.0f;
+    c = add_case(s, 1, 2, 2, 100, 17, 32, 32); /* rows before the first key: empty, with sinks */
+    c->causal = 1, c->sinks = 1, c->alibi = 1;
+    if (quick) return;
+    c = add_case(s, 1, 8, 2, 40, 40, 32, 32);
+    c->alibi = 1, c->causal = 1;
+    c = add_case(s, 2, 4, 4, 3, 77, 64, 32);
+    c->sinks = 1;
+    c = add_case(s, 1, 4, 4, 64, 64, 64, 64);
+    c->block_layout = LAYOUT_PER_HEAD, c->bq = c->bk = 16, c->softcap = 5.0f, c->alibi = 1;
+    c->sinks = 1, c->dtype = c->out_dtype = CLATTN_F16;
+}
+
 static void build_sweep(sweep *s, int quick) {
     s->count = 0;
     add_dense_cases(s, quick);
     add_sparse_cases(s, quick);
+    add_modifier_cases(s, quick);
 }
 
 /* ---------------------------------------------------------------- what to run */

@@ -37,11 +37,12 @@ static const cli_option run_options[] = {
     {"block-size", "BQ,BK", "block size of the layout"},
     {"bias", "BIAS.npy", "additive float bias; -inf masks"},
     {"scale", "S", "score scale (default 1/sqrt(Dqk))"},
+    RUN_MODIFIER_OPTIONS,
     {"storage", "f32|f16|bf16",
      "round Q, K, V to this storage first (default: their own; <u2 files are bfloat16 bits)"},
     {"out-dtype", "f32|f16|bf16", "storage of O (default: the storage of Q, K, V)"},
-    {"kv-storage", "q8_0",
-     "quantise K and V (and a cache) to q8_0 blocks after --storage; head dims multiples of 32"},
+    {"kv-storage", "q8_0|q4_0",
+     "quantise K and V (and a cache) to ggml's blocks after --storage; head dims multiples of 32"},
     {"path", "auto|fused|gemm|reference", "how to compute (default auto)"},
     {"variant", "NAME", "the kernel variant to run (clattn devices --variants; default auto)"},
     {"device", "SPEC", "device: index, P:D, name, gpu|cpu|accelerator"},
@@ -65,6 +66,9 @@ void run_release(run_state *s) {
     npy_free(&s->layout);
     npy_free(&s->ref);
     npy_free(&s->ref_lse);
+    npy_free(&s->alibi);
+    npy_free(&s->sinks);
+    free(s->alibi_standard);
     free(s->bias_f32);
     free(s->layout_u8);
     free(s->globals);
@@ -72,10 +76,11 @@ void run_release(run_state *s) {
     free(s->lse);
 }
 
-/* A block of K or V (flat block index `block` of `a`, 4-D in the layout) that q8_0 cannot
+/* A block of K or V (flat block index `block` of `a`, 4-D in the layout) that `to` cannot
  * store, named by its position: batch (or page, for pools), row and head, and its dims. */
 static void refuse_block(const cli_args *args, const run_state *s, const char *option,
-                         const npy_array *a, size_t block) {
+                         const npy_array *a, size_t block, clattn_dtype to) {
+    const char *name = to == CLATTN_Q4_0 ? "q4_0" : "q8_0";
     size_t at = block * 32, dim = a->shape[3], rest = at / dim, inner[3];
     for (int i = 2; i >= 0; i--) inner[i] = rest % a->shape[i], rest /= a->shape[i];
     int bhsd = s->layout_kind == CLATTN_LAYOUT_BHSD; /* [B,H,N,D], else [B,N,H,D] */
@@ -86,38 +91,39 @@ static void refuse_block(const cli_args *args, const run_state *s, const char *o
     for (int i = 0; i < 32; i++)
         if (isfinite(x[i]) && fabsf(x[i]) > max) max = fabsf(x[i]);
     cli_error("run",
-              "--kv-storage q8_0: %s: %s %zu, row %zu, head %zu, dims %zu..%zu hold |x| = %g, at "
-              "or above 8321040, where a q8_0 block's float16 scale overflows (the block would "
-              "be NaN)",
-              args_get(args, option), args_has(args, "page-table") ? "page" : "batch", inner[0],
-              inner[bhsd ? 2 : 1], inner[bhsd ? 1 : 2], at % dim, at % dim + 31, (double)max);
+              "--kv-storage %s: %s: %s %zu, row %zu, head %zu, dims %zu..%zu hold |x| = %g, at "
+              "or above %s, where the block's float16 scale overflows (the block would be NaN)",
+              name, args_get(args, option), args_has(args, "page-table") ? "page" : "batch",
+              inner[0], inner[bhsd ? 2 : 1], inner[bhsd ? 1 : 2], at % dim, at % dim + 31,
+              (double)max, to == CLATTN_Q4_0 ? "524160" : "8321040");
 }
 
-/* --kv-storage q8_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
+/* --kv-storage q8_0|q4_0: K and V quantised, a block of 32 values at a time (rows start blocks). */
 static int setup_kv_storage(const cli_args *args, run_state *s) {
-    static const char *const kv_dtypes[] = {"q8_0", NULL};
+    static const char *const kv_dtypes[] = {"q8_0", "q4_0", NULL};
     static const char *const options[] = {"k", "v"};
     int choice = 0;
     if (!args_has(args, "kv-storage")) return 0;
     if (parse_choice(args, "kv-storage", kv_dtypes, &choice) != 0) return EXIT_USAGE;
+    const clattn_dtype to = choice ? CLATTN_Q4_0 : CLATTN_Q8_0;
     if (s->desc.dim_qk % 32 || s->desc.dim_v % 32) {
-        cli_error("run", "--kv-storage q8_0: head dims must be multiples of 32 (Dqk=%zu Dv=%zu)",
-                  s->desc.dim_qk, s->desc.dim_v);
+        cli_error("run", "--kv-storage %s: head dims must be multiples of 32 (Dqk=%zu Dv=%zu)",
+                  kv_dtypes[choice], s->desc.dim_qk, s->desc.dim_v);
         return EXIT_USAGE;
     }
     npy_array *kv[2] = {&s->k, &s->v};
     for (int i = 0; i < 2; i++) {
         size_t block = SIZE_MAX;
-        if (clattn_convert_check(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, kv[i]->count, &block) &&
+        if (clattn_convert_check(s->desc.dtype, kv[i]->data, to, kv[i]->count, &block) &&
             block != SIZE_MAX) {
-            refuse_block(args, s, options[i], kv[i], block);
+            refuse_block(args, s, options[i], kv[i], block, to);
             return 1;
         }
     }
     for (int i = 0; i < 2; i++) {
-        void *blocks = malloc(kv[i]->count / 32 * 34 + 1);
-        if (!blocks || clattn_convert(s->desc.dtype, kv[i]->data, CLATTN_Q8_0, blocks,
-                                      kv[i]->count) != CLATTN_SUCCESS) {
+        void *blocks = malloc(kv[i]->count / 32 * 34 + 1); /* q8_0's 34 bytes, q4_0's 18 */
+        if (!blocks || clattn_convert(s->desc.dtype, kv[i]->data, to, blocks, kv[i]->count) !=
+                           CLATTN_SUCCESS) {
             free(blocks);
             cli_error("run", "out of host memory quantising K and V");
             return 1;
@@ -125,7 +131,7 @@ static int setup_kv_storage(const cli_args *args, run_state *s) {
         free(kv[i]->data);
         kv[i]->data = blocks; /* kv[i]->dtype still names the values' type before */
     }
-    s->desc.kv_q8_0 = 1;
+    s->desc.kv_q8_0 = to == CLATTN_Q8_0, s->desc.kv_q4_0 = to == CLATTN_Q4_0;
     return 0;
 }
 
@@ -324,6 +330,7 @@ int run_setup_mask(const cli_args *args, run_state *s) {
     int rc = setup_options(args, s);
     if (!rc) rc = setup_block_layout(args, s);
     if (!rc) rc = setup_bias(args, s);
+    if (!rc) rc = run_setup_modifiers(args, s);
     return rc;
 }
 
@@ -532,8 +539,8 @@ static int compare_with(const cli_args *args, const run_state *s) {
     case_result result = {0};
     for (size_t i = 0; want && want64 && i < count; i++) want64[i] = want[i];
     /* the loosest of all the types; q8_0 K/V has float16's tolerance */
-    tolerance_for(d->kv_q8_0 && d->dtype == CLATTN_F32 ? CLATTN_F16 : d->dtype, d->out_dtype, &atol,
-                  &rtol);
+    tolerance_for((d->kv_q8_0 || d->kv_q4_0) && d->dtype == CLATTN_F32 ? CLATTN_F16 : d->dtype,
+                  d->out_dtype, &atol, &rtol);
     tolerance_for(run_storage_of(s->ref.dtype), CLATTN_F32, &ref_atol, &ref_rtol);
     atol = atol > ref_atol ? atol : ref_atol, rtol = rtol > ref_rtol ? rtol : ref_rtol;
     int ok = got && want && want64;
@@ -594,8 +601,9 @@ int run_check_args(const cli_args *args, run_state *s) {
     static const char *const required[] = {"q", "k", "v", "out"};
     static const char *const outputs[] = {"out", "lse", "k-cache-out", "v-cache-out"};
     static const char *const inputs[] = {
-        "q",         "k",     "v",     "bias",    "block-layout", "compare",   "compare-lse",
-        "cache-len", "k-new", "v-new", "new-len", "q-len",        "page-table"};
+        "q",       "k",           "v",          "bias",         "block-layout",
+        "compare", "compare-lse", "cache-len",  "k-new",        "v-new",
+        "new-len", "q-len",       "page-table", "alibi-slopes", "sinks"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!args_has(args, required[i])) {
             cli_error("run", "--%s is required (see clattn help run)", required[i]);

@@ -35,6 +35,7 @@ typedef struct case_data {
     clattn_attention_extents ext;
     void *q, *k, *v, *o;
     float *bias, *lse;
+    float *slopes, *sinks; /* ALiBi slopes, sinks (section 8) */
     uint8_t *layout;
     double *ref_o, *ref_lse; /* the reference's O [B][Hq][Nq][Dv] and LSE, widened */
 } case_data;
@@ -62,6 +63,7 @@ void case_init(attn_case *c, size_t b, size_t hq, size_t hkv, size_t nq, size_t 
 static void case_free(case_data *data) {
     free(data->q), free(data->k), free(data->v), free(data->o);
     free(data->bias), free(data->lse), free(data->layout);
+    free(data->slopes), free(data->sinks);
     free(data->ref_o), free(data->ref_lse);
     memset(data, 0, sizeof *data);
 }
@@ -180,6 +182,30 @@ static void setup_bias(const attn_case *c, case_data *data, uint64_t *state) {
     d->bias_host = data->bias;
 }
 
+/* Soft-capping, ALiBi and sinks (docs/semantics.md section 8), from a state of their own so
+ * that the other inputs of a case do not change with them. */
+static clattn_status setup_modifiers(const attn_case *c, case_data *data) {
+    clattn_attention_desc *d = &data->desc;
+    uint64_t state = c->seed ^ 0x5151;
+    d->softcap = c->softcap;
+    if (c->alibi) {
+        size_t count = c->alibi == 2 ? c->b * c->hq : c->hq;
+        data->slopes = malloc(count * sizeof *data->slopes);
+        if (!data->slopes) return CLATTN_ERR_OUT_OF_MEMORY;
+        clattn_pattern_alibi_slopes(c->hq, data->slopes);
+        for (size_t at = c->hq; at < count; at++) /* later sequences: seeded slopes in [0, 1) */
+            data->slopes[at] = 0.5f + 0.5f * uniform(&state);
+        d->alibi_slopes = data->slopes, d->alibi_per_batch = c->alibi == 2;
+    }
+    if (c->sinks) {
+        data->sinks = malloc(c->hq * sizeof *data->sinks);
+        if (!data->sinks) return CLATTN_ERR_OUT_OF_MEMORY;
+        for (size_t h = 0; h < c->hq; h++) data->sinks[h] = h ? 2.0f * uniform(&state) : 8.0f;
+        d->sinks = data->sinks;
+    }
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status case_setup(const attn_case *c, case_data *data) {
     memset(data, 0, sizeof *data);
     clattn_attention_desc *d = &data->desc;
@@ -194,7 +220,8 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     uint64_t state = c->seed;
     setup_mask(c, data, &state);
     setup_bias(c, data, &state);
-    status = clattn_attention_desc_check(d, &data->ext, NULL, 0);
+    status = setup_modifiers(c, data);
+    if (status == CLATTN_SUCCESS) status = clattn_attention_desc_check(d, &data->ext, NULL, 0);
     if (status != CLATTN_SUCCESS) return status;
     size_t rows = c->b * c->hq * c->nq;
     data->q = malloc(data->ext.q), data->k = malloc(data->ext.k), data->v = malloc(data->ext.v);
@@ -330,6 +357,9 @@ void case_describe(const attn_case *c, char *out, size_t size) {
     if (c->offset) append(out, size, " offset=%zu", c->offset);
     if (c->scale != 0.0f) append(out, size, " scale=%g", (double)c->scale);
     if (c->nan_key) append(out, size, " nan-key");
+    if (c->softcap > 0.0f) append(out, size, " softcap=%g", (double)c->softcap);
+    if (c->alibi) append(out, size, c->alibi == 2 ? " alibi=per-batch" : " alibi");
+    if (c->sinks) append(out, size, " sinks");
     if (c->bad_value) append(out, size, c->bad_value == 1 ? " nan-value" : " inf-value");
     if (c->gemm_budget_bytes) append(out, size, " gemm-budget=%zu", c->gemm_budget_bytes);
     append(out, size, " seed=%llu", (unsigned long long)c->seed);
@@ -367,6 +397,11 @@ static clattn_status dump_inputs(const attn_case *c, const case_data *data, cons
             s = dump_tensor(dir, "bias", NPY_F32, 4, c->bias == BIAS_PADDING ? padding : full, bias,
                             err, size);
     }
+    if (!s && c->alibi == 2) {
+        size_t shape[2] = {c->b, c->hq};
+        s = dump_tensor(dir, "alibi", NPY_F32, 2, shape, data->slopes, err, size);
+    }
+    if (!s && c->sinks) s = dump_tensor(dir, "sinks", NPY_F32, 1, &c->hq, data->sinks, err, size);
     if (!s && c->block_layout != LAYOUT_NONE) {
         size_t heads = c->block_layout == LAYOUT_PER_HEAD ? c->hq : 1;
         size_t shape[3] = {heads, (c->nq + c->bq - 1) / c->bq, (c->nk + c->bk - 1) / c->bk};
@@ -394,6 +429,10 @@ static void replay_command(const attn_case *c, const char *dir, const char *path
         append(cmd, size, " --block-layout %s/layout.npy --block-size %zu,%zu", dir, c->bq, c->bk);
     if (c->bias != BIAS_NONE) append(cmd, size, " --bias %s/bias.npy", dir);
     if (c->scale != 0.0f) append(cmd, size, " --scale %.9g", (double)c->scale);
+    if (c->softcap > 0.0f) append(cmd, size, " --softcap %.9g", (double)c->softcap);
+    if (c->alibi == 1) append(cmd, size, " --alibi");
+    if (c->alibi == 2) append(cmd, size, " --alibi-slopes %s/alibi.npy", dir);
+    if (c->sinks) append(cmd, size, " --sinks %s/sinks.npy", dir);
 }
 
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,

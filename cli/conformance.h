@@ -48,6 +48,9 @@ typedef struct attn_case {
     int bad_value;            /* poison V row 1 of kv head 0: 1 NaN, 2 +inf (rows that do not
                                  see key 1 must stay finite) */
     size_t gemm_budget_bytes; /* desc->gemm_budget_bytes: the gemm path's score budget */
+    float softcap;            /* desc->softcap (0: off) */
+    int alibi;                /* 0 none, 1 the standard slopes [Hq], 2 seeded slopes [B][Hq] */
+    int sinks;                /* seeded sinks [Hq] in [-2, 2] (head 0's 8: above every score) */
     uint64_t seed;
 } attn_case;
 

@@ -23,6 +23,8 @@ typedef struct run_state {
     void *o;
     float *lse;
     struct cache_run *cache; /* --cache-len: K and V are caches (docs/semantics.md section 6) */
+    npy_array alibi, sinks;  /* --alibi-slopes, --sinks */
+    float *alibi_standard;   /* --alibi: the standard slopes */
 } run_state;
 
 /* One file a run writes. */
@@ -49,6 +51,15 @@ int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
  * --block-size --bias --scale --out-dtype --path --variant) into s->desc, whose sizes are set;
  * `clattn layer` takes them as `clattn run` does. @return 0, 1 or EXIT_USAGE. */
 int run_setup_mask(const cli_args *args, run_state *s);
+/* run_modifiers.c: --softcap --alibi --alibi-slopes --sinks into s->desc (docs/semantics.md
+ * section 8). @return 0, 1 or EXIT_USAGE. */
+int run_setup_modifiers(const cli_args *args, run_state *s);
+#define RUN_MODIFIER_OPTIONS                                                                       \
+    {"softcap", "C", "soft-cap the scaled scores: C * tanh(s / C) (Gemma 2)"},                     \
+        {"alibi", NULL, "ALiBi with the standard slopes of Hq heads (BLOOM's)"},                   \
+        {"alibi-slopes", "S.npy", "ALiBi with these slopes, <f4 [Hq] or [B,Hq]"}, {                \
+        "sinks", "S.npy", "attention sinks, one logit a query head, <f4 [Hq] (gpt-oss)"            \
+    }
 /* Writes every regular output to a temporary name beside it, then the devices and FIFOs in
  * place (outfile.h), then renames the temporaries in one section that SIGINT and SIGTERM wait
  * for (interrupt.h): a failure before the renames removes them and leaves existing files

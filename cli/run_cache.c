@@ -42,7 +42,7 @@ int cache_check_args(const cli_args *args) {
         return 1;
     }
     if (args_has(args, "k-cache-out") && args_has(args, "kv-storage")) {
-        cli_error("run", "--k-cache-out: a q8_0 cache (--kv-storage) has no .npy form");
+        cli_error("run", "--k-cache-out: a quantised cache (--kv-storage) has no .npy form");
         return 1;
     }
     return 0;
@@ -86,7 +86,7 @@ static int load_new_rows(const cli_args *args, run_state *s) {
         return 1;
     }
     c->new_rows = kn[1];
-    clattn_dtype rows = d->kv_q8_0 ? CLATTN_F32 : d->dtype;
+    clattn_dtype rows = d->kv_q8_0 || d->kv_q4_0 ? CLATTN_F32 : d->dtype;
     if (run_convert_array(&c->k_new, file_dtype, rows) ||
         run_convert_array(&c->v_new, file_dtype, rows)) {
         cli_error("run", "out of host memory for the new rows");
@@ -136,7 +136,10 @@ static clattn_status fill_cache(clattn_context *ctx, const run_state *s, clattn_
     const clattn_attention_desc *d = &s->desc;
     clattn_kv_cache_desc cd;
     clattn_kv_cache_desc_init(&cd, d->batch, d->heads_kv, d->dim_qk, d->dim_v, c->capacity);
-    cd.dtype = d->kv_q8_0 ? CLATTN_Q8_0 : d->dtype, cd.layout = s->layout_kind;
+    cd.dtype = d->kv_q4_0   ? CLATTN_Q4_0
+               : d->kv_q8_0 ? CLATTN_Q8_0
+                            : d->dtype,
+    cd.layout = s->layout_kind;
     cd.page_size = c->page_size, cd.num_pages = c->num_pages;
     clattn_status status = clattn_kv_cache_create(ctx, &cd, out);
     if (!status) status = clattn_kv_cache_write_host(*out, s->k.data, s->v.data);

@@ -337,10 +337,15 @@ typedef enum clattn_dtype {
     CLATTN_F32 = 0,  /* float32 */
     CLATTN_F16 = 1,  /* float16 storage; all arithmetic accumulates in float32 */
     CLATTN_BF16 = 2, /* bfloat16 storage (uint16 bit patterns); arithmetic in float32 */
-    CLATTN_Q8_0 = 3  /* K and V only (a KV cache's dtype, desc->kv_q8_0): blocks of 32 values,
+    CLATTN_Q8_0 = 3, /* K and V only (a KV cache's dtype, desc->kv_q8_0): blocks of 32 values,
                         each a float16 scale d then 32 int8 q, value = d * q (34 bytes, ggml's
                         q8_0). Rows hold whole blocks: head dims, offsets and strides (in values)
                         are multiples of 32. */
+    CLATTN_Q4_0 = 4  /* K and V only (from 0.3; a KV cache's dtype, desc->kv_q4_0): blocks of 32
+                        values, each a float16 scale d then 16 bytes of 4-bit q, value j of the
+                        block in the low nibble of byte j and value j + 16 in its high nibble,
+                        value = (q - 8) * d (18 bytes, ggml's q4_0). Rows hold whole blocks, as
+                        for q8_0. */
 } clattn_dtype;
 
 typedef enum clattn_layout {
@@ -491,6 +496,23 @@ typedef struct clattn_attention_desc {
                       cannot hold m + log(...) exactly once |m| is large (a row whose every key
                       has a bias of -FLT_MAX has LSE = -FLT_MAX, whatever its key count). KV
                       cache calls and layers refuse it. */
+
+    /* ---- added in 0.3 (issue 33): what the peers compute (docs/semantics.md section 7) */
+    int kv_q4_0; /* nonzero: K and V are stored as CLATTN_Q4_0 blocks, as kv_q8_0 stores q8_0
+                    (not both). */
+    /* Score modifiers and sinks (docs/semantics.md section 8), each on every path and in the
+       reference; not with shards (q_start, ...) or lse_parts. */
+    float softcap; /* > 0: each scaled score t = scale * q.k becomes softcap * tanh(t / softcap),
+                      in float32, before ALiBi, the bias and the masks (Gemma 2); 0: off */
+    const float *alibi_slopes; /* host float32 [Hq] (or [B][Hq] with alibi_per_batch), or NULL:
+                                  ALiBi adds -slope[h] * |p - j| to each score after
+                                  soft-capping, p = i + Nk - Nq (bottom-right aligned, as
+                                  causal), computed in the kernels; clattn_pattern_alibi_slopes
+                                  gives the standard slopes */
+    int alibi_per_batch;       /* nonzero: alibi_slopes is [B][Hq] */
+    const float *sinks;        /* host float32 [Hq], or NULL: head h's sink logit joins each
+                                  row's softmax denominator (exp(sink - m)), adds nothing to O and
+                                  enters the LSE; an empty row gets O = 0 and LSE = sink (gpt-oss) */
 } clattn_attention_desc;
 
 /** The smallest struct_size a desc may have: the fields up to gemm_budget_bytes. */
@@ -544,22 +566,28 @@ CLATTN_API clattn_status clattn_attention_mask(const clattn_attention_desc *desc
 
 /** Converts `count` values between storage types on the host: float32, float16 (IEEE binary16)
  *  and, from 0.2, the others of clattn_dtype. Narrowing rounds to nearest even; NaN stays NaN.
- *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32): each block is quantised with the
- *  scale d = max|x| / 127 over its finite values (rounded to float16) and q = round(x / d)
- *  within +-127 (NaN stores 0). A block whose scale overflows float16 is refused, and then
- *  nothing is written (clattn_convert_check names the block).
+ *  CLATTN_Q8_0 takes whole blocks (count a multiple of 32), quantised as ggml's
+ *  quantize_row_q8_0_ref does it, bit for bit: d = max|x| / 127 over the block's finite values
+ *  in float32, q = round(x * (1 / d)) half away from zero within +-127 (NaN stores 0), and d
+ *  stored rounded to float16. CLATTN_Q4_0 likewise (from 0.3), as ggml's quantize_row_q4_0_ref:
+ *  m the block's finite value of largest magnitude (the first, with its sign), d = m / -8,
+ *  q = min(15, trunc(x * (1 / d) + 8.5)) (NaN stores 8, the value 0; infinities 0 or 15). A block
+ * whose scale overflows float16 is refused, and then nothing is written (clattn_convert_check names
+ * the block).
  *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL pointers, unknown dtypes, a
- *  q8_0 count that is not a multiple of 32, a block whose q8_0 scale overflows). */
+ *  quantised count that is not a multiple of 32, a block whose scale overflows). */
 CLATTN_API clattn_status clattn_convert(clattn_dtype from, const void *src, clattn_dtype to,
                                         void *dst, size_t count);
 
 /** Whether clattn_convert would take these values, and where it would refuse them, writing
  *  nothing. Converting to CLATTN_Q8_0 refuses a block whose scale overflows float16: the
  *  largest finite |x| of the block over 127 rounds to infinity, which happens from |x| =
- *  8321040 (about 8.3e6) up, and would turn the whole block into NaN. `block` (may be NULL)
+ *  8321040 (about 8.3e6) up, and would turn the whole block into NaN; converting to
+ *  CLATTN_Q4_0 likewise from |x| = 524160 (|m| / 8 rounds to infinity). `block` (may be NULL)
  *  receives the index of the first such block (values 32*block .. 32*block + 31), else
  *  SIZE_MAX. @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT as clattn_convert would
- *  return it (a NULL src, unknown dtypes, a q8_0 count not a multiple of 32, such a block). */
+ *  return it (a NULL src, unknown dtypes, a quantised count not a multiple of 32, such a
+ *  block). */
 CLATTN_API clattn_status clattn_convert_check(clattn_dtype from, const void *src, clattn_dtype to,
                                               size_t count, size_t *block);
 
@@ -1152,6 +1180,13 @@ CLATTN_API clattn_status clattn_attention_multi(clattn_context *const *ctxs, siz
 /** Block-sparse layouts of the standard patterns, for desc->block_layout. Block rows and
  *  columns are aligned to the end, like causal attention: block row a sits at block column
  *  a + (blocks_k - blocks_q). */
+/** ALiBi's standard slopes for `heads` query heads (BLOOM's and FlashAttention-2's): with n
+ *  the largest power of two <= heads, slope h = 2^(-8 (h + 1) / n) for h < n, and the heads past
+ *  n take 2^(-4 (2 k + 1) / n) for k = 0, 1, ... (the odd powers of the next ladder). Written
+ *  into slopes[heads] (float32). @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (NULL,
+ *  heads = 0). */
+CLATTN_API clattn_status clattn_pattern_alibi_slopes(size_t heads, float *slopes);
+
 typedef enum clattn_pattern_kind {
     CLATTN_PATTERN_SLIDING = 0,   /* |a' - b| <= window/2 (window: odd width in blocks) */
     CLATTN_PATTERN_BIGBIRD = 1,   /* sliding window + global + `random` random blocks a row */

@@ -21,6 +21,7 @@ from .devices import Device, devices
 from .errors import Error
 from .kv_cache import KVCache
 from .mha import LayerInfo, LayerStats, MultiheadAttention
+from .patterns import alibi_slopes
 from .sdpa import scaled_dot_product_attention
 
 __version__: str = _lib.clattn_version().decode()
@@ -37,6 +38,7 @@ __all__ = [
     "Stats",
     "Transfers",
     "Variant",
+    "alibi_slopes",
     "attention",
     "default_context",
     "devices",

@@ -37,8 +37,10 @@ ERR_INVALID_ARGUMENT = -7001
 ERR_UNSUPPORTED = -7002
 ERR_NO_DEVICE = -7003
 
-DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0 = 0, 1, 2, 3
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0, DTYPE_Q4_0 = 0, 1, 2, 3, 4
 Q8_BLOCK, Q8_BLOCK_BYTES = 32, 34  # q8_0: 32 values a block, a float16 scale then 32 int8
+Q4_BLOCK_BYTES = 18  # q4_0: 32 values a block, a float16 scale then 16 bytes of 4-bit codes
+QUANT_BLOCK_BYTES = {DTYPE_Q8_0: Q8_BLOCK_BYTES, DTYPE_Q4_0: Q4_BLOCK_BYTES}
 LAYOUT_BSHD, LAYOUT_BHSD = 0, 1
 PATH_AUTO, PATH_FUSED, PATH_GEMM, PATH_REFERENCE = 0, 1, 2, 3
 VARIANT_AUTO = 0
@@ -130,6 +132,11 @@ class AttentionDesc(Structure):
         ("full_len_q", c_size_t),
         ("full_len_k", c_size_t),
         ("lse_parts", c_int),
+        ("kv_q4_0", c_int),
+        ("softcap", c_float),
+        ("alibi_slopes", POINTER(c_float)),
+        ("alibi_per_batch", c_int),
+        ("sinks", POINTER(c_float)),
     ]
 
 
@@ -394,6 +401,7 @@ _declare("clattn_mha_stats_init_sized", c_int, POINTER(MhaStats), c_size_t)
 _declare("clattn_mha_last_stats", c_int, Mha_p, POINTER(MhaStats))
 _declare("clattn_pattern_desc_init_sized", c_int, POINTER(PatternDesc), c_size_t, c_int, c_size_t, c_size_t)
 _declare("clattn_pattern_layout", c_int, POINTER(PatternDesc), POINTER(c_uint8))
+_declare("clattn_pattern_alibi_slopes", c_int, c_size_t, POINTER(c_float))
 
 
 def text(raw: bytes) -> str:

@@ -183,6 +183,37 @@ class _Call:
         d.bias_host = ctypes.cast(values.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
         d.bias_strides = _capi.Tensor(0, strides[0], strides[1], strides[2])
 
+    def set_modifiers(self, softcap: Optional[float], alibi_slopes: Any, sinks: Any) -> None:
+        """Soft-capping, ALiBi slopes [Hq] or [B, Hq] and sinks [Hq] (docs/semantics.md
+        section 8), as clattn.attention's keyword arguments give them."""
+        d = self.desc
+        if softcap is not None:
+            cap = _checks.real(softcap, "softcap")
+            if not (0 < cap < 3.4e38):
+                raise invalid(f"softcap={softcap!r}: a positive finite float (None: off)")
+            d.softcap = cap
+        if alibi_slopes is not None:
+            slopes = self._per_head(alibi_slopes, "alibi_slopes", allow_batch=True)
+            d.alibi_slopes = slopes.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            d.alibi_per_batch = int(slopes.ndim == 2)
+        if sinks is not None:
+            d.sinks = self._per_head(sinks, "sinks", allow_batch=False).ctypes.data_as(
+                ctypes.POINTER(ctypes.c_float)
+            )
+
+    def _per_head(self, values: Any, name: str, allow_batch: bool) -> np.ndarray:
+        """float32 [Hq] (or [B, Hq]), contiguous, kept alive with the call."""
+        d = self.desc
+        if is_torch_tensor(values):
+            values = values.detach().cpu().float().numpy()
+        array = np.ascontiguousarray(as_numpy(values, name), dtype=np.float32)
+        shapes = [(d.heads_q,)] + ([(d.batch, d.heads_q)] if allow_batch else [])
+        if array.shape not in shapes:
+            wanted = " or ".join(str(list(s)) for s in shapes)
+            raise invalid(f"{name} has shape {array.shape}; it must be {wanted} ([Hq] or [B, Hq])")
+        self.keep.append(array)
+        return array
+
     def set_options(
         self,
         causal: bool,
@@ -280,6 +311,9 @@ def attention(
     path: str = "auto",
     variant: Optional[str] = None,
     return_lse: bool = False,
+    softcap: Optional[float] = None,
+    alibi_slopes: Any = None,
+    sinks: Any = None,
     context: Optional[Context] = None,
 ) -> Any:
     """softmax(scale * Q Kᵀ + bias, over the allowed keys) V, on an OpenCL device.
@@ -305,6 +339,12 @@ def attention(
         (default: their own type); O is stored in it.    path: "auto", "fused", "gemm" or
         "reference"; variant: a row of the variant table ("lanes", "rowwise", "flash",
         "split", "gemm", "reference"; the names of 0.2, "cpu" and "gpu", still work).
+    Score modifiers and sinks (docs/semantics.md section 8):
+        softcap: t = scale * q.k becomes softcap * tanh(t / softcap) (float32), before the
+        bias and masks (Gemma 2).    alibi_slopes: float32 [Hq] or [B, Hq]: each score gets
+        -slope * |p - j| (clattn.alibi_slopes(Hq) gives the standard ones).    sinks: float32
+        [Hq], one logit a head that joins the softmax's denominator only (gpt-oss); the LSE
+        includes it, and an empty row has O = 0 and LSE = sink.
     context: the Context to run on (default: clattn.default_context()).
     Raises clattn.Error for every bad argument, whether the package or the library finds it
     (its message names the problem).
@@ -320,6 +360,7 @@ def attention(
     call.set_options(
         causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
     )
+    call.set_modifiers(softcap, alibi_slopes, sinks)
     out_shape = (
         (qd.batch, qd.heads, qd.seq, vd.dim) if layout == "bhsd" else (qd.batch, qd.seq, qd.heads, vd.dim)
     )

@@ -42,12 +42,19 @@ from .attention import _LAYOUTS, _Call, _Dims, _input
 from .context import Context, _OwnedHandle, resolve_context
 from .errors import check, invalid
 
-_CACHE_DTYPES = {**STORAGE_TYPES, "q8_0": _capi.DTYPE_Q8_0, "q8": _capi.DTYPE_Q8_0}
+_CACHE_DTYPES = {
+    **STORAGE_TYPES,
+    "q8_0": _capi.DTYPE_Q8_0,
+    "q8": _capi.DTYPE_Q8_0,
+    "q4_0": _capi.DTYPE_Q4_0,
+    "q4": _capi.DTYPE_Q4_0,
+}
 _CACHE_DTYPE_NAMES = {
     _capi.DTYPE_F32: "float32",
     _capi.DTYPE_F16: "float16",
     _capi.DTYPE_BF16: "bfloat16",
     _capi.DTYPE_Q8_0: "q8_0",
+    _capi.DTYPE_Q4_0: "q4_0",
 }
 # the NumPy dtype read() gives each storage type (bfloat16 as its uint16 bit patterns)
 _STORAGE_NUMPY = {
@@ -67,7 +74,8 @@ class KVCache(_OwnedHandle):
         dim_qk: Dqk, the head dim of K (and Q).    dim_v: Dv, that of V (default dim_qk).
         capacity: the rows a sequence may hold; for paged storage a multiple of page_size
             (then max_pages = capacity // page_size block table entries a sequence).
-        dtype: the storage of K and V: "float32", "float16", "bfloat16" or "q8_0" (ggml's 8-bit
+        dtype: the storage of K and V: "float32", "float16", "bfloat16", "q4_0" (ggml's 4-bit
+            blocks of 32, 18 bytes) or "q8_0" (ggml's 8-bit
             blocks of 32 values and a float16 scale; Dqk and Dv multiples of 32). The rows
             appended may be of any float type; they are rounded (or quantised) to it.
         layout: "bshd" (default, FlashAttention's and the C API's: storage
@@ -114,7 +122,7 @@ class KVCache(_OwnedHandle):
             dtype,
             "dtype",
             _CACHE_DTYPES,
-            "the cache stores 'float32', 'float16', 'bfloat16' or 'q8_0' (also 'f32', 'f16', 'bf16')",
+            "the cache stores 'float32', 'float16', 'bfloat16', 'q8_0' or 'q4_0' (also 'f32', 'f16', 'bf16')",
         )
         _checks.choice(layout, "layout", _LAYOUTS)
         self._layout = layout
@@ -199,7 +207,7 @@ class KVCache(_OwnedHandle):
 
     @property
     def dtype(self) -> str:
-        """The storage of K and V: "float32", "float16", "bfloat16" or "q8_0"."""
+        """The storage of K and V: "float32", "float16", "bfloat16", "q8_0" or "q4_0"."""
         return _CACHE_DTYPE_NAMES[self._dtype]
 
     @property
@@ -311,7 +319,7 @@ class KVCache(_OwnedHandle):
             raise invalid(f"{name} has shape {tensor.shape}; the cache takes {self._rows_shape('n', dim)}")
         if rows < 1:
             raise invalid(f"{name} has no rows (n = 0): nothing to append")
-        target = _capi.DTYPE_F32 if self._dtype == _capi.DTYPE_Q8_0 else self._dtype
+        target = _capi.DTYPE_F32 if self._dtype in _capi.QUANT_BLOCK_BYTES else self._dtype
         return dense(tensor, target, name), rows
 
     def append(self, k_new: Any, v_new: Any, new_lengths: Any = None) -> None:
@@ -368,6 +376,9 @@ class KVCache(_OwnedHandle):
         path: str = "auto",
         variant: Optional[str] = None,
         return_lse: bool = False,
+        softcap: Optional[float] = None,
+        alibi_slopes: Any = None,
+        sinks: Any = None,
     ) -> Any:
         """Attention of a query block over the cache (flash_attn_with_kvcache without the
         append; call append() first).
@@ -389,7 +400,8 @@ class KVCache(_OwnedHandle):
             one per query head) with block_size, bias (float, broadcast to
             [B, Hq, Nq, capacity]; only -inf masks; columns j >= L_b are not read).
         scale: default 1/sqrt(Dqk).    path / variant: as in clattn.attention (the "split"
-            variant serves calls over a cache; a q8_0 cache is read only by it).
+            variant serves calls over a cache; a q8_0 or q4_0 cache is read only by it).
+        softcap, alibi_slopes, sinks: as in clattn.attention, per sequence with Nk = L_b.
         """
         qt = _input(q, "q", None)
         qd = _Dims.of(qt, self._layout)
@@ -407,6 +419,7 @@ class KVCache(_OwnedHandle):
         call.set_options(
             causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
         )
+        call.set_modifiers(softcap, alibi_slopes, sinks)
         if self._layout == "bshd":
             out_shape = (qd.batch, qd.seq, qd.heads, self._dim_v)
         else:
@@ -435,8 +448,9 @@ class KVCache(_OwnedHandle):
     # ------------------------------------------------------------ the storage itself
 
     def _q8_shape(self, shape: Shape) -> Shape:
-        """A q8_0 storage shape as its bytes: each row of D values is D/32 blocks of 34 bytes."""
-        return shape[:-1] + (shape[-1] // _capi.Q8_BLOCK, _capi.Q8_BLOCK_BYTES)
+        """A quantised storage shape as its bytes: each row of D values is D/32 blocks of 34
+        bytes (q8_0) or 18 (q4_0)."""
+        return shape[:-1] + (shape[-1] // _capi.Q8_BLOCK, _capi.QUANT_BLOCK_BYTES[self._dtype])
 
     def read(self, *, dequantize: bool = True) -> Tuple[np.ndarray, np.ndarray]:
         """Copies of the whole K and V storage, NumPy arrays of storage_shapes (every row, the
@@ -449,7 +463,7 @@ class KVCache(_OwnedHandle):
         """
         dequantize = _checks.flag(dequantize, "dequantize")
         k_shape, v_shape = self.storage_shapes
-        if self._dtype == _capi.DTYPE_Q8_0:
+        if self._dtype in _capi.QUANT_BLOCK_BYTES:
             k = np.empty(self._q8_shape(k_shape), dtype=np.uint8)
             v = np.empty(self._q8_shape(v_shape), dtype=np.uint8)
         else:
@@ -458,21 +472,22 @@ class KVCache(_OwnedHandle):
         with self._locked() as (ctx, cache):
             status = _capi.lib.clattn_kv_cache_read_host(cache, k.ctypes.data, v.ctypes.data)
             check(status, context_handle=ctx)
-        if self._dtype == _capi.DTYPE_Q8_0 and dequantize:
-            return _q8_convert(k, _capi.DTYPE_Q8_0, k_shape), _q8_convert(v, _capi.DTYPE_Q8_0, v_shape)
+        if self._dtype in _capi.QUANT_BLOCK_BYTES and dequantize:
+            return _q8_convert(k, self._dtype, k_shape), _q8_convert(v, self._dtype, v_shape)
         return k, v
 
     def _storage(self, x: Any, name: str, shape: Shape) -> Any:
         """One of write()'s arrays as the bytes of the storage."""
-        if self._dtype == _capi.DTYPE_Q8_0:
+        if self._dtype in _capi.QUANT_BLOCK_BYTES:
             if not is_torch_tensor(x) and as_numpy(x, name).dtype == np.uint8:
                 blocks = as_numpy(x, name)
                 if blocks.shape != self._q8_shape(shape):
                     raise invalid(
-                        f"{name}: q8_0 blocks of shape {blocks.shape}; the storage is uint8 {self._q8_shape(shape)}"
+                        f"{name}: {_CACHE_DTYPE_NAMES[self._dtype]} blocks of shape {blocks.shape}; the storage is uint8 {self._q8_shape(shape)}"
                     )
                 return np.ascontiguousarray(blocks)
-            return _q8_convert(self._storage_values(x, name, shape, _capi.DTYPE_F32), _capi.DTYPE_F32, shape)
+            values = self._storage_values(x, name, shape, _capi.DTYPE_F32)
+            return _q8_convert(values, _capi.DTYPE_F32, shape, self._dtype)
         return self._storage_values(x, name, shape, self._dtype)
 
     def _storage_values(self, x: Any, name: str, shape: Shape, dtype: int) -> HostTensor:
@@ -501,15 +516,17 @@ class KVCache(_OwnedHandle):
             check(status, context_handle=ctx)
 
 
-def _q8_convert(source: Any, from_dtype: int, shape: Shape) -> np.ndarray:
-    """q8_0 blocks -> float32 values of `shape`, or dense float32 values -> q8_0 blocks."""
+def _q8_convert(source: Any, from_dtype: int, shape: Shape, to: int = _capi.DTYPE_Q8_0) -> np.ndarray:
+    """Quantised blocks (q8_0, q4_0) -> float32 values of `shape`, or dense float32 values ->
+    blocks of `to`."""
     count = int(np.prod(shape, dtype=np.int64))
-    if from_dtype == _capi.DTYPE_Q8_0:
+    if from_dtype in _capi.QUANT_BLOCK_BYTES:
         target = np.empty(shape, dtype=np.float32)
         pointer, to_dtype = source.ctypes.data, _capi.DTYPE_F32
     else:
-        target = np.empty(shape[:-1] + (shape[-1] // _capi.Q8_BLOCK, _capi.Q8_BLOCK_BYTES), dtype=np.uint8)
-        pointer, to_dtype = source.pointer, _capi.DTYPE_Q8_0
+        blocks = (shape[-1] // _capi.Q8_BLOCK, _capi.QUANT_BLOCK_BYTES[to])
+        target = np.empty(shape[:-1] + blocks, dtype=np.uint8)
+        pointer, to_dtype = source.pointer, to
     status = _capi.lib.clattn_convert(from_dtype, pointer, to_dtype, target.ctypes.data, count)
-    check(status, "converting the q8_0 storage")
+    check(status, "converting the quantised storage")
     return target

@@ -131,3 +131,16 @@ def strided(
     |a' - b| < stride, or (a' - b) % stride == 0. @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
     stride = _checks.size(stride, "stride")
     return _layout(_capi.PATTERN_STRIDED, _grid(len_q, len_k, block_size), causal, stride=stride)
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    """ALiBi's standard slopes for `heads` query heads (BLOOM's, FlashAttention-2's): float32
+    [heads], 2^(-8 (h + 1) / n) for the first n heads (n the largest power of two <= heads), the
+    rest 2^(-4 (2k + 1) / n). For clattn.attention(alibi_slopes=...)."""
+    count = _checks.integer(heads, "heads")
+    if count < 1:
+        raise invalid(f"heads={heads}: at least one head")
+    slopes = np.empty(count, dtype=np.float32)
+    status = _capi.lib.clattn_pattern_alibi_slopes(count, slopes.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+    check(status, "alibi_slopes")
+    return slopes

@@ -4,7 +4,8 @@ Qwen2 with full and sliding layers, GPT-2 with MHA; float32 and bfloat16; a left
 prompts of different lengths; with the DeviceCache and with transformers' own cache), a BERT
 encoder gives the same hidden states on a padded batch, the masks are clattn's (never a dense
 [B, 1, L, S] tensor) and dropping them would change the result, the arguments clattn cannot
-compute are refused by name, and a decoding step's host-to-device traffic over the DeviceCache
+compute are refused by name, Gemma 2's soft-capping and gpt-oss's sinks generate as eager does,
+and a decoding step's host-to-device traffic over the DeviceCache
 does not grow with the context. Skipped, saying why, where transformers is not installed."""
 
 from __future__ import annotations
@@ -242,10 +243,58 @@ def test_arguments_clattn_cannot_compute_are_refused_by_name(context) -> None:
     with torch.no_grad(), pytest.raises(clattn.Error, match="dropout=0.1 .*training"):
         model(input_ids=ids, attention_mask=attention_mask)
     q = torch.randn(1, 2, 3, 16)
-    for name in ("softcap", "s_aux", "sinks"):
-        with pytest.raises(clattn.Error, match=name):
-            ct.attention_forward(torch.nn.Module(), q, q, q, None, **{name: torch.ones(2)})
+    with pytest.raises(clattn.Error, match="sinks has shape"):  # passed on, checked by clattn
+        ct.attention_forward(torch.nn.Module(), q, q, q, None, s_aux=torch.ones(3))
     ct.attention_forward(torch.nn.Module(), q, q, q, None, softcap=None)  # Gemma 2 without it
+
+
+def _gemma2() -> Any:
+    config = transformers.Gemma2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        sliding_window=5, attn_logit_softcapping=0.5, final_logit_softcapping=30.0,
+        query_pre_attn_scalar=16, initializer_range=0.2,
+    )  # fmt: skip
+    return transformers.Gemma2ForCausalLM(config)
+
+
+def _gpt_oss() -> Any:
+    config = transformers.GptOssConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        sliding_window=5, num_local_experts=4, num_experts_per_tok=2, initializer_range=0.2,
+    )  # fmt: skip
+    model = transformers.GptOssForCausalLM(config)
+    for module in model.modules():  # sinks of either sign and of some weight
+        if hasattr(module, "sinks"):
+            module.sinks.data = torch.linspace(-1.5, 2.5, module.sinks.numel())
+    return model
+
+
+@pytest.mark.parametrize("cache", ["device_cache", "transformers_cache"])
+@pytest.mark.parametrize("family", ["gemma2_softcap", "gpt_oss_sinks"])
+def test_soft_capping_and_sinks_generate_as_eager(context, family: str, cache: str) -> None:
+    """Gemma 2 (soft-capping, 0.5 so that it bites) and gpt-oss (sinks): the same tokens and
+    logits as transformers' eager attention, the implementation that computes them."""
+    torch.manual_seed(7)
+    model = {"gemma2_softcap": _gemma2, "gpt_oss_sinks": _gpt_oss}[family]().float().eval()
+    ids, attention_mask = _prompts()
+    with torch.no_grad():
+        reference = _generate(model, "eager", ids, attention_mask)
+        kwargs = {"cache": ct.DeviceCache(model.config, max_cache_len=32)} if cache == "device_cache" else {}
+        got = _generate(model, "clattn", ids, attention_mask, **kwargs)
+        without = None
+        if family == "gemma2_softcap":  # the same model uncapped: the cap must matter
+            for module in model.modules():
+                if hasattr(module, "attn_logit_softcapping"):
+                    module.attn_logit_softcapping = None
+            without = _generate(model, "eager", ids, attention_mask)
+    compared = _assert_same_generation(reference, got, LOGITS_ATOL["float32"])
+    assert compared >= (len(PROMPT_LENGTHS) * NEW_TOKENS) // 2, f"only {compared} tokens before ties"
+    assert torch.equal(reference.sequences, got.sequences)
+    if without is not None:
+        gap = max((a - b).abs().max().item() for a, b in zip(reference.logits, without.logits))
+        assert gap > 1e-3, f"soft-capping changed the logits by {gap} only"
 
 
 def _decode_traffic(model: Any, cache: Any, context_length: int) -> clattn.Transfers:

@@ -29,6 +29,7 @@ clattn_status clattn_tolerance(clattn_dtype dtype, clattn_dtype out_dtype, doubl
     } table[] = {{CLATTN_F32, 2e-5, 2e-4},
                  {CLATTN_F16, 2e-3, 4e-3},
                  {CLATTN_Q8_0, 2e-3, 4e-3},
+                 {CLATTN_Q4_0, 2e-3, 4e-3},
                  {CLATTN_BF16, 4e-3, 1e-2}};
     double a = -1, r = -1, a2 = -1, r2 = -1;
     for (size_t i = 0; i < ARRAY_LEN(table); i++) {

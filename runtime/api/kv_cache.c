@@ -49,11 +49,11 @@ static clattn_status check_desc(clattn_context *ctx, const clattn_kv_cache_desc 
     if (!kv_dtype_known(d->dtype) ||
         (d->layout != CLATTN_LAYOUT_BSHD && d->layout != CLATTN_LAYOUT_BHSD))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: unknown dtype or layout");
-    if (d->dtype == CLATTN_Q8_0 && (d->dim_qk % Q8_BLOCK || d->dim_v % Q8_BLOCK))
+    if (dtype_is_quantised(d->dtype) && (d->dim_qk % Q8_BLOCK || d->dim_v % Q8_BLOCK))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "kv cache: q8_0 rows are whole blocks of %d: Dqk=%zu and Dv=%zu must be "
+                         "kv cache: %s rows are whole blocks of %d: Dqk=%zu and Dv=%zu must be "
                          "multiples of %d",
-                         Q8_BLOCK, d->dim_qk, d->dim_v, Q8_BLOCK);
+                         dtype_name(d->dtype), Q8_BLOCK, d->dim_qk, d->dim_v, Q8_BLOCK);
     if (d->page_size && (d->capacity % d->page_size || !d->num_pages || d->num_pages > INT32_MAX))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "kv cache: a paged capacity (%zu) must be a multiple of page_size (%zu), "
@@ -80,7 +80,8 @@ static clattn_status plan_storage(clattn_context *ctx, clattn_kv_cache *c) {
         size_mul(entries, c->v_tensor.stride_batch, &v_elements) ||
         size_mul(v_elements, elem, &c->v_bytes))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: the storage size overflows");
-    c->k_bytes = dtype_bytes(d->dtype, k_elements); /* elem bounds q8_0's 34/32 above */
+    c->k_bytes =
+        dtype_bytes(d->dtype, k_elements); /* elem bounds the blocks (34/32, 18/32) above */
     c->v_bytes = dtype_bytes(d->dtype, v_elements);
     return CLATTN_SUCCESS;
 }
@@ -350,20 +351,20 @@ static void append_params(const clattn_kv_cache *c, attn_params *P) {
 typedef struct append_call {
     cl_kernel kernel;
     kernel_args args;
-    size_t global[3]; /* (max(Dqk, Dv), or its blocks for q8_0, len, B * Hkv) */
+    size_t global[3]; /* (max(Dqk, Dv), or its blocks when quantised, len, B * Hkv) */
 } append_call;
 
 static clattn_status append_kernel(clattn_kv_cache *c, const clattn_kv_rows *r, buffer_set *set,
                                    const int32_t *counts, const char *name, append_call *call) {
     static const char *const files[] = {ATTN_PRELUDE, "kv_cache.cl"};
     const clattn_kv_cache_desc *d = &c->desc;
-    int q8 = d->dtype == CLATTN_Q8_0, writes = strcmp(name, "append_rows") == 0;
+    int blocks = dtype_is_quantised(d->dtype), writes = strcmp(name, "append_rows") == 0;
     attn_params P;
     append_params(c, &P);
     cl_mem params = NULL, new_len = NULL;
     char defines[64];
     snprintf(defines, sizeof defines, "-DIN_DTYPE=%d -D%s=%d", (int)r->dtype,
-             q8 ? "KV_DTYPE" : "OUT_DTYPE", (int)d->dtype); /* KV_DTYPE q8_0: whole blocks */
+             blocks ? "KV_DTYPE" : "OUT_DTYPE", (int)d->dtype); /* quantised: whole blocks */
     clattn_status s = buffer_set_add(c->ctx, set, 1, sizeof P, &P, &params, "parameters");
     if (!s) s = buffer_set_add(c->ctx, set, d->batch, 4, counts, &new_len, "new lengths");
     if (!s) s = kernel_get(c->ctx, files, ARRAY_LEN(files), defines, name, &call->kernel);
@@ -379,7 +380,7 @@ static clattn_status append_kernel(clattn_kv_cache *c, const clattn_kv_rows *r, 
     karg_tensor(&a, &r->v_tensor);
     call->args = a;
     size_t widest = d->dim_qk > d->dim_v ? d->dim_qk : d->dim_v;
-    call->global[0] = q8 ? widest / Q8_BLOCK : widest;
+    call->global[0] = blocks ? widest / Q8_BLOCK : widest;
     call->global[1] = r->len, call->global[2] = d->batch * d->heads_kv;
     return CLATTN_SUCCESS;
 }
@@ -396,12 +397,15 @@ static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, 
     return kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append");
 }
 
-/* ---------------------------------------------------------------- q8_0: blocks it cannot store */
+/* ---------------------------------------------------------------- q8_0, q4_0: blocks they cannot
+ * store */
 
 /* The first block of row `row` of kv head `kvh` of sequence b of one new-rows tensor (host,
- * r->dtype) whose q8_0 scale overflows, or SIZE_MAX; *max gets its largest |x|. */
-static size_t overflowing_block(const clattn_kv_rows *r, const void *data, const clattn_tensor *t,
-                                size_t dim, size_t b, size_t kvh, size_t row, float *max) {
+ * r->dtype) whose scale in quantised type `to` overflows, or SIZE_MAX; *max gets its largest
+ * |x|. */
+static size_t overflowing_block(clattn_dtype to, const clattn_kv_rows *r, const void *data,
+                                const clattn_tensor *t, size_t dim, size_t b, size_t kvh,
+                                size_t row, float *max) {
     size_t at = t->offset + b * t->stride_batch + kvh * t->stride_head + row * t->stride_seq;
     float x[Q8_BLOCK];
     for (size_t block = 0; block < dim / Q8_BLOCK; block++) {
@@ -410,7 +414,7 @@ static size_t overflowing_block(const clattn_kv_rows *r, const void *data, const
             x[i] = dtype_load_float(r->dtype, data, at + block * Q8_BLOCK + i);
             if (isfinite(x[i]) && fabsf(x[i]) > *max) *max = fabsf(x[i]);
         }
-        if (q8_scale_overflows(x)) return block;
+        if (quant_scale_overflows(to, x)) return block;
     }
     return SIZE_MAX;
 }
@@ -425,18 +429,19 @@ static clattn_status refuse_overflowing_block(clattn_kv_cache *c, const clattn_k
         for (size_t row = 0; row < (size_t)counts[b]; row++)
             for (size_t kvh = 0; kvh < d->heads_kv; kvh++)
                 for (int which = 0; which < 2; which++) {
-                    size_t block =
-                        overflowing_block(r, which ? v : k, which ? &r->v_tensor : &r->k_tensor,
-                                          which ? d->dim_v : d->dim_qk, b, kvh, row, &max);
+                    size_t block = overflowing_block(
+                        d->dtype, r, which ? v : k, which ? &r->v_tensor : &r->k_tensor,
+                        which ? d->dim_v : d->dim_qk, b, kvh, row, &max);
                     if (block != SIZE_MAX)
                         return ctx_error(
                             c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
                             "kv cache append: sequence %zu, new row %zu, kv head %zu: %s block "
                             "%zu (dims %zu..%zu) holds |x| = %g, at or above %.0f, where its "
-                            "q8_0 scale overflows float16 and the block would be NaN; nothing "
+                            "%s scale overflows float16 and the block would be NaN; nothing "
                             "was appended",
                             b, row, kvh, which ? "V" : "K", block, block * Q8_BLOCK,
-                            block * Q8_BLOCK + Q8_BLOCK - 1, (double)max, Q8_MAX_VALUE);
+                            block * Q8_BLOCK + Q8_BLOCK - 1, (double)max, quant_max_value(d->dtype),
+                            dtype_name(d->dtype));
                 }
     return CLATTN_SUCCESS;
 }
@@ -475,9 +480,9 @@ static clattn_status check_device_rows(clattn_kv_cache *c, const clattn_kv_rows 
     if (!s) s = refuse_overflowing_block(c, r, k, v, counts);
     if (!s) /* the device saw one the host does not: refuse all the same */
         s = ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                      "kv cache append: a new block's q8_0 scale overflows float16 (a value at "
+                      "kv cache append: a new block's %s scale overflows float16 (a value at "
                       "or above %.0f); nothing was appended",
-                      Q8_MAX_VALUE);
+                      dtype_name(c->desc.dtype), quant_max_value(c->desc.dtype));
     free(k), free(v);
     return s;
 }
@@ -490,9 +495,9 @@ static clattn_status append(clattn_kv_cache *c, const clattn_kv_rows *rows, cons
     if (!counts) return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache append");
     buffer_set set;
     memset(&set, 0, sizeof set);
-    int q8 = c->desc.dtype == CLATTN_Q8_0;
+    int blocks = dtype_is_quantised(c->desc.dtype);
     clattn_status s = check_append(c, rows, counts);
-    if (!s && rows->len && q8)
+    if (!s && rows->len && blocks)
         s = k_host ? refuse_overflowing_block(c, rows, k_host, v_host, counts)
                    : check_device_rows(c, rows, &set, counts);
     if (!s && rows->len) s = launch_append(c, rows, &set, counts);
@@ -516,7 +521,7 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
     if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
     const clattn_kv_cache_desc *d = &c->desc;
-    clattn_dtype dtype = d->dtype == CLATTN_Q8_0 ? CLATTN_F32 : d->dtype; /* quantised here */
+    clattn_dtype dtype = dtype_is_quantised(d->dtype) ? CLATTN_F32 : d->dtype; /* quantised here */
     clattn_kv_rows rows = {NULL, NULL, {0}, {0}, dtype, len, new_len};
     size_t elem = dtype_size(dtype);
     clattn_status s = CLATTN_SUCCESS;

@@ -67,37 +67,61 @@ static inline int dtype_known(clattn_dtype t) {
     return t == CLATTN_F32 || t == CLATTN_F16 || t == CLATTN_BF16;
 }
 
-/* ... and CLATTN_Q8_0, which K and V may also be */
-static inline int kv_dtype_known(clattn_dtype t) {
-    return dtype_known(t) || t == CLATTN_Q8_0;
+/* ggml's quantised blocks, which K and V may also be stored as: 32 values, a float16 scale d,
+ * then 32 int8 q (q8_0, value d * q) or 16 bytes of 4-bit q, value j's low nibble of byte j and
+ * value j + 16's high nibble (q4_0, value (q - 8) * d). */
+#define Q8_BLOCK       32 /* values a block, both types */
+#define Q8_BLOCK_BYTES 34
+#define Q4_BLOCK_BYTES 18
+
+static inline int dtype_is_quantised(clattn_dtype t) {
+    return t == CLATTN_Q8_0 || t == CLATTN_Q4_0;
 }
 
-/* Bytes a value of a float type takes (not for CLATTN_Q8_0: see dtype_bytes). */
+/* the float types and the quantised ones, which K and V may also be */
+static inline int kv_dtype_known(clattn_dtype t) {
+    return dtype_known(t) || dtype_is_quantised(t);
+}
+
+/* Bytes a value of a float type takes (not for the quantised types: see dtype_bytes). */
 static inline size_t dtype_size(clattn_dtype t) {
     return t == CLATTN_F32 ? 4 : 2;
 }
 
-/* Q8_0 blocks: 32 values, a float16 scale then 32 int8 (ggml's block_q8_0). */
-#define Q8_BLOCK       32
-#define Q8_BLOCK_BYTES 34
+/* Bytes a block of a quantised type takes. */
+static inline size_t quant_block_bytes(clattn_dtype t) {
+    return t == CLATTN_Q4_0 ? Q4_BLOCK_BYTES : Q8_BLOCK_BYTES;
+}
 
-/* Bytes `values` values take (for CLATTN_Q8_0, a multiple of Q8_BLOCK). */
+/* Bytes `values` values take (for a quantised type, a multiple of Q8_BLOCK). */
 static inline size_t dtype_bytes(clattn_dtype t, size_t values) {
-    return t == CLATTN_Q8_0 ? values / Q8_BLOCK * Q8_BLOCK_BYTES : values * dtype_size(t);
+    return dtype_is_quantised(t) ? values / Q8_BLOCK * quant_block_bytes(t)
+                                 : values * dtype_size(t);
 }
 
 /* Value i of an array of a float type, as float32 (convert.c). */
 float dtype_load_float(clattn_dtype dtype, const void *src, size_t i);
 
-/* Whether a q8_0 block of 32 values cannot be stored: its scale, the largest finite |x| over
- * 127, rounds to infinity in float16 (a finite |x| of Q8_MAX_VALUE or more). Such a block would
- * dequantise to NaN throughout, so it is refused (convert.c). */
-int q8_scale_overflows(const float *block);
+/* Whether a block of 32 values cannot be stored as quantised type `t`: its float16 scale
+ * rounds to infinity (q8_0: the largest finite |x| over 127, from a finite |x| of Q8_MAX_VALUE
+ * up; q4_0: the finite value of largest magnitude over -8, from Q4_MAX_VALUE up). Such a block
+ * would dequantise to NaN throughout, so it is refused (convert.c). */
+int quant_scale_overflows(clattn_dtype t, const float *block);
 #define Q8_MAX_VALUE 8321040.0 /* the smallest float32 m with float16(m / 127) = inf */
+#define Q4_MAX_VALUE 524160.0  /* the smallest float32 m with float16(m / 8) = inf */
 
-/* "f32", "f16", "bf16", "q8_0" */
+/* The smallest finite |x| that makes a block of quantised type t overflow. */
+static inline double quant_max_value(clattn_dtype t) {
+    return t == CLATTN_Q4_0 ? Q4_MAX_VALUE : Q8_MAX_VALUE;
+}
+
+/* "f32", "f16", "bf16", "q8_0", "q4_0" */
 static inline const char *dtype_name(clattn_dtype t) {
-    return t == CLATTN_F16 ? "f16" : t == CLATTN_BF16 ? "bf16" : t == CLATTN_Q8_0 ? "q8_0" : "f32";
+    return t == CLATTN_F16    ? "f16"
+           : t == CLATTN_BF16 ? "bf16"
+           : t == CLATTN_Q8_0 ? "q8_0"
+           : t == CLATTN_Q4_0 ? "q4_0"
+                              : "f32";
 }
 
 /* ---- checked size arithmetic: return 1 on overflow */

@@ -163,10 +163,9 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
                  "does)");
         return 0;
     }
-    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
-        snprintf(why, size,
-                 "stages float or 16-bit K/V tiles: not q8_0 (the split variant reads "
-                 "it)");
+    if (pb && dtype_is_quantised(pb->kv.dtype)) {
+        snprintf(why, size, "stages float or 16-bit K/V tiles: not %s (the split variant reads it)",
+                 dtype_name(pb->kv.dtype));
         return 0;
     }
     if (!pb || (pb->dim_qk <= FLASH_MAX_HEAD_DIM && pb->dim_v <= FLASH_MAX_HEAD_DIM)) return 1;
@@ -382,8 +381,8 @@ static clattn_status run(clattn_context *ctx, const variant_plan *plan, const at
     fill_params(plan, st, &P);
     P_rows = P;
     P_rows.row_mode = 1;
-    clattn_status s = buffer_set_add(ctx, &cb.set, 1, sizeof P, &P, &cb.params, "parameters");
-    if (!s) s = buffer_set_add(ctx, &cb.set, 1, sizeof P, &P_rows, &cb.params_rows, "parameters");
+    clattn_status s = params_buffer_add(ctx, &cb.set, &P, pb, &cb.params);
+    if (!s) s = params_buffer_add(ctx, &cb.set, &P_rows, pb, &cb.params_rows);
     if (!s && pb->count_tiles) {
         cl_uint zero = 0;
         s = buffer_set_add(ctx, &cb.set, 1, sizeof zero, &zero, &cb.counter, "tile counter");

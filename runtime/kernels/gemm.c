@@ -366,7 +366,7 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     size_t layout_heads = m->layout ? (m->layout_per_head ? pb->heads_q : 1) : 0;
     cl_mem placeholder = NULL; /* stands in for an absent LSE or bias */
     clattn_status s = buffer_set_placeholder(ctx, set, &placeholder);
-    if (!s) s = add_buffer(ctx, set, 1, 1, sizeof *P, 1, P, &gb->params, "parameters");
+    if (!s) s = params_buffer_add(ctx, set, P, pb, &gb->params);
     if (!s) s = add_buffer(ctx, set, rows, pb->len_k, 1, 4, NULL, &gb->scores, "gemm scores");
     if (!s)
         s = add_buffer(ctx, set, p->in_16bit ? rows : 0, pb->dim_qk, 1, 4, NULL, &gb->q32,
@@ -875,8 +875,9 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
         snprintf(why, size, "reads dense K and V tensors: not a KV cache (the split variant does)");
         return 0;
     }
-    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
-        snprintf(why, size, "CLBlast multiplies float K and V: not q8_0 (the split variant does)");
+    if (pb && dtype_is_quantised(pb->kv.dtype)) {
+        snprintf(why, size, "CLBlast multiplies float K and V: not %s (the split variant reads it)",
+                 dtype_name(pb->kv.dtype));
         return 0;
     }
     return 1; /* any other call; limits of CLBlast's int offsets are found when planning */

@@ -12,8 +12,9 @@ int packed_supports(const attn_problem *pb, char *why, size_t size) {
         snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
         return 0;
     }
-    if (pb && pb->kv.dtype == CLATTN_Q8_0) {
-        snprintf(why, size, "packs float K and V: not q8_0 (the split variant reads it)");
+    if (pb && dtype_is_quantised(pb->kv.dtype)) {
+        snprintf(why, size, "packs float K and V: not %s (the split variant reads it)",
+                 dtype_name(pb->kv.dtype));
         return 0;
     }
     if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
@@ -157,8 +158,8 @@ static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, con
     buffer_set *set = &fb->set;
     fb->gpos = l->gpos, fb->is_global = l->is_global, fb->layout = l->layout;
     fb->tile_ptr = l->tile_ptr, fb->tile_idx = l->tile_idx, fb->row_list = l->row_list;
-    clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &fb->params, "parameters");
-    if (!s) s = buffer_set_add(ctx, set, 1, sizeof *P_rows, P_rows, &fb->params_rows, "parameters");
+    clattn_status s = params_buffer_add(ctx, set, P, pb, &fb->params);
+    if (!s) s = params_buffer_add(ctx, set, P_rows, pb, &fb->params_rows);
     if (!s && pb->count_tiles) {
         cl_uint zero = 0;
         s = buffer_set_add(ctx, set, 1, sizeof zero, &zero, &fb->tile_count, "tile counter");

@@ -32,24 +32,36 @@ typedef struct split_plan {
 
 extern const attn_variant variant_split; /* the row, at the end of the file */
 
+/* Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512): a work-item
+ * holds its rows' q and O in private memory (no local memory), BLOCK_R capped at
+ * SPLIT_WIDE_ROWS, in buckets of 64. */
+#define SPLIT_MAX_HEAD_DIM 576
+#define SPLIT_WIDE_ROWS    2
+
+static unsigned head_dim_bucket(size_t dim) {
+    if (dim <= TILES_MAX_HEAD_DIM) return tiles_head_dim_bucket(dim);
+    return dim <= SPLIT_MAX_HEAD_DIM ? (unsigned)((dim + 63) / 64 * 64) : 0;
+}
+
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
-    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
+    if (!pb || (pb->dim_qk <= SPLIT_MAX_HEAD_DIM && pb->dim_v <= SPLIT_MAX_HEAD_DIM)) return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", SPLIT_MAX_HEAD_DIM,
              pb->dim_qk, pb->dim_v);
     return 0;
 }
 
-/* Over a KV cache and q8_0 K/V always (no other variant reads them); else while a kv head has
- * at most the tuning entry's block_m query rows, where the fused variants' query tiles would
+/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else while a kv head
+ * has at most the tuning entry's block_m query rows, where the fused variants' query tiles would
  * leave most of the device idle. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
     variant_tuning_on(device, &variant_split, &tuning);
-    if (!pb || problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0 ||
+    if (!pb || problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
         pb->len_q * pb->group <= tuning.block_m)
         return 1;
     snprintf(why, size,
-             "auto uses it over KV caches, for q8_0 K/V and for at most %u query rows a kv head "
+             "auto uses it over KV caches, for q8_0 and q4_0 K/V and for at most %u query rows a "
+             "kv head "
              "(this call has %zu)",
              tuning.block_m, pb->len_q * pb->group);
     return 0;
@@ -72,10 +84,12 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
                          "split: the tuning entry's block_m %u (rows a work-item, 1 to 16) or "
                          "block_n %u (least keys a chunk, 16 or more) is out of range",
                          tune->block_m, tune->block_n);
-    p->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
-    p->dv_pad = tiles_head_dim_bucket(pb->dim_v);
+    p->dqk_pad = head_dim_bucket(pb->dim_qk);
+    p->dv_pad = head_dim_bucket(pb->dim_v);
     p->rows = pb->len_q * pb->group;
-    p->block_r = pow2_at_least(p->rows, tune->block_m);
+    int wide = p->dqk_pad > TILES_MAX_HEAD_DIM || p->dv_pad > TILES_MAX_HEAD_DIM;
+    p->block_r = pow2_at_least(p->rows, wide && tune->block_m > SPLIT_WIDE_ROWS ? SPLIT_WIDE_ROWS
+                                                                                : tune->block_m);
     p->row_blocks = (p->rows + p->block_r - 1) / p->block_r;
     p->max_keys = pb->len_k; /* the call's keys, or the longest sequence of a cache */
     if (pb->kv.seq_len) {
@@ -144,11 +158,11 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
         m->layout
             ? (size_t)((m->layout_per_head ? (int64_t)pb->heads_q : 1) * m->blocks_q * m->blocks_k)
             : 0;
-    clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &sb->params, "parameters");
+    clattn_status s = params_buffer_add(ctx, set, P, pb, &sb->params);
     if (!s) s = sequence_buffers(ctx, pb, buf, sb);
     if (!s)
-        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global,
-                           &sb->is_global, "global flags");
+        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global, &sb->is_global,
+                           "global flags");
     if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &sb->layout, "block layout");
     if (!s)
         s = buffer_set_add(ctx, set, parts * pb->dim_v, 4, NULL, &sb->o_part, "partial outputs");

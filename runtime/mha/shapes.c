@@ -186,11 +186,15 @@ static clattn_status read_call(const mha_shape *s, const clattn_attention_desc *
                          "Hq=%zu Hkv=%zu Dqk=%zu Dv=%zu",
                          d->heads_q, d->heads_kv, d->dim_qk, d->dim_v, s->heads_q, s->heads_kv,
                          s->dim_qk, s->dim_v);
-    if (d->kv_q8_0)
+    if (d->kv_q8_0 || d->kv_q4_0)
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
-                         "mha: the call's desc sets kv_q8_0, but the layer's K and V are its own "
-                         "float32 projections: for 8-bit K/V give a q8_0 KV cache "
-                         "(clattn_mha_forward_cache)");
+                         "mha: the call's desc sets kv_q8_0 or kv_q4_0, but the layer's K and V "
+                         "are its own float32 projections: for quantised K/V give a q8_0 or q4_0 "
+                         "KV cache (clattn_mha_forward_cache)");
+    if (d->softcap != 0.0f || d->alibi_slopes || d->sinks) /* per head: pruning would shift them */
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "mha: the call's desc sets softcap, alibi_slopes or sinks, which the "
+                         "layer does not take yet (clattn_attention and KV cache calls do)");
     if (mask_desc_is_shard(d) || d->lse_parts)
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "mha: a layer's call is no shard and has no LSE parts (q_start=%zu "

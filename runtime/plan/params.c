@@ -1,6 +1,7 @@
 /* The kernels' parameter block (params.h) filled from a problem. */
 #include "plan/params.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static void put_tensor(const clattn_tensor *t, cl_long *offset, cl_long *stride_b,
@@ -49,4 +50,42 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p) 
     p->max_pages = (cl_long)pb->kv.max_pages;
     p->group = (cl_long)pb->group;
     p->chunks = 1;
+    union {
+        float f;
+        uint32_t bits;
+    } cap = {pb->softcap};
+    p->softcap = pb->softcap > 0.0f ? (cl_long)cap.bits : 0;
+    p->has_sinks = pb->sinks != NULL;
+    p->alibi = pb->alibi_slopes ? (pb->alibi_per_batch ? 2 : 1) : 0;
+}
+
+/* Floats past the struct: sinks, then slopes. */
+static size_t extra_floats(const attn_problem *pb) {
+    size_t slopes = pb->alibi_slopes ? (pb->alibi_per_batch ? pb->batch : 1) * pb->heads_q : 0;
+    return (pb->sinks ? pb->heads_q : 0) + slopes;
+}
+
+size_t params_block_bytes(const attn_problem *pb) {
+    return sizeof(attn_params) + extra_floats(pb) * sizeof(float);
+}
+
+void params_block(const attn_params *p, const attn_problem *pb, void *block) {
+    float *extras = (float *)((char *)block + sizeof *p);
+    memcpy(block, p, sizeof *p);
+    if (pb->sinks) memcpy(extras, pb->sinks, pb->heads_q * sizeof *extras), extras += pb->heads_q;
+    if (pb->alibi_slopes)
+        memcpy(extras, pb->alibi_slopes,
+               (pb->alibi_per_batch ? pb->batch : 1) * pb->heads_q * sizeof *extras);
+}
+
+clattn_status params_buffer_add(clattn_context *ctx, buffer_set *set, const attn_params *p,
+                                const attn_problem *pb, cl_mem *out) {
+    size_t bytes = params_block_bytes(pb);
+    if (bytes == sizeof *p) return buffer_set_add(ctx, set, 1, sizeof *p, p, out, "parameters");
+    void *block = malloc(bytes);
+    if (!block) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "the parameter block");
+    params_block(p, pb, block);
+    clattn_status s = buffer_set_add(ctx, set, 1, bytes, block, out, "parameters");
+    free(block);
+    return s;
 }

@@ -3,8 +3,8 @@
  * struct below is generated from the list by the preprocessor, and the OpenCL C struct of the
  * kernels from the same list at build time (cmake/gen_params.cmake writes "attn_params.cl",
  * embedded with the kernels). Every field is a 64-bit integer, so both sides agree on the layout;
- * tests/unit/test_params.c reads every field back from a kernel. Kernels read the block from a small
- * constant buffer. Positions: query i sits at key position p = i + offset.
+ * tests/unit/test_params.c reads every field back from a kernel. Kernels read the block from a
+ * small constant buffer. Positions: query i sits at key position p = i + offset.
  *
  * Each entry is X, then the field's name and a comment string; the build script reads the
  * entries with a pattern, so a comment must not hold a semicolon (a CMake list separator).
@@ -70,7 +70,10 @@
     X(group, "Hq / Hkv: query heads that share a kv head")                                         \
     X(chunks, "split: key chunks a row, merged afterwards (1: no merge)")                          \
     X(chunk_len, "split: keys a chunk")                                                            \
-    X(row_blocks, "split: blocks of query rows of one (b, kv head)")
+    X(row_blocks, "split: blocks of query rows of one (b, kv head)")                               \
+    X(softcap, "float32 bits of the soft cap in the low 32 bits, 0 off (docs/semantics.md 8)")     \
+    X(has_sinks, "sinks[Hq] follow the block (params_extras)")                                     \
+    X(alibi, "0 none, 1 slopes[Hq], 2 slopes[B][Hq] after the sinks")
 
 /* The sources that every attention kernel program starts with, in this order: the parameter
  * block, the mask rules (cl/mask_rules.h) and cl/common.cl. A kernel's own files follow. */
@@ -84,5 +87,15 @@ typedef struct attn_params {
 
 /* The sizes, strides and mask fields of a call; the fused planner sets the rest. */
 void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p);
+
+/* The block a kernel reads as its __constant attn_params: the struct, then (when the call has
+ * them) float32 sinks [Hq] and ALiBi slopes [Hq] or [B][Hq] (common.cl reads them past the
+ * struct). Fills *block (caller-owned, params_block_bytes(pb) bytes). */
+size_t params_block_bytes(const attn_problem *pb);
+void params_block(const attn_params *p, const attn_problem *pb, void *block);
+
+/* The block as a read-only buffer of `set` (buffer_set_add). */
+clattn_status params_buffer_add(clattn_context *ctx, buffer_set *set, const attn_params *p,
+                                const attn_problem *pb, cl_mem *out);
 
 #endif

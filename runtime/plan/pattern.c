@@ -1,5 +1,6 @@
 /*
- * Block-sparse layouts of the standard sparse-attention patterns (clattn_pattern_layout): the
+ * Block-sparse layouts of the standard sparse-attention patterns (clattn_pattern_layout), and
+ * ALiBi's standard slopes (clattn_pattern_alibi_slopes, at the end). The layouts: the
  * sliding window, BigBird, the Sparse Transformer's "fixed" and "strided" patterns and
  * Longformer, as a row-major 0/1 matrix [blocks_q][blocks_k] for desc->block_layout.
  *
@@ -15,6 +16,7 @@
  */
 #include "core/core.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Bounds every block count and stride so that a' and a' - b stay far from int64 overflow; a
@@ -231,5 +233,19 @@ clattn_status clattn_pattern_layout(const clattn_pattern_desc *given, uint8_t *l
         break;
     }
     if (p->causal) cut_causal(&g);
+    return CLATTN_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- ALiBi's slopes */
+
+clattn_status clattn_pattern_alibi_slopes(size_t heads, float *slopes) {
+    if (!slopes || heads == 0) return CLATTN_ERR_INVALID_ARGUMENT;
+    size_t n = 1; /* the largest power of two <= heads */
+    while (n <= heads / 2) n *= 2;
+    for (size_t h = 0; h < heads; h++) {
+        double exponent = h < n ? -8.0 * (double)(h + 1) / (double)n
+                                : -4.0 * (double)(2 * (h - n) + 1) / (double)n;
+        slopes[h] = (float)exp2(exponent);
+    }
     return CLATTN_SUCCESS;
 }

@@ -61,7 +61,7 @@ static int tensor_span(const clattn_tensor *t, size_t batch, size_t heads, size_
         size_add(total, c, &total) || size_add(total, dim, &total) ||
         size_add(total, t->offset, &total) || size_mul(total, dtype_size(dtype), bytes))
         return 1;
-    *bytes = dtype_bytes(dtype, total); /* q8_0: total is whole blocks (check_q8_0) */
+    *bytes = dtype_bytes(dtype, total); /* quantised: total is whole blocks (check_blocks) */
     return 0;
 }
 
@@ -108,8 +108,9 @@ static clattn_status check_sizes(error_record *err, const clattn_attention_desc 
                          "dtype %d / out_dtype %d: each must be CLATTN_F32, CLATTN_F16 or "
                          "CLATTN_BF16%s",
                          (int)d->dtype, (int)d->out_dtype,
-                         d->dtype == CLATTN_Q8_0 || d->out_dtype == CLATTN_Q8_0
-                             ? " (q8_0 is for K and V only: set desc->kv_q8_0)"
+                         dtype_is_quantised(d->dtype) || dtype_is_quantised(d->out_dtype)
+                             ? " (q8_0 and q4_0 are for K and V only: set desc->kv_q8_0 or "
+                               "kv_q4_0)"
                              : "");
     if (!isfinite(d->scale))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT, "scale must be finite (got %g)",
@@ -166,27 +167,62 @@ static clattn_status check_mask(error_record *err, const clattn_attention_desc *
     return CLATTN_SUCCESS;
 }
 
-/* q8_0 K/V: every row starts a block, so a row is whole 32-value blocks. */
-static clattn_status check_q8_0(error_record *err, const clattn_attention_desc *d) {
+/* Soft-capping, ALiBi and sinks (docs/semantics.md section 8): finite values, and not with
+ * the partial results of shards, whose merge would count a sink once a shard. */
+static clattn_status check_modifiers(error_record *err, const clattn_attention_desc *d) {
+    size_t slopes = d->alibi_per_batch ? d->batch * d->heads_q : d->heads_q;
+    if (!isfinite(d->softcap) || d->softcap < 0.0f)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softcap must be finite and >= 0 (0: off; got %g)", (double)d->softcap);
+    for (size_t h = 0; d->alibi_slopes && h < slopes; h++)
+        if (!isfinite(d->alibi_slopes[h]))
+            return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                             "alibi_slopes[%zu] is %g: slopes must be finite", h,
+                             (double)d->alibi_slopes[h]);
+    for (size_t h = 0; d->sinks && h < d->heads_q; h++)
+        if (isnan(d->sinks[h]) || d->sinks[h] == INFINITY)
+            return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                             "sinks[%zu] is %g: a sink is finite (or -inf: none)", h,
+                             (double)d->sinks[h]);
+    int modifies = d->softcap > 0.0f || d->alibi_slopes || d->sinks;
+    if (modifies && (mask_desc_is_shard(d) || d->lse_parts))
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "softcap, alibi_slopes and sinks are not combined with shard positions "
+                         "(q_start, k_start, full_len_*) or lse_parts");
+    return CLATTN_SUCCESS;
+}
+
+/* Quantised K/V (q8_0, q4_0): one type, and every row starts a block, so a row is whole
+ * 32-value blocks. */
+static clattn_status check_blocks(error_record *err, const clattn_attention_desc *d) {
     const clattn_tensor *t[2] = {&d->k, &d->v};
     const size_t dim[2] = {d->dim_qk, d->dim_v};
+    const char *name = d->kv_q4_0 ? "q4_0" : "q8_0";
+    if (d->kv_q8_0 && d->kv_q4_0)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv_q8_0 and kv_q4_0 are both set: K and V have one storage type");
     for (int i = 0; i < 2; i++) {
         size_t stride_batch = d->batch > 1 ? t[i]->stride_batch : 0;
         size_t stride_head = d->heads_kv > 1 ? t[i]->stride_head : 0;
         size_t stride_seq = d->len_k > 1 ? t[i]->stride_seq : 0;
         if ((dim[i] | t[i]->offset | stride_batch | stride_head | stride_seq) % Q8_BLOCK)
             return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
-                             "q8_0 %s: head dim %zu, offset %zu and strides (%zu, %zu, %zu) must "
+                             "%s %s: head dim %zu, offset %zu and strides (%zu, %zu, %zu) must "
                              "be multiples of %d values (whole blocks)",
-                             i ? "V" : "K", dim[i], t[i]->offset, t[i]->stride_batch,
+                             name, i ? "V" : "K", dim[i], t[i]->offset, t[i]->stride_batch,
                              t[i]->stride_head, t[i]->stride_seq, Q8_BLOCK);
     }
     return CLATTN_SUCCESS;
 }
 
+/* K and V's storage type: the desc's, or a quantised one. */
+static clattn_dtype kv_dtype_of(const clattn_attention_desc *d) {
+    return d->kv_q4_0 ? CLATTN_Q4_0 : d->kv_q8_0 ? CLATTN_Q8_0 : d->dtype;
+}
+
 static clattn_status check_extents(error_record *err, const clattn_attention_desc *d, int has_bias,
                                    clattn_attention_extents *ext) {
-    clattn_dtype kv = d->kv_q8_0 ? CLATTN_Q8_0 : d->dtype;
+    clattn_dtype kv = kv_dtype_of(d);
     memset(ext, 0, sizeof *ext);
     if (tensor_span(&d->q, d->batch, d->heads_q, d->len_q, d->dim_qk, d->dtype, &ext->q) ||
         tensor_span(&d->k, d->batch, d->heads_kv, d->len_k, d->dim_qk, kv, &ext->k) ||
@@ -243,7 +279,8 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     if (status == CLATTN_SUCCESS) status = check_sizes(err, &d);
     if (status == CLATTN_SUCCESS) status = check_shard(err, &d);
     if (status == CLATTN_SUCCESS) status = check_mask(err, &d);
-    if (status == CLATTN_SUCCESS && d.kv_q8_0) status = check_q8_0(err, &d);
+    if (status == CLATTN_SUCCESS) status = check_modifiers(err, &d);
+    if (status == CLATTN_SUCCESS && (d.kv_q8_0 || d.kv_q4_0)) status = check_blocks(err, &d);
     if (status == CLATTN_SUCCESS) status = check_extents(err, &d, has_bias, &pb->extents);
     if (status != CLATTN_SUCCESS) return status;
     pb->batch = d.batch, pb->heads_q = d.heads_q, pb->heads_kv = d.heads_kv;
@@ -259,7 +296,10 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     pb->gemm_budget_bytes = d.gemm_budget_bytes;
     pb->count_tiles = d.count_tiles != 0;
     pb->lse_parts = d.lse_parts != 0;
-    pb->kv.dtype = d.kv_q8_0 ? CLATTN_Q8_0 : d.dtype;
+    pb->kv.dtype = kv_dtype_of(&d);
+    pb->softcap = d.softcap;
+    pb->alibi_slopes = d.alibi_slopes, pb->alibi_per_batch = d.alibi_slopes && d.alibi_per_batch;
+    pb->sinks = d.sinks;
     status = mask_from_desc(&d, &pb->mask);
     if (status != CLATTN_SUCCESS)
         return error_set(err, status, "the mask's global token flags (%zu tokens) or shard layout",

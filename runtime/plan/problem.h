@@ -39,8 +39,23 @@ typedef struct attn_problem {
     size_t gemm_budget_bytes;
     int count_tiles;
     int lse_parts; /* LSE as (max, log sum) pairs: [B, Hq, Nq, 2] */
-    kv_view kv; /* for a plain call: dtype, no lengths, not paged */
+    kv_view kv;    /* for a plain call: dtype, no lengths, not paged */
+    /* docs/semantics.md section 8: score modifiers and sinks (host arrays of the caller's) */
+    float softcap;             /* 0: off */
+    const float *alibi_slopes; /* NULL, or [Hq] (alibi_per_batch 0) or [B][Hq] */
+    int alibi_per_batch;
+    const float *sinks; /* NULL, or [Hq] */
 } attn_problem;
+
+/* Whether a call modifies its scores (soft-capping or ALiBi) or has sinks. */
+static inline int problem_has_modifiers(const attn_problem *pb) {
+    return pb->softcap > 0.0f || pb->alibi_slopes != NULL || pb->sinks != NULL;
+}
+
+/* ALiBi's slope of query head h in sequence b (the call has slopes). */
+static inline float problem_alibi_slope(const attn_problem *pb, size_t b, size_t h) {
+    return pb->alibi_slopes[(pb->alibi_per_batch ? b * pb->heads_q : 0) + h];
+}
 
 /* Whether the call reads K/V with lengths per sequence or from pages (a KV cache). */
 static inline int problem_is_cache(const attn_problem *pb) {

@@ -27,12 +27,15 @@ typedef struct reference_call {
 } reference_call;
 
 /* Element `index` of a Q/K/V array, widened to double (float16 exactly, via float32; q8_0 as
- * its block's scale times its int8). */
+ * its block's scale times its int8, q4_0 as its scale times its 4-bit code less 8). */
 static double load(const void *base, clattn_dtype dtype, size_t index) {
-    if (dtype == CLATTN_Q8_0) {
-        const uint8_t *block = (const uint8_t *)base + index / Q8_BLOCK * Q8_BLOCK_BYTES;
+    if (dtype_is_quantised(dtype)) {
+        const uint8_t *block = (const uint8_t *)base + index / Q8_BLOCK * quant_block_bytes(dtype);
         float scale = half_to_float((uint16_t)(block[0] | block[1] << 8));
-        return scale * (float)(int8_t)block[2 + index % Q8_BLOCK];
+        size_t e = index % Q8_BLOCK;
+        if (dtype == CLATTN_Q4_0)
+            return scale * (float)((block[2 + e % 16] >> (e / 16 * 4) & 15) - 8);
+        return scale * (float)(int8_t)block[2 + e];
     }
     if (dtype == CLATTN_F16) return half_to_float(((const uint16_t *)base)[index]);
     if (dtype == CLATTN_BF16) return bf16_to_float(((const uint16_t *)base)[index]);
@@ -71,11 +74,28 @@ static float add_bias(const reference_call *c, const score_pair *p, float t) {
     return isfinite(t) && isfinite(bias) && isinf(s) ? copysignf(FLT_MAX, s) : s;
 }
 
+/* docs/semantics.md section 8, in float32 steps as common.cl's modified_score takes them:
+ * t = softcap * tanh(t / softcap), then t + (-(slope * |p - j|)) (saturating, as add_bias). */
+static float modified(const reference_call *c, const score_pair *p, float t) {
+    const attn_problem *d = c->pb;
+    if (d->softcap > 0.0f) {
+        float ratio = t / d->softcap, capped = tanhf(ratio);
+        t = d->softcap * capped;
+    }
+    if (d->alibi_slopes) {
+        int64_t position = (int64_t)p->i + c->mask->offset, j = (int64_t)p->j;
+        float distance = (float)(position > j ? position - j : j - position);
+        float term = -(problem_alibi_slope(d, p->b, p->h) * distance), sum = t + term;
+        t = isfinite(t) && isfinite(term) && isinf(sum) ? copysignf(FLT_MAX, sum) : sum;
+    }
+    return t;
+}
+
 /* The score of an allowed pair, one float32 step at a time, in the order the kernels take
  * them (README, Semantics: scores are float32, and the reference rounds where the kernels
  * do). A modifier of t (soft-capping, then ALiBi) is one more step between the two. */
 static float score(const reference_call *c, const score_pair *p) {
-    float t = scaled_dot(c, p);
+    float t = modified(c, p, scaled_dot(c, p));
     return c->bias ? add_bias(c, p, t) : t;
 }
 
@@ -107,12 +127,14 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
     size_t kvh = h / (d->heads_q / d->heads_kv);
     double m;
     size_t n = score_row(c, b, h, i, &m);
+    double sink = d->sinks && !isnan(m) ? d->sinks[h] : -INFINITY;
     memset(o_row, 0, d->dim_v * sizeof *o_row);
     if (n == 0 || m == -INFINITY) { /* no key, or every allowed score is -inf: empty row */
-        if (lse) lse[0] = -INFINITY;
+        if (lse) lse[0] = sink;     /* log(exp(sink)), -inf without one */
         if (lse && d->lse_parts) lse[1] = -INFINITY;
         return;
     }
+    if (sink > m) m = sink; /* the sink joins the softmax as one more score without a value */
     /* pass 2: P = exp(s - m) / sum, O = sum of P * V (divided once at the end) */
     double sum = 0.0;
     for (size_t t = 0; t < n; t++) {
@@ -122,6 +144,7 @@ static void attend_row(const reference_call *c, size_t b, size_t h, size_t i, do
         sum += p;
         for (size_t x = 0; x < d->dim_v; x++) o_row[x] += p * load(c->v, d->kv.dtype, vj + x);
     }
+    sum += exp(sink - m);
     for (size_t x = 0; x < d->dim_v; x++) o_row[x] /= sum;
     if (lse && d->lse_parts)
         lse[0] = m, lse[1] = log(sum);
@@ -194,6 +217,7 @@ static attn_problem sequence_problem(const attn_problem *pb, size_t b) {
     sp.mask.offset = (int64_t)keys - (int64_t)queries;
     memset(&sp.kv, 0, sizeof sp.kv);
     sp.kv.dtype = pb->kv.dtype;
+    if (pb->alibi_per_batch) sp.alibi_slopes += b * pb->heads_q; /* sequence b's, as b = 0 */
     return sp;
 }
 

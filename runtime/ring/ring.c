@@ -195,8 +195,9 @@ clattn_status clattn_ring_create(clattn_context *ctx, const clattn_attention_des
     clattn_status s = ring_read_whole(desc, &ctx->error, &r->whole);
     if (!s && layout != CLATTN_LAYOUT_BSHD && layout != CLATTN_LAYOUT_BHSD)
         s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: unknown layout %d", (int)layout);
-    if (!s && r->whole.kv_q8_0)
-        s = ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "ring: q8_0 key/value shards are not supported");
+    if (!s && (r->whole.kv_q8_0 || r->whole.kv_q4_0))
+        s = ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                      "ring: q8_0 and q4_0 key/value shards are not supported");
     if (!s) s = ring_plan(r, sharding, part);
     if (!s && r->q_rows.rows && !q_shard)
         s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: q_shard is NULL (%zu rows)",

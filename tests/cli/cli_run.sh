@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 # ---- every mask kind, every path, against the reference
 for kind in "window=0,0" "window=9,-1" "dilation=" "global=" "layout=per-head" \
-            "layout=shared" "bias=full" "bias=broadcast" "bias=padding" "bias=finite-min" "nan-key" " f16->f16" "bf16->f32" "f32->bf16" "bf16->bf16" "bhsd"; do
+            "layout=shared" "bias=full" "bias=broadcast" "bias=padding" "bias=finite-min" "nan-key" " f16->f16" "bf16->f32" "f32->bf16" "bf16->bf16" "bhsd" "softcap=" " alibi" "alibi=per-batch" " sinks"; do
   index=$("$clattn" check --list | grep -m1 -F -- "$kind" | awk '{print $1}')
   [ -n "$index" ] || { fail "no check case with $kind"; continue; }
   line=$("$clattn" check --case "$index" --path reference --dump "$work/cases" |

@@ -1,6 +1,7 @@
 /*
  * q8_0 K/V storage: blocks of 32 values, a float16 scale d and 32 int8 q (value d * q).
- * clattn_convert quantises to within half a step; attention over q8_0 K and V (a plain call or
+ * clattn_convert quantises as ggml does (bit for bit: tests/unit/test_quant.c), so within half a
+ * step and the float16 rounding of the scale; attention over q8_0 K and V (a plain call or
  * a KV cache, contiguous or paged) matches the reference computed from the dequantised values
  * within |o - ref| <= 2e-3 + 4e-3 |ref| on every device; the paths that lack q8_0 say so and
  * write nothing. A block whose float16 scale would overflow is refused, naming it, by
@@ -18,6 +19,7 @@
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 #define TOL_Q8_ATOL 2e-3
+#define Q8_ERROR    (0.5f + 127.0f / 2048.0f) /* steps a value may move: see expect_quantised */
 #define TOL_Q8_RTOL 4e-3
 
 enum { BLOCK = 32, BLOCK_BYTES = 34 };
@@ -43,8 +45,9 @@ static float block_scale(const uint8_t *block) {
     return scale;
 }
 
-/* Each value of x within half a step (d / 2) of its dequantised block, d being max|x| / 127
- * to float16 precision. */
+/* Each value of x within half a step of its dequantised block, d being max|x| / 127 to float16
+ * precision: q = round(x / d) is taken with the float32 d (ggml's rule), and the value is q
+ * times d rounded to float16, up to 127 * d / 2048 further. */
 static void expect_quantised(const float *x, const uint8_t *blocks, size_t n, const char *what) {
     float *back = malloc(n * sizeof *back);
     cr_assert_eq(clattn_convert(CLATTN_Q8_0, blocks, CLATTN_F32, back, n), CLATTN_SUCCESS);
@@ -54,7 +57,7 @@ static void expect_quantised(const float *x, const uint8_t *blocks, size_t n, co
         cr_expect(fabsf(d - max / 127.0f) <= max / 127.0f / 1024.0f, "%s block %zu: d %g, max %g",
                   what, b, d, max);
         for (size_t i = 0; i < BLOCK; i++)
-            cr_expect(fabsf(back[b * BLOCK + i] - x[b * BLOCK + i]) <= d * 0.5f * 1.0001f,
+            cr_expect(fabsf(back[b * BLOCK + i] - x[b * BLOCK + i]) <= Q8_ERROR * d * 1.0001f,
                       "%s value %zu: %g became %g (d %g)", what, b * BLOCK + i, x[b * BLOCK + i],
                       back[b * BLOCK + i], d);
     }
@@ -198,8 +201,8 @@ static clattn_kv_cache *q8_cache(clattn_context *ctx, int paged) {
 }
 
 /* Float32 rows appended (quantised on the device) then a call over the cache: the contiguous
- * cache's blocks hold the rows to within half a step, the paged cache gives the same output
- * bit for bit, and both match the reference of the dequantised cache. */
+ * cache's blocks hold the rows to within half a step (and the scale's rounding), the paged cache
+ * gives the same output bit for bit, and both match the reference of the dequantised cache. */
 static void check_cache(clattn_context *ctx) {
     static const int32_t new_len[B] = {NEW, 23};
     float *k = malloc(B * NEW * HKV * D * sizeof *k), *v = malloc(B * NEW * HKV * D * sizeof *v);
@@ -367,4 +370,40 @@ Test(q8, kv_cache_append_refuses_a_block_whose_scale_overflows) {
         expect_append_refused(ctxs[dev], 0);
         expect_append_refused(ctxs[dev], 1);
     }
+}
+
+/* The device's quantiser (a cache's append) writes the bytes clattn_convert writes, which are
+ * ggml's (tests/unit/test_quant.c): blocks of every magnitude from 2^-30 to 2^22, with
+ * reciprocals of a float32 scale that differ from those of its float16 rounding. */
+static void check_device_blocks(clattn_context *ctx) {
+    enum { SEQ = 64, DIM = 256, VALUES = SEQ * DIM };
+    float *x = malloc(VALUES * sizeof *x);
+    uint8_t *want = malloc(q8_bytes(VALUES)), *k = malloc(q8_bytes(VALUES));
+    uint64_t state = 5;
+    for (size_t i = 0; i < VALUES; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(state >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+        x[i] = (float)ldexp(u, (int)(i / BLOCK % 53) - 30);
+    }
+    cr_assert_eq(clattn_convert(CLATTN_F32, x, CLATTN_Q8_0, want, VALUES), CLATTN_SUCCESS);
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, 1, 1, DIM, DIM, SEQ);
+    cd.dtype = CLATTN_Q8_0;
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, x, x, SEQ, NULL));
+    ASSERT_OK(ctx, clattn_kv_cache_read_host(cache, k, NULL));
+    size_t bad = 0;
+    for (size_t b = 0; b < VALUES / BLOCK; b++)
+        if (memcmp(k + b * BLOCK_BYTES, want + b * BLOCK_BYTES, BLOCK_BYTES) != 0 && bad++ < 3)
+            cr_log_error("block %zu differs from clattn_convert's", b);
+    cr_expect_eq(bad, 0, "%zu of %d blocks the device quantised differ", bad, VALUES / BLOCK);
+    clattn_kv_cache_destroy(cache);
+    free(x), free(want), free(k);
+}
+
+Test(q8, kv_cache_append_quantises_as_convert_bit_for_bit) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) check_device_blocks(ctxs[dev]);
 }

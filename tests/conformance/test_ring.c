@@ -501,17 +501,17 @@ Test(ring, multi_refuses_before_any_device_starts) {
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect_eq(clattn_attention_multi(pair, 2, &d, CLATTN_SHARDING_AUTO, q, k, NULL, o, lse),
                  CLATTN_ERR_INVALID_ARGUMENT);
-    d.variant = CLATTN_VARIANT_SPLIT, d.dim_qk = d.dim_v = 300; /* no part can run it */
-    clattn_tensor_dense(&d.q, CLATTN_LAYOUT_BSHD, 1, N, 300, 0);
+    d.variant = CLATTN_VARIANT_SPLIT, d.dim_qk = d.dim_v = 600; /* no part can run it */
+    clattn_tensor_dense(&d.q, CLATTN_LAYOUT_BSHD, 1, N, 600, 0);
     d.k = d.v = d.o = d.q;
-    float *big = calloc(N * 300, sizeof *big), *out = calloc(N * 300, sizeof *out);
+    float *big = calloc(N * 600, sizeof *big), *out = calloc(N * 600, sizeof *out);
     cr_expect_eq(clattn_attention_multi(pair, 2, &d, CLATTN_SHARDING_AUTO, big, big, big, out, lse),
                  CLATTN_ERR_UNSUPPORTED);
     /* every part fails; the first to fail stops the other, so either may be the one named */
     cr_expect(strstr(clattn_context_last_error(pair[0]), "multi: part ") &&
-                  strstr(clattn_context_last_error(pair[0]), "head dims up to 256"),
+                  strstr(clattn_context_last_error(pair[0]), "head dims up to 576"),
               "%s", clattn_context_last_error(pair[0]));
-    for (int i = 0; i < N * 300; i++) cr_assert_eq(out[i], 0.0f, "O was written after a failure");
+    for (int i = 0; i < N * 600; i++) cr_assert_eq(out[i], 0.0f, "O was written after a failure");
     for (int i = 0; i < N * D; i++) cr_assert_eq(o[i], 42.0f, "O was written after a refusal");
     free(big), free(out);
     if (own) clattn_context_destroy(pair[0]), clattn_context_destroy(pair[1]);

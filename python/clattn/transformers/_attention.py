@@ -20,15 +20,13 @@ from ..attention import attention
 from ..errors import invalid
 from ._masks import Mask
 
-# Arguments that models pass to the attention function and clattn does not compute yet. When
-# clattn takes one (issue 33: soft-capping, sinks), its entry moves to PASSED_THROUGH.
-NOT_YET_COMPUTED = {
-    "softcap": "soft-capping of the scores (Gemma 2)",
-    "s_aux": "attention sinks (gpt-oss)",
-    "sinks": "attention sinks",
-}
-# transformers' argument -> clattn.attention's (and KVCache.attention's) keyword for it.
-PASSED_THROUGH: Dict[str, str] = {}
+# Arguments that models pass to the attention function and clattn does not compute yet (none
+# now); when clattn takes one, its entry moves to PASSED_THROUGH.
+NOT_YET_COMPUTED: Dict[str, str] = {}
+# transformers' argument -> clattn.attention's (and KVCache.attention's) keyword for it:
+# Gemma 2's soft-capping of the scores, gpt-oss's attention sinks (a learned logit a head, the
+# module's `sinks` parameter, passed as s_aux), docs/semantics.md section 8.
+PASSED_THROUGH: Dict[str, str] = {"softcap": "softcap", "s_aux": "sinks", "sinks": "sinks"}
 
 
 def refuse_what_clattn_cannot_compute(module: Any, dropout: float, kwargs: Dict[str, Any]) -> None:

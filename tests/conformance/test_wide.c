@@ -1,0 +1,92 @@
+/*
+ * Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512), on the fused
+ * path: the split variant serves them (lanes, rowwise and flash refuse them by name, and auto
+ * finds split), with float32, float16 and bfloat16 storage, with masks and the score
+ * modifiers, and with q8_0 and q4_0 K/V, against the reference on every device.
+ */
+#include <criterion/criterion.h>
+
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+Test(wide, head_dims_576_512_on_the_fused_path_match_the_reference) {
+    attn_case cases[4];
+    size_t n = 0;
+    attn_case *c = &cases[n++]; /* decode, MQA */
+    case_init(c, 1, 8, 1, 1, 130, 576, 512);
+    c = &cases[n++]; /* prefill, causal, float16 */
+    case_init(c, 1, 2, 1, 33, 47, 576, 512);
+    c->causal = 1, c->dtype = c->out_dtype = CLATTN_F16;
+    c = &cases[n++]; /* bfloat16, a window, the modifiers */
+    case_init(c, 2, 2, 2, 9, 40, 320, 288);
+    c->dtype = CLATTN_BF16, c->left = 10, c->right = 0, c->softcap = 4.0f, c->alibi = 1;
+    c->sinks = 1;
+    c = &cases[n++]; /* a bias */
+    case_init(c, 1, 4, 2, 17, 23, 576, 512);
+    c->bias = BIAS_FULL;
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_SPLIT), 0,
+                 "split: failing cases are listed above");
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO), 0,
+                 "auto: failing cases are listed above");
+}
+
+Test(wide, tiled_variants_refuse_them_by_name) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    static const clattn_variant tiled[] = {CLATTN_VARIANT_LANES, CLATTN_VARIANT_ROWWISE,
+                                           CLATTN_VARIANT_FLASH};
+    for (size_t i = 0; i < COUNT(tiled); i++) {
+        clattn_variant_info info;
+        clattn_variant_info_init(&info);
+        clattn_attention_desc d;
+        clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 576, 512);
+        d.variant = tiled[i];
+        char message[256];
+        clattn_attention_extents ext;
+        cr_assert_eq(clattn_attention_desc_check(&d, &ext, message, sizeof message),
+                     CLATTN_SUCCESS);
+        float *buf = calloc(4 * 576, sizeof *buf), *o = calloc(4 * 512, sizeof *o);
+        cr_expect_eq(clattn_attention_host(ctxs[0], &d, buf, buf, buf, o, NULL),
+                     CLATTN_ERR_UNSUPPORTED, "%s served Dqk 576", clattn_variant_name(tiled[i]));
+        cr_expect(strstr(clattn_context_last_error(ctxs[0]), "head dims") != NULL, "%s",
+                  clattn_context_last_error(ctxs[0]));
+        free(buf), free(o);
+    }
+}
+
+/* q8_0 and q4_0 K/V at 576/512: DeepSeek with a quantised cache. */
+static void check_quantised(clattn_context *ctx, clattn_dtype kv) {
+    enum { HQ = 4, NQ = 2, NK = 64, DQK = 576, DV = 512 };
+    clattn_attention_desc d;
+    ASSERT_OK(ctx, clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, HQ, 1, NQ, NK, DQK, DV));
+    d.kv_q8_0 = kv == CLATTN_Q8_0, d.kv_q4_0 = kv == CLATTN_Q4_0, d.causal = 1;
+    float *q = malloc(HQ * NQ * DQK * 4), *k = malloc(NK * DQK * 4), *v = malloc(NK * DV * 4);
+    uint8_t *kq = malloc(NK * DQK / 32 * 34), *vq = malloc(NK * DV / 32 * 34); /* q8_0 the larger */
+    fill_uniform(q, HQ * NQ * DQK, 1), fill_uniform(k, NK * DQK, 2), fill_uniform(v, NK * DV, 3);
+    cr_assert_eq(clattn_convert(CLATTN_F32, k, kv, kq, NK * DQK), CLATTN_SUCCESS);
+    cr_assert_eq(clattn_convert(CLATTN_F32, v, kv, vq, NK * DV), CLATTN_SUCCESS);
+    float *o = malloc(HQ * NQ * DV * 4), *ref = malloc(HQ * NQ * DV * 4);
+    double *ref64 = malloc(HQ * NQ * DV * sizeof *ref64), atol, rtol;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, q, kq, vq, o, NULL));
+    d.path = CLATTN_PATH_REFERENCE;
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, q, kq, vq, ref, NULL));
+    clattn_tolerance(kv, CLATTN_F32, &atol, &rtol, NULL);
+    for (size_t i = 0; i < HQ * NQ * DV; i++) ref64[i] = ref[i];
+    cr_expect_eq(compare_outputs(kv == CLATTN_Q8_0 ? "q8_0 576/512" : "q4_0 576/512", o, ref64,
+                                 HQ * NQ * DV, atol, rtol),
+                 0);
+    free(q), free(k), free(v), free(kq), free(vq), free(o), free(ref), free(ref64);
+}
+
+Test(wide, quantised_k_v_at_576_512_match_the_reference) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) {
+        check_quantised(ctxs[dev], CLATTN_Q8_0);
+        check_quantised(ctxs[dev], CLATTN_Q4_0);
+    }
+}
