@@ -128,7 +128,7 @@ static int print_variants(size_t device) {
     }
     printf("    %-10s %-4s %-4s %-11s %s\n", "variant", "runs", "auto", "tuning",
            "what it is / why not");
-    for (int v = 1;; v++) {
+    for (int v = 1; strcmp(clattn_variant_name((clattn_variant)v), "unknown") != 0; v++) {
         clattn_variant_info info;
         clattn_variant_info_init(&info);
         if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;

@@ -88,5 +88,7 @@ fi
 CLATTN_VERBOSE=1 "$clattn" check --quick --case 0 --device 0 --variant reference > out 2> err ||
   fail "check --variant reference: $(cat out err)"
 grep -q "no variant" err && fail "check printed: $(grep "no variant" err)"
+CLATTN_VERBOSE=1 "$clattn" devices --variants > out 2> err || fail "devices --variants: $(cat err)"
+grep -q "no variant" err && fail "devices --variants printed: $(grep "no variant" err)"
 
 finish cli_check_hang
