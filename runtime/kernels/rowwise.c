@@ -66,7 +66,7 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
 
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
-    snprintf(why, size, "auto uses lanes on CPU devices");
+    snprintf(why, size, "auto does not use it on CPU devices (lanes or flash serve them)");
     return 0;
 }
 

@@ -11,6 +11,7 @@
  * `wg_size` work-items a compute unit by default) without chunks shorter than block_n keys, which
  * keeps the merge small.
  */
+#include "kernels/compilers.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
 #include "plan/tiles.h"
@@ -41,13 +42,18 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
 
 /* Over a KV cache and q8_0 K/V always (no other variant reads them); else while a kv head has
  * at most the tuning entry's block_m query rows, where the fused variants' query tiles would
- * leave most of the device idle. */
+ * leave most of the device idle, unless the device's compiler builds it only slowly
+ * (kernels/compilers.c). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
     variant_tuning_on(device, &variant_split, &tuning);
-    if (!pb || problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0 ||
-        pb->len_q * pb->group <= tuning.block_m)
-        return 1;
+    int only_split = pb && (problem_is_cache(pb) || pb->kv.dtype == CLATTN_Q8_0);
+    char slow[256];
+    if (!only_split && compiler_is_slow(device, "split", slow, sizeof slow)) {
+        snprintf(why, size, "auto uses it only over KV caches and for q8_0 K/V here: %s", slow);
+        return 0;
+    }
+    if (!pb || only_split || pb->len_q * pb->group <= tuning.block_m) return 1;
     snprintf(why, size,
              "auto uses it over KV caches, for q8_0 K/V and for at most %u query rows a kv head "
              "(this call has %zu)",
@@ -147,8 +153,8 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
     clattn_status s = buffer_set_add(ctx, set, 1, sizeof *P, P, &sb->params, "parameters");
     if (!s) s = sequence_buffers(ctx, pb, buf, sb);
     if (!s)
-        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global,
-                           &sb->is_global, "global flags");
+        s = buffer_set_add(ctx, set, mask_flag_bytes(m), 1, m->is_global, &sb->is_global,
+                           "global flags");
     if (!s) s = buffer_set_add(ctx, set, layout_bytes, 1, m->layout, &sb->layout, "block layout");
     if (!s)
         s = buffer_set_add(ctx, set, parts * pb->dim_v, 4, NULL, &sb->o_part, "partial outputs");
