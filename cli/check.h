@@ -84,8 +84,14 @@ typedef struct check_plan {
     int quick;                  /* the quick sweep: its case numbers differ from the full one's */
     int verbose;
     const char *dump_dir;
-    double timeout_s; /* --timeout; 0: the default, scaled to the sweep */
-    int child_fd;     /* a child running one row: where it reports; else -1 */
+    double timeout_s;      /* --timeout; 0: the default, scaled to the sweep */
+    int child_fd;          /* a child running one row: where it reports; else -1 */
+    int in_process;        /* --in-process: every row here, without a time limit */
+    int record;            /* record the rows' verdicts in the store (not --no-record) */
+    const char *report;    /* --report FILE: also write them there (at the end) */
+    char report_tmp[4200]; /* where they gather until then */
+    size_t recorded;       /* verdicts recorded in the store */
+    int record_failed;     /* a verdict could not be recorded (said once) */
     run_row rows[MAX_RUNS];
     size_t num_rows;
     not_run_row not_run[MAX_RUNS];

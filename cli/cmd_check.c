@@ -14,8 +14,10 @@
 #include "common.h"
 #include "commands.h"
 #include "npy.h"
+#include "interrupt.h"
 #include "textbuf.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,10 @@ static const cli_option check_options[] = {
     {"verbose", NULL, "print every case"},
     {"timeout", "S",
      "seconds a (device, variant) row may take before it is stopped (default: 120 + 15 a case)"},
+    {"in-process", NULL,
+     "run every row in this process, without a time limit (for tools that follow one process)"},
+    {"no-record", NULL, "do not record the rows' verdicts in this machine's verdict store"},
+    {"report", "FILE", "also write the rows' verdicts as a report other machines can merge"},
     {"child-fd", "N", "(internal) run one row in this process and report its cases on fd N"},
     {"help", NULL, "show this help"},
 };
@@ -230,6 +236,14 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         if (parse_size(args, "child-fd", 3, &fd) != 0) return EXIT_USAGE;
         plan->child_fd = (int)fd;
     }
+    plan->record = !args_has(args, "no-record");
+    plan->in_process = args_has(args, "in-process");
+    plan->report = args_get(args, "report");
+    if (!rc && plan->report) {
+        if (check_output_file("check", "report", plan->report)) return 1;
+        snprintf(plan->report_tmp, sizeof plan->report_tmp, "%s.tmp.%ld", plan->report,
+                 (long)getpid());
+    }
     if (!rc && plan->dump_dir) rc = make_output_dir("check", "dump", plan->dump_dir);
     if (rc) return rc;
     const char *spec = args_has(args, "device") ? args_get(args, "device") : "all";
@@ -408,13 +422,67 @@ static void note_required_not_run(check_plan *plan, clattn_context *ctx, size_t 
     }
 }
 
-/* Runs a row: in a child process with a time limit where one can be started, else here. */
+/* The verdict a row earns: passed (the whole sweep, not one --case), failed with its first
+ * failing case, crashed (failed), timed out with the case that hung. @return 0 when the row
+ * says nothing of the variant (its process did not run it, or one case passed). */
+static int row_verdict(const check_plan *plan, const sweep *s, const run_row *row,
+                       clattn_verdict *v) {
+    char where[600];
+    long first_failed = -1;
+    for (size_t i = 0; i < s->count && first_failed < 0; i++)
+        if (row->cases[i].outcome == CASE_FAILED) first_failed = (long)i;
+    clattn_verdict_init(v);
+    if (plan->only_case >= 0)
+        snprintf(v->sweep, sizeof v->sweep, "case %ld of %s", plan->only_case,
+                 plan->quick ? "quick" : "full");
+    else
+        snprintf(v->sweep, sizeof v->sweep, "%s (%zu cases)", plan->quick ? "quick" : "full",
+                 s->count);
+    check_case_name(s, row->outcome == ROW_COMPLETED ? first_failed : row->stopped_in, where,
+                    sizeof where);
+    if (row->outcome == ROW_TIMED_OUT) {
+        v->kind = CLATTN_VERDICT_TIMED_OUT;
+        snprintf(v->detail, sizeof v->detail, "after %.0f s in %s", row->timeout_s, where);
+    } else if (row->outcome == ROW_CRASHED) {
+        v->kind = CLATTN_VERDICT_FAILED;
+        snprintf(v->detail, sizeof v->detail, "crashed (signal %d) in %s", row->signal, where);
+    } else if (row->outcome == ROW_COMPLETED && row->failed) {
+        v->kind = CLATTN_VERDICT_FAILED;
+        snprintf(v->detail, sizeof v->detail, "first failing: %s", where);
+    } else if (row->outcome == ROW_COMPLETED && plan->only_case < 0 && row->passed) {
+        v->kind = CLATTN_VERDICT_PASSED;
+    }
+    return v->kind != CLATTN_VERDICT_NONE;
+}
+
+/* Records the row's verdict in the store (unless --no-record) and the report's file. */
+static void record_row(check_plan *plan, clattn_context *ctx, const sweep *s, const run_row *row) {
+    clattn_verdict v;
+    if (!row_verdict(plan, s, row, &v)) return;
+    if (plan->record) {
+        clattn_status status = clattn_verdict_record(ctx, row->variant, &v, NULL);
+        if (status == CLATTN_SUCCESS)
+            plan->recorded++;
+        else if (!plan->record_failed++)
+            cli_error("check", "verdicts not recorded: %s (%s)", clattn_context_last_error(ctx),
+                      clattn_status_name(status));
+    }
+    if (plan->report &&
+        clattn_verdict_record(ctx, row->variant, &v, plan->report_tmp) != CLATTN_SUCCESS) {
+        cli_error("check", "--report %s: %s", plan->report, clattn_context_last_error(ctx));
+        plan->dump_failures++;
+    }
+}
+
+/* Runs a row: in a child process with a time limit where one can be started, else here; then
+ * records its verdict. */
 static void run_row_somewhere(check_plan *plan, clattn_context *ctx, const sweep *s, run_row *row) {
-    if (check_children_possible())
+    if (!plan->in_process && check_children_possible())
         check_run_row_child(plan, s, row);
     else
         run_row_cases(plan, ctx, s, row);
     print_row(row);
+    record_row(plan, ctx, s, row);
 }
 
 /* Every chosen row of the variant table on one device (the variants numbered from 1 while
@@ -567,6 +635,20 @@ static void print_summary(const check_plan *plan) {
     printf("; worst is the largest |error| / tolerance (<= 1 passes)\n");
 }
 
+/* --report: the verdicts gathered beside FILE renamed into place, or an empty report when no
+ * row earned one (so that FILE always says what this check found). */
+static void finish_report(check_plan *plan, int registration) {
+    static const char empty[] = "{\"clattn_verdicts\": 1, \"entries\": []}\n";
+    FILE *f = access(plan->report_tmp, F_OK) == 0 ? NULL : fopen(plan->report_tmp, "w");
+    if (f) fputs(empty, f);
+    if ((f && fclose(f) != 0) || rename(plan->report_tmp, plan->report) != 0) {
+        cli_error("check", "--report %s: %s", plan->report, strerror(errno));
+        unlink(plan->report_tmp);
+        plan->dump_failures++;
+    }
+    interrupt_untrack(registration);
+}
+
 static void list_cases(const sweep *s) {
     for (size_t i = 0; i < s->count; i++) {
         char what[512];
@@ -598,7 +680,15 @@ int cmd_check(int argc, char **argv) {
         return 1;
     printf("%-3s %-36s %-9s %-7s %6s %6s %9s %10s\n", "#", "device", "path", "variant", "passed",
            "failed", "worst", "seconds");
+    int registration = plan.report ? interrupt_track(plan.report_tmp) : -1;
     for (size_t i = 0; i < plan.num_devices; i++) check_device(&plan, &s, plan.devices[i]);
+    if (plan.report) finish_report(&plan, registration);
+    if (plan.recorded) {
+        char store[4096] = "";
+        clattn_verdicts_file(store, sizeof store);
+        printf("verdicts: %zu recorded in %s (clattn devices --variants shows them)\n",
+               plan.recorded, store);
+    }
     print_summary(&plan);
     if (args_has(&args, "json") && write_json(&plan, &s, args_get(&args, "json"))) return 1;
     return plan.failures || plan.dump_failures || plan.required_not_run ? 1 : 0;

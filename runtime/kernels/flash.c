@@ -178,8 +178,7 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
 /* GPUs, and CPU devices whose compiler runs work-items in SIMD lanes as GPUs do: those that
  * prefer float vectors of width 1 (Mesa's llvmpipe), where lanes' 16-wide vectors buy nothing. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    if (!(device->type & CL_DEVICE_TYPE_CPU) || device->preferred_vector_width_float == 1)
-        return 1;
+    if (!(device->type & CL_DEVICE_TYPE_CPU) || device->preferred_vector_width_float == 1) return 1;
     snprintf(why, size, "auto uses lanes on CPU devices that prefer float vectors (width %u)",
              device->preferred_vector_width_float);
     return 0;
