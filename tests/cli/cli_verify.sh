@@ -120,6 +120,20 @@ EOF
 "${wrong[@]}" "$clattn" run "${run[@]}" --out o.npy > out 2>&1 || fail "run: $(cat out)"
 grep -q "fused-lanes" out || fail "a verdict of another driver, library or sources was taken: $(cat out)"
 
+# ---- first use: CLATTN_VERIFY=first-use runs clattn check on the variants auto would try,
+# in a child process that records their verdicts; a later process finds them and runs none
+mkdir -m 700 first
+first=(env CLATTN_CACHE_DIR="$work/first" CLATTN_VERIFY=first-use CLATTN_PROGRAM="$clattn"
+  CLATTN_VERBOSE=1)
+"${first[@]}" "$clattn" run "${run[@]}" --out o.npy > out 2> err || fail "first use: $(cat err)"
+grep -qE "^clattn: first use on .*: verifying [a-z,]*lanes[a-z,]* with $clattn check --quick" err ||
+  fail "first use did not verify lanes: $(grep -i "first use" err)"
+grep -q '"variant": "lanes", "verdict": "passed", "sweep": "quick (35 cases)"' first/verdicts.json ||
+  fail "first use recorded no pass for lanes: $(cat first/verdicts.json)"
+grep -q "fused-lanes" out || fail "after first use, auto did not run the verified lanes: $(cat out)"
+"${first[@]}" "$clattn" run "${run[@]}" --out o.npy > out 2> err || fail "first use: $(cat err)"
+grep -q "first use on" err && fail "a second process verified again: $(grep "first use" err)"
+
 # ---- a lanes kernel that spins: the verdict says timed out, and auto never picks it
 cp -r "$top/cl" spin
 sed -i 's|void attention_lanes(ATTENTION_KERNEL_ARGS) {|&\n    for (volatile int spin = 1; spin;) {\n    }|' spin/lanes.cl
