@@ -11,7 +11,11 @@
  * 22.3.6 within 5 minutes (also at head dim 16), its process at 2 GB and deep in a recursive
  * NIR pass (gdb: mesa_rust::compiler::nir::NirShader::pass0 under clCreateKernel). The split
  * kernels (cl/split.cl), in the same style on a smaller scale, take half a minute to two
- * minutes per specialisation there (Mesa's shader cache keeps them afterwards). Newer Mesa is
+ * minutes per specialisation there (Mesa's shader cache keeps them afterwards). And for the
+ * flash kernel it reports CL_KERNEL_LOCAL_MEM_SIZE at about twice the __local arrays the kernel
+ * declares (51480 bytes for bm32 bn32 at head dim 32, 9624 for bm16 bn8, 4504 for bm8 bn4),
+ * and flash's planner, which fits its tiles to the kernel's own report (kernels/flash.c,
+ * fit_to_kernel), shrinks them until none is left: every call fails to plan. Newer Mesa is
  * untested: the entries hold for every rusticl until one is shown to build them.
  */
 #include "kernels/compilers.h"
@@ -30,6 +34,10 @@ static const compiler_limit limits[] = {
     {"rusticl", "lanes", 1,
      "Mesa rusticl does not finish compiling its kernel (clCreateKernel had not returned after "
      "5 minutes and 2 GB on Mesa 22.3.6, in a NIR pass: 16-wide vectors in private arrays)"},
+    {"rusticl", "flash", 1,
+     "Mesa rusticl reports about twice the local memory its kernel declares "
+     "(CL_KERNEL_LOCAL_MEM_SIZE 51480 bytes for a 32x32 tile of about 25 KB on Mesa 22.3.6), so "
+     "no tile fits"},
     {"rusticl", "split", 0,
      "Mesa rusticl compiles its kernels slowly (half a minute to two minutes a shape on Mesa "
      "22.3.6; Mesa's shader cache keeps them)"},

@@ -15,6 +15,7 @@
  * limit of the device and of the compiled kernel, and hands the call on (to `rowwise`, then
  * `gemm`) when nothing fits.
  */
+#include "kernels/compilers.h"
 #include "kernels/tile_cache.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
@@ -157,6 +158,7 @@ static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
 /* ---------------------------------------------------------------- the row */
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    if (compiler_refuses(&ctx->device, "flash", why, size)) return 0; /* kernels/compilers.c */
     if (pb && problem_is_cache(pb)) {
         snprintf(why, size,
                  "reads the call's K and V tensors: not a KV cache (the split variant "

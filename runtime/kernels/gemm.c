@@ -379,8 +379,8 @@ static clattn_status make_buffers(clattn_context *ctx, const attn_problem *pb, c
                        "float32 O chunk");
     if (!s) s = add_buffer(ctx, set, kv, pb->len_k, 1, 1, NULL, &gb->flags, "V row flags");
     if (!s)
-        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global,
-                       &gb->is_global, "global flags");
+        s = add_buffer(ctx, set, 1, mask_flag_bytes(m), 1, 1, m->is_global, &gb->is_global,
+                       "global flags");
     if (!s)
         s = add_buffer(ctx, set, layout_heads, (size_t)m->blocks_q, (size_t)m->blocks_k, 1,
                        m->layout, &gb->layout, "block layout");
