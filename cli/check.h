@@ -24,7 +24,7 @@
 
 /* Default time limit of a row: a fixed part for opening the device and building kernels, and a
  * part per case (each case may build kernels of its own shapes). */
-#define ROW_SECONDS_FIXED    120
+#define ROW_SECONDS_FIXED    300
 #define ROW_SECONDS_PER_CASE 15
 
 typedef struct sweep {

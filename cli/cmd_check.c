@@ -38,7 +38,7 @@ static const cli_option check_options[] = {
     {"json", "FILE", "also write the results as JSON"},
     {"verbose", NULL, "print every case"},
     {"timeout", "S",
-     "seconds a (device, variant) row may take before it is stopped (default: 120 + 15 a case)"},
+     "seconds a (device, variant) row may take before it is stopped (default: 300 + 15 a case)"},
     {"in-process", NULL,
      "run every row in this process, without a time limit (for tools that follow one process)"},
     {"no-record", NULL, "do not record the rows' verdicts in this machine's verdict store"},

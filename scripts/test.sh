@@ -69,8 +69,21 @@ if [ -f /etc/OpenCL/vendors/rusticl.icd ]; then
   # block layout with causality, a full bias
   for case in 0 10 17 25 27; do
     "${rusticl[@]}" build/clattn check --quick --device 0 --no-record --variant split \
-      --require split --case "$case"
+      --require split --case "$case" --timeout 900
   done
+  # a fresh user's first call (empty caches, the default policy) builds no refused variant
+  fresh="$(mktemp -d)"
+  "${rusticl[@]}" build/clattn check --quick --case 3 --device 0 --path reference --no-record \
+    --dump "$fresh/in" > /dev/null
+  "${rusticl[@]}" CLATTN_CACHE_DIR="$fresh/cache" MESA_SHADER_CACHE_DIR="$fresh/mesa" \
+    CLATTN_VERBOSE=1 timeout 900 build/clattn run --q "$fresh/in/case-3/q.npy" \
+    --k "$fresh/in/case-3/k.npy" --v "$fresh/in/case-3/v.npy" --causal --out "$fresh/o.npy" \
+    2> "$fresh/log"
+  if grep -E "built .*(lanes|flash)\.cl" "$fresh/log"; then
+    echo "auto built a variant rusticl refuses (above)"
+    exit 1
+  fi
+  rm -rf "$fresh"
   "${rusticl[@]}" ctest --test-dir build -j "$jobs" --output-on-failure \
     -R '^(gemm|softmax)$'
 else

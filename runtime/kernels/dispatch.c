@@ -109,9 +109,10 @@ typedef struct candidate {
     int tried;
 } candidate;
 
-/* The rows auto may try, in the table's order: those on the desc's path that support the call
- * and suit the device; when the desc names a path, then also its rows that do not suit the
- * device (the reference, rowwise on a CPU). Each with its verdict (none under trust). */
+/* The rows auto may try, in the table's order: those on the desc's path that suit the device;
+ * when the desc names a path, then also its rows that do not suit the device (the reference,
+ * rowwise on a CPU). A row the device refuses for every call is none (devices --variants
+ * says why). Each with its verdict (none under trust). */
 static size_t list_candidates(const clattn_context *ctx, const attn_problem *pb,
                               const verify_settings *vs, candidate *out) {
     size_t count, n = 0;
@@ -122,6 +123,7 @@ static size_t list_candidates(const clattn_context *ctx, const attn_problem *pb,
         char why[256] = "";
         if (pb->path != CLATTN_PATH_AUTO && pb->path != row->path) continue;
         if (row->suits(&ctx->device, pb, why, sizeof why) != (k < count)) continue;
+        if (!row->supports(ctx, NULL, why, sizeof why)) continue; /* never on this device */
         candidate *c = &out[n++];
         memset(c, 0, sizeof *c);
         c->row = row;
@@ -222,8 +224,12 @@ static clattn_status run_auto(clattn_context *ctx, const attn_problem *pb, const
         status = run_row(ctx, t->row, pb, b, event);
         if (status == CLATTN_SUCCESS) note_choice(ctx, c, order[k], &vs);
         if (status != CLATTN_ERR_UNSUPPORTED && status != CLATTN_ERR_BUILD) return status;
-        t->tried = 1;
-        snprintf(t->why, sizeof t->why, "%s", ctx->error.text);
+        t->tried = 1; /* the error without the "NAME: " run_row puts before it */
+        size_t name = strlen(t->row->name);
+        const char *text = ctx->error.text;
+        if (strncmp(text, t->row->name, name) == 0 && strncmp(text + name, ": ", 2) == 0)
+            text += name + 2;
+        snprintf(t->why, sizeof t->why, "%s", text);
         ctx_clear_error(ctx);
         if (vs.strict) return refuse(ctx, c, order[k] + 1, &vs, " from the first variant");
         log_msg("auto: %s cannot serve the call (%s); trying the next variant", t->row->name,
