@@ -31,25 +31,25 @@ spin_env=(env CLATTN_KERNEL_DIR="$work/spin" CLATTN_CACHE_DIR="$work/spin-cache"
 
 # ---- a hang: the row times out in case 0, the reference row still runs, the check fails
 start=$(date +%s)
-"${spin_env[@]}" "$clattn" check --quick --device 0 --variant rowwise,reference --timeout 8 \
+"${spin_env[@]}" "$clattn" check --quick --device 0 --variant rowwise,reference --timeout 45 \
   --json "$work/hang.json" > out 2> err
 status=$?
 took=$(($(date +%s) - start))
 [ "$status" -eq 1 ] || fail "a hanging row: check exited $status, not 1: $(cat err)"
-grep -qE "^clattn check: device 0, path fused, variant rowwise: timed out after 8 s in case 0 \(B=1 " \
+grep -qE "^clattn check: device 0, path fused, variant rowwise: timed out after 45 s in case 0 \(B=1 " \
   err || fail "the hang is not reported with its case: $(cat err)"
 grep -qE "^0 +pthread.* +fused +rowwise +0 +0 .* timed out$" out ||
   fail "the table does not show the row timed out: $(cat out)"
 grep -qE "^0 +.* +reference +reference +[0-9]+ +0 " out ||
   fail "the row after the hang did not run: $(cat out)"
 grep -q "^FAILED: " out || fail "the summary does not fail: $(tail -n 1 out)"
-[ "$took" -lt 60 ] || fail "the check took $took s with an 8 s limit"
+[ "$took" -lt 150 ] || fail "the check took $took s with a 45 s limit a row"
 python3 - "$work/hang.json" << 'EOF' || fail "--json does not record the timed-out case"
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows = {r["variant"]: r for r in d["results"]}
 hung, ref = rows["rowwise"], rows["reference"]
-assert hung["outcome"] == "timed out" and hung["timeout_seconds"] == 8.0, hung
+assert hung["outcome"] == "timed out" and hung["timeout_seconds"] == 45.0, hung
 assert hung["stopped_in_case"] == 0 and hung["stopped_in"].startswith("case 0 (B=1"), hung
 assert hung["cases"][0] == {"case": 0, "result": "timed out"}, hung["cases"][0]
 assert all(c["result"] == "not reached" for c in hung["cases"][1:]), hung["cases"]
@@ -64,7 +64,9 @@ sed -i 's|^attention_rowwise(ATTENTION_KERNEL_ARGS) {|&\n    *(__global volatile
   crash/rowwise.cl
 grep -q "volatile int \*)(P->q_offset + 16)" crash/rowwise.cl ||
   fail "the wild store no longer applies to cl/rowwise.cl's kernel: update this test"
+# (under AddressSanitizer the signal is left to the process, not reported as ASan's SEGV)
 CLATTN_KERNEL_DIR="$work/crash" CLATTN_CACHE_DIR="$work/spin-cache" \
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0:handle_sigbus=0:handle_sigill=0" \
   "$clattn" check --quick --device 0 --variant rowwise,reference --timeout 120 > out 2> err
 status=$?
 [ "$status" -eq 1 ] || fail "a crashed row: check exited $status, not 1: $(cat err)"
