@@ -9,7 +9,9 @@
  * that many SSA values. The lanes kernel (cl/lanes.cl), written for PoCL's vectoriser with
  * Q^T, O^T and S^T as private float16 arrays, did not come back from clCreateKernel on Mesa
  * 22.3.6 within 5 minutes (also at head dim 16), its process at 2 GB and deep in a recursive
- * NIR pass (gdb: mesa_rust::compiler::nir::NirShader::pass0 under clCreateKernel). The split
+ * NIR pass (gdb: mesa_rust::compiler::nir::NirShader::pass0 under clCreateKernel). Bisected:
+ * its polynomial exp2 on float16 alone costs 30 to 40 s there (tests/compilers/
+ * rusticl_exp2_poly.cl), and the kernel inlines it six times. The split
  * kernels (cl/split.cl), in the same style on a smaller scale, take half a minute to two
  * minutes per specialisation there (Mesa's shader cache keeps them afterwards). And for the
  * flash kernel it reports CL_KERNEL_LOCAL_MEM_SIZE at about twice the __local arrays the kernel
