@@ -171,13 +171,11 @@ static int follow_child(row_reader *r, int fd) {
 
 /* ---------------------------------------------------------------- the row's end */
 
-static void say_stopped(const check_plan *plan, const sweep *s, const run_row *row,
-                        const char *how) {
+static void say_stopped(const sweep *s, const run_row *row, const char *how) {
     char where[600];
     check_case_name(s, row->stopped_in, where, sizeof where);
     fprintf(stderr, "clattn check: device %zu, path %s, variant %s: %s in %s\n", row->device,
             check_path_name(row->path), clattn_variant_name(row->variant), how, where);
-    (void)plan;
 }
 
 /* How the child ended, from its wait status; `timed_out` when it was killed at the limit. */
@@ -202,7 +200,7 @@ static void row_ended(check_plan *plan, const sweep *s, run_row *row, long runni
                                       : WIFSIGNALED(status) ? CASE_CRASHED
                                                             : CASE_FAILED;
     plan->failures++;
-    say_stopped(plan, s, row, how);
+    say_stopped(s, row, how);
 }
 
 void check_run_row_child(check_plan *plan, const sweep *s, run_row *row) {
