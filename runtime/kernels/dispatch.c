@@ -251,6 +251,8 @@ static clattn_status run_named(clattn_context *ctx, const attn_variant *row, con
         vs.strict = 0; /* the refusal is require-verified's */
         return refuse(ctx, &c, 1, &vs, "");
     }
+    if (c.verdict == CLATTN_VERDICT_FAILED || c.verdict == CLATTN_VERDICT_TIMED_OUT)
+        log_msg("%s runs as the caller named it, although it %s", row->name, c.why);
     clattn_status status = run_row(ctx, row, pb, b, event);
     if (status == CLATTN_SUCCESS) ctx->stats.verdict = (int)c.verdict;
     return status;
