@@ -6,47 +6,48 @@
  * JSON, and for each failing case its description, the first mismatch and how to replay it. A
  * variant that does not run (refused by the device, or left out by the options) is listed
  * with the reason and keeps "all passed" from being said; one that --require names fails
- * the check.
+ * the check. Each row runs in a child process with a time limit (check_child.c); the child is
+ * this command again with --child-fd, running the row here and reporting its cases (check.h).
  */
 #include "args.h"
+#include "check.h"
 #include "common.h"
 #include "commands.h"
-#include "conformance.h"
 #include "npy.h"
+#include "interrupt.h"
 #include "textbuf.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CASES    160
-#define MAX_VARIANTS 16 /* rows of the variant table --variant can name */
-#define MAX_DEVICES  16
-#define MAX_RUNS     64 /* (device, path, variant) rows */
-
 static const cli_option check_options[] = {
     {"device", "SPEC", "devices to check (default all)"},
     {"quick", NULL, "a short sweep (small shapes)"},
     {"path", "LIST", "paths to check: fused,gemm,reference (default fused,gemm)"},
     {"variant", "LIST",
-     "variants to run: cpu,gpu,split,flash,gemm,reference (default: every one on --path)"},
+     "variants to run: lanes,rowwise,split,flash,gemm,reference (default: every one on --path)"},
     {"require", "LIST", "fail unless each of these variants runs on every device checked"},
     {"case", "N", "run only case N of the sweep (see --list)"},
     {"list", NULL, "list the cases of the sweep and exit"},
     {"dump", "DIR", "write failing cases' inputs (with --case: that case's) to DIR/case-N"},
     {"json", "FILE", "also write the results as JSON"},
     {"verbose", NULL, "print every case"},
+    {"timeout", "S",
+     "seconds a (device, variant) row may take before it is stopped (default: 300 + 15 a case)"},
+    {"in-process", NULL,
+     "run every row in this process, without a time limit (for tools that follow one process)"},
+    {"no-record", NULL, "do not record the rows' verdicts in this machine's verdict store"},
+    {"report", "FILE", "also write the rows' verdicts as a report other machines can merge"},
+    {"child-fd", "N", "(internal) run one row in this process and report its cases on fd N"},
     {"help", NULL, "show this help"},
 };
 
 /* ---------------------------------------------------------------- the sweep */
-
-typedef struct sweep {
-    attn_case cases[MAX_CASES];
-    size_t count;
-} sweep;
 
 static attn_case *add_case(sweep *s, size_t b, size_t hq, size_t hkv, size_t nq, size_t nk,
                            size_t dqk, size_t dv) {
@@ -158,42 +159,7 @@ static void build_sweep(sweep *s, int quick) {
 
 /* ---------------------------------------------------------------- what to run */
 
-typedef struct run_row {
-    size_t device;
-    clattn_path path;
-    clattn_variant variant;
-    size_t passed, failed;
-    double worst, ms;
-} run_row;
-
-/* A (device, variant) that was not run: the device refused it, or the options left it out. */
-typedef struct not_run_row {
-    size_t device;
-    clattn_variant variant;
-    int required; /* named by --require: the check fails */
-    char reason[256];
-} not_run_row;
-
-typedef struct check_plan {
-    size_t devices[MAX_DEVICES], num_devices;
-    clattn_path paths[3];
-    size_t num_paths;
-    int variants[MAX_VARIANTS]; /* by clattn_variant: chosen with --variant (all when none) */
-    int required[MAX_VARIANTS]; /* by clattn_variant: named by --require */
-    long only_case;             /* -1: all */
-    int quick;                  /* the quick sweep: its case numbers differ from the full one's */
-    int verbose;
-    const char *dump_dir;
-    run_row rows[MAX_RUNS];
-    size_t num_rows;
-    not_run_row not_run[MAX_RUNS];
-    size_t num_not_run;
-    size_t required_not_run; /* rows of not_run that --require named */
-    size_t failures;
-    size_t dump_failures; /* inputs --dump could not write */
-} check_plan;
-
-static const char *path_name(clattn_path path) {
+const char *check_path_name(clattn_path path) {
     static const char *const names[] = {"auto", "fused", "gemm", "reference"};
     return names[path];
 }
@@ -257,6 +223,7 @@ static int parse_variants(const cli_args *args, check_plan *plan) {
 static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->only_case = -1;
+    plan->child_fd = -1;
     plan->quick = args_has(args, "quick");
     plan->verbose = args_has(args, "verbose");
     plan->dump_dir = args_get(args, "dump");
@@ -275,6 +242,29 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         }
         plan->only_case = (long)n;
     }
+    if (!rc && args_has(args, "timeout")) {
+        float t = 0;
+        if (parse_float(args, "timeout", &t) != 0) return EXIT_USAGE;
+        if (!(t > 0)) {
+            cli_error("check", "--timeout: expected seconds > 0, got '%s'",
+                      args_get(args, "timeout"));
+            return EXIT_USAGE;
+        }
+        plan->timeout_s = t;
+    }
+    if (!rc && args_has(args, "child-fd")) {
+        size_t fd = 0;
+        if (parse_size(args, "child-fd", 3, &fd) != 0) return EXIT_USAGE;
+        plan->child_fd = (int)fd;
+    }
+    plan->record = !args_has(args, "no-record");
+    plan->in_process = args_has(args, "in-process");
+    plan->report = args_get(args, "report");
+    if (!rc && plan->report) {
+        if (check_output_file("check", "report", plan->report)) return 1;
+        snprintf(plan->report_tmp, sizeof plan->report_tmp, "%s.tmp.%ld", plan->report,
+                 (long)getpid());
+    }
     if (!rc && plan->dump_dir) rc = make_output_dir("check", "dump", plan->dump_dir);
     if (rc) return rc;
     const char *spec = args_has(args, "device") ? args_get(args, "device") : "all";
@@ -292,7 +282,7 @@ static void dump_case(check_plan *plan, const attn_case *c, size_t index, clattn
     snprintf(dev, sizeof dev, "%zu", device);
     if (make_output_dir("check", "dump", dir) != 0) {
         plan->dump_failures++;
-    } else if (case_dump(c, dir, path_name(path), dev, cmd, sizeof cmd, err, sizeof err) !=
+    } else if (case_dump(c, dir, check_path_name(path), dev, cmd, sizeof cmd, err, sizeof err) !=
                CLATTN_SUCCESS) {
         cli_error("check", "--dump: %s", err);
         plan->dump_failures++;
@@ -306,57 +296,108 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index, c
     char what[512];
     case_describe(c, what, sizeof what);
     fprintf(stderr, "FAIL case %zu on device %zu, path %s, variant %s: %s\n  %s\n", index,
-            row->device, path_name(row->path), variant_name(row->variant), what, r->message);
+            row->device, check_path_name(row->path), variant_name(row->variant), what, r->message);
     fprintf(stderr,
             "  replay with: clattn check%s --case %zu --device %zu --path %s --variant %s%s\n",
-            plan->quick ? " --quick" : "", index, row->device, path_name(row->path),
+            plan->quick ? " --quick" : "", index, row->device, check_path_name(row->path),
             variant_name(row->variant),
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
     if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
     plan->failures++;
 }
 
-/* Every case of the sweep (or the one asked for) on one (device, path, variant). */
+size_t check_cases_run(const check_plan *plan, const sweep *s) {
+    return plan->only_case >= 0 ? 1 : s->count;
+}
+
+void check_case_name(const sweep *s, long index, char *out, size_t size) {
+    char what[512];
+    if (index < 0 || (size_t)index >= s->count) {
+        snprintf(out, size, "opening the device, before its first case");
+        return;
+    }
+    case_describe(&s->cases[index], what, sizeof what);
+    snprintf(out, size, "case %ld (%s)", index, what);
+}
+
+/* A line to the parent (check.h), when this process runs a row for one. */
+static void tell_parent(const check_plan *plan, const char *fmt, ...) PRINTF_LIKE(2, 3);
+static void tell_parent(const check_plan *plan, const char *fmt, ...) {
+    if (plan->child_fd < 0) return;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < sizeof line && write(plan->child_fd, line, (size_t)n) < 0) {
+        /* the parent left: the row's outcome no longer matters */
+    }
+}
+
+/* One case on the row; records it and reports a failure. */
+static void run_one_case(check_plan *plan, clattn_context *ctx, const sweep *s, run_row *row,
+                         size_t i) {
+    case_result r;
+    tell_parent(plan, "start %zu\n", i);
+    case_run(ctx, &s->cases[i], row->path, row->variant, &r);
+    int ok = r.status == CLATTN_SUCCESS && r.mismatches == 0;
+    tell_parent(plan, "end %zu %d %.6g %.3f\n", i, ok, r.worst, r.ms);
+    row->cases[i].outcome = ok ? CASE_PASSED : CASE_FAILED;
+    row->cases[i].worst = (float)r.worst, row->cases[i].ms = (float)r.ms;
+    if (ok)
+        row->passed++;
+    else
+        row->failed++;
+    if (r.worst > row->worst) row->worst = r.worst;
+    if (plan->verbose) {
+        char what[512];
+        case_describe(&s->cases[i], what, sizeof what);
+        printf("  case %-3zu %s worst %.3f %8.1f ms  %s\n", i, ok ? "ok  " : "FAIL", r.worst, r.ms,
+               what);
+        fflush(stdout);
+    }
+    if (!ok)
+        report_failure(plan, &s->cases[i], i, row, &r);
+    else if (plan->only_case >= 0 && plan->dump_dir)
+        dump_case(plan, &s->cases[i], i, row->path, row->device);
+}
+
+/* Every case of the sweep (or the one asked for) on one (device, path, variant), in this
+ * process: a child's row, or every row where no child can be started. */
 static void run_row_cases(check_plan *plan, clattn_context *ctx, const sweep *s, run_row *row) {
     double t0 = seconds_now();
-    int progress = isatty(STDERR_FILENO) && !plan->verbose;
+    int progress = isatty(STDERR_FILENO) && !plan->verbose && plan->child_fd < 0;
     for (size_t i = 0; i < s->count; i++) {
         if (plan->only_case >= 0 && (size_t)plan->only_case != i) continue;
         if (progress)
-            fprintf(stderr, "\rdevice %zu %s %s: case %zu/%zu ", row->device, path_name(row->path),
-                    variant_name(row->variant), i + 1, s->count);
-        case_result r;
-        case_run(ctx, &s->cases[i], row->path, row->variant, &r);
-        int ok = r.status == CLATTN_SUCCESS && r.mismatches == 0;
-        if (ok)
-            row->passed++;
-        else
-            row->failed++;
-        if (r.worst > row->worst) row->worst = r.worst;
-        if (plan->verbose) {
-            char what[512];
-            case_describe(&s->cases[i], what, sizeof what);
-            printf("  case %-3zu %s worst %.3f %8.1f ms  %s\n", i, ok ? "ok  " : "FAIL", r.worst,
-                   r.ms, what);
-        }
+            fprintf(stderr, "\rdevice %zu %s %s: case %zu/%zu ", row->device,
+                    check_path_name(row->path), clattn_variant_name(row->variant), i + 1, s->count);
+        run_one_case(plan, ctx, s, row, i);
         if (progress) fprintf(stderr, "\r%60s\r", "");
-        if (!ok)
-            report_failure(plan, &s->cases[i], i, row, &r);
-        else if (plan->only_case >= 0 && plan->dump_dir)
-            dump_case(plan, &s->cases[i], i, row->path, row->device);
     }
     row->ms = (seconds_now() - t0) * 1e3;
+    tell_parent(plan, "dump-failures %zu\n", plan->dump_failures);
 }
 
-static void print_row(const check_plan *plan, const run_row *row) {
+/* How a row that did not complete ended, for the table and JSON. */
+static const char *row_outcome_name(row_outcome outcome) {
+    static const char *const names[] = {"completed", "timed out", "crashed", "stopped"};
+    return names[outcome];
+}
+
+static void print_row(const run_row *row) {
     clattn_device_info info;
     clattn_device_info_init(&info);
     clattn_device_get_info(row->device, &info);
-    printf("%-3zu %-36.36s %-9s %-7s %6zu %6zu %9.3f %10.1f\n", row->device, info.name,
-           path_name(row->path), variant_name(row->variant), row->passed, row->failed, row->worst,
-           row->ms / 1e3);
+    printf("%-3zu %-36.36s %-9s %-7s %6zu %6zu %9.3f %10.1f", row->device, info.name,
+           check_path_name(row->path), variant_name(row->variant), row->passed, row->failed,
+           row->worst, row->ms / 1e3);
+    if (row->outcome == ROW_CRASHED)
+        printf("  crashed (signal %d)", row->signal);
+    else if (row->outcome != ROW_COMPLETED)
+        printf("  %s", row_outcome_name(row->outcome));
+    printf("\n");
     fflush(stdout);
-    (void)plan;
 }
 
 static int path_chosen(const check_plan *plan, clattn_path path) {
@@ -394,15 +435,79 @@ static void note_required_not_run(check_plan *plan, clattn_context *ctx, size_t 
         else if (!plan->variants[v])
             snprintf(why, sizeof why, "not among --variant");
         else if (!path_chosen(plan, info.path))
-            snprintf(why, sizeof why, "its path, %s, is not among --path", path_name(info.path));
+            snprintf(why, sizeof why, "its path, %s, is not among --path",
+                     check_path_name(info.path));
         else
             snprintf(why, sizeof why, "more than %d runs were asked for", MAX_RUNS);
         note_not_run(plan, device, (clattn_variant)v, 1, why);
     }
 }
 
-/* Every chosen row of the variant table on one device, sharing one context (CLBlast compiles
- * once); a row the device cannot run is listed with the reason, not run. */
+/* The verdict a row earns: passed (the whole sweep, not one --case), failed with its first
+ * failing case, crashed (failed), timed out with the case that hung. @return 0 when the row
+ * says nothing of the variant (its process did not run it, or one case passed). */
+static int row_verdict(const check_plan *plan, const sweep *s, const run_row *row,
+                       clattn_verdict *v) {
+    char where[600];
+    long first_failed = -1;
+    for (size_t i = 0; i < s->count && first_failed < 0; i++)
+        if (row->cases[i].outcome == CASE_FAILED) first_failed = (long)i;
+    clattn_verdict_init(v);
+    if (plan->only_case >= 0)
+        snprintf(v->sweep, sizeof v->sweep, "case %ld of %s", plan->only_case,
+                 plan->quick ? "quick" : "full");
+    else
+        snprintf(v->sweep, sizeof v->sweep, "%s (%zu cases)", plan->quick ? "quick" : "full",
+                 s->count);
+    check_case_name(s, row->outcome == ROW_COMPLETED ? first_failed : row->stopped_in, where,
+                    sizeof where);
+    if (row->outcome == ROW_TIMED_OUT) {
+        v->kind = CLATTN_VERDICT_TIMED_OUT;
+        snprintf(v->detail, sizeof v->detail, "after %.0f s in %s", row->timeout_s, where);
+    } else if (row->outcome == ROW_CRASHED) {
+        v->kind = CLATTN_VERDICT_FAILED;
+        snprintf(v->detail, sizeof v->detail, "crashed (signal %d) in %s", row->signal, where);
+    } else if (row->outcome == ROW_COMPLETED && row->failed) {
+        v->kind = CLATTN_VERDICT_FAILED;
+        snprintf(v->detail, sizeof v->detail, "first failing: %s", where);
+    } else if (row->outcome == ROW_COMPLETED && plan->only_case < 0 && row->passed) {
+        v->kind = CLATTN_VERDICT_PASSED;
+    }
+    return v->kind != CLATTN_VERDICT_NONE;
+}
+
+/* Records the row's verdict in the store (unless --no-record) and the report's file. */
+static void record_row(check_plan *plan, clattn_context *ctx, const sweep *s, const run_row *row) {
+    clattn_verdict v;
+    if (!row_verdict(plan, s, row, &v)) return;
+    if (plan->record) {
+        clattn_status status = clattn_verdict_record(ctx, row->variant, &v, NULL);
+        if (status == CLATTN_SUCCESS)
+            plan->recorded++;
+        else if (!plan->record_failed++)
+            cli_error("check", "verdicts not recorded: %s (%s)", clattn_context_last_error(ctx),
+                      clattn_status_name(status));
+    }
+    if (plan->report &&
+        clattn_verdict_record(ctx, row->variant, &v, plan->report_tmp) != CLATTN_SUCCESS) {
+        cli_error("check", "--report %s: %s", plan->report, clattn_context_last_error(ctx));
+        plan->dump_failures++;
+    }
+}
+
+/* Runs a row: in a child process with a time limit where one can be started, else here; then
+ * records its verdict. */
+static void run_row_somewhere(check_plan *plan, clattn_context *ctx, const sweep *s, run_row *row) {
+    if (!plan->in_process && check_children_possible())
+        check_run_row_child(plan, s, row);
+    else
+        run_row_cases(plan, ctx, s, row);
+    print_row(row);
+    record_row(plan, ctx, s, row);
+}
+
+/* Every chosen row of the variant table on one device (the variants numbered from 1 while
+ * they have a name); a row the device cannot run is listed with the reason, not run. */
 static int check_device(check_plan *plan, const sweep *s, size_t device) {
     clattn_context *ctx = NULL;
     clattn_status status = clattn_context_create(&ctx, device);
@@ -413,15 +518,15 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
     }
     int ran[MAX_VARIANTS] = {0};
     for (size_t p = 0; p < plan->num_paths; p++)
-        for (int v = 1; v < MAX_VARIANTS; v++) {
+        for (int v = 1; v < MAX_VARIANTS && strcmp(variant_name(v), "unknown") != 0; v++) {
             clattn_variant_info info;
             clattn_variant_info_init(&info);
             if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;
             if (info.path != plan->paths[p] || !plan->variants[v] || !path_chosen(plan, info.path))
                 continue;
             if (!info.supported) {
-                printf("%-3zu %-36s %-9s %-7s not run: %s\n", device, "", path_name(info.path),
-                       info.name, info.reason);
+                printf("%-3zu %-36s %-9s %-7s not run: %s\n", device, "",
+                       check_path_name(info.path), info.name, info.reason);
                 if (!plan->required[v]) note_not_run(plan, device, info.variant, 0, info.reason);
                 continue;
             }
@@ -429,16 +534,36 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
             ran[v] = 1;
             run_row *row = &plan->rows[plan->num_rows++];
             memset(row, 0, sizeof *row);
-            row->device = device;
-            row->path = info.path;
-            row->variant = info.variant;
-            run_row_cases(plan, ctx, s, row);
-            print_row(plan, row);
+            row->device = device, row->path = info.path, row->variant = info.variant;
+            run_row_somewhere(plan, ctx, s, row);
         }
     fflush(stdout); /* the table before the lines on stderr */
     note_required_not_run(plan, ctx, device, ran);
     clattn_context_destroy(ctx);
     return 0;
+}
+
+/* A child's row (--child-fd): the one device and variant its parent names. Exit status 0 (every
+ * case passed), 1 (some failed) or 3 (the device did not open: said on stderr). */
+static int run_child_row(check_plan *plan, const sweep *s) {
+    clattn_variant variant = CLATTN_VARIANT_AUTO;
+    for (int v = 1; v < MAX_VARIANTS && variant == CLATTN_VARIANT_AUTO; v++)
+        if (plan->variants[v]) variant = (clattn_variant)v;
+    clattn_context *ctx = NULL;
+    clattn_status status = clattn_context_create(&ctx, plan->devices[0]);
+    if (plan->num_devices != 1 || plan->num_paths != 1 || variant == CLATTN_VARIANT_AUTO ||
+        status != CLATTN_SUCCESS) {
+        cli_error("check", "--child-fd: cannot run the row (device %zu: %s)", plan->devices[0],
+                  clattn_status_name(status));
+        clattn_context_destroy(ctx);
+        return 3;
+    }
+    run_row *row = &plan->rows[plan->num_rows++];
+    memset(row, 0, sizeof *row);
+    row->device = plan->devices[0], row->path = plan->paths[0], row->variant = variant;
+    run_row_cases(plan, ctx, s, row);
+    clattn_context_destroy(ctx);
+    return plan->failures || plan->dump_failures ? 1 : 0;
 }
 
 /* ---------------------------------------------------------------- output */
@@ -452,7 +577,39 @@ static void json_devices(textbuf *t, const check_plan *plan) {
     textbuf_printf(t, "\n  ],\n");
 }
 
-static int write_json(const check_plan *plan, const char *path) {
+/* "outcome", the time limit and, for a row that stopped, the case it stopped in. */
+static void json_row_outcome(textbuf *t, const sweep *s, const run_row *r) {
+    textbuf_printf(t, "\"outcome\": \"%s\", \"timeout_seconds\": %.1f, ",
+                   row_outcome_name(r->outcome), r->timeout_s);
+    if (r->outcome == ROW_CRASHED) textbuf_printf(t, "\"signal\": %d, ", r->signal);
+    if (r->outcome == ROW_COMPLETED) return;
+    char where[600];
+    check_case_name(s, r->stopped_in, where, sizeof where);
+    textbuf_printf(t, "\"stopped_in_case\": %ld, \"stopped_in\": ", r->stopped_in);
+    textbuf_json_string(t, where);
+    textbuf_printf(t, ", ");
+}
+
+/* Every case the row was to run, with its result: passed, failed, timed out, crashed or not
+ * reached (after the case it stopped in). */
+static void json_row_cases(textbuf *t, const check_plan *plan, const sweep *s, const run_row *r) {
+    static const char *const names[] = {"not reached", "passed", "failed", "timed out", "crashed"};
+    textbuf_printf(t, "\"cases\": [");
+    int first = 1;
+    for (size_t i = 0; i < s->count; i++) {
+        if (plan->only_case >= 0 && (size_t)plan->only_case != i) continue;
+        const case_record *c = &r->cases[i];
+        textbuf_printf(t, "%s{\"case\": %zu, \"result\": \"%s\"", first ? "" : ", ", i,
+                       names[c->outcome]);
+        if (c->outcome == CASE_PASSED || c->outcome == CASE_FAILED)
+            textbuf_printf(t, ", \"worst_of_tolerance\": %.6g, \"ms\": %.3f", c->worst, c->ms);
+        textbuf_printf(t, "}");
+        first = 0;
+    }
+    textbuf_printf(t, "]");
+}
+
+static int write_json(const check_plan *plan, const sweep *s, const char *path) {
     textbuf t = {0};
     textbuf_printf(&t, "{\n  \"clattn\": \"%s\",\n", clattn_version());
     json_devices(&t, plan);
@@ -462,9 +619,12 @@ static int write_json(const check_plan *plan, const char *path) {
         textbuf_printf(&t,
                        "%s\n    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", "
                        "\"passed\": %zu, \"failed\": %zu, \"worst_of_tolerance\": %.6g, "
-                       "\"seconds\": %.3f}",
-                       i ? "," : "", r->device, path_name(r->path), variant_name(r->variant),
+                       "\"seconds\": %.3f, ",
+                       i ? "," : "", r->device, check_path_name(r->path), variant_name(r->variant),
                        r->passed, r->failed, r->worst, r->ms / 1e3);
+        json_row_outcome(&t, s, r);
+        json_row_cases(&t, plan, s, r);
+        textbuf_printf(&t, "}");
     }
     textbuf_printf(&t, "\n  ],\n  \"not_run\": [");
     for (size_t i = 0; i < plan->num_not_run; i++) {
@@ -496,6 +656,20 @@ static void print_summary(const check_plan *plan) {
     printf("; worst is the largest |error| / tolerance (<= 1 passes)\n");
 }
 
+/* --report: the verdicts gathered beside FILE renamed into place, or an empty report when no
+ * row earned one (so that FILE always says what this check found). */
+static void finish_report(check_plan *plan, int registration) {
+    static const char empty[] = "{\"clattn_verdicts\": 1, \"entries\": []}\n";
+    FILE *f = access(plan->report_tmp, F_OK) == 0 ? NULL : fopen(plan->report_tmp, "w");
+    if (f) fputs(empty, f);
+    if ((f && fclose(f) != 0) || rename(plan->report_tmp, plan->report) != 0) {
+        cli_error("check", "--report %s: %s", plan->report, strerror(errno));
+        unlink(plan->report_tmp);
+        plan->dump_failures++;
+    }
+    interrupt_untrack(registration);
+}
+
 static void list_cases(const sweep *s) {
     for (size_t i = 0; i < s->count; i++) {
         char what[512];
@@ -522,12 +696,21 @@ int cmd_check(int argc, char **argv) {
     static check_plan plan;
     int rc = parse_plan(&args, &s, &plan);
     if (rc) return rc;
+    if (plan.child_fd >= 0) return run_child_row(&plan, &s);
     if (args_has(&args, "json") && check_output_file("check", "json", args_get(&args, "json")))
         return 1;
     printf("%-3s %-36s %-9s %-7s %6s %6s %9s %10s\n", "#", "device", "path", "variant", "passed",
            "failed", "worst", "seconds");
+    int registration = plan.report ? interrupt_track(plan.report_tmp) : -1;
     for (size_t i = 0; i < plan.num_devices; i++) check_device(&plan, &s, plan.devices[i]);
+    if (plan.report) finish_report(&plan, registration);
+    if (plan.recorded) {
+        char store[4096] = "";
+        clattn_verdicts_file(store, sizeof store);
+        printf("verdicts: %zu recorded in %s (clattn devices --variants shows them)\n",
+               plan.recorded, store);
+    }
     print_summary(&plan);
-    if (args_has(&args, "json") && write_json(&plan, args_get(&args, "json"))) return 1;
+    if (args_has(&args, "json") && write_json(&plan, &s, args_get(&args, "json"))) return 1;
     return plan.failures || plan.dump_failures || plan.required_not_run ? 1 : 0;
 }

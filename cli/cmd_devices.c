@@ -139,8 +139,25 @@ static void print_gemms(clattn_context *ctx) {
     }
 }
 
+/* Under a variant's line: its verdict on this device and driver (docs/verification.md). */
+static void print_verdict(clattn_context *ctx, const clattn_variant_info *info) {
+    clattn_verdict v;
+    clattn_verdict_init(&v);
+    if (clattn_verdict_get(ctx, info->variant, &v) != CLATTN_SUCCESS) return;
+    if (v.kind == CLATTN_VERDICT_NONE) {
+        printf("    %-10s verdict: none on this driver and library (clattn check verifies it)\n",
+               "");
+        return;
+    }
+    const char *kind = v.kind == CLATTN_VERDICT_PASSED   ? "passed"
+                       : v.kind == CLATTN_VERDICT_FAILED ? "failed"
+                                                         : "timed out";
+    printf("    %-10s verdict: %s on %s (%s)%s%s\n", "", kind, v.date, v.sweep,
+           *v.detail ? ": " : "", v.detail);
+}
+
 /* Every row of the variant table on one device: whether it runs there, whether `auto` tries
- * it, where its tuning comes from, and why not when it does not. */
+ * it, where its tuning comes from, and why not when it does not; its verdict. */
 static int print_variants(size_t device) {
     clattn_context *ctx = NULL;
     clattn_status status = clattn_context_create(&ctx, device);
@@ -150,13 +167,14 @@ static int print_variants(size_t device) {
     }
     printf("    %-10s %-4s %-4s %-11s %s\n", "variant", "runs", "auto", "tuning",
            "what it is / why not");
-    for (int v = 1;; v++) {
+    for (int v = 1; strcmp(clattn_variant_name((clattn_variant)v), "unknown") != 0; v++) {
         clattn_variant_info info;
         clattn_variant_info_init(&info);
         if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;
         printf("    %-10s %-4s %-4s %-11s %s\n", info.name, info.supported ? "yes" : "no",
                info.used_by_auto ? "yes" : "no", info.tuning,
                info.reason[0] ? info.reason : info.summary);
+        print_verdict(ctx, &info);
         print_variant_notes(&info);
     }
     print_gemms(ctx);
@@ -194,15 +212,35 @@ static int report_no_devices(const char *command, clattn_status status) {
     return 1;
 }
 
+/* devices --verdicts FILE: a report's verdicts of this library and kernel sources into the
+ * store. @return 0 or 1 (said). */
+static int merge_verdicts(const char *file) {
+    size_t merged = 0, ignored = 0;
+    char why[1024] = "", store[4096] = "";
+    clattn_status status = clattn_verdicts_merge(file, &merged, &ignored, why, sizeof why);
+    if (status != CLATTN_SUCCESS) {
+        cli_error("devices", "--verdicts %s: %s (%s)", file,
+                  *why ? why : clattn_status_string(status), clattn_status_name(status));
+        return 1;
+    }
+    clattn_verdicts_file(store, sizeof store);
+    printf("verdicts: merged %zu from %s into %s; %zu left out (another library version or "
+           "other kernel sources)\n",
+           merged, file, store, ignored);
+    return 0;
+}
+
 int cmd_devices(int argc, char **argv) {
     static const cli_option options[] = {
         {"variants", NULL,
-         "also list the kernel variants and GEMM rows each device runs, and why not"},
+         "also list the kernel variants and GEMM rows each device runs, why not, and verdicts"},
+        {"verdicts", "FILE",
+         "merge the verdicts of a report (clattn check --report) into this machine's store"},
         {"help", NULL, "show this help"}};
     cli_args args;
-    int parsed = args_parse(&args, options, 2, "devices", argc, argv);
+    int parsed = args_parse(&args, options, 3, "devices", argc, argv);
     if (parsed == 1) {
-        args_usage("devices", "[--variants]", options, 2);
+        args_usage("devices", "[--variants] [--verdicts FILE.json]", options, 3);
         printf("\nLists every OpenCL platform and device. Select one elsewhere with --device "
                "INDEX, P:D,\na name substring, or gpu|cpu|accelerator|all "
                "(or the CLATTN_DEVICE variable).\n"
@@ -212,6 +250,7 @@ int cmd_devices(int argc, char **argv) {
         return 0;
     }
     if (parsed) return parsed;
+    if (args_has(&args, "verdicts") && merge_verdicts(args_get(&args, "verdicts")) != 0) return 1;
     size_t count = 0, chosen = 0, matched = 0;
     int failed = 0;
     clattn_status status = clattn_device_count(&count);

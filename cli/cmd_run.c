@@ -378,6 +378,9 @@ static int compute(const cli_args *args, run_state *s, char *where, size_t where
     clattn_context_device_info(ctx, &info);
     if (clattn_context_last_stats(ctx, &stats) == CLATTN_SUCCESS)
         snprintf(where, where_size, "%s on %s", stats.kernel, info.name);
+    if (stats.fallback[0]) /* never in silence (docs/verification.md) */
+        printf("auto ran %s, not a variant it prefers: %s\n", clattn_variant_name(stats.variant),
+               stats.fallback);
     clattn_context_destroy(ctx);
     return 0;
 }

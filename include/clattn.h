@@ -647,6 +647,13 @@ typedef struct clattn_stats {
     uint64_t host_to_device_bytes;
     uint64_t device_to_host_bytes;
     uint64_t mapped_bytes;
+
+    /* ---- from 0.3: verified dispatch (docs/verification.md) */
+    int verdict;        /* clattn_verdict_kind of the variant that ran on this device and driver
+                           (CLATTN_VERDICT_NONE: unverified, or the policy is trust) */
+    char fallback[512]; /* why `auto` did not run a variant it prefers to the one that ran, one
+                           "NAME: reason" each, "; " between them (refused, failed or timed out
+                           in clattn check, unverified, did not build); "" when none */
 } clattn_stats;
 
 /** Zeroes `struct_size` bytes of *stats and sets stats->struct_size; clattn_stats_init(stats)
@@ -812,6 +819,7 @@ CLATTN_API clattn_status clattn_cache_trim(uint64_t max_bytes, size_t *removed);
  *  storing them in the cache folder. @return as clattn_attention_host. */
 CLATTN_API clattn_status clattn_cache_warm(clattn_context *ctx, clattn_dtype dtype,
                                            size_t head_dim);
+
 /* ---------------------------------------------------------------- GEMMs (from 0.3) */
 
 /** The ways clattn multiplies matrices: the attention layer's projections and the gemm
@@ -877,6 +885,82 @@ CLATTN_API clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gem
  *  The bench reports GEMM and attention FLOP/s against it, measured in the same run (a busy
  *  machine lowers both). @return CLATTN_SUCCESS, or the build's or launch's status. */
 CLATTN_API clattn_status clattn_context_fma_peak(clattn_context *ctx, double *gflops);
+/* ---------------------------------------------------------------- verdicts (from 0.3) */
+
+/** What `clattn check` found for a variant on one device, driver version, library version and
+ *  set of kernel sources (docs/verification.md). */
+typedef enum clattn_verdict_kind {
+    CLATTN_VERDICT_NONE = 0,     /* none for this device, driver, library and kernel sources */
+    CLATTN_VERDICT_PASSED = 1,   /* every case of the sweep passed */
+    CLATTN_VERDICT_FAILED = 2,   /* a case failed: detail names the first */
+    CLATTN_VERDICT_TIMED_OUT = 3 /* a build or run did not finish: detail names where */
+} clattn_verdict_kind;
+
+typedef struct clattn_verdict {
+    size_t struct_size; /* sizeof(clattn_verdict): clattn_verdict_init */
+    clattn_verdict_kind kind;
+    char sweep[64];   /* what was run: "quick (35 cases)", "case 3 of quick", ... */
+    char date[32];    /* when it was recorded, UTC: "2026-11-25T18:04:05Z" */
+    char detail[256]; /* failed: the first failing case; timed out: the case that hung */
+} clattn_verdict;
+
+/** Zeroes `struct_size` bytes of *verdict and sets verdict->struct_size.
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_verdict_init_sized(clattn_verdict *verdict, size_t struct_size);
+#define clattn_verdict_init(verdict) clattn_verdict_init_sized((verdict), sizeof *(verdict))
+
+/** The verdict on `variant` for the context's device and driver, this library's version and
+ *  its kernel sources (kind NONE when there is none: a verdict reached on another driver,
+ *  library or sources is not taken).
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_verdict_get(clattn_context *ctx, clattn_variant variant,
+                                            clattn_verdict *verdict);
+
+/** Records a verdict on `variant` for the context's device and driver, this library and its
+ *  kernel sources, dated now, into `file` (NULL: the store, verdicts.json in the cache folder),
+ *  replacing the verdict with the same key. The file is written whole, then renamed.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED (file NULL and the cache folder off),
+ *  CLATTN_ERR_IO or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_verdict_record(clattn_context *ctx, clattn_variant variant,
+                                               const clattn_verdict *verdict, const char *file);
+
+/** Writes the path of the verdict store (verdicts.json in the cache folder) into path.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED (the cache folder is off) or
+ *  CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_verdicts_file(char *path, size_t size);
+
+/** Merges the verdicts of a report (`clattn check --report FILE`) into the store: those made by
+ *  this library version on the same kernel sources; the others are left out and counted.
+ *  `merged`, `ignored` and `why` may be NULL; on failure `why` says what failed, naming the file.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_IO, CLATTN_ERR_UNSUPPORTED (the cache folder is off) or
+ *  CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_verdicts_merge(const char *file, size_t *merged, size_t *ignored,
+                                               char *why, size_t why_size);
+
+/** How `auto` uses the verdicts (docs/verification.md). */
+typedef enum clattn_verify_policy {
+    CLATTN_VERIFY_FROM_ENV = 0, /* $CLATTN_VERIFY (trust, prefer-verified, require-verified,
+                                   first-use), else PREFER */
+    CLATTN_VERIFY_TRUST = 1,    /* the variant table's order; verdicts not read */
+    CLATTN_VERIFY_PREFER = 2,   /* never a variant that failed or timed out; verified variants
+                                   first, then unverified ones, each in the table's order */
+    CLATTN_VERIFY_REQUIRE = 3   /* verified variants only; else CLATTN_ERR_UNSUPPORTED saying
+                                   how to verify */
+} clattn_verify_policy;
+
+#define CLATTN_VERIFY_STRICT                                                                       \
+    1u /* every fallback of auto is an error naming the reason (also                               \
+          $CLATTN_STRICT=1) */
+#define CLATTN_VERIFY_FIRST_USE                                                                    \
+    2u /* the first auto call on a device and driver without                                       \
+          verdicts runs `clattn check --quick` on the variants it                                  \
+          would pick, in a child process (also                                                     \
+          $CLATTN_VERIFY=first-use) */
+
+/** Sets the context's policy and flags (CLATTN_VERIFY_STRICT, CLATTN_VERIFY_FIRST_USE).
+ *  @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT. */
+CLATTN_API clattn_status clattn_context_set_verify(clattn_context *ctx, clattn_verify_policy policy,
+                                                   unsigned flags);
 
 /** Turns kernel timing on or off. While on, each attention call waits for its kernels and
  *  records their summed execution time (OpenCL profiling events) in clattn_stats.kernel_ms.

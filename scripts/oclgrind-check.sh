@@ -39,7 +39,8 @@ report() { # LOG WHAT: prints and counts a non-empty oclgrind log
 
 echo "-- quick sweep in one simulator process (memory, races, API)"
 if ! oclgrind --data-races --check-api --log "$logs/sweep.log" \
-     "$clattn" check --quick --device 0 --path fused,gemm --require lanes,rowwise,split,flash,gemm; then
+     "$clattn" check --quick --device 0 --path fused,gemm --in-process \
+       --require lanes,rowwise,split,flash,gemm; then
   echo "clattn check failed on the simulator"
   failed=1
 fi
@@ -86,7 +87,7 @@ for ((i = 0; i < cases; i++)); do
     log="$logs/case-$i-$variant.log"
     if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
          --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \
-         --require "$variant" --case "$i" > "$logs/out" 2>&1; then
+         --require "$variant" --case "$i" --in-process > "$logs/out" 2>&1; then
       echo "case $i ($variant) failed on the simulator:"
       cat "$logs/out"
       failed=1

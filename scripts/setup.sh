@@ -6,7 +6,9 @@
 # its wheel in a virtual environment), and clang with its sanitizer and libFuzzer runtimes
 # (libclang-rt-14-dev): tests/fuzz/run.sh builds the fuzzers with them, and its OpenCL front end
 # compiles flash's subgroup branch, which no CI device runs (tests/unit/flash_subgroups_cl.sh),
-# and OpenMPI (libclattn_mpi, its tests under mpirun, clattn run --distributed).
+# and OpenMPI (libclattn_mpi, its tests under mpirun, clattn run --distributed), and Mesa's
+# OpenCL (mesa-opencl-icd: rusticl, a second implementation with its own compiler, whose llvmpipe
+# device runs on the CPU with RUSTICL_ENABLE=llvmpipe; scripts/test.sh runs the tests there).
 # Run as root, or as a user who may use sudo.
 set -euo pipefail
 
@@ -18,6 +20,7 @@ packages=(
   python3 python3-venv
   clang libclang-rt-14-dev
   openmpi-bin libopenmpi-dev
+  mesa-opencl-icd
 )
 
 sudo_cmd=()

@@ -163,6 +163,8 @@ class Stats(Structure):
         ("host_to_device_bytes", c_uint64),
         ("device_to_host_bytes", c_uint64),
         ("mapped_bytes", c_uint64),
+        ("verdict", c_int),
+        ("fallback", c_char * 512),
     ]
 
 

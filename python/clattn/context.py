@@ -17,6 +17,9 @@ from .devices import Device, DeviceSpec, default_index, device_record, select
 from .errors import Error, check, invalid
 
 
+_VERDICT_NAMES = {0: "none", 1: "passed", 2: "failed", 3: "timed out"}
+
+
 @dataclass(frozen=True)
 class Stats:
     """What the last attention call on a context did (clattn_stats)."""
@@ -37,6 +40,10 @@ class Stats:
     host_to_device_bytes: int  # host arrays and tables copied to the device
     device_to_host_bytes: int  # results copied back
     mapped_bytes: int  # host memory the device used in place (devices that share host memory)
+    # verified dispatch (docs/verification.md): the verdict of clattn check on the variant that
+    # ran ("passed", "failed", "timed out", "none"), and why auto did not run one it prefers
+    verdict: str = "none"
+    fallback: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,8 @@ class Context(_Handle):
             host_to_device_bytes=stats.host_to_device_bytes,
             device_to_host_bytes=stats.device_to_host_bytes,
             mapped_bytes=stats.mapped_bytes,
+            verdict=_VERDICT_NAMES.get(stats.verdict, str(stats.verdict)),
+            fallback=_capi.text(stats.fallback),
         )
 
     def transfers(self) -> Transfers:

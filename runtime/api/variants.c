@@ -3,6 +3,7 @@
  * device, and what a variant is (its name, path, tuning and why `auto` passes it by).
  */
 #include "kernels/variant.h"
+#include "kernels/verify.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +72,12 @@ static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_varian
     d.summary = row->summary;
     d.supported = row->supports(ctx, NULL, d.reason, sizeof d.reason);
     d.used_by_auto = d.supported && row->suits(&ctx->device, NULL, d.reason, sizeof d.reason);
+    char verdict[300] = "";
+    if (d.used_by_auto && verify_settings_of(ctx).policy != CLATTN_VERIFY_TRUST &&
+        verify_row(ctx, row, verdict, sizeof verdict) > CLATTN_VERDICT_PASSED) {
+        d.used_by_auto = 0; /* auto never picks a variant that failed or timed out here */
+        snprintf(d.reason, sizeof d.reason, "auto passes it over: %s", verdict);
+    }
     tuning_params unused;
     snprintf(d.tuning, sizeof d.tuning, "%s",
              tuning_source_name(variant_tuning(ctx, row, &unused)));

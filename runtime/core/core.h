@@ -181,6 +181,9 @@ struct clattn_context {
     int host_unified_memory;     /* CL_DEVICE_HOST_UNIFIED_MEMORY: host arrays are mapped */
     int serialize_launches;      /* the device runs kernels in the enqueuing thread: launch_lock */
     atomic_int in_call;          /* a thread is inside a public call on it (context_enter) */
+    int verify_policy;           /* clattn_verify_policy (FROM_ENV: $CLATTN_VERIFY) */
+    unsigned verify_flags;       /* CLATTN_VERIFY_STRICT, CLATTN_VERIFY_FIRST_USE */
+    int first_use_checked;       /* self-verification ran (or was not needed) on this context */
 };
 
 /* A context serves one thread at a time. Public calls on a context run between context_enter
@@ -230,6 +233,9 @@ void platform_no_device_cause(const char *platform_name, char *out, size_t size)
 clattn_status kernel_get(clattn_context *ctx, const char *const *files, size_t num_files,
                          const char *defines, const char *kernel_name, cl_kernel *kernel);
 void program_cache_release(clattn_context *ctx);
+/* FNV-1a of every kernel source the library builds (the embedded ones, or those of
+ * $CLATTN_KERNEL_DIR where it holds them): what a verdict of `clattn check` was reached on. */
+uint64_t kernel_sources_hash(void);
 /* The cache folder in use, or NULL when disabled ($CLATTN_CACHE_DIR=off). Writes into buf. */
 const char *program_cache_dir(char *buf, size_t size);
 /* The cache folder when it may be read (and, with `create`, written): enabled, made 0700 when

@@ -81,6 +81,38 @@ static clattn_status kernel_source(clattn_context *ctx, const char *file, char *
     return CLATTN_SUCCESS;
 }
 
+static uint64_t embedded_hash;
+static void hash_embedded(void) {
+    uint64_t hash = FNV_SEED;
+    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
+        hash = fnv1a(hash, k->name, strlen(k->name) + 1);
+        hash = fnv1a(hash, k->source, k->size);
+    }
+    embedded_hash = hash;
+}
+
+uint64_t kernel_sources_hash(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    uint64_t hash = FNV_SEED;
+    const char *dir = getenv("CLATTN_KERNEL_DIR");
+    if (!dir || !*dir) { /* the embedded sources (the same hash as below), once a process */
+        pthread_once(&once, hash_embedded);
+        return embedded_hash;
+    }
+    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
+        char path[4096], *text = NULL;
+        size_t size = 0;
+        if (dir && *dir) {
+            snprintf(path, sizeof path, "%s/%s", dir, k->name);
+            text = read_regular_file(path, MAX_SOURCE_BYTES, 1, &size);
+        }
+        hash = fnv1a(hash, k->name, strlen(k->name) + 1);
+        hash = text ? fnv1a(hash, text, size) : fnv1a(hash, k->source, k->size);
+        free(text);
+    }
+    return hash;
+}
+
 /* Concatenates the sources of `files`, each starting on a new line. */
 static clattn_status program_source(clattn_context *ctx, const char *const *files, size_t n,
                                     char **out) {

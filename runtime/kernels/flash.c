@@ -15,6 +15,7 @@
  * limit of the device and of the compiled kernel, and hands the call on (to `rowwise`, then
  * `gemm`) when nothing fits.
  */
+#include "kernels/compilers.h"
 #include "kernels/tile_cache.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
@@ -157,6 +158,7 @@ static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
 /* ---------------------------------------------------------------- the row */
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    if (compiler_refuses(&ctx->device, "flash", why, size)) return 0; /* kernels/compilers.c */
     if (pb && problem_is_cache(pb)) {
         snprintf(why, size,
                  "reads the call's K and V tensors: not a KV cache (the split variant "
@@ -174,9 +176,12 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return 0;
 }
 
+/* GPUs, and CPU devices whose compiler runs work-items in SIMD lanes as GPUs do: those that
+ * prefer float vectors of width 1 (Mesa's llvmpipe), where lanes' 16-wide vectors buy nothing. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
-    snprintf(why, size, "auto uses lanes on CPU devices");
+    if (!(device->type & CL_DEVICE_TYPE_CPU) || device->preferred_vector_width_float == 1) return 1;
+    snprintf(why, size, "auto uses lanes on CPU devices that prefer float vectors (width %u)",
+             device->preferred_vector_width_float);
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * a query tile of BLOCK_M rows and walks its key tiles with explicit 16-wide vectors, which CPU
  * OpenCL compilers turn into AVX/AVX-512 code. It runs on any device; `auto` picks it on CPUs.
  */
+#include "kernels/compilers.h"
 #include "kernels/packed.h"
 
 #include <stdio.h>
@@ -63,13 +64,17 @@ static const clattn_tuning_axis axes[] = {
 
 static const packed_kind lanes_kind = {"lanes.cl", "attention_lanes", 1, fit_lanes};
 
+/* Not where the device's compiler does not finish the kernel (kernels/compilers.c). */
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
+    if (compiler_refuses(&ctx->device, "lanes", why, size)) return 0;
     return packed_supports(pb, why, size);
 }
 
+/* CPU devices whose compiler wants vectors (a preferred float width above 1), which is what
+ * the kernel's 16-wide vectors are for; flash serves those that vectorise across work-items. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    if (device->type & CL_DEVICE_TYPE_CPU) return 1;
-    snprintf(why, size, "auto uses it on CPU devices only");
+    if ((device->type & CL_DEVICE_TYPE_CPU) && device->preferred_vector_width_float > 1) return 1;
+    snprintf(why, size, "auto uses it on CPU devices that prefer float vectors only");
     return 0;
 }
 

@@ -64,9 +64,13 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return packed_supports(pb, why, size);
 }
 
+/* GPUs, and CPU devices that run work-items in SIMD lanes as GPUs do (a preferred float
+ * vector width of 1: Mesa's llvmpipe), after flash in the table. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    if (!(device->type & CL_DEVICE_TYPE_CPU)) return 1;
-    snprintf(why, size, "auto uses lanes on CPU devices");
+    if (!(device->type & CL_DEVICE_TYPE_CPU) || device->preferred_vector_width_float == 1) return 1;
+    snprintf(why, size,
+             "auto does not use it on CPU devices that prefer float vectors (lanes "
+             "serves them)");
     return 0;
 }
 

@@ -11,6 +11,7 @@
  * `wg_size` work-items a compute unit by default) without chunks shorter than block_n keys, which
  * keeps the merge small.
  */
+#include "kernels/compilers.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
 #include "plan/tiles.h"
@@ -52,17 +53,22 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
 
 /* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else while a kv head
  * has at most the tuning entry's block_m query rows, where the fused variants' query tiles would
- * leave most of the device idle. */
+ * leave most of the device idle, unless the device's compiler builds it only slowly
+ * (kernels/compilers.c). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
     variant_tuning_on(device, &variant_split, &tuning);
-    if (!pb || problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
-        pb->len_q * pb->group <= tuning.block_m)
-        return 1;
+    int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype));
+    char slow[256];
+    if (!only_split && compiler_is_slow(device, "split", slow, sizeof slow)) {
+        snprintf(why, size, "auto uses it only over KV caches and for q8_0 or q4_0 K/V here: %s",
+                 slow);
+        return 0;
+    }
+    if (!pb || only_split || pb->len_q * pb->group <= tuning.block_m) return 1;
     snprintf(why, size,
-             "auto uses it over KV caches, for q8_0 and q4_0 K/V and for at most %u query rows a "
-             "kv head "
-             "(this call has %zu)",
+             "auto uses it over KV caches, for q8_0 and q4_0 K/V and for at most %u query rows "
+             "a kv head (this call has %zu)",
              tuning.block_m, pb->len_q * pb->group);
     return 0;
 }

@@ -3,6 +3,7 @@
  * user's tuning.json, read with a small JSON reader and kept per process until the file changes.
  */
 #include "plan/tuning.h"
+#include "core/json.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -25,69 +26,6 @@ typedef struct user_entry {
     tuning_params params;
     unsigned set;
 } user_entry;
-
-typedef struct json_reader {
-    const char *at, *end;
-    int failed;
-} json_reader;
-
-static void skip_space(json_reader *r) {
-    while (r->at < r->end && isspace((unsigned char)*r->at)) r->at++;
-}
-
-static int expect(json_reader *r, char c) {
-    skip_space(r);
-    if (r->at < r->end && *r->at == c) {
-        r->at++;
-        return 1;
-    }
-    r->failed = 1;
-    return 0;
-}
-
-/* A string into out (escapes \" \\ \/ \n \t kept simple; others copied as they are). */
-static int read_string(json_reader *r, char *out, size_t size) {
-    size_t n = 0;
-    if (!expect(r, '"')) return 0;
-    while (r->at < r->end && *r->at != '"') {
-        char c = *r->at++;
-        if (c == '\\' && r->at < r->end) {
-            c = *r->at++;
-            c = c == 'n' ? '\n' : c == 't' ? '\t' : c;
-        }
-        if (n + 1 < size) out[n++] = c;
-    }
-    out[n] = '\0';
-    return expect(r, '"');
-}
-
-/* Skips one value of any kind (for keys we do not know). */
-static void skip_value(json_reader *r, int depth) {
-    skip_space(r);
-    if (r->at >= r->end || depth > 32) {
-        r->failed = 1;
-        return;
-    }
-    char c = *r->at;
-    char text[8];
-    if (c == '"') {
-        read_string(r, text, sizeof text);
-    } else if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        r->at++;
-        skip_space(r);
-        while (!r->failed && r->at < r->end && *r->at != close) {
-            if (c == '{' && read_string(r, text, sizeof text)) expect(r, ':');
-            skip_value(r, depth + 1);
-            skip_space(r);
-            if (r->at < r->end && *r->at == ',') r->at++;
-            skip_space(r);
-        }
-        expect(r, close);
-    } else {
-        while (r->at < r->end && !strchr(",}] \t\r\n", *r->at)) r->at++;
-    }
-}
 
 /* The fields of tuning_params by name, in order (TUNING_FIELDS). */
 #define TUNING_FIELD_NAME(name, meaning) #name,
@@ -113,31 +51,31 @@ static void set_param(user_entry *e, const char *key, unsigned long value) {
 /* One {"key": value, ...} of the entries array. */
 static void read_entry(json_reader *r, user_entry *e) {
     memset(e, 0, sizeof *e);
-    if (!expect(r, '{')) return;
-    skip_space(r);
+    if (!json_expect(r, '{')) return;
+    json_skip_space(r);
     while (!r->failed && r->at < r->end && *r->at != '}') {
         char key[64];
-        if (!read_string(r, key, sizeof key) || !expect(r, ':')) return;
-        skip_space(r);
+        if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
+        json_skip_space(r);
         char *target = strcmp(key, "device") == 0    ? e->device
                        : strcmp(key, "driver") == 0  ? e->driver
                        : strcmp(key, "variant") == 0 ? e->variant
                                                      : NULL;
         if (target) {
-            read_string(r, target,
-                        strcmp(key, "variant") == 0 ? sizeof e->variant : sizeof e->device);
+            json_read_string(r, target,
+                             strcmp(key, "variant") == 0 ? sizeof e->variant : sizeof e->device);
         } else if (r->at < r->end && isdigit((unsigned char)*r->at)) {
             char *stop = NULL;
             set_param(e, key, strtoul(r->at, &stop, 10));
             r->at = stop;
         } else {
-            skip_value(r, 1);
+            json_skip_value(r, 1);
         }
-        skip_space(r);
+        json_skip_space(r);
         if (r->at < r->end && *r->at == ',') r->at++;
-        skip_space(r);
+        json_skip_space(r);
     }
-    expect(r, '}');
+    json_expect(r, '}');
 }
 
 /* Reads the entries of a tuning file's text; *count of them, malloc'ed (NULL when none). */
@@ -145,30 +83,30 @@ static user_entry *parse_entries(const char *text, size_t size, size_t *count) {
     json_reader r = {text, text + size, 0};
     user_entry *entries = NULL;
     *count = 0;
-    if (!expect(&r, '{')) return NULL;
-    skip_space(&r);
+    if (!json_expect(&r, '{')) return NULL;
+    json_skip_space(&r);
     while (!r.failed && r.at < r.end && *r.at != '}') {
         char key[64];
-        if (!read_string(&r, key, sizeof key) || !expect(&r, ':')) break;
+        if (!json_read_string(&r, key, sizeof key) || !json_expect(&r, ':')) break;
         if (strcmp(key, "entries") != 0) {
-            skip_value(&r, 1);
-        } else if (expect(&r, '[')) {
-            skip_space(&r);
+            json_skip_value(&r, 1);
+        } else if (json_expect(&r, '[')) {
+            json_skip_space(&r);
             while (!r.failed && r.at < r.end && *r.at != ']') {
                 user_entry *grown = realloc(entries, (*count + 1) * sizeof *entries);
                 if (!grown) break;
                 entries = grown;
                 read_entry(&r, &entries[*count]);
                 if (!r.failed) (*count)++;
-                skip_space(&r);
+                json_skip_space(&r);
                 if (r.at < r.end && *r.at == ',') r.at++;
-                skip_space(&r);
+                json_skip_space(&r);
             }
-            expect(&r, ']');
+            json_expect(&r, ']');
         }
-        skip_space(&r);
+        json_skip_space(&r);
         if (r.at < r.end && *r.at == ',') r.at++;
-        skip_space(&r);
+        json_skip_space(&r);
     }
     if (r.failed)
         log_msg("tuning.json: malformed near byte %zu; entries after it ignored",
