@@ -1,7 +1,7 @@
 /*
  * clattn cache: the cache folder of compiled kernels.
  *   info   where it is, what it holds, its limit;
- *   clear  removes every compiled kernel (tuning.json stays);
+ *   clear  removes every compiled kernel (tuning.json and verdicts.json stay);
  *   trim   removes the least recently used down to a size (other clattn versions first);
  *   warm   builds ahead what `auto` runs for some dtypes and head dimensions, several
  *          programs at once: one child process per job, each with its own context (PoCL

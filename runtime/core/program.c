@@ -171,10 +171,11 @@ const char *program_cache_dir(char *buf, size_t size) {
     return buf;
 }
 
-/* The files of the cache folder: kernel binaries (16 hex digits, ".clbin", cache_entry_init)
- * and tuning.json (plan/tuning.c). */
+/* The files of the cache folder: kernel binaries (16 hex digits, ".clbin", cache_entry_init),
+ * tuning.json (plan/tuning.c) and verdicts.json (plan/verdicts.c). */
 static int is_cache_file(const char *name, size_t len) {
     if (len == 11 && strncmp(name, "tuning.json", 11) == 0) return 1;
+    if (len == 13 && strncmp(name, "verdicts.json", 13) == 0) return 1;
     return cache_entry_name(name, len);
 }
 
