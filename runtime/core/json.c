@@ -1,7 +1,9 @@
 /* The small JSON reader (json.h). */
 #include "core/json.h"
+#include "core/core.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 void json_skip_space(json_reader *r) {
@@ -60,4 +62,50 @@ void json_skip_value(json_reader *r, int depth) {
     } else {
         while (r->at < r->end && !strchr(",}] \t\r\n", *r->at)) r->at++;
     }
+}
+
+void json_next_item(json_reader *r) {
+    json_skip_space(r);
+    if (r->at < r->end && *r->at == ',') r->at++;
+    json_skip_space(r);
+}
+
+/* The array's entries, from its '[' on, appended to *entries. */
+static void read_array(json_reader *r, size_t entry_size,
+                       void (*read_entry)(json_reader *r, void *entry), void **entries,
+                       size_t *count) {
+    if (!json_expect(r, '[')) return;
+    json_skip_space(r);
+    while (!r->failed && r->at < r->end && *r->at != ']') {
+        unsigned char *grown = realloc(*entries, (*count + 1) * entry_size);
+        if (!grown) break;
+        *entries = grown;
+        read_entry(r, grown + *count * entry_size);
+        if (!r->failed) (*count)++;
+        json_next_item(r);
+    }
+    json_expect(r, ']');
+}
+
+void *json_read_entries(const char *text, size_t size, size_t entry_size,
+                        void (*read_entry)(json_reader *r, void *entry), size_t *count,
+                        const char *what) {
+    json_reader r = {text, text + size, 0};
+    void *entries = NULL;
+    *count = 0;
+    if (!json_expect(&r, '{')) return NULL;
+    json_skip_space(&r);
+    while (!r.failed && r.at < r.end && *r.at != '}') {
+        char key[64];
+        if (!json_read_string(&r, key, sizeof key) || !json_expect(&r, ':')) break;
+        if (strcmp(key, "entries") == 0)
+            read_array(&r, entry_size, read_entry, &entries, count);
+        else
+            json_skip_value(&r, 1);
+        json_next_item(&r);
+    }
+    if (r.failed)
+        log_msg("%s: malformed near byte %zu; entries after it ignored", what,
+                (size_t)(r.at - text));
+    return entries;
 }

@@ -21,5 +21,14 @@ int json_expect(json_reader *r, char c);
 int json_read_string(json_reader *r, char *out, size_t size);
 /* Skips one value of any kind (for keys not known). */
 void json_skip_value(json_reader *r, int depth);
+/* After an item of an object or array: space, a comma if there is one, space. */
+void json_next_item(json_reader *r);
+/* The entries of a file's text {"entries": [E, ...], ...} (other keys skipped): read_entry reads
+ * one E into `entry`, entry_size bytes. A malformed text keeps the entries before the fault and
+ * logs "<what>: malformed near byte N". @return the entries, malloc'ed (NULL when none), and
+ * their *count. */
+void *json_read_entries(const char *text, size_t size, size_t entry_size,
+                        void (*read_entry)(json_reader *r, void *entry), size_t *count,
+                        const char *what);
 
 #endif

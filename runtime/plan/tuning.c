@@ -49,7 +49,8 @@ static void set_param(user_entry *e, const char *key, unsigned long value) {
 }
 
 /* One {"key": value, ...} of the entries array. */
-static void read_entry(json_reader *r, user_entry *e) {
+static void read_entry(json_reader *r, void *entry) {
+    user_entry *e = entry;
     memset(e, 0, sizeof *e);
     if (!json_expect(r, '{')) return;
     json_skip_space(r);
@@ -71,47 +72,9 @@ static void read_entry(json_reader *r, user_entry *e) {
         } else {
             json_skip_value(r, 1);
         }
-        json_skip_space(r);
-        if (r->at < r->end && *r->at == ',') r->at++;
-        json_skip_space(r);
+        json_next_item(r);
     }
     json_expect(r, '}');
-}
-
-/* Reads the entries of a tuning file's text; *count of them, malloc'ed (NULL when none). */
-static user_entry *parse_entries(const char *text, size_t size, size_t *count) {
-    json_reader r = {text, text + size, 0};
-    user_entry *entries = NULL;
-    *count = 0;
-    if (!json_expect(&r, '{')) return NULL;
-    json_skip_space(&r);
-    while (!r.failed && r.at < r.end && *r.at != '}') {
-        char key[64];
-        if (!json_read_string(&r, key, sizeof key) || !json_expect(&r, ':')) break;
-        if (strcmp(key, "entries") != 0) {
-            json_skip_value(&r, 1);
-        } else if (json_expect(&r, '[')) {
-            json_skip_space(&r);
-            while (!r.failed && r.at < r.end && *r.at != ']') {
-                user_entry *grown = realloc(entries, (*count + 1) * sizeof *entries);
-                if (!grown) break;
-                entries = grown;
-                read_entry(&r, &entries[*count]);
-                if (!r.failed) (*count)++;
-                json_skip_space(&r);
-                if (r.at < r.end && *r.at == ',') r.at++;
-                json_skip_space(&r);
-            }
-            json_expect(&r, ']');
-        }
-        json_skip_space(&r);
-        if (r.at < r.end && *r.at == ',') r.at++;
-        json_skip_space(&r);
-    }
-    if (r.failed)
-        log_msg("tuning.json: malformed near byte %zu; entries after it ignored",
-                (size_t)(r.at - text));
-    return entries;
 }
 
 /* The process's copy of the file, re-read when its size or modification time changes. */
@@ -147,7 +110,9 @@ static void reload_if_changed(const char *path) {
     user_file.size = st.st_size;
     size_t got = 0;
     char *text = read_regular_file(path, (size_t)1 << 24, 0, &got);
-    if (text) user_file.entries = parse_entries(text, got, &user_file.count);
+    if (text)
+        user_file.entries = json_read_entries(text, got, sizeof *user_file.entries, read_entry,
+                                              &user_file.count, "tuning.json");
     free(text);
 }
 

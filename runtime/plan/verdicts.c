@@ -54,7 +54,8 @@ clattn_verdict_kind verdict_kind_of(const char *name) {
 
 /* ---------------------------------------------------------------- reading */
 
-static void read_entry(json_reader *r, verdict_entry *e) {
+static void read_entry(json_reader *r, void *entry) {
+    verdict_entry *e = entry;
     memset(e, 0, sizeof *e);
     if (!json_expect(r, '{')) return;
     json_skip_space(r);
@@ -68,46 +69,9 @@ static void read_entry(json_reader *r, verdict_entry *e) {
             json_read_string(r, field_of(e, i), fields[i].size);
         else
             json_skip_value(r, 1);
-        json_skip_space(r);
-        if (r->at < r->end && *r->at == ',') r->at++;
-        json_skip_space(r);
+        json_next_item(r);
     }
     json_expect(r, '}');
-}
-
-/* The entries of a file's text; *count of them, malloc'ed (NULL when none). */
-static verdict_entry *parse_entries(const char *text, size_t size, size_t *count) {
-    json_reader r = {text, text + size, 0};
-    verdict_entry *entries = NULL;
-    *count = 0;
-    if (!json_expect(&r, '{')) return NULL;
-    while (!r.failed && r.at < r.end && *r.at != '}') {
-        char key[64];
-        if (!json_read_string(&r, key, sizeof key) || !json_expect(&r, ':')) break;
-        if (strcmp(key, "entries") != 0) {
-            json_skip_value(&r, 1);
-        } else if (json_expect(&r, '[')) {
-            json_skip_space(&r);
-            while (!r.failed && r.at < r.end && *r.at != ']') {
-                verdict_entry *grown = realloc(entries, (*count + 1) * sizeof *entries);
-                if (!grown) break;
-                entries = grown;
-                read_entry(&r, &entries[*count]);
-                if (!r.failed) (*count)++;
-                json_skip_space(&r);
-                if (r.at < r.end && *r.at == ',') r.at++;
-                json_skip_space(&r);
-            }
-            json_expect(&r, ']');
-        }
-        json_skip_space(&r);
-        if (r.at < r.end && *r.at == ',') r.at++;
-        json_skip_space(&r);
-    }
-    if (r.failed)
-        log_msg("verdicts: a file is malformed near byte %zu; entries after it ignored",
-                (size_t)(r.at - text));
-    return entries;
 }
 
 /* A file's entries (none when it does not exist). @return 0, or an errno. */
@@ -116,7 +80,7 @@ static int read_entries(const char *path, verdict_entry **entries, size_t *count
     *entries = NULL, *count = 0;
     char *text = read_regular_file(path, (size_t)1 << 24, 0, &size);
     if (!text) return errno == ENOENT ? 0 : errno;
-    *entries = parse_entries(text, size, count);
+    *entries = json_read_entries(text, size, sizeof **entries, read_entry, count, "verdicts");
     free(text);
     return 0;
 }
