@@ -291,6 +291,9 @@ class MhaStats(Structure):
         ("attention_heads_kv", c_size_t),
         ("projection_flops", c_uint64),
         ("output_flops", c_uint64),
+        ("projection_gemm", c_int),  # clattn_gemm, from 0.3
+        ("output_gemm", c_int),
+        ("gemm_kernel", c_char * 96),
     ]
 
 
@@ -400,6 +403,7 @@ _declare(
     c_void_p,  # cl_event *
 )
 _declare("clattn_mha_stats_init_sized", c_int, POINTER(MhaStats), c_size_t)
+_declare("clattn_gemm_name", c_char_p, c_int)
 _declare("clattn_mha_last_stats", c_int, Mha_p, POINTER(MhaStats))
 _declare("clattn_pattern_desc_init_sized", c_int, POINTER(PatternDesc), c_size_t, c_int, c_size_t, c_size_t)
 _declare("clattn_pattern_layout", c_int, POINTER(PatternDesc), POINTER(c_uint8))

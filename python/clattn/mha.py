@@ -94,6 +94,9 @@ class LayerStats:
     attention_heads_kv: int
     projection_flops: int  # 2*M*N*K of the input GEMMs
     output_flops: int  # 2*M*N*K of the output GEMM
+    projection_gemm: str  # the GEMM row that ran the projections ("panels", "clblast")
+    output_gemm: str  # the GEMM row that ran the output GEMM
+    gemm_kernel: str  # the output GEMM's kernel and its parameters
 
 
 def _read_param(x: Any, name: str, target: Optional[int]) -> HostTensor:
@@ -436,6 +439,9 @@ class MultiheadAttention(_OwnedHandle):
             attention_heads_kv=stats.attention_heads_kv,
             projection_flops=stats.projection_flops,
             output_flops=stats.output_flops,
+            projection_gemm=_capi.text(_capi.lib.clattn_gemm_name(stats.projection_gemm)),
+            output_gemm=_capi.text(_capi.lib.clattn_gemm_name(stats.output_gemm)),
+            gemm_kernel=_capi.text(stats.gemm_kernel),
         )
 
     def set_head_mask(self, head_mask: Any) -> None:

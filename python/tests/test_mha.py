@@ -126,6 +126,8 @@ def test_self_attention_matches_the_reference(context, rng, heads: int, kv_heads
         assert info.has_bias and not info.kv_duplicated and info.weight_dtype == "float32"
         stats = layer.last_stats()
         assert stats.attention_heads_q == heads and stats.projection_flops > 0 and stats.kernel
+        assert stats.projection_gemm in ("panels", "clblast") and stats.output_gemm in ("panels", "clblast")
+        assert stats.gemm_kernel
 
 
 def test_cross_attention_matches_the_reference(context, rng) -> None:

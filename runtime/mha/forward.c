@@ -26,6 +26,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- one call */
@@ -488,17 +489,20 @@ clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc
 
 /* ---------------------------------------------------------------- statistics */
 
+/* A caller built against 0.2's header passes the struct without the GEMM fields of 0.3. */
+#define MHA_STATS_BASE_SIZE offsetof(clattn_mha_stats, projection_gemm)
+
 clattn_status clattn_mha_stats_init_sized(clattn_mha_stats *stats, size_t struct_size) {
     clattn_mha_stats local;
     memset(&local, 0, sizeof local);
-    return struct_init(stats, struct_size, &local, sizeof local, sizeof local)
+    return struct_init(stats, struct_size, &local, sizeof local, MHA_STATS_BASE_SIZE)
                ? CLATTN_ERR_INVALID_ARGUMENT
                : CLATTN_SUCCESS;
 }
 
 clattn_status clattn_mha_last_stats(const clattn_mha *m, clattn_mha_stats *stats) {
     if (!m || !stats || !m->has_stats ||
-        struct_write(stats, &m->stats, sizeof m->stats, sizeof m->stats))
+        struct_write(stats, &m->stats, sizeof m->stats, MHA_STATS_BASE_SIZE))
         return CLATTN_ERR_INVALID_ARGUMENT;
     return CLATTN_SUCCESS;
 }
