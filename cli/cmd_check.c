@@ -159,11 +159,6 @@ static void build_sweep(sweep *s, int quick) {
 
 /* ---------------------------------------------------------------- what to run */
 
-const char *check_path_name(clattn_path path) {
-    static const char *const names[] = {"auto", "fused", "gemm", "reference"};
-    return names[path];
-}
-
 static const char *variant_name(clattn_variant v) {
     return clattn_variant_name(v);
 }
@@ -304,20 +299,6 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index, c
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
     if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
     plan->failures++;
-}
-
-size_t check_cases_run(const check_plan *plan, const sweep *s) {
-    return plan->only_case >= 0 ? 1 : s->count;
-}
-
-void check_case_name(const sweep *s, long index, char *out, size_t size) {
-    char what[512];
-    if (index < 0 || (size_t)index >= s->count) {
-        snprintf(out, size, "opening the device, before its first case");
-        return;
-    }
-    case_describe(&s->cases[index], what, sizeof what);
-    snprintf(out, size, "case %ld (%s)", index, what);
 }
 
 /* A line to the parent (check.h), when this process runs a row for one. */
