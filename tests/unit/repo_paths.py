@@ -6,7 +6,8 @@
 - C, OpenCL C and headers: every #include "..." resolves to a file of the repository (next to
   the including file, or below one of the build's include folders), or to the one source the
   build generates (attn_params.cl).
-- No tracked file points above the root at a sibling folder (a "../shared/..." path).
+- No tracked file points above the root at the sibling folder named "shared" (a path that
+  climbs out of the clone, which a user's clone does not have).
 
 Usage: repo_paths.py SOURCE_DIR. Prints each problem and exits 1, or prints a summary and exits 0.
 """
