@@ -148,11 +148,19 @@ static clattn_status fit_limits(clattn_context *ctx, const attn_problem *pb,
     }
 }
 
+/* rows * stride + dim <= INT32_MAX, where a product or sum that overflows int64 (a caller's
+ * stride can be any int64) does not fit. */
+static int span_fits_int32(int64_t rows, int64_t stride, int64_t dim) {
+    int64_t span;
+    return !__builtin_mul_overflow(rows, stride, &span) &&
+           !__builtin_add_overflow(span, dim, &span) && span <= INT32_MAX;
+}
+
 /* Offsets within a key tile are 32-bit in the kernel: its span in K and V must fit. */
 static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
     const int64_t rows = (int64_t)(st->block_n - 1) * st->geometry.classes;
-    return rows * (int64_t)pb->k.stride_seq + (int64_t)pb->dim_qk <= INT32_MAX &&
-           rows * (int64_t)pb->v.stride_seq + (int64_t)pb->dim_v <= INT32_MAX;
+    return span_fits_int32(rows, (int64_t)pb->k.stride_seq, (int64_t)pb->dim_qk) &&
+           span_fits_int32(rows, (int64_t)pb->v.stride_seq, (int64_t)pb->dim_v);
 }
 
 /* ---------------------------------------------------------------- the row */
