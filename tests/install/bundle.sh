@@ -65,7 +65,7 @@ grep -E "calling init: .*/libopenblas\.so" bench.err | grep -qF "$bundle/" ||
 # The search off: nothing registered, nothing searched, one clear line.
 expect 1 "driver search: off (CLATTN_NO_DRIVER_SEARCH is set)" -- \
   env CLATTN_NO_DRIVER_SEARCH=1 "$clattn" devices
-expect 1 "no OpenCL device found: install an OpenCL driver" -- \
+expect 1 "no OpenCL device found: no OpenCL platform: install an OpenCL driver" -- \
   env CLATTN_NO_DRIVER_SEARCH=1 "$clattn" check --quick
 
 finish "the bundle in $bundle"
