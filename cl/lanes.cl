@@ -168,8 +168,10 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
     if (P->alibi != 0)
         slope = params_extras(P)[(P->has_sinks ? P->heads_q : 0) +
                                  (P->alibi == 2 ? t->b * P->heads_q : 0) + t->h];
-    const long widest = P->len_k + P->len_q + (P->offset < 0 ? -P->offset : P->offset);
-    const int small_terms = fabs(slope) * (float)widest < 1e30f; /* every |p - j| <= widest */
+    /* a bound on every |p - j|, in float: an integer |offset| compiles to llvm.abs, which
+       oclgrind's LLVM does not know */
+    const float widest = (float)P->len_k + (float)P->len_q + fabs((float)P->offset);
+    const int small_terms = fabs(slope) * widest < 1e30f;
     for (int g = 0; g < GROUPS; g++) {
         float position[16]; /* p = i + offset of each lane's row, exact in float below 2^24 */
         for (int l = 0; l < 16; l++)
