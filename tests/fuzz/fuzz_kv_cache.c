@@ -11,7 +11,8 @@
  * - a call that breaks a rule of the cache (a page index out of range, a row without a page, a
  *   length past the capacity, new_len out of [0, len]) must be refused, and a plainly valid one
  *   accepted; a refused call must change nothing;
- * - the storage read back equals the model, value for value (q8_0 within its quantum), and the
+ * - the storage read back equals the model, value for value (q8_0, q4_0 within their quantum),
+ *   and the
  *   guard bytes around wrapped storage are intact;
  * - attention equals clattn_kv_cache_reference, and writes nothing past O and LSE.
  * Built and run by tests/fuzz/run.sh.
@@ -23,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_OPS = 12, Q8_BLOCK = 32, Q8_BLOCK_BYTES = 34 };
+enum { MAX_OPS = 12, QBLOCK = 32, Q8_BLOCK_BYTES = 34, Q4_BLOCK_BYTES = 18 };
 #define UNKNOWN (-1.0f) /* a value two writers of one append raced for */
 
 /* What the cache must hold. Storage is [entries][rows][Hkv][D] (BSHD) or [entries][Hkv][rows][D]
@@ -63,9 +64,20 @@ static int locate(const model *m, size_t b, size_t j, size_t *entry, size_t *row
     return page >= 0;
 }
 
+static int quantised(clattn_dtype dtype) { return dtype == CLATTN_Q8_0 || dtype == CLATTN_Q4_0; }
+
 static size_t storage_bytes(clattn_dtype dtype, size_t values) {
     static const size_t size[] = {4, 2, 2};
-    return dtype == 3 ? values / Q8_BLOCK * Q8_BLOCK_BYTES : values * size[dtype];
+    if (dtype == CLATTN_Q8_0) return values / QBLOCK * Q8_BLOCK_BYTES;
+    if (dtype == CLATTN_Q4_0) return values / QBLOCK * Q4_BLOCK_BYTES;
+    return values * size[dtype];
+}
+
+/* The largest error of a stored value in a block whose largest magnitude is block_max: q8_0
+ * rounds to block_max/127, q4_0 to block_max/8 (its top level, +7 of -8, clamps a whole step);
+ * 1% more for the float16 scale. */
+static float quantum(clattn_dtype dtype, float block_max) {
+    return (dtype == CLATTN_Q8_0 ? block_max / 127.0f : block_max / 8.0f) * 1.01f;
 }
 
 /* ---------------------------------------------------------------- the cache and its model */
@@ -74,9 +86,9 @@ static size_t storage_bytes(clattn_dtype dtype, size_t values) {
  * so large that the storage may not fit). */
 static int desc_valid(const clattn_kv_cache_desc *d) {
     if (!d->batch || !d->heads_kv || !d->dim_qk || !d->dim_v || !d->capacity ||
-        d->capacity > INT32_MAX || (unsigned)d->dtype > 3 || (unsigned)d->layout > 1)
+        d->capacity > INT32_MAX || (unsigned)d->dtype > CLATTN_Q4_0 || (unsigned)d->layout > 1)
         return 0;
-    if (d->dtype == 3 && (d->dim_qk % Q8_BLOCK || d->dim_v % Q8_BLOCK)) return 0;
+    if (quantised(d->dtype) && (d->dim_qk % QBLOCK || d->dim_v % QBLOCK)) return 0;
     if (d->page_size && (d->capacity % d->page_size || !d->num_pages || d->num_pages > INT32_MAX))
         return 0;
     size_t small = 64; /* every size the harness takes in range is below this */
@@ -112,7 +124,7 @@ static void model_free(model *m) {
 }
 
 /* Storage for a wrapped cache: values -125..125 by index, stored as the dtype; the model takes
- * what they read back as (q8_0 rounds them). */
+ * what they read back as (q8_0 and q4_0 round them). */
 static void wrap_storage(cache_under_test *c, size_t short_by) {
     model *m = &c->m;
     for (int kv = 0; kv < 2; kv++) {
@@ -141,14 +153,14 @@ static int32_t *take_lengths(fuzz_input *in, const clattn_kv_cache_desc *d, int 
     return lengths;
 }
 
-/* Head dims 17 to 32 share one kernel build (the 32 bucket); q8_0 takes 32 only. The kernels'
+/* Head dims 17 to 32 share one kernel build (the 32 bucket); q8_0 and q4_0 take 32 only. The kernels'
  * other axes (dtypes, rows a work-item) already make some 30 builds. */
 static clattn_kv_cache_desc take_cache_desc(fuzz_input *in) {
     static const size_t dims[] = {32, 17, 32, 20, 0, 31, 32, 24};
     clattn_kv_cache_desc d;
     clattn_kv_cache_desc_init(&d, take_count(in, 1, 3), take_count(in, 1, 2),
                               take_choice(in, dims, 8), take_choice(in, dims, 8), 1);
-    d.dtype = (clattn_dtype)take_index32(in, 0, 3);
+    d.dtype = (clattn_dtype)take_index32(in, 0, CLATTN_Q4_0);
     d.layout = (clattn_layout)take_index32(in, 0, 1);
     if (take_flag(in)) {
         d.page_size = take_count(in, 1, 8);
@@ -319,13 +331,13 @@ static void model_append(model *m, const new_rows *r, const int32_t *counts, uns
                                        h * t->stride_head + i * t->stride_seq;
                     for (size_t x = 0; x < dim; x++) {
                         size_t at = storage_index(m, kv, entry, row, h, x);
-                        float block_max = 0; /* q8_0: the quantum of x's block */
-                        for (size_t y = x - x % Q8_BLOCK;
-                             m->d.dtype == 3 && y < x - x % Q8_BLOCK + Q8_BLOCK; y++)
+                        float block_max = 0; /* q8_0, q4_0: the largest |value| of x's block */
+                        for (size_t y = x - x % QBLOCK;
+                             quantised(m->d.dtype) && y < x - x % QBLOCK + QBLOCK; y++)
                             block_max = fmaxf(block_max, fabsf(src[y]));
                         int raced = m->written[kv][at] == op; /* two sequences share a page */
                         m->values[kv][at] = src[x];
-                        m->tol[kv][at] = raced ? UNKNOWN : block_max / 127.0f * 1.01f;
+                        m->tol[kv][at] = raced ? UNKNOWN : quantum(m->d.dtype, block_max);
                         m->written[kv][at] = op;
                     }
                 }
@@ -442,12 +454,12 @@ static void op_append(fuzz_input *in, cache_under_test *c, unsigned op) {
 }
 
 /* An append of host rows (clattn_kv_cache_append_host): dense in the cache's layout, stored as
- * its dtype (float32 for q8_0), in arrays of exactly that size. */
+ * its dtype (float32 for q8_0 and q4_0), in arrays of exactly that size. */
 static void op_append_host(fuzz_input *in, cache_under_test *c, unsigned op) {
     model *m = &c->m;
     new_rows r;
     memset(&r, 0, sizeof r);
-    r.dtype = m->d.dtype == 3 ? CLATTN_F32 : m->d.dtype;
+    r.dtype = quantised(m->d.dtype) ? CLATTN_F32 : m->d.dtype;
     r.len = take_size(in, 0, 6);
     for (int kv = 0; kv < 2; kv++)
         clattn_tensor_dense(&r.t[kv], m->d.layout, m->d.heads_kv, r.len ? r.len : 1, dim_of(m, kv),
