@@ -41,6 +41,7 @@ static clattn_status resolve_globals(const clattn_attention_desc *d, mask_spec *
     if (d->num_global_tokens == 0) return CLATTN_SUCCESS;
     const int64_t k0 = (int64_t)d->k_start;
     m->is_global = calloc((size_t)(m->len_k + m->len_q), 1);
+    m->flags_len_k = m->len_k, m->flags_len_q = m->len_q, m->flags_offset = m->offset;
     m->globals = malloc(d->num_global_tokens * sizeof *m->globals);
     if (!m->is_global || !m->globals) return CLATTN_ERR_OUT_OF_MEMORY;
     memcpy(m->globals, d->global_tokens, d->num_global_tokens * sizeof *m->globals);

@@ -30,6 +30,10 @@ typedef struct mask_spec {
     int has_global;      /* a key or a query position of the call is global */
     uint8_t *is_global;  /* [len_k + len_q] flags: key j at [j], query position offset + r at
                             [len_k + r] (mask_is_global); NULL when has_global is 0 */
+    int64_t flags_len_k, flags_len_q, flags_offset; /* len_k, len_q and offset as is_global was
+                                                       laid out: a view of one sequence of the
+                                                       call (reference.c) changes those, not
+                                                       the flags */
     int64_t *globals;    /* the call's global keys, sorted, without repeats */
     int64_t num_globals;
     const uint8_t *layout; /* [layout_heads][blocks_q][blocks_k] (the caller's, or layout_owned) */
@@ -66,9 +70,9 @@ static inline void mask_window_range(const mask_spec *m, int64_t p, int64_t *lo,
  * (the two ranges overlap in an ordinary call, where both flags say the same). */
 static inline int mask_is_global(const mask_spec *m, int64_t position) {
     if (!m->is_global) return 0;
-    if (position >= 0 && position < m->len_k) return m->is_global[position];
-    int64_t row = position - m->offset;
-    return row >= 0 && row < m->len_q && m->is_global[m->len_k + row];
+    if (position >= 0 && position < m->flags_len_k) return m->is_global[position];
+    int64_t row = position - m->flags_offset;
+    return row >= 0 && row < m->flags_len_q && m->is_global[m->flags_len_k + row];
 }
 
 /* Bytes of the flags the kernels read (is_global), 0 without global positions. */

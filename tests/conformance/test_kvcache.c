@@ -472,3 +472,48 @@ Test(kvcache, a_batch_whose_bookkeeping_overflows_is_refused) {
         cr_expect_null(cache);
     }
 }
+
+/* A sequence shorter than its queries, with a global token past its length (found by the
+ * fuzzer: the reference read the call's global flags as if laid out for the sequence, and gave
+ * the first row, which sits before the keys, every key). Sequence 0 holds 3 rows and has 4
+ * queries at positions -1..2, window (-1, 0), global token 3: row 0 sees no key (O = 0, LSE =
+ * -inf), row 1 sees key 0 only (O = V[0]). Both the reference and the device say so. */
+Test(kvcache, a_global_token_past_a_short_sequence_gives_no_key) {
+    enum { NQ = 4, LEN = 3 };
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const cache_case dense = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 0};
+    clattn_kv_cache *cache = make_cache(ctx, &dense);
+    float *k = random_tensor(B * LEN * HKV * D, CLATTN_F32, 70);
+    float *v = random_tensor(B * LEN * HKV * D, CLATTN_F32, 71);
+    float *q = random_tensor(B * NQ * HQ * D, CLATTN_F32, 72);
+    const int32_t lengths[B] = {LEN, LEN};
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, LEN, lengths));
+    const int64_t global[] = {3};
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, NQ, 1, D, D);
+    d.window_left = -1, d.window_right = 0;
+    d.global_tokens = global, d.num_global_tokens = 1;
+    static float o[2][B * NQ * HQ * D], lse[2][B * HQ * NQ];
+    ASSERT_OK(ctx, clattn_kv_cache_reference(cache, &d, q, NULL, o[0], lse[0]));
+    ASSERT_OK(ctx, clattn_kv_cache_attention_host(cache, &d, q, NULL, o[1], lse[1]));
+    const char *who[] = {"the reference", "the device"};
+    for (int w = 0; w < 2; w++)
+        for (size_t b = 0; b < B; b++)
+            for (size_t h = 0; h < HQ; h++) {
+                const float *row0 = o[w] + ((b * NQ + 0) * HQ + h) * D;
+                const float *row1 = o[w] + ((b * NQ + 1) * HQ + h) * D;
+                const float *v0 = v + (b * LEN * HKV + h / (HQ / HKV)) * D; /* V[b, 0, kvh] */
+                cr_expect(isinf(lse[w][(b * HQ + h) * NQ]), "%s: b %zu h %zu row 0 LSE %g",
+                          who[w], b, h, (double)lse[w][(b * HQ + h) * NQ]);
+                for (size_t x = 0; x < D; x++) {
+                    cr_expect_eq(row0[x], 0.0f, "%s: b %zu h %zu row 0 [%zu] = %g", who[w], b, h,
+                                 x, (double)row0[x]);
+                    cr_expect_float_eq(row1[x], v0[x], 1e-6, "%s: b %zu h %zu row 1 [%zu]",
+                                       who[w], b, h, x);
+                }
+            }
+    clattn_kv_cache_destroy(cache);
+    free(k), free(v), free(q);
+}
