@@ -124,10 +124,31 @@ inline float16 quant_load16(__global const uchar *x, long index) {
 #endif
     return quant_scale(x, block) * values;
 }
+
+/* The same for the 16 values of a row from d0 on, d0 a multiple of 16: `row` (the element
+ * index of the row's first value) is a multiple of 32, as rows start whole blocks, so which half
+ * of the block d0 is in is known where d0 is, at compile time in unrolled loops. */
+inline float16 quant_load16_row(__global const uchar *x, long row, int d0) {
+    const long block = (row >> 5) + (d0 >> 5);
+    __global const uchar *q = x + block * QBLOCK_BYTES + 2;
+#if KV_DTYPE == DTYPE_Q8_0
+    const float16 values = convert_float16(vload16(0, (__global const char *)q + (d0 & 16)));
+#else
+    const uchar16 bytes = vload16(0, q);
+    const uchar16 codes = (d0 & 16) ? bytes >> (uchar16)4 : bytes & (uchar16)15;
+    const float16 values = convert_float16(as_char16(codes) - (char16)8);
+#endif
+    return quant_scale(x, block) * values;
+}
+#define LOAD16_KV_ROW(ptr, row, d0) quant_load16_row((ptr), (row), (d0))
 #else
 #define KV_T                  float
 #define LOAD_KV(ptr, index)   ((ptr)[(index)])
 #define LOAD16_KV(ptr, index) vload16(0, (ptr) + (index))
+#endif
+
+#ifndef LOAD16_KV_ROW /* 16 values of a K or V row (element index `row`) from d0 on */
+#define LOAD16_KV_ROW(ptr, row, d0) LOAD16_KV((ptr), (row) + (d0))
 #endif
 
 /* 16 values narrowed to bfloat16 and stored from `index` on. */

@@ -70,7 +70,7 @@ typedef struct row_block {
 
 /* 16 values of a K or V row from d0 on, zero past `dim`. */
 ALWAYS_INLINE float16 load_kv16(__global const KV_T *x, long row, int d0, long dim) {
-    if (d0 + 16 <= dim) return LOAD16_KV(x, row + d0);
+    if (d0 + 16 <= dim) return LOAD16_KV_ROW(x, row, d0);
     float lanes[16];
     for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_KV(x, row + d0 + e) : 0.0f;
     return vload16(0, lanes);
