@@ -51,10 +51,11 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return 0;
 }
 
-/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else while a kv head
- * has at most the tuning entry's block_m query rows, where the fused variants' query tiles would
- * leave most of the device idle, unless the device's compiler builds it only slowly
- * (kernels/compilers.c). */
+/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else for head dims
+ * past the other fused variants' (gemm the only other path: 3.6x to 92x slower on a CPU at
+ * 576/512, bench/README.md) and while a kv head has at most the tuning entry's block_m query
+ * rows, where the fused variants' query tiles would leave most of the device idle, unless the
+ * device's compiler builds it only slowly (kernels/compilers.c). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     tuning_params tuning;
     variant_tuning_on(device, &variant_split, &tuning);
@@ -65,11 +66,12 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
                  slow);
         return 0;
     }
-    if (!pb || only_split || pb->len_q * pb->group <= tuning.block_m) return 1;
+    int wide = pb && (pb->dim_qk > TILES_MAX_HEAD_DIM || pb->dim_v > TILES_MAX_HEAD_DIM);
+    if (!pb || only_split || wide || pb->len_q * pb->group <= tuning.block_m) return 1;
     snprintf(why, size,
-             "auto uses it over KV caches, for q8_0 and q4_0 K/V and for at most %u query rows "
-             "a kv head (this call has %zu)",
-             tuning.block_m, pb->len_q * pb->group);
+             "auto uses it over KV caches, for q8_0 and q4_0 K/V, for head dims past %d and for "
+             "at most %u query rows a kv head (this call has %zu)",
+             TILES_MAX_HEAD_DIM, tuning.block_m, pb->len_q * pb->group);
     return 0;
 }
 
