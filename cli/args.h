@@ -8,6 +8,8 @@
 
 #include <clattn.h>
 
+#include "message.h" /* cli_error, for the value parsers' callers too */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,17 +87,5 @@ int args_same_file(const char *a, const char *b);
  * input's. Prints "clattn CMD: --A and --B name the same file 'X'". @return 0 or EXIT_USAGE. */
 int args_check_outputs(const cli_args *args, const char *const *outputs, size_t num_outputs,
                        const char *const *inputs, size_t num_inputs);
-
-/* Keeps the messages of cli_error in buf (the first one, without "clattn CMD: ") instead of
- * printing them, until called with NULL: for a program whose ranks agree on one message before
- * any prints it (clattn run --distributed). */
-void cli_error_capture(char *buf, size_t size);
-
-/* Prints "clattn CMD: message" on stderr. */
-void cli_error(const char *command, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
 
 #endif

@@ -302,12 +302,3 @@ int cli_open_context(const char *command, const char *spec, clattn_context **ctx
     }
     return 0;
 }
-
-void cli_report(const char *command, const char *what, clattn_status status,
-                const clattn_context *ctx) {
-    const char *detail = clattn_context_last_error(ctx);
-    cli_error(command, "%s: %s (%s)", what, *detail ? detail : clattn_status_string(status),
-              clattn_status_name(status));
-    const char *log = clattn_context_build_log(ctx);
-    if (status == CLATTN_ERR_BUILD && *log) fprintf(stderr, "build log:\n%s\n", log);
-}

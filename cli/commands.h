@@ -3,6 +3,7 @@
 #define CLATTN_CLI_COMMANDS_H
 
 #include "clattn.h"
+#include "message.h" /* cli_report */
 
 #include <stddef.h>
 
@@ -22,8 +23,5 @@ int cli_select_devices(const char *command, const char *spec, size_t *indices, s
                        size_t *count);
 /* Opens a context on the first device the spec selects. @return 0 or 1. */
 int cli_open_context(const char *command, const char *spec, clattn_context **ctx);
-/* Prints "clattn CMD: <what>: <detail> (<status name>)" and the build log when there is one. */
-void cli_report(const char *command, const char *what, clattn_status status,
-                const clattn_context *ctx);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the .npy reader (cli/npy.c) on arbitrary bytes. The input is put in a
+ * libFuzzer target: the .npy reader (hostio/npy.c) on arbitrary bytes. The input is put in a
  * memory file and read through its /proc path, as `clattn run` reads a file: npy_read must
  * return a status and a message, never crash, overrun or leak; a success must describe the
  * data it returns. Built and run by tests/fuzz/run.sh.

@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets of tests/fuzz with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer, and runs each for SECONDS (default 60), starting from the seeds in
 # tests/fuzz/seeds/TARGET. Targets:
-#   npy       the .npy reader (cli/npy.c)            args   the option parser (cli/args.c)
+#   npy       the .npy reader (hostio/npy.c)         args   the option parser (cli/args.c)
 #   kv_cache  the KV cache on the device: tables, lengths, appends (new_len), reads, attention
 #             over the cache (q_len, masks), checked against a model and the reference
 #   masks     block layouts and the pattern generators, global tokens, windows and dilation:
@@ -22,11 +22,12 @@ cd "$(dirname "$0")/../.."
 all=(npy args kv_cache masks mha softmax)
 out=build-fuzz
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -fno-omit-frame-pointer -D_POSIX_C_SOURCE=200809L -Iinclude -Icli -std=c11 -Wall -Wextra
-       -Werror)
+       -fno-omit-frame-pointer -D_POSIX_C_SOURCE=200809L -Iinclude -Ihostio -Icli -std=c11 -Wall
+       -Wextra -Werror)
 # The program's files that a target tests; the targets without any test the library, and the
 # option parser needs it too (it names variants through the library).
-declare -A sources=([npy]="cli/npy.c cli/outfile.c cli/interrupt.c" [args]="cli/args.c")
+declare -A sources=([npy]="hostio/npy.c hostio/outfile.c hostio/interrupt.c"
+                     [args]="cli/args.c hostio/message.c")
 uses_library() { [ "$1" != npy ]; }
 known() { [[ " ${all[*]} " == *" $1 "* ]] || { echo "run.sh: no target '$1' (${all[*]})" >&2; exit 2; }; }
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-INCLUDE_DIRS = ["include", "runtime", ".", "cli", "tests"]  # as CMakeLists.txt sets them
+INCLUDE_DIRS = ["include", "runtime", ".", "cli", "bench", "hostio", "tests"]  # as CMakeLists.txt sets them
 GENERATED = {"attn_params.cl", "kernels_embedded.c"}
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

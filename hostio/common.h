@@ -1,6 +1,6 @@
-/* Small helpers the program's files share (the library keeps its own inside). */
-#ifndef CLATTN_CLI_COMMON_H
-#define CLATTN_CLI_COMMON_H
+/* Small helpers the programs' files share (cli/, bench/; the library keeps its own inside). */
+#ifndef CLATTN_HOSTIO_COMMON_H
+#define CLATTN_HOSTIO_COMMON_H
 
 #include <stddef.h>
 #include <time.h>

@@ -7,10 +7,9 @@
  * generation mode appends one token a step to a growing cache and attends with it, and reports
  * tokens per second.
  */
-#include "args.h"
-#include "bench.h"
-#include "commands.h"
 #include "common.h"
+#include "message.h"
+#include "sweeps.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,14 +1,14 @@
-/* clattn bench: what a measurement is, shared by the runner (cmd_bench.c) and the outputs
- * (bench_output.c). */
-#ifndef CLATTN_CLI_BENCH_H
-#define CLATTN_CLI_BENCH_H
+/* What the benchmark library's files share (bench.h is what the program sees): a measurement of
+ * the attention sweep (sweep.c) and its outputs (output.c), patterns as masks (pattern.c), and
+ * the configs of the decode, layer and distributed sweeps (decode.c, layer.c, distributed.c),
+ * which presets.c fills from a bench_config. */
+#ifndef CLATTN_BENCH_SWEEPS_H
+#define CLATTN_BENCH_SWEEPS_H
 
-#include "clattn.h"
+#include "bench.h"
 #include "textbuf.h"
 
 #include <stdint.h>
-
-typedef enum bench_path { BENCH_FUSED, BENCH_GEMM, BENCH_HOST, BENCH_REFERENCE } bench_path;
 
 typedef struct bench_record {
     size_t device; /* device index (host and reference: the run's device anyway) */
@@ -27,7 +27,6 @@ typedef struct bench_record {
     char kernel[96];
 } bench_record;
 
-const char *bench_path_name(bench_path path);
 double bench_gflops(const bench_record *r);   /* 2 * pairs * (dqk + dv) / time */
 double bench_gbytes_s(const bench_record *r); /* Q, K, V read once and O written once / time */
 
@@ -44,25 +43,7 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
 int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title,
                output_set *set);
 
-/* ---- patterns (cmd_bench.c): --pattern's items and what they set in an attention desc */
-
-typedef enum pattern_kind {
-    P_FULL,
-    P_CAUSAL,
-    P_WINDOW,
-    P_DILATED,
-    P_BIGBIRD,
-    P_LONGFORMER,
-    P_BLOCKS
-} pattern_kind;
-
-typedef struct bench_pattern {
-    char text[96];
-    pattern_kind kind;
-    int64_t num[5]; /* the numbers after the name, in order */
-    size_t count;
-    char file[512];
-} bench_pattern;
+/* ---- patterns (pattern.c) */
 
 /* What a pattern allocates for a desc. */
 typedef struct pattern_data {
@@ -75,7 +56,11 @@ typedef struct pattern_data {
 int bench_apply_pattern(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd);
 void bench_pattern_data_free(pattern_data *pd);
 
-/* clattn bench --preset decode (bench_decode.c): attention of Nq queries over full KV caches of
+/* The attention sweep over every path, shape and pattern (sweep.c). @return 0, or 1 after
+ * naming what failed. */
+int bench_sweep(const bench_config *c);
+
+/* clattn bench --preset decode (decode.c): attention of Nq queries over full KV caches of
  * Nk rows, for each storage type, against the device's copy bandwidth, and a generation mode. */
 typedef struct decode_config {
     size_t nq[16], num_nq, nk[16], num_nk;
@@ -91,7 +76,7 @@ typedef struct decode_config {
 /* @return 0, or 1 after naming what failed. */
 int bench_decode(const decode_config *c);
 
-/* clattn bench --preset layer (bench_layer.c): a multi-head attention layer of d_model = Hq*D,
+/* clattn bench --preset layer (layer.c): a multi-head attention layer of d_model = Hq*D,
  * for each Nq, pattern and number of kept query heads, timed end to end and in its phases. */
 typedef struct layer_bench_config {
     size_t nq[16], num_nq, kept[16], num_kept;
@@ -108,10 +93,10 @@ typedef struct layer_bench_config {
     const char *csv, *json, *out;
 } layer_bench_config;
 
-/* @return 0, or 1 (2: a usage error) after naming what failed. */
+/* @return 0, or 1 after naming what failed. */
 int bench_layer(const layer_bench_config *c);
 
-/* clattn bench --distributed ring|ulysses (bench_distributed.c), under mpirun: for each Nq and
+/* clattn bench --distributed ring|ulysses (distributed.c), under mpirun: for each Nq and
  * pattern, the whole call on rank 0 alone, then sharded over every rank, with the speed-up and
  * how evenly the ranks' device work is spread. */
 typedef struct distributed_config {

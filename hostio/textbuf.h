@@ -1,8 +1,8 @@
 /* A growable text buffer for the program's CSV and JSON outputs, written whole and atomically
  * (a temporary file renamed into place) so that no output is ever half-written, alone or as a
  * set committed together; and the folders outputs go into. */
-#ifndef CLATTN_CLI_TEXTBUF_H
-#define CLATTN_CLI_TEXTBUF_H
+#ifndef CLATTN_HOSTIO_TEXTBUF_H
+#define CLATTN_HOSTIO_TEXTBUF_H
 
 #include "clattn.h"
 

@@ -9,9 +9,9 @@
  * causal calls). Inputs are seeded uniform values; the result is not checked here (the tests
  * do that).
  */
-#include "args.h"
-#include "bench.h"
 #include "common.h"
+#include "message.h"
+#include "sweeps.h"
 #include "textbuf.h"
 
 #include "clattn_mpi.h"

@@ -5,8 +5,8 @@
  * in `err`; writers go through a temporary file renamed into place, so a failed write never
  * leaves a partial output behind.
  */
-#ifndef CLATTN_NPY_H
-#define CLATTN_NPY_H
+#ifndef CLATTN_HOSTIO_NPY_H
+#define CLATTN_HOSTIO_NPY_H
 
 #include "clattn.h"
 #include "outfile.h"

@@ -8,8 +8,8 @@
  * thread only records the signal, and the exit comes when the last section ends. The handler
  * makes only async-signal-safe calls (unlink, write, _exit) and lock-free atomic operations.
  */
-#ifndef CLATTN_CLI_INTERRUPT_H
-#define CLATTN_CLI_INTERRUPT_H
+#ifndef CLATTN_HOSTIO_INTERRUPT_H
+#define CLATTN_HOSTIO_INTERRUPT_H
 
 #include <signal.h>
 #include <sys/types.h>

@@ -1,8 +1,8 @@
 /* See textbuf.h. */
 #include "textbuf.h"
 
-#include "args.h"
-#include "npy.h"
+#include "message.h"
+#include "npy.h" /* write_output_atomic */
 #include "outfile.h"
 
 #include <errno.h>

@@ -15,10 +15,9 @@
  * the GEMMs' FLOP/s (projections and output together) are reported as a share of it, next to
  * the GEMM row that ran them (clattn_mha_stats.gemm_kernel; $CLATTN_GEMM chooses the row).
  */
-#include "args.h"
-#include "bench.h"
-#include "commands.h"
 #include "common.h"
+#include "message.h"
+#include "sweeps.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -329,10 +328,10 @@ int bench_layer(const layer_bench_config *c) {
     static layer_record records[1024];
     size_t n = 0;
     int failed = 0;
-    for (size_t k = 0; k < c->num_kept; k++)
+    for (size_t k = 0; k < c->num_kept; k++) /* the program checks --kept first, as usage */
         if (c->kept[k] > c->hq) {
             cli_error("bench", "--kept %zu: more than the %zu query heads", c->kept[k], c->hq);
-            return EXIT_USAGE;
+            return 1;
         }
     for (size_t i = 0; i < c->num_devices; i++) {
         int added = layer_device(c, c->devices[i], records + n, 1024 - n);

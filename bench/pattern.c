@@ -1,15 +1,76 @@
 /*
- * clattn bench's patterns as masks: what each --pattern item sets in an attention desc (a
- * window, global tokens, a generated or loaded block layout). The attention sweep (cmd_bench.c)
- * and the layer sweep (bench_layer.c) apply patterns through it.
+ * clattn bench's patterns: their syntax ("window:L,R", ...) and, as masks, what each --pattern
+ * item sets in an attention desc (a window, global tokens, a generated or loaded block layout).
+ * The attention sweep (sweep.c), the layer sweep (layer.c) and the distributed one
+ * (distributed.c) apply patterns through it; the numbers' bounds are checked by the program
+ * (cli/cmd_bench.c), against the same bounds as `clattn run` and `clattn pattern`.
  */
-#include "args.h"
-#include "bench.h"
+#include "message.h"
 #include "npy.h"
+#include "sweeps.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Each pattern's name and how many numbers follow it, in pattern_kind order. */
+static const struct pattern_syntax {
+    const char *name;
+    pattern_kind kind;
+    size_t min, max;
+} syntaxes[] = {
+    {"full", P_FULL, 0, 0},       {"causal", P_CAUSAL, 0, 0},   {"window", P_WINDOW, 2, 2},
+    {"dilated", P_DILATED, 3, 3}, {"bigbird", P_BIGBIRD, 4, 5}, {"longformer", P_LONGFORMER, 2, 2},
+    {"blocks", P_BLOCKS, 2, 2},
+};
+#define NUM_SYNTAXES (sizeof syntaxes / sizeof syntaxes[0])
+
+static const struct pattern_syntax *find_syntax(const char *name) {
+    for (size_t k = 0; k < NUM_SYNTAXES; k++)
+        if (strcmp(syntaxes[k].name, name) == 0) return &syntaxes[k];
+    return NULL;
+}
+
+/* See bench.h. */
+int bench_parse_patterns(const char *list, bench_pattern *out, size_t *count) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    *count = 0;
+    bench_pattern *p = NULL;
+    for (char *word = strtok(buf, ","); word; word = strtok(NULL, ",")) {
+        int numeric = (word[0] >= '0' && word[0] <= '9') || word[0] == '-';
+        if (numeric && p && p->count < 5) {
+            char *end = NULL;
+            p->num[p->count++] = strtoll(word, &end, 10);
+            if (*end) return -1;
+            snprintf(p->text + strlen(p->text), sizeof p->text - strlen(p->text), ",%s", word);
+            continue;
+        }
+        if (numeric || *count == BENCH_MAX_PATTERNS) return -1;
+        p = &out[(*count)++];
+        memset(p, 0, sizeof *p);
+        char *colon = strchr(word, ':');
+        if (colon) *colon = '\0';
+        const struct pattern_syntax *syntax = find_syntax(word);
+        if (!syntax) return -1;
+        p->kind = syntax->kind;
+        snprintf(p->text, sizeof p->text, "%s%s", word, colon ? ":" : "");
+        if (colon && p->kind == P_BLOCKS) { /* blocks:FILE,BQ,BK */
+            snprintf(p->file, sizeof p->file, "%s", colon + 1);
+            snprintf(p->text + strlen(p->text), sizeof p->text - strlen(p->text), "%s", colon + 1);
+        } else if (colon && colon[1]) {
+            char *end = NULL;
+            p->num[p->count++] = strtoll(colon + 1, &end, 10);
+            if (*end) return -1;
+            snprintf(p->text + strlen(p->text), sizeof p->text - strlen(p->text), "%s", colon + 1);
+        }
+    }
+    for (size_t i = 0; i < *count; i++) {
+        const struct pattern_syntax *syntax = &syntaxes[out[i].kind];
+        if (out[i].count < syntax->min || out[i].count > syntax->max) return -1;
+    }
+    return *count > 0 ? 0 : -1;
+}
 
 void bench_pattern_data_free(pattern_data *pd) {
     free(pd->layout);

@@ -1,6 +1,6 @@
 /* The benchmarks' host baseline: OpenBLAS sgemm, a masked softmax, sgemm (host_attention.c). */
-#ifndef CLATTN_CLI_HOST_ATTENTION_H
-#define CLATTN_CLI_HOST_ATTENTION_H
+#ifndef CLATTN_BENCH_HOST_ATTENTION_H
+#define CLATTN_BENCH_HOST_ATTENTION_H
 
 #include "clattn.h"
 

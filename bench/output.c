@@ -1,8 +1,8 @@
-/* clattn bench's outputs: the human table, CSV, JSON and gnuplot plots (see bench.h). */
-#include "bench.h"
+/* clattn bench's outputs: the human table, CSV, JSON and gnuplot plots (see sweeps.h). */
+#include "sweeps.h"
 
-#include "args.h"
 #include "interrupt.h"
+#include "message.h"
 #include "outfile.h"
 
 #include <errno.h>

@@ -16,8 +16,8 @@
  * named TARGET.tmp.PID.N, or TARGET.run-PID and TARGET.run-PID.tmp.PID.N (what `clattn run`
  * staged before), where no process PID exists (kill(PID, 0) fails with ESRCH).
  */
-#ifndef CLATTN_CLI_OUTFILE_H
-#define CLATTN_CLI_OUTFILE_H
+#ifndef CLATTN_HOSTIO_OUTFILE_H
+#define CLATTN_HOSTIO_OUTFILE_H
 
 #include <limits.h>
 #include <stddef.h>
