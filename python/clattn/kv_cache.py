@@ -27,7 +27,9 @@ import numpy as np
 
 from . import _capi, _checks
 from ._capi import int32_pointer
+from ._common import new_struct
 from ._tensors import (
+    DTYPE_NAMES,
     STORAGE_TYPES,
     HostTensor,
     as_numpy,
@@ -49,13 +51,7 @@ _CACHE_DTYPES = {
     "q4_0": _capi.DTYPE_Q4_0,
     "q4": _capi.DTYPE_Q4_0,
 }
-_CACHE_DTYPE_NAMES = {
-    _capi.DTYPE_F32: "float32",
-    _capi.DTYPE_F16: "float16",
-    _capi.DTYPE_BF16: "bfloat16",
-    _capi.DTYPE_Q8_0: "q8_0",
-    _capi.DTYPE_Q4_0: "q4_0",
-}
+_CACHE_DTYPE_NAMES = {**DTYPE_NAMES, _capi.DTYPE_Q8_0: "q8_0", _capi.DTYPE_Q4_0: "q4_0"}
 # the NumPy dtype read() gives each storage type (bfloat16 as its uint16 bit patterns)
 _STORAGE_NUMPY = {
     _capi.DTYPE_F32: np.dtype(np.float32),
@@ -137,16 +133,10 @@ class KVCache(_OwnedHandle):
         self._block_table: Optional[np.ndarray] = None
         self._context = resolve_context(context)
 
-        desc, status = _capi.new_struct(
-            _capi.KvCacheDesc,
-            "clattn_kv_cache_desc_init_sized",
-            self._batch,
-            self._heads_kv,
-            self._dim_qk,
-            self._dim_v,
-            self._capacity,
+        sizes = (self._batch, self._heads_kv, self._dim_qk, self._dim_v, self._capacity)
+        desc = new_struct(
+            _capi.KvCacheDesc, "clattn_kv_cache_desc_init_sized", *sizes, message=f"kv cache sizes {self._sizes_text()}"
         )
-        check(status, f"kv cache sizes {self._sizes_text()}")
         desc.dtype = self._dtype
         desc.layout = _LAYOUTS[layout]
         desc.page_size = self._page_size
