@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _capi, _checks, _opencl
 from ._capi import int32_pointer
-from ._common import fetch, new_struct, record
+from ._common import attribute, fetch, new_struct, record
 from ._tensors import (
     DTYPE_NAMES,
     STORAGE_TYPES,
@@ -362,30 +362,12 @@ class MultiheadAttention(_OwnedHandle):
 
     # ------------------------------------------------------------ what it is
 
-    @property
-    def d_model(self) -> int:
-        return self._d_model
-
-    @property
-    def d_kv(self) -> int:
-        """The width of X_kv (d_model unless a cross-attention layer)."""
-        return self._d_kv
-
-    @property
-    def heads(self) -> int:
-        return self._heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self._kv_heads
-
-    @property
-    def dim_qk(self) -> int:
-        return self._dim_qk
-
-    @property
-    def dim_v(self) -> int:
-        return self._dim_v
+    d_model = attribute("_d_model", "The width of X and Y.")
+    d_kv = attribute("_d_kv", "The width of X_kv (d_model unless a cross-attention layer).")
+    heads = attribute("_heads", "Hq, the query heads (pruned ones included).")
+    kv_heads = attribute("_kv_heads", "Hkv, the key/value heads.")
+    dim_qk = attribute("_dim_qk", "Dqk, the head dim of Q and K.")
+    dim_v = attribute("_dim_v", "Dv, the head dim of V.")
 
     @property
     def weight_dtype(self) -> str:
