@@ -3,6 +3,8 @@
 
 #include "core/half.h"
 
+#include <criterion/criterion.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,4 +149,25 @@ size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clatt
             for (size_t v = 0; v < variants; v++)
                 failed += check_one(ctxs[dev], dev, &cases[i], path, rows[v]);
     return failed;
+}
+
+void expect_every_path_passes(const attn_case *cases, size_t count) {
+    cr_expect_eq(check_cases(cases, count, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0,
+                 "fused: failing cases are listed above");
+    cr_expect_eq(check_cases(cases, count, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0,
+                 "gemm: failing cases are listed above");
+    cr_expect_eq(check_cases(cases, count, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO), 0,
+                 "auto: failing cases are listed above");
+}
+
+uint8_t *random_quantised(clattn_dtype dtype, size_t n, float amplitude, uint64_t seed) {
+    size_t block_bytes = dtype == CLATTN_Q4_0 ? 18 : 34;
+    float *x = malloc(n * sizeof *x);
+    uint8_t *q = malloc(n / 32 * block_bytes);
+    cr_assert(x && q);
+    fill_uniform(x, n, seed);
+    for (size_t i = 0; i < n; i++) x[i] *= amplitude;
+    cr_assert_eq(clattn_convert(CLATTN_F32, x, dtype, q, n), CLATTN_SUCCESS);
+    free(x);
+    return q;
 }

@@ -61,6 +61,13 @@ size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap);
  * failing runs. */
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant);
 
+/* check_cases on the fused (every row), gemm and auto paths: every case passes on each. */
+void expect_every_path_passes(const attn_case *cases, size_t count);
+
+/* n values (a multiple of 32) uniform in [-amplitude, amplitude], quantised to `dtype`
+ * (CLATTN_Q8_0: 34 bytes a block of 32, CLATTN_Q4_0: 18). The caller frees them. */
+uint8_t *random_quantised(clattn_dtype dtype, size_t n, float amplitude, uint64_t seed);
+
 /* Criterion assertion on a status, printing the context's last error when it fails. */
 #define ASSERT_OK(ctx, call)                                                                       \
     do {                                                                                           \

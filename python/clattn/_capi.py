@@ -51,31 +51,24 @@ CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_ACCELERATOR = 1 << 1, 1 <
 # ---------------------------------------------------------------- structs
 
 
+def _members(c_type, names: str) -> list:
+    """Consecutive struct members of one C type, in the header's order: (name, c_type) each."""
+    return [(name, c_type) for name in names.split()]
+
+
 class DeviceInfo(Structure):
     _fields_ = [
-        ("struct_size", c_size_t),
-        ("index", c_size_t),
-        ("platform_index", c_uint),
-        ("device_index", c_uint),
-        ("platform", c_void_p),
-        ("device", c_void_p),
-        ("name", c_char * 256),
-        ("vendor", c_char * 256),
-        ("platform_name", c_char * 256),
-        ("platform_version", c_char * 256),
-        ("driver_version", c_char * 256),
+        *_members(c_size_t, "struct_size index"),
+        *_members(c_uint, "platform_index device_index"),
+        *_members(c_void_p, "platform device"),
+        *_members(c_char * 256, "name vendor platform_name platform_version driver_version"),
         ("opencl_c_version", c_char * 128),
         ("type", c_uint64),
         ("compute_units", c_uint32),
-        ("global_mem_bytes", c_uint64),
-        ("local_mem_bytes", c_uint64),
-        ("max_alloc_bytes", c_uint64),
+        *_members(c_uint64, "global_mem_bytes local_mem_bytes max_alloc_bytes"),
         ("max_work_group_size", c_size_t),
-        ("preferred_vector_width_float", c_uint32),
-        ("preferred_vector_width_half", c_uint32),
-        ("has_fp16", c_int),
-        ("has_fp64", c_int),
-        ("has_subgroups", c_int),
+        *_members(c_uint32, "preferred_vector_width_float preferred_vector_width_half"),
+        *_members(c_int, "has_fp16 has_fp64 has_subgroups"),
         ("num_subgroup_sizes", c_uint),
         ("subgroup_sizes", c_size_t * 8),
     ]
@@ -84,55 +77,30 @@ class DeviceInfo(Structure):
 class Tensor(Structure):
     """Element offset and strides (batch, head, seq) of one tensor; the dim stride is 1."""
 
-    _fields_ = [
-        ("offset", c_size_t),
-        ("stride_batch", c_size_t),
-        ("stride_head", c_size_t),
-        ("stride_seq", c_size_t),
-    ]
+    _fields_ = _members(c_size_t, "offset stride_batch stride_head stride_seq")
 
 
 class AttentionDesc(Structure):
     _fields_ = [
-        ("struct_size", c_size_t),
-        ("batch", c_size_t),
-        ("heads_q", c_size_t),
-        ("heads_kv", c_size_t),
-        ("len_q", c_size_t),
-        ("len_k", c_size_t),
-        ("dim_qk", c_size_t),
-        ("dim_v", c_size_t),
-        ("dtype", c_int),
-        ("out_dtype", c_int),
-        ("q", Tensor),
-        ("k", Tensor),
-        ("v", Tensor),
-        ("o", Tensor),
+        *_members(c_size_t, "struct_size batch heads_q heads_kv len_q len_k dim_qk dim_v"),
+        *_members(c_int, "dtype out_dtype"),
+        *_members(Tensor, "q k v o"),
         ("scale", c_float),
         ("causal", c_int),
-        ("window_left", c_int64),
-        ("window_right", c_int64),
-        ("dilation", c_int64),
+        *_members(c_int64, "window_left window_right dilation"),
         ("global_tokens", POINTER(c_int64)),
         ("num_global_tokens", c_size_t),
         ("block_layout", POINTER(c_uint8)),
-        ("block_q", c_size_t),
-        ("block_k", c_size_t),
+        *_members(c_size_t, "block_q block_k"),
         ("block_layout_per_head", c_int),
         ("bias", c_void_p),
         ("bias_host", POINTER(c_float)),
         ("bias_strides", Tensor),
-        ("path", c_int),
-        ("variant", c_int),
+        *_members(c_int, "path variant"),
         ("gemm_budget_bytes", c_size_t),
-        ("count_tiles", c_int),
-        ("kv_q8_0", c_int),
-        ("q_start", c_size_t),
-        ("k_start", c_size_t),
-        ("full_len_q", c_size_t),
-        ("full_len_k", c_size_t),
-        ("lse_parts", c_int),
-        ("kv_q4_0", c_int),
+        *_members(c_int, "count_tiles kv_q8_0"),
+        *_members(c_size_t, "q_start k_start full_len_q full_len_k"),
+        *_members(c_int, "lse_parts kv_q4_0"),
         ("softcap", c_float),
         ("alibi_slopes", POINTER(c_float)),
         ("alibi_per_batch", c_int),
@@ -141,28 +109,20 @@ class AttentionDesc(Structure):
 
 
 class AttentionExtents(Structure):
-    _fields_ = [(name, c_size_t) for name in ("q", "k", "v", "o", "lse", "bias")]
+    _fields_ = _members(c_size_t, "q k v o lse bias")
 
 
 class Stats(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
-        ("path", c_int),
-        ("variant", c_int),
+        *_members(c_int, "path variant"),
         ("pairs", c_uint64),
         ("density", c_double),
-        ("tiles_visited", c_uint64),
-        ("tiles_total", c_uint64),
-        ("device_bytes", c_uint64),
-        ("block_m", c_uint),
-        ("block_n", c_uint),
-        ("chunks", c_uint),
+        *_members(c_uint64, "tiles_visited tiles_total device_bytes"),
+        *_members(c_uint, "block_m block_n chunks"),
         ("kernel_ms", c_double),
         ("kernel", c_char * 96),
-        ("tiles_counted", c_uint64),
-        ("host_to_device_bytes", c_uint64),
-        ("device_to_host_bytes", c_uint64),
-        ("mapped_bytes", c_uint64),
+        *_members(c_uint64, "tiles_counted host_to_device_bytes device_to_host_bytes mapped_bytes"),
         ("verdict", c_int),
         ("fallback", c_char * 512),
     ]
@@ -171,10 +131,7 @@ class Stats(Structure):
 class Transfers(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
-        ("host_to_device_bytes", c_uint64),
-        ("device_to_host_bytes", c_uint64),
-        ("mapped_bytes", c_uint64),
-        ("copies", c_uint64),
+        *_members(c_uint64, "host_to_device_bytes device_to_host_bytes mapped_bytes copies"),
     ]
 
 
@@ -185,12 +142,9 @@ class TuningAxis(Structure):
 class VariantInfo(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
-        ("variant", c_int),
-        ("path", c_int),
-        ("name", c_char_p),
-        ("summary", c_char_p),
-        ("supported", c_int),
-        ("used_by_auto", c_int),
+        *_members(c_int, "variant path"),
+        *_members(c_char_p, "name summary"),
+        *_members(c_int, "supported used_by_auto"),
         ("reason", c_char * 256),
         ("tuning", c_char * 32),
         ("old_name", c_char_p),
@@ -203,14 +157,11 @@ class PatternDesc(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
         ("kind", c_int),
-        ("blocks_q", c_size_t),
-        ("blocks_k", c_size_t),
-        ("window", c_size_t),
+        *_members(c_size_t, "blocks_q blocks_k window"),
         ("global_", c_size_t),  # `global` in C
         ("random", c_size_t),
         ("seed", c_uint64),
-        ("stride", c_size_t),
-        ("summary", c_size_t),
+        *_members(c_size_t, "stride summary"),
         ("global_blocks", POINTER(c_size_t)),
         ("num_global_blocks", c_size_t),
         ("causal", c_int),
@@ -219,16 +170,9 @@ class PatternDesc(Structure):
 
 class KvCacheDesc(Structure):
     _fields_ = [
-        ("struct_size", c_size_t),
-        ("batch", c_size_t),
-        ("heads_kv", c_size_t),
-        ("dim_qk", c_size_t),
-        ("dim_v", c_size_t),
-        ("capacity", c_size_t),
-        ("dtype", c_int),
-        ("layout", c_int),
-        ("page_size", c_size_t),
-        ("num_pages", c_size_t),
+        *_members(c_size_t, "struct_size batch heads_kv dim_qk dim_v capacity"),
+        *_members(c_int, "dtype layout"),
+        *_members(c_size_t, "page_size num_pages"),
     ]
 
 
@@ -240,41 +184,19 @@ class MhaParam(Structure):
 
 class MhaDesc(Structure):
     _fields_ = [
-        ("struct_size", c_size_t),
-        ("d_model", c_size_t),
-        ("heads_q", c_size_t),
-        ("heads_kv", c_size_t),
-        ("dim_qk", c_size_t),
-        ("dim_v", c_size_t),
-        ("d_kv", c_size_t),
+        *_members(c_size_t, "struct_size d_model heads_q heads_kv dim_qk dim_v d_kv"),
         ("weight_dtype", c_int),
-        ("w_q", MhaParam),
-        ("w_k", MhaParam),
-        ("w_v", MhaParam),
-        ("w_o", MhaParam),
-        ("b_q", MhaParam),
-        ("b_k", MhaParam),
-        ("b_v", MhaParam),
-        ("b_o", MhaParam),
+        *_members(MhaParam, "w_q w_k w_v w_o b_q b_k b_v b_o"),
         ("head_mask", POINTER(c_uint8)),
     ]
 
 
 class MhaInfo(Structure):
     _fields_ = [
-        ("struct_size", c_size_t),
-        ("d_model", c_size_t),
-        ("d_kv", c_size_t),
-        ("heads_q", c_size_t),
-        ("heads_kv", c_size_t),
-        ("dim_qk", c_size_t),
-        ("dim_v", c_size_t),
+        *_members(c_size_t, "struct_size d_model d_kv heads_q heads_kv dim_qk dim_v"),
         ("weight_dtype", c_int),
-        ("heads_kept", c_size_t),
-        ("attention_heads_q", c_size_t),
-        ("attention_heads_kv", c_size_t),
-        ("kv_duplicated", c_int),
-        ("has_bias", c_int),
+        *_members(c_size_t, "heads_kept attention_heads_q attention_heads_kv"),
+        *_members(c_int, "kv_duplicated has_bias"),
         ("weight_bytes", c_uint64),
     ]
 
@@ -282,15 +204,11 @@ class MhaInfo(Structure):
 class MhaStats(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
-        ("projection_ms", c_double),
-        ("attention_ms", c_double),
-        ("output_ms", c_double),
+        *_members(c_double, "projection_ms attention_ms output_ms"),
         ("variant", c_int),
         ("kernel", c_char * 96),
-        ("attention_heads_q", c_size_t),
-        ("attention_heads_kv", c_size_t),
-        ("projection_flops", c_uint64),
-        ("output_flops", c_uint64),
+        *_members(c_size_t, "attention_heads_q attention_heads_kv"),
+        *_members(c_uint64, "projection_flops output_flops"),
         ("projection_gemm", c_int),  # clattn_gemm, from 0.3
         ("output_gemm", c_int),
         ("gemm_kernel", c_char * 96),

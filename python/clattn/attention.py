@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _capi, _checks
+from ._common import new_struct
 from ._tensors import (
     DTYPE_NAMES,
     HostTensor,
@@ -109,21 +110,13 @@ class _Call:
 
     def __init__(self, q: _Dims, k: _Dims, v: _Dims, layout: str, dtype: int) -> None:
         self.keep: list = []
-        self.desc, status = _capi.new_struct(
+        sizes = (q.batch, q.heads, k.heads, q.seq, k.seq, q.dim, v.dim)
+        self.desc = new_struct(
             _capi.AttentionDesc,
             "clattn_attention_desc_init_sized",
             _LAYOUTS[layout],
-            q.batch,
-            q.heads,
-            k.heads,
-            q.seq,
-            k.seq,
-            q.dim,
-            v.dim,
-        )
-        check(
-            status,
-            f"attention sizes B={q.batch} Hq={q.heads} Hkv={k.heads} Nq={q.seq} Nk={k.seq} Dqk={q.dim} Dv={v.dim}",
+            *sizes,
+            message="attention sizes B={} Hq={} Hkv={} Nq={} Nk={} Dqk={} Dv={}".format(*sizes),
         )
         self.desc.dtype = dtype
         self.desc.out_dtype = dtype

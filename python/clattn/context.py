@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _capi, _checks
+from ._common import fetch, new_struct, record
 from ._owned import _Handle
 from .devices import Device, DeviceSpec, default_index, device_record, select
 from .errors import Error, check, invalid
@@ -139,9 +140,7 @@ class Context(_Handle):
     # ------------------------------------------------------------ what it knows
 
     def _device_info(self) -> Device:
-        info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
-        check(status)
-        check(_capi.lib.clattn_context_device_info(self.handle, ctypes.byref(info)))
+        info = fetch(_capi.DeviceInfo, "clattn_device_info_init_sized", "clattn_context_device_info", self.handle)
         return device_record(info, default_index())
 
     @property
@@ -163,66 +162,42 @@ class Context(_Handle):
 
     def last_stats(self) -> Stats:
         """@return what the last successful attention call on this context did."""
-        stats, status = _capi.new_struct(_capi.Stats, "clattn_stats_init_sized")
-        check(status)
         with self.locked() as handle:
-            check(_capi.lib.clattn_context_last_stats(handle, ctypes.byref(stats)), context_handle=handle)
-        return Stats(
+            stats = fetch(
+                _capi.Stats, "clattn_stats_init_sized", "clattn_context_last_stats", handle, context_handle=handle
+            )
+        return record(
+            Stats,
+            stats,
             path=_PATH_NAMES.get(stats.path, str(stats.path)),
             variant=_capi.text(_capi.lib.clattn_variant_name(stats.variant)),
-            pairs=stats.pairs,
-            density=stats.density,
-            tiles_visited=stats.tiles_visited,
-            tiles_total=stats.tiles_total,
-            device_bytes=stats.device_bytes,
-            block_m=stats.block_m,
-            block_n=stats.block_n,
-            chunks=stats.chunks,
-            kernel_ms=stats.kernel_ms,
-            kernel=_capi.text(stats.kernel),
-            host_to_device_bytes=stats.host_to_device_bytes,
-            device_to_host_bytes=stats.device_to_host_bytes,
-            mapped_bytes=stats.mapped_bytes,
             verdict=_VERDICT_NAMES.get(stats.verdict, str(stats.verdict)),
-            fallback=_capi.text(stats.fallback),
         )
 
     def transfers(self) -> Transfers:
         """@return the host-device traffic of every call on this context so far."""
-        totals, status = _capi.new_struct(_capi.Transfers, "clattn_transfers_init_sized")
-        check(status)
         with self.locked() as handle:
-            check(_capi.lib.clattn_context_transfers(handle, ctypes.byref(totals)), context_handle=handle)
-        return Transfers(
-            host_to_device_bytes=totals.host_to_device_bytes,
-            device_to_host_bytes=totals.device_to_host_bytes,
-            mapped_bytes=totals.mapped_bytes,
-            copies=totals.copies,
-        )
+            totals = fetch(
+                _capi.Transfers, "clattn_transfers_init_sized", "clattn_context_transfers", handle, context_handle=handle
+            )
+        return record(Transfers, totals)
 
     def variants(self) -> List[Variant]:
         """@return every row of the variant table as it stands on this device."""
         rows = []
         with self.locked() as handle:
             for number in range(1, 64):
-                info, status = _capi.new_struct(_capi.VariantInfo, "clattn_variant_info_init_sized")
-                check(status)
+                info = new_struct(_capi.VariantInfo, "clattn_variant_info_init_sized")
                 if _capi.lib.clattn_variant_describe(handle, number, ctypes.byref(info)) != _capi.SUCCESS:
                     break
+                axes = info.axes[: info.num_axes]
                 rows.append(
-                    Variant(
-                        name=_capi.text(info.name),
+                    record(
+                        Variant,
+                        info,
                         path=_PATH_NAMES.get(info.path, str(info.path)),
-                        summary=_capi.text(info.summary),
-                        supported=bool(info.supported),
-                        used_by_auto=bool(info.used_by_auto),
-                        reason=_capi.text(info.reason),
-                        tuning=_capi.text(info.tuning),
                         old_name=_capi.text(info.old_name) if info.old_name else None,
-                        tuning_axes={
-                            _capi.text(axis.field): tuple(axis.values[: axis.count])
-                            for axis in info.axes[: info.num_axes]
-                        },
+                        tuning_axes={_capi.text(axis.field): tuple(axis.values[: axis.count]) for axis in axes},
                     )
                 )
         return rows

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
 from . import _capi, _checks
+from ._common import fetch, new_struct, record
 from .errors import Error, check, invalid
 
 DeviceSpec = Union[int, str, None]
@@ -62,27 +63,10 @@ def _type_name(cl_type: int) -> str:
 
 def device_record(info: _capi.DeviceInfo, default: Optional[int]) -> Device:
     """A Device from the C struct."""
-    return Device(
-        index=info.index,
-        platform_index=info.platform_index,
-        device_index=info.device_index,
+    return record(
+        Device,
+        info,
         type=_type_name(info.type),
-        name=_capi.text(info.name),
-        vendor=_capi.text(info.vendor),
-        platform_name=_capi.text(info.platform_name),
-        platform_version=_capi.text(info.platform_version),
-        driver_version=_capi.text(info.driver_version),
-        opencl_c_version=_capi.text(info.opencl_c_version),
-        compute_units=info.compute_units,
-        global_mem_bytes=info.global_mem_bytes,
-        local_mem_bytes=info.local_mem_bytes,
-        max_alloc_bytes=info.max_alloc_bytes,
-        max_work_group_size=info.max_work_group_size,
-        preferred_vector_width_float=info.preferred_vector_width_float,
-        preferred_vector_width_half=info.preferred_vector_width_half,
-        has_fp16=bool(info.has_fp16),
-        has_fp64=bool(info.has_fp64),
-        has_subgroups=bool(info.has_subgroups),
         subgroup_sizes=tuple(info.subgroup_sizes[: info.num_subgroup_sizes]),
         is_default=info.index == default,
     )
@@ -103,11 +87,12 @@ def default_index() -> Optional[int]:
 
 def device_info(index: int) -> Device:
     """@return the Device at `index` of the flat list. Raises Error for an index out of range."""
-    info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
-    check(status)
-    check(
-        _capi.lib.clattn_device_get_info(index, ctypes.byref(info)),
-        f"device index {index} is out of range ({device_count()} devices)",
+    info = fetch(
+        _capi.DeviceInfo,
+        "clattn_device_info_init_sized",
+        "clattn_device_get_info",
+        index,
+        message=f"device index {index} is out of range ({device_count()} devices)",
     )
     return device_record(info, default_index())
 
@@ -118,8 +103,7 @@ def devices() -> List[Device]:
     default = default_index()
     found = []
     for index in range(device_count()):
-        info, status = _capi.new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
-        check(status)
+        info = new_struct(_capi.DeviceInfo, "clattn_device_info_init_sized")
         if _capi.lib.clattn_device_get_info(index, ctypes.byref(info)) == _capi.SUCCESS:
             found.append(device_record(info, default))
     return found

@@ -27,7 +27,9 @@ import numpy as np
 
 from . import _capi, _checks
 from ._capi import int32_pointer
+from ._common import attribute, new_struct
 from ._tensors import (
+    DTYPE_NAMES,
     STORAGE_TYPES,
     HostTensor,
     as_numpy,
@@ -49,13 +51,7 @@ _CACHE_DTYPES = {
     "q4_0": _capi.DTYPE_Q4_0,
     "q4": _capi.DTYPE_Q4_0,
 }
-_CACHE_DTYPE_NAMES = {
-    _capi.DTYPE_F32: "float32",
-    _capi.DTYPE_F16: "float16",
-    _capi.DTYPE_BF16: "bfloat16",
-    _capi.DTYPE_Q8_0: "q8_0",
-    _capi.DTYPE_Q4_0: "q4_0",
-}
+_CACHE_DTYPE_NAMES = {**DTYPE_NAMES, _capi.DTYPE_Q8_0: "q8_0", _capi.DTYPE_Q4_0: "q4_0"}
 # the NumPy dtype read() gives each storage type (bfloat16 as its uint16 bit patterns)
 _STORAGE_NUMPY = {
     _capi.DTYPE_F32: np.dtype(np.float32),
@@ -137,16 +133,10 @@ class KVCache(_OwnedHandle):
         self._block_table: Optional[np.ndarray] = None
         self._context = resolve_context(context)
 
-        desc, status = _capi.new_struct(
-            _capi.KvCacheDesc,
-            "clattn_kv_cache_desc_init_sized",
-            self._batch,
-            self._heads_kv,
-            self._dim_qk,
-            self._dim_v,
-            self._capacity,
+        sizes = (self._batch, self._heads_kv, self._dim_qk, self._dim_v, self._capacity)
+        desc = new_struct(
+            _capi.KvCacheDesc, "clattn_kv_cache_desc_init_sized", *sizes, message=f"kv cache sizes {self._sizes_text()}"
         )
-        check(status, f"kv cache sizes {self._sizes_text()}")
         desc.dtype = self._dtype
         desc.layout = _LAYOUTS[layout]
         desc.page_size = self._page_size
@@ -184,50 +174,25 @@ class KVCache(_OwnedHandle):
         """The Context whose device holds the cache."""
         return self._context
 
-    @property
-    def batch(self) -> int:
-        return self._batch
-
-    @property
-    def heads_kv(self) -> int:
-        return self._heads_kv
-
-    @property
-    def dim_qk(self) -> int:
-        return self._dim_qk
-
-    @property
-    def dim_v(self) -> int:
-        return self._dim_v
-
-    @property
-    def capacity(self) -> int:
-        """The rows a sequence may hold."""
-        return self._capacity
+    batch = attribute("_batch", "B, the sequences.")
+    heads_kv = attribute("_heads_kv", "Hkv, the key/value heads.")
+    dim_qk = attribute("_dim_qk", "Dqk, the head dim of K (and Q).")
+    dim_v = attribute("_dim_v", "Dv, the head dim of V.")
+    capacity = attribute("_capacity", "The rows a sequence may hold.")
 
     @property
     def dtype(self) -> str:
         """The storage of K and V: "float32", "float16", "bfloat16", "q8_0" or "q4_0"."""
         return _CACHE_DTYPE_NAMES[self._dtype]
 
-    @property
-    def layout(self) -> str:
-        """The order of the storage and of the arrays the cache takes: "bshd" or "bhsd"."""
-        return self._layout
+    layout = attribute("_layout", 'The order of the storage and of the arrays the cache takes: "bshd" or "bhsd".')
 
     @property
     def paged(self) -> bool:
         return self._page_size > 0
 
-    @property
-    def page_size(self) -> int:
-        """Rows a page; 0 for contiguous storage."""
-        return self._page_size
-
-    @property
-    def num_pages(self) -> int:
-        """Pages in the pool; 0 for contiguous storage."""
-        return self._num_pages
+    page_size = attribute("_page_size", "Rows a page; 0 for contiguous storage.")
+    num_pages = attribute("_num_pages", "Pages in the pool; 0 for contiguous storage.")
 
     @property
     def max_pages(self) -> int:

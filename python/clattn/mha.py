@@ -30,6 +30,7 @@ import numpy as np
 
 from . import _capi, _checks, _opencl
 from ._capi import int32_pointer
+from ._common import attribute, fetch, new_struct, record
 from ._tensors import (
     DTYPE_NAMES,
     STORAGE_TYPES,
@@ -221,16 +222,10 @@ class MultiheadAttention(_OwnedHandle):
         mask = _head_mask(head_mask, self._heads)
         self._context = resolve_context(context)
 
-        desc, status = _capi.new_struct(
-            _capi.MhaDesc,
-            "clattn_mha_desc_init_sized",
-            self._d_model,
-            self._heads,
-            self._kv_heads,
-            self._dim_qk,
-            self._dim_v,
+        sizes = (self._d_model, self._heads, self._kv_heads, self._dim_qk, self._dim_v)
+        desc = new_struct(
+            _capi.MhaDesc, "clattn_mha_desc_init_sized", *sizes, message=f"layer sizes {self._sizes_text()}"
         )
-        check(status, f"layer sizes {self._sizes_text()}")
         desc.d_kv = self._d_kv
         desc.weight_dtype = target
         for name, tensor in params.items():
@@ -367,30 +362,12 @@ class MultiheadAttention(_OwnedHandle):
 
     # ------------------------------------------------------------ what it is
 
-    @property
-    def d_model(self) -> int:
-        return self._d_model
-
-    @property
-    def d_kv(self) -> int:
-        """The width of X_kv (d_model unless a cross-attention layer)."""
-        return self._d_kv
-
-    @property
-    def heads(self) -> int:
-        return self._heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self._kv_heads
-
-    @property
-    def dim_qk(self) -> int:
-        return self._dim_qk
-
-    @property
-    def dim_v(self) -> int:
-        return self._dim_v
+    d_model = attribute("_d_model", "The width of X and Y.")
+    d_kv = attribute("_d_kv", "The width of X_kv (d_model unless a cross-attention layer).")
+    heads = attribute("_heads", "Hq, the query heads (pruned ones included).")
+    kv_heads = attribute("_kv_heads", "Hkv, the key/value heads.")
+    dim_qk = attribute("_dim_qk", "Dqk, the head dim of Q and K.")
+    dim_v = attribute("_dim_v", "Dv, the head dim of V.")
 
     @property
     def weight_dtype(self) -> str:
@@ -404,44 +381,32 @@ class MultiheadAttention(_OwnedHandle):
 
     def info(self) -> LayerInfo:
         """@return the layer as it stands (heads kept, the kv heads a KV cache needs, ...)."""
-        info, status = _capi.new_struct(_capi.MhaInfo, "clattn_mha_info_init_sized")
-        check(status)
         with self._locked() as (ctx, mha):
-            check(_capi.lib.clattn_mha_get_info(mha, ctypes.byref(info)), context_handle=ctx)
-        return LayerInfo(
-            d_model=info.d_model,
-            d_kv=info.d_kv,
+            info = fetch(_capi.MhaInfo, "clattn_mha_info_init_sized", "clattn_mha_get_info", mha, context_handle=ctx)
+        return record(
+            LayerInfo,
+            info,
             heads=info.heads_q,
             kv_heads=info.heads_kv,
-            dim_qk=info.dim_qk,
-            dim_v=info.dim_v,
             weight_dtype=DTYPE_NAMES.get(info.weight_dtype, str(info.weight_dtype)),
-            heads_kept=info.heads_kept,
-            attention_heads_kv=info.attention_heads_kv,
-            kv_duplicated=bool(info.kv_duplicated),
-            has_bias=bool(info.has_bias),
-            weight_bytes=info.weight_bytes,
         )
 
     def last_stats(self) -> LayerStats:
         """@return what the layer's last successful call did. Raises Error before any call."""
-        stats, status = _capi.new_struct(_capi.MhaStats, "clattn_mha_stats_init_sized")
-        check(status)
         with self._locked() as (_, mha):
-            check(_capi.lib.clattn_mha_last_stats(mha, ctypes.byref(stats)), "the layer has not run yet")
-        return LayerStats(
-            projection_ms=stats.projection_ms,
-            attention_ms=stats.attention_ms,
-            output_ms=stats.output_ms,
+            stats = fetch(
+                _capi.MhaStats,
+                "clattn_mha_stats_init_sized",
+                "clattn_mha_last_stats",
+                mha,
+                message="the layer has not run yet",
+            )
+        return record(
+            LayerStats,
+            stats,
             variant=_capi.text(_capi.lib.clattn_variant_name(stats.variant)),
-            kernel=_capi.text(stats.kernel),
-            attention_heads_q=stats.attention_heads_q,
-            attention_heads_kv=stats.attention_heads_kv,
-            projection_flops=stats.projection_flops,
-            output_flops=stats.output_flops,
             projection_gemm=_capi.text(_capi.lib.clattn_gemm_name(stats.projection_gemm)),
             output_gemm=_capi.text(_capi.lib.clattn_gemm_name(stats.output_gemm)),
-            gemm_kernel=_capi.text(stats.gemm_kernel),
         )
 
     def set_head_mask(self, head_mask: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Sequence, Tuple, Union
 import numpy as np
 
 from . import _capi, _checks
+from ._common import new_struct
 from .errors import check, invalid
 
 BlockSize = Union[int, Tuple[int, int]]
@@ -35,8 +36,7 @@ def _odd_window(window: int) -> int:
 
 
 def _layout(kind: int, grid: Tuple[int, int], causal: bool, **fields: object) -> np.ndarray:
-    pattern, status = _capi.new_struct(_capi.PatternDesc, "clattn_pattern_desc_init_sized", kind, *grid)
-    check(status)
+    pattern = new_struct(_capi.PatternDesc, "clattn_pattern_desc_init_sized", kind, *grid)
     for name, value in fields.items():
         setattr(pattern, name, value)
     pattern.causal = int(_checks.flag(causal, "causal"))

@@ -9,8 +9,6 @@
 set -uo pipefail
 clattn="$(realpath "$1")"
 runner=(${2:-})
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 case_dir() { # DESCRIPTION: dumps the first quick check case matching it, prints its folder

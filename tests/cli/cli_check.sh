@@ -6,12 +6,8 @@
 # Usage: cli_check.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-top="$(cd "$here/../.." && pwd)" # the source tree
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, finish
-source "$here/cli_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 cd "$work" || exit 1
 
 # ---- the scripts' exit status: 256 failures are a failure (a status keeps 8 bits)

@@ -1,4 +1,11 @@
-# Helpers the clattn program's test scripts share (sourced, with $work set to a scratch folder).
+# Helpers the clattn program's test scripts share (sourced). A script gets $work, a scratch
+# folder removed on exit (one that sets $work and its own trap before sourcing this keeps them),
+# and $top, the source tree (for the scripts that patch a copy of cl/).
+if [ -z "${work:-}" ]; then
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+fi
+top="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -59,4 +66,34 @@ npy_take() {
   local len=$(( $(od -An -tu2 -j8 -N2 "$1") )) shape="$3" skip="${4:-0}" count=1 d
   for d in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * d)); done
   { npy_header '<f4' "$shape"; tail -c +$((11 + len + 4 * skip)) "$1" | head -c $((4 * count)); } > "$2"
+}
+
+# make_npy FILE SHAPE FILL: a <f4 .npy of SHAPE (a Python tuple) holding the 4-byte FILL
+# (printf escapes) in every element, or zeros when FILL is "zeros".
+make_npy() {
+  local file="$1" shape="$2" fill="$3" count=1 dim i
+  for dim in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * dim)); done
+  {
+    npy_header '<f4' "$shape"
+    if [ "$fill" = zeros ]; then
+      head -c $((count * 4)) /dev/zero
+    else
+      for ((i = 0; i < count; i++)); do printf "$fill"; done
+    fi
+  } > "$file"
+}
+
+# dump KIND: the `clattn run` words of the first check case whose line holds KIND, its reference
+# output written (without --path reference: each run chooses its own path); sets run (the
+# words, an array) and dir (the case's folder, its arrays and reference output). Needs $clattn.
+dump() {
+  local index line
+  index=$("$clattn" check --list | grep -m1 -F -- "$1" | awk '{print $1}')
+  [ -n "$index" ] || { fail "no check case with $1"; return 1; }
+  line=$("$clattn" check --case "$index" --path reference --dump "$work/cases" | grep -o 'clattn run.*')
+  read -r -a run <<< "${line#clattn }"
+  "$clattn" "${run[@]}" > /dev/null || { fail "the reference run of $1"; return 1; }
+  for i in "${!run[@]}"; do [ "${run[$i]}" = reference ] && unset 'run[i]' 'run[i-1]'; done
+  run=("${run[@]}")
+  dir="$work/cases/case-$index"
 }

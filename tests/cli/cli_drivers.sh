@@ -9,8 +9,6 @@
 # Usage: cli_drivers.sh PATH/TO/clattn C_COMPILER PATH/TO/clattn-testing
 set -uo pipefail
 clattn="$(realpath "$1")" cc="$2" clattn_hooked="$(realpath "$3")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 cd "$work" || exit 1

@@ -9,27 +9,10 @@
 # the test hooks: a build made to fail)
 set -uo pipefail
 clattn="$(realpath "$1")" clattn_hooked="$(realpath "$2")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 cd "$work" || exit 1
 
-# make_npy FILE SHAPE FILL: a <f4 .npy of SHAPE (a Python tuple) holding the 4-byte FILL
-# (printf escapes) in every element.
-make_npy() {
-  local file="$1" shape="$2" fill="$3" count=1 dim
-  for dim in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * dim)); done
-  local header="{'descr': '<f4', 'fortran_order': False, 'shape': $shape, }"
-  while [ $(((10 + ${#header} + 1) % 64)) -ne 0 ]; do header+=" "; done
-  local len=$((${#header} + 1))
-  {
-    printf '\x93NUMPY\x01\x00'
-    printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
-    printf '%s\n' "$header"
-    for ((i = 0; i < count; i++)); do printf "$fill"; done
-  } > "$file"
-}
 one='\x00\x00\x80\x3f' zero='\x00\x00\x00\x00'
 
 # Q [B=1, Nq=5, Hq=2, D=4], K and V [1, Nk=6, Hkv=1, 4]; V all ones, so O is all ones.

@@ -6,8 +6,6 @@
 # usage errors. Usage: cli_kernel_cache.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 shared="${CLATTN_CACHE_DIR:-}" # the suite's shared folder: only ever read here

@@ -9,8 +9,6 @@
 set -uo pipefail
 clattn="$(realpath "$1")"
 runner=(${2:-})
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 # ---- inputs: d_model 32, Hq 4, Hkv 2, D 8; X [2, 9, 32]; X_kv [2, 13, 24] (d_kv 24)

@@ -10,24 +10,8 @@ set -uo pipefail
 clattn="$(realpath "$1")"
 testing="$(realpath "$2")"
 mpirun=("$3" --oversubscribe)
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
-
-# dump KIND: the `clattn run` words of the first check case whose line holds KIND, its reference
-# output written (without --path reference: each run below chooses its own path)
-dump() {
-  local index line
-  index=$("$clattn" check --list | grep -m1 -F -- "$1" | awk '{print $1}')
-  [ -n "$index" ] || { fail "no check case with $1"; return 1; }
-  line=$("$clattn" check --case "$index" --path reference --dump "$work/cases" | grep -o 'clattn run.*')
-  read -r -a run <<< "${line#clattn }"
-  "$clattn" "${run[@]}" > /dev/null || { fail "the reference run of $1"; return 1; }
-  for i in "${!run[@]}"; do [ "${run[$i]}" = reference ] && unset 'run[i]' 'run[i-1]'; done
-  run=("${run[@]}")
-  dir="$work/cases/case-$index"
-}
 
 # ---- ring over 2 and 3 ranks, every mask kind; Ulysses where the kv heads split
 for kind in "Nq=64 Nk=64 Dqk=32 Dv=32 bshd f32->f32 causal" "Nq=17 Nk=100" "window=9,0" \

@@ -5,31 +5,10 @@
 # Usage: cli_reliability.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 cd "$work" || exit 1
 
-# make_npy FILE SHAPE FILL: a <f4 .npy of SHAPE (a Python tuple) holding the 4-byte FILL
-# (printf escapes) in every element, or zeros when FILL is "zeros".
-make_npy() {
-  local file="$1" shape="$2" fill="$3" count=1 dim
-  for dim in $(tr -c '0-9' ' ' <<< "$shape"); do count=$((count * dim)); done
-  local header="{'descr': '<f4', 'fortran_order': False, 'shape': $shape, }"
-  while [ $(((10 + ${#header} + 1) % 64)) -ne 0 ]; do header+=" "; done
-  local len=$((${#header} + 1))
-  {
-    printf '\x93NUMPY\x01\x00'
-    printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
-    printf '%s\n' "$header"
-    if [ "$fill" = zeros ]; then
-      head -c $((count * 4)) /dev/zero
-    else
-      for ((i = 0; i < count; i++)); do printf "$fill"; done
-    fi
-  } > "$file"
-}
 one='\x00\x00\x80\x3f'
 make_npy q.npy "(1, 5, 2, 4)" "$one"
 make_npy k.npy "(1, 6, 1, 4)" "$one"

@@ -5,27 +5,11 @@
 # Usage: cli_ring.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 devices=$("$clattn" devices 2> /dev/null | grep -cE '^[0-9]+ +[0-9]+:[0-9]+ ')
 [ "$devices" -ge 2 ] && pair=0,1 || pair=0,0 # two contexts on one device otherwise
-
-# dump KIND: the `clattn run` words of the first check case whose line holds KIND, its reference
-# output written (without --path reference: each run below chooses its own path)
-dump() {
-  local index line
-  index=$("$clattn" check --list | grep -m1 -F -- "$1" | awk '{print $1}')
-  [ -n "$index" ] || { fail "no check case with $1"; return 1; }
-  line=$("$clattn" check --case "$index" --path reference --dump "$work/cases" | grep -o 'clattn run.*')
-  read -r -a run <<< "${line#clattn }"
-  "$clattn" "${run[@]}" > /dev/null || { fail "the reference run of $1"; return 1; }
-  for i in "${!run[@]}"; do [ "${run[$i]}" = reference ] && unset 'run[i]' 'run[i-1]'; done
-  run=("${run[@]}")
-  dir="$work/cases/case-$index"
-}
 
 for kind in "Nq=64 Nk=64 Dqk=32 Dv=32 bshd f32->f32 causal" "window=9,-1" "dilation=3" \
             "global=" "layout=per-head" "layout=shared" "bias=full" "bias=padding" \

@@ -6,8 +6,6 @@
 # process. Usage: cli_run.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 

@@ -7,8 +7,6 @@
 # Bad options are usage errors. Usage: cli_tune.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 # Under AddressSanitizer (scripts/test.sh): tune builds dozens of kernels in a fresh cache folder,
 # and PoCL leaks inside its own passes while building them; those leaks are suppressed by name

@@ -9,12 +9,8 @@
 # Usage: cli_verify.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-top="$(cd "$here/../.." && pwd)" # the source tree
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, finish
-source "$here/cli_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 quick_cases=$("$clattn" check --list --quick | grep -cE '^ *[0-9]+ ') # the quick sweep's size
 cd "$work" || exit 1
 unset CLATTN_VERIFY CLATTN_STRICT CLATTN_KERNEL

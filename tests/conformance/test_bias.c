@@ -16,16 +16,6 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Every path and fused variant on every device, against the reference. */
-static void expect_every_path_passes(const attn_case *cases, size_t n) {
-    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0,
-                 "fused: failing cases are listed above");
-    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0,
-                 "gemm: failing cases are listed above");
-    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO), 0,
-                 "auto: failing cases are listed above");
-}
-
 Test(bias, finite_minimum_on_all_or_some_keys) {
     attn_case cases[6];
     for (size_t i = 0; i < COUNT(cases); i++) {

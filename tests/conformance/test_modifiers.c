@@ -15,15 +15,6 @@
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static void expect_every_path_passes(const attn_case *cases, size_t n) {
-    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_AUTO), 0,
-                 "fused: failing cases are listed above");
-    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0,
-                 "gemm: failing cases are listed above");
-    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO), 0,
-                 "auto: failing cases are listed above");
-}
-
 Test(modifiers, each_alone_and_composed_matches_the_reference) {
     attn_case cases[10];
     size_t n = 0;

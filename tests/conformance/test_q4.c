@@ -18,17 +18,6 @@
 #define COUNT(a)         (sizeof(a) / sizeof((a)[0]))
 #define q4_bytes(values) ((values) / 32 * 18)
 
-/* Values in [-amplitude, amplitude], quantised to q4_0. */
-static uint8_t *random_q4(size_t n, float amplitude, uint64_t seed) {
-    float *x = malloc(n * sizeof *x);
-    uint8_t *q = malloc(q4_bytes(n));
-    fill_uniform(x, n, seed);
-    for (size_t i = 0; i < n; i++) x[i] *= amplitude;
-    cr_assert_eq(clattn_convert(CLATTN_F32, x, CLATTN_Q4_0, q, n), CLATTN_SUCCESS);
-    free(x);
-    return q;
-}
-
 static void expect_close(const char *what, const float *o, const float *ref, size_t n) {
     double *ref64 = malloc(n * sizeof *ref64), atol, rtol;
     clattn_tolerance(CLATTN_Q4_0, CLATTN_F32, &atol, &rtol, NULL);
@@ -47,7 +36,8 @@ static void check_call(clattn_context *ctx, size_t nq_rows, int causal) {
     size_t nq = B * HQ * nq_rows, nk = B * HKV * NK;
     float *q = malloc(nq * D * sizeof *q), *o = malloc(nq * D * 4), *ref = malloc(nq * D * 4);
     fill_uniform(q, nq * D, 1);
-    uint8_t *k = random_q4(nk * D, 2.0f, 2), *v = random_q4(nk * D, 1.0f, 3);
+    uint8_t *k = random_quantised(CLATTN_Q4_0, nk * D, 2.0f, 2),
+            *v = random_quantised(CLATTN_Q4_0, nk * D, 1.0f, 3);
     ASSERT_OK(ctx, clattn_attention_host(ctx, &d, q, k, v, o, NULL));
     clattn_stats s;
     clattn_stats_init(&s);

@@ -27,17 +27,6 @@ enum { BLOCK = 32, BLOCK_BYTES = 34 };
 /* Bytes of `values` q8_0 values (whole blocks). */
 #define q8_bytes(values) ((values) / BLOCK * BLOCK_BYTES)
 
-/* Values in [-amplitude, amplitude], quantised. */
-static uint8_t *random_q8(size_t n, float amplitude, uint64_t seed) {
-    float *x = malloc(n * sizeof *x);
-    uint8_t *q = malloc(q8_bytes(n));
-    fill_uniform(x, n, seed);
-    for (size_t i = 0; i < n; i++) x[i] *= amplitude;
-    cr_assert_eq(clattn_convert(CLATTN_F32, x, CLATTN_Q8_0, q, n), CLATTN_SUCCESS);
-    free(x);
-    return q;
-}
-
 static float block_scale(const uint8_t *block) {
     uint16_t bits = (uint16_t)(block[0] | block[1] << 8);
     float scale;
@@ -108,7 +97,8 @@ static void check_case(clattn_context *ctx, const q8_case *c) {
     void *q = malloc(nq * c->dqk * 4);
     fill_uniform(qf, nq * c->dqk, 1);
     clattn_convert(CLATTN_F32, qf, c->q_dtype, q, nq * c->dqk);
-    uint8_t *k = random_q8(nk * c->dqk, 2.0f, 2), *v = random_q8(nk * c->dv, 1.0f, 3);
+    uint8_t *k = random_quantised(CLATTN_Q8_0, nk * c->dqk, 2.0f, 2),
+            *v = random_quantised(CLATTN_Q8_0, nk * c->dv, 1.0f, 3);
     if (c->bias) {
         bias = malloc(nq * c->nk * sizeof *bias);
         fill_uniform(bias, nq * c->nk, 4);

@@ -181,6 +181,18 @@ static void expect_reference_result(const clattn_attention_desc *desc, const flo
     free(ref), free(ref64);
 }
 
+/* Q (nq_all values), K and V (nk_all) uniform in [-1, 1], and O all NaN (a value left
+ * unwritten fails), for a call that `desc` sends down the GEMM path. The caller frees them. */
+static void gemm_call_arrays(clattn_attention_desc *desc, size_t nq_all, size_t nk_all, float **q,
+                             float **k, float **v, float **o) {
+    *q = malloc(nq_all * 4), *k = malloc(nk_all * 4), *v = malloc(nk_all * 4);
+    *o = malloc(nq_all * 4);
+    cr_assert(*q && *k && *v && *o);
+    fill_uniform(*q, nq_all, 1), fill_uniform(*k, nk_all, 2), fill_uniform(*v, nk_all, 3);
+    for (size_t i = 0; i < nq_all; i++) (*o)[i] = NAN;
+    desc->path = CLATTN_PATH_GEMM;
+}
+
 /* Runs one float32 call on the gemm path with the score budget set to the device's largest
  * allocation; expects success (O within the contract's tolerance of the reference's) or
  * CLATTN_ERR_OUT_OF_MEMORY. Before CLBlast's padded copies were budgeted, such calls aborted
@@ -194,12 +206,8 @@ static void expect_gemm_runs_or_says_out_of_memory(size_t b, size_t hq, size_t h
     clattn_attention_desc desc;
     ASSERT_OK(ctx, clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, b, hq, hkv, nq, nk, d, d));
     size_t nq_all = b * nq * hq * d, nk_all = b * nk * hkv * d;
-    float *q = malloc(nq_all * 4), *k = malloc(nk_all * 4), *v = malloc(nk_all * 4);
-    float *o = malloc(nq_all * 4);
-    cr_assert(q && k && v && o);
-    fill_uniform(q, nq_all, 1), fill_uniform(k, nk_all, 2), fill_uniform(v, nk_all, 3);
-    for (size_t i = 0; i < nq_all; i++) o[i] = NAN; /* a value left unwritten fails */
-    desc.path = CLATTN_PATH_GEMM;
+    float *q, *k, *v, *o;
+    gemm_call_arrays(&desc, nq_all, nk_all, &q, &k, &v, &o);
     desc.gemm_budget_bytes = (size_t)info.max_alloc_bytes;
     clattn_status status = clattn_attention_host(ctx, &desc, q, k, v, o, NULL);
     cr_assert(status == CLATTN_SUCCESS || status == CLATTN_ERR_OUT_OF_MEMORY, "%s: %s",
@@ -283,12 +291,8 @@ Test(gemm_budget, chunks_keep_every_copy_within_the_largest_allocation) {
     ASSERT_OK(ctx,
               clattn_attention_desc_init(&desc, CLATTN_LAYOUT_BSHD, 1, 16, 1, 4, 1024, 64, 64));
     size_t nq_all = 16 * 4 * 64, nk_all = 1024 * 64;
-    float *q = malloc(nq_all * 4), *k = malloc(nk_all * 4), *v = malloc(nk_all * 4);
-    float *o = malloc(nq_all * 4);
-    cr_assert(q && k && v && o);
-    fill_uniform(q, nq_all, 1), fill_uniform(k, nk_all, 2), fill_uniform(v, nk_all, 3);
-    for (size_t i = 0; i < nq_all; i++) o[i] = NAN; /* a value left unwritten fails */
-    desc.path = CLATTN_PATH_GEMM;
+    float *q, *k, *v, *o;
+    gemm_call_arrays(&desc, nq_all, nk_all, &q, &k, &v, &o);
     ASSERT_OK(ctx, clattn_attention_host(ctx, &desc, q, k, v, o, NULL));
     clattn_stats stats;
     clattn_stats_init(&stats);

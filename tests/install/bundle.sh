@@ -9,8 +9,6 @@
 # Usage: tests/install/bundle.sh dist/clattn-VERSION-linux-x86_64.tar.gz
 set -uo pipefail
 tarball="$(realpath "$1")"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # fail, expect STATUS TEXT -- COMMAND...
 source "$(dirname "${BASH_SOURCE[0]}")/../cli/cli_common.sh"
 cd "$work" || exit 1

@@ -100,15 +100,21 @@ Test(drivers, an_unregistered_pocl_is_handed_to_the_loader_once) {
     rmdir(empty);
 }
 
-/* Registers PoCL with one .icd file naming `entry`, runs the search and checks that PoCL is
- * not handed to the loader a second time. */
-static void check_registered_pocl_is_left_alone(const char *vendors, const char *entry) {
-    char icd[128];
-    snprintf(icd, sizeof icd, "%s/pocl-registered.icd", vendors);
+/* Writes vendors/NAME, an .icd file of one line: `entry`, the driver's path; its path into icd. */
+static void write_icd(char *icd, size_t size, const char *vendors, const char *name,
+                      const char *entry) {
+    snprintf(icd, size, "%s/%s", vendors, name);
     FILE *f = fopen(icd, "w");
     cr_assert(f != NULL);
     fprintf(f, "%s\n", entry);
     fclose(f);
+}
+
+/* Registers PoCL with one .icd file naming `entry`, runs the search and checks that PoCL is
+ * not handed to the loader a second time. */
+static void check_registered_pocl_is_left_alone(const char *vendors, const char *entry) {
+    char icd[128];
+    write_icd(icd, sizeof icd, vendors, "pocl-registered.icd", entry);
     search_environment(vendors, NULL);
     size_t devices = 0;
     cr_assert_eq(clattn_device_count(&devices), CLATTN_SUCCESS);
@@ -169,11 +175,7 @@ static void expect_pocl_without_devices(const char *cause) {
     char vendors[64], real[PATH_MAX], icd[128];
     if (!pocl_file(real, sizeof real)) cr_skip_test("no PoCL on this machine");
     make_folder(vendors, sizeof vendors, "vendors");
-    snprintf(icd, sizeof icd, "%s/pocl.icd", vendors);
-    FILE *f = fopen(icd, "w");
-    cr_assert(f != NULL);
-    fprintf(f, "%s\n", real);
-    fclose(f);
+    write_icd(icd, sizeof icd, vendors, "pocl.icd", real);
     search_environment(vendors, NULL);
     setenv("CLATTN_NO_DRIVER_SEARCH", "1", 1);
     size_t devices = 1, index = 0, matched = 0;

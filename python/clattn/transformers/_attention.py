@@ -70,6 +70,26 @@ class Plan:
     def __init__(self, key_count: int, causal: bool, window: Any, bias: Optional[torch.Tensor]) -> None:
         self.key_count, self.causal, self.window, self.bias = key_count, causal, window, bias
 
+    def attend(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: Any, scaling: Any, **extra: Any
+    ) -> torch.Tensor:
+        """clattn.attention of query [B, Hq, L, D] over the first key_count rows of key and
+        value [B, Hkv, S, D] with this plan's masks and `bias`; `extra`: its other keywords
+        (softcap, sinks, context). [B, H, N, D] views as [B, N, H, D]: the projections' own
+        memory order, and O comes out as the [B, L, Hq, Dv] the model wants, without a
+        transposing copy."""
+        return attention(
+            query.transpose(1, 2),
+            key[:, :, : self.key_count].transpose(1, 2),
+            value[:, :, : self.key_count].transpose(1, 2),
+            layout="bshd",
+            causal=self.causal,
+            window=self.window,
+            bias=bias,
+            scale=scaling,
+            **extra,
+        )
+
 
 def plan_mask(mask: Mask, q_length: int, keys: int) -> Plan:
     """clattn's masks for a Mask: queries at positions q_offset + i, keys at kv_offset + j. With
@@ -149,17 +169,4 @@ def attention_forward(
     if position_bias is not None:
         position = position_bias[..., : plan.key_count].float()
         bias = position if bias is None else position + bias
-    # [B, H, N, D] views as [B, N, H, D]: the projections' own memory order, and O comes out as
-    # the [B, L, Hq, Dv] the model wants, without a transposing copy.
-    out = attention(
-        query.transpose(1, 2),
-        key[:, :, : plan.key_count].transpose(1, 2),
-        value[:, :, : plan.key_count].transpose(1, 2),
-        layout="bshd",
-        causal=plan.causal,
-        window=plan.window,
-        bias=bias,
-        scale=scaling,
-        **extra,
-    )
-    return out, None
+    return plan.attend(query, key, value, bias, scaling, **extra), None

@@ -30,7 +30,6 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .._checks import size as checked_size
 from ..context import Context, resolve_context
 from ..errors import invalid
-from ..attention import attention
 from ..kv_cache import KVCache
 from ._attention import plan_mask, plan_none
 from ._masks import Mask
@@ -248,18 +247,7 @@ def _attend_prompt(query, k_new, v_new, mask, scaling, causal, extra, context) -
         plan = plan_mask(mask, q_length, k_new.shape[2])
     else:
         plan = plan_none(q_length, k_new.shape[2], causal)
-    return attention(
-        query.transpose(1, 2),
-        k_new[:, :, : plan.key_count].transpose(1, 2),
-        v_new[:, :, : plan.key_count].transpose(1, 2),
-        layout="bshd",
-        causal=plan.causal,
-        window=plan.window,
-        bias=plan.bias,
-        scale=scaling,
-        context=context,
-        **extra,
-    )
+    return plan.attend(query, k_new, v_new, plan.bias, scaling, context=context, **extra)
 
 
 def _gather_rows(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:

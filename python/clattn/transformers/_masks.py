@@ -155,18 +155,10 @@ def mask(
     q_offset, kv_offset = int(q_offset), int(kv_offset)
     if attention_mask is not None and attention_mask.ndim == 2:
         attention_mask = attention_mask.to(torch.bool)
+    positions = (batch_size, q_length, q_offset, kv_length, kv_offset)  # Mask's first fields
     pattern = _Pattern()
     if _recognise(mask_function, pattern):
-        return Mask(
-            batch_size,
-            q_length,
-            q_offset,
-            kv_length,
-            kv_offset,
-            pattern.causal,
-            pattern.window,
-            _padding(attention_mask, pattern.padding),
-        )
+        return Mask(*positions, pattern.causal, pattern.window, _padding(attention_mask, pattern.padding))
     dense = masking_utils.sdpa_mask(
         batch_size=batch_size,
         q_length=q_length,
@@ -181,11 +173,7 @@ def mask(
     )
     name = getattr(mask_function, "__qualname__", type(mask_function).__name__)
     return Mask(
-        batch_size,
-        q_length,
-        q_offset,
-        kv_length,
-        kv_offset,
+        *positions,
         False,
         None,
         None,
