@@ -779,7 +779,7 @@ CLATTN_API clattn_status clattn_tuning_file(char *path, size_t size);
  * $XDG_CACHE_HOME/clattn, else ~/.cache/clattn; "off" disables it) beside tuning.json, one
  * file per program. The folder is bounded: after each write, entries are removed until they
  * total at most $CLATTN_CACHE_MAX_MB MiB (default 256): those of other clattn versions first,
- * then the least recently used. docs/cache.md explains the folder. */
+ * then the least recently used. docs/kernel-cache.md explains the folder. */
 
 /** What the cache folder's compiled kernels hold (tuning.json aside). */
 typedef struct clattn_cache_info {
