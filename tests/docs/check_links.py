@@ -86,13 +86,17 @@ def anchors(path: Path, cache: dict) -> set:
 
 
 def links(path: Path):
-    for number, line in prose_lines(path.read_text(encoding="utf-8")):
-        line = CODE_SPAN.sub("code", line)
-        for target in LINK.findall(line):
-            yield number, target
+    """(line number, target) of every link; a link's text may run over several lines."""
+    text = path.read_text(encoding="utf-8")
+    lines = [""] * (text.count("\n") + 1)
+    for number, line in prose_lines(text):
+        lines[number - 1] = CODE_SPAN.sub(lambda m: "x" * len(m.group(0)), line)
         match = REFDEF.match(line)
         if match:
             yield number, match.group(1)
+    prose = "\n".join(lines)
+    for match in LINK.finditer(prose):
+        yield prose.count("\n", 0, match.start(1)) + 1, match.group(1)
 
 
 def check(root: Path, path: Path, number: int, target: str, cache: dict):
