@@ -6,7 +6,7 @@
  *     O = softmax(scale * Q K^T + bias, over the allowed keys) V
  *
  * with the exact semantics of docs/semantics.md (masks, bottom-right causal alignment,
- * GQA/MQA, layouts, empty rows): see README.md.
+ * GQA/MQA, layouts, empty rows); docs/api.md is the guide to this header.
  *
  * Conventions
  * - Every function returns a clattn_status (0 is success). OpenCL's own error codes pass
