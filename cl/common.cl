@@ -206,12 +206,12 @@ inline float mul_saturating(float a, float b) {
     return isinf(x) && isfinite(a) && isfinite(b) ? copysign(FLT_MAX, x) : x;
 }
 
-/* Scores are float32 (README, Semantics): scale * q.k is an infinity only when that product
- * itself is beyond float32. A kernel's float32 sum of products (and a q pre-scaled by scale)
- * can overflow on the way even so; such a score is summed again with each operand scaled by
+/* Scores are float32 (docs/semantics.md section 9): scale * q.k is an infinity only when that
+ * product itself is beyond float32. A kernel's float32 sum of products (and a q pre-scaled by
+ * scale) can overflow on the way even so; such a score is summed again with each operand scaled by
  * 2^-RESCORE_SHIFT (no product or partial sum of FLT_MAX-sized values then overflows), and
- * rescored() puts scale and 2^(2*RESCORE_SHIFT) back at once: scale's mantissa first, then
- * its exponent with ldexp, which is exact up to the final overflow or underflow. */
+ * rescored() puts scale and 2^(2*RESCORE_SHIFT) back at once: scale's mantissa first, then its
+ * exponent with ldexp, which is exact up to the final overflow or underflow. */
 #define RESCORE_SHIFT 70
 #define RESCORE_DOWN  0x1.0p-70f
 

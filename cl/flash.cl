@@ -28,10 +28,10 @@
  * infinity is flagged while it is loaded, and then zero probabilities add nothing (instead of 0 *
  * NaN).
  *
- * Values near FLT_MAX (README, Semantics): a score that came out non-finite from the pre-scaled
- * q is summed again without overflow on the way (common.cl, rescored), and O stays normalised
- * (the weighted mean of the V rows seen): every lane reads its rows' whole P row from the P
- * tile, so each lane holds the row's full sum and no sum is reduced over the team.
+ * Values near FLT_MAX (docs/semantics.md section 9): a score that came out non-finite from the
+ * pre-scaled q is summed again without overflow on the way (common.cl, rescored), and O stays
+ * normalised (the weighted mean of the V rows seen): every lane reads its rows' whole P row from
+ * the P tile, so each lane holds the row's full sum and no sum is reduced over the team.
  *
  * Index arithmetic in the loops is 32-bit: local offsets, and global offsets within a tile (the
  * planner checks that a tile's span fits in 31 bits); 64-bit only for the base of a tensor, a

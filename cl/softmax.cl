@@ -93,7 +93,7 @@ softmax_rows(__global const IN_T *in, ulong in_offset, ulong in_row_stride, __gl
  * lse: [B][Hq][Nq] float, natural log, written when P->write_lse.
  * Q, K: the caller's tensors (IN_T storage) and `scale`: an allowed score the GEMM left
  * non-finite (its float32 sum overflowed on the way) is summed again without overflow
- * (rescore), so that it is an infinity only when scale * q.k is (README, Semantics).
+ * (rescore), so that it is an infinity only when scale * q.k is (docs/semantics.md section 9).
  * One work-group per row: global (WG_SIZE * R, G), local (WG_SIZE, 1).
  */
 

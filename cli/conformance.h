@@ -91,7 +91,7 @@ clattn_status case_dump(const attn_case *c, const char *dir, const char *path_na
  * (bfloat16, then float16, then float32). */
 void tolerance_for(clattn_dtype in, clattn_dtype out, double *atol, double *rtol);
 
-/* The attention layer's tolerance (README, "The attention layer"): docs/semantics.md section 4's
+/* The attention layer's tolerance (docs/layer.md): docs/semantics.md section 4's
  * for Y's storage type, its absolute term scaled by the largest finite |ref| of the output, since
  * the layer's output has no fixed magnitude and the float32 GEMMs' error follows the output's. */
 void layer_tolerance(clattn_dtype y_dtype, const double *ref, size_t n, double *atol, double *rtol);

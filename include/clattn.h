@@ -6,7 +6,7 @@
  *     O = softmax(scale * Q K^T + bias, over the allowed keys) V
  *
  * with the exact semantics of docs/semantics.md (masks, bottom-right causal alignment,
- * GQA/MQA, layouts, empty rows): see README.md.
+ * GQA/MQA, layouts, empty rows); docs/api.md is the guide to this header.
  *
  * Conventions
  * - Every function returns a clattn_status (0 is success). OpenCL's own error codes pass
@@ -779,7 +779,7 @@ CLATTN_API clattn_status clattn_tuning_file(char *path, size_t size);
  * $XDG_CACHE_HOME/clattn, else ~/.cache/clattn; "off" disables it) beside tuning.json, one
  * file per program. The folder is bounded: after each write, entries are removed until they
  * total at most $CLATTN_CACHE_MAX_MB MiB (default 256): those of other clattn versions first,
- * then the least recently used. docs/cache.md explains the folder. */
+ * then the least recently used. docs/kernel-cache.md explains the folder. */
 
 /** What the cache folder's compiled kernels hold (tuning.json aside). */
 typedef struct clattn_cache_info {

@@ -59,7 +59,7 @@ pocl_only=(env OCL_ICD_VENDORS="$(icd_folder build/icd-pocl pocl.icd)")
 
 if [ -f /etc/OpenCL/vendors/rusticl.icd ]; then
   section "Mesa rusticl's llvmpipe device: check --quick and the conformance tests"
-  # Mesa builds a kernel at clCreateKernel, slowly for some (README, Devices): its shader
+  # Mesa builds a kernel at clCreateKernel, slowly for some (docs/devices.md): its shader
   # cache in the build tree keeps them across the stage's processes and across runs.
   rusticl=(env OCL_ICD_VENDORS="$(icd_folder build/icd-rusticl rusticl.icd)"
     CLATTN_NO_DRIVER_SEARCH=1 RUSTICL_ENABLE=llvmpipe

@@ -4,7 +4,7 @@ anything:
 
     python -m clattn devices               # every OpenCL device, and what the driver search found
     python -m clattn check --quick         # conformance of every variant against the reference
-    python -m clattn bench --nq 1024,4096  # timings (README.md, "The clattn program")
+    python -m clattn bench --nq 1024,4096  # timings (docs/cli.md)
 
 Every command and option is the program's; this module only replaces the Python process with it.
 """

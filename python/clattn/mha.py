@@ -1,5 +1,5 @@
 """clattn.MultiheadAttention: a whole multi-head attention layer on an OpenCL device, over the
-C API's clattn_mha_* functions (README.md, "The attention layer").
+C API's clattn_mha_* functions (docs/layer.md).
 
 For X [B, N, d_model] and, for cross-attention, X_kv [B, Nk, d_kv] (else X_kv = X):
 

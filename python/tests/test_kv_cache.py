@@ -50,7 +50,7 @@ STORAGES = {
         "bfloat16", lambda x: x, lambda x: from_bf16_bits(to_bf16_bits(x)).astype(np.float64), "bfloat16"
     ),
     # q8_0: the reference reads the cache's dequantised values (cached_rows), at float16's
-    # tolerance (README, "Tolerances")
+    # tolerance (docs/semantics.md section 4)
     "q8_0": Storage("q8_0", lambda x: x, lambda x: x.astype(np.float64), "float16"),
 }
 

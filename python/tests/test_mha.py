@@ -80,7 +80,7 @@ def layer_reference(
 
 
 def assert_layer_close(got: Any, ref: np.ndarray, dtype: str = "float32", what: str = "Y") -> None:
-    """README, "The attention layer": docs/semantics.md section 4's tolerance for Y's type, the absolute term
+    """docs/layer.md: docs/semantics.md section 4's tolerance for Y's type, the absolute term
     scaled by the largest |Y| of the reference."""
     atol, rtol = TOLERANCES[dtype]
     got = np.asarray(got, dtype=np.float64)

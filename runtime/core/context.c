@@ -141,7 +141,7 @@ int context_enter(clattn_context *ctx) {
     if (!atomic_exchange(&warned, 1))
         fprintf(stderr,
                 "clattn: two threads called into one context (%p) at once; a context "
-                "serves one thread at a time (README, Reliability): the second call "
+                "serves one thread at a time (docs/reliability.md): the second call "
                 "fails with CLATTN_ERR_INVALID_ARGUMENT\n",
                 (void *)ctx);
     return 1;

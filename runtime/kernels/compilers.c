@@ -1,7 +1,7 @@
 /*
  * Compilers that cannot build a kernel of clattn's in reasonable time (compilers.h). Each entry
  * names the platform (CL_PLATFORM_NAME), the variant, and what was measured, with the driver
- * version it was measured on; the README's devices section tells the story.
+ * version it was measured on; docs/devices.md (Mesa rusticl) tells the story.
  *
  * Mesa's rusticl (llvmpipe) compiles a kernel when it is created (clCreateKernel), through NIR
  * and then LLVM for llvmpipe's SIMD lanes (8 work-items at 256 bits): a float16 value becomes

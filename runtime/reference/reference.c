@@ -92,7 +92,7 @@ static float modified(const reference_call *c, const score_pair *p, float t) {
 }
 
 /* The score of an allowed pair, one float32 step at a time, in the order the kernels take
- * them (README, Semantics: scores are float32, and the reference rounds where the kernels
+ * them (docs/semantics.md section 9: scores are float32, and the reference rounds where the kernels
  * do). A modifier of t (soft-capping, then ALiBi) is one more step between the two. */
 static float score(const reference_call *c, const score_pair *p) {
     float t = modified(c, p, scaled_dot(c, p));

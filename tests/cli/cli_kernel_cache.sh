@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# clattn cache (docs/cache.md), on a cache folder of its own: info counting entries and the
+# clattn cache (docs/kernel-cache.md), on a cache folder of its own: info counting entries and the
 # entries of other clattn versions; trim removing other versions first, then the least recently
 # used; clear keeping tuning.json and foreign files; the $CLATTN_CACHE_MAX_MB bound kept while
 # real programs are built; warm in two processes storing what a second warm only loads; and the

@@ -133,10 +133,10 @@ Test(bias, huge_finite_scores_do_not_mask) {
         }
 }
 
-/* Scores are float32 step by step, in the reference as in the kernels (README, Semantics):
- * s = float32(float32(scale * q.k) + bias). Under a row-wide bias of -1e5 a row's scores are
- * 2^-7 apart at best, and the reference, which summed in double, disagreed with every kernel
- * (issue 29). Each test runs every variant of the table that serves the call on the device
+/* Scores are float32 step by step, in the reference as in the kernels (docs/semantics.md,
+ * section 9): s = float32(float32(scale * q.k) + bias). Under a row-wide bias of -1e5 a row's
+ * scores are 2^-7 apart at best, and the reference, which summed in double, disagreed with every
+ * kernel (issue 29). Each test runs every variant of the table that serves the call on the device
  * against clattn_attention_reference, for BERT's old padding -1e4, -1e5, -3e5 and float16's
  * maximum 65504. */
 static const float large_biases[] = {-1e4f, -1e5f, -3e5f, 65504.0f};

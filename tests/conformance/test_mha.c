@@ -8,8 +8,8 @@
  * quantised; and refused calls that change nothing.
  *
  * Inputs: X uniform in [-1, 1]; weights and biases uniform in [-1/sqrt(in), 1/sqrt(in)], as
- * nn.Linear initialises them. Tolerance (README, "The attention layer"): docs/semantics.md section
- * 4's for Y's storage type, its absolute term scaled by the largest |Y| of the reference.
+ * nn.Linear initialises them. Tolerance (docs/layer.md): docs/semantics.md section 4's for Y's
+ * storage type, its absolute term scaled by the largest |Y| of the reference.
  */
 #include <criterion/criterion.h>
 
@@ -126,8 +126,8 @@ static float *as_floats(const void *y, size_t n, clattn_dtype dtype) {
     return out;
 }
 
-/* The layer's tolerance (README): the contract's for Y's storage, atol scaled by max |ref|. Returns
- * how many values of got lie outside it. */
+/* The layer's tolerance (docs/layer.md): the contract's for Y's storage, atol scaled by max |ref|.
+ * Returns how many values of got lie outside it. */
 static size_t compare_layer(const char *label, const float *got, const float *ref, size_t n,
                             clattn_dtype y_dtype) {
     double *ref64 = malloc(n * sizeof *ref64), atol, rtol;

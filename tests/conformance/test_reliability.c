@@ -305,7 +305,7 @@ Test(gemm_budget, chunks_keep_every_copy_within_the_largest_allocation) {
 
 /* ---------------------------------------------------------------- values near FLT_MAX */
 
-/* README, Semantics: scores are float32 (scale * q.k beyond its range is an infinity, and
+/* docs/semantics.md section 9: scores are float32 (scale * q.k beyond its range is an infinity, and
  * nothing finite becomes one on the way), O is a weighted mean of V's rows. Each case is
  * [B=1, N=64, H=2, D=64] with values in [-1, 1] except where it says; "|q| = 2, q.k = 0" is
  * q = +-2 against K all 1: scale*q overflows, scale*q.k does not. */

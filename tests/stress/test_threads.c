@@ -1,11 +1,11 @@
 /*
- * Threads, as the README's rules allow them: any number of threads, each with contexts of its
- * own. Before device discovery ran once per process under a lock, two threads creating their
- * first contexts at once crashed inside PoCL 3.1 (a start-up race of its clGetDeviceInfo);
- * before CLBlast's calls were serialised, two threads on the gemm path used memory CLBlast 1.5
- * had freed (its database code; fixed upstream in 1.6.1). Built a second time with
- * -fsanitize=thread by scripts/test.sh. Sharing one context between threads at once is not
- * allowed, and every build detects it.
+ * Threads, as docs/reliability.md's rules allow them: any number of threads, each with contexts of
+ * its own. Before device discovery ran once per process under a lock, two threads creating their
+ * first contexts at once crashed inside PoCL 3.1 (a start-up race of its clGetDeviceInfo); before
+ * CLBlast's calls were serialised, two threads on the gemm path used memory CLBlast 1.5 had freed
+ * (its database code; fixed upstream in 1.6.1). Built a second time with -fsanitize=thread by
+ * scripts/test.sh. Sharing one context between threads at once is not allowed, and every build
+ * detects it.
  */
 #include <criterion/criterion.h>
 

@@ -343,7 +343,7 @@ Test(reference, bias_broadcast_with_zero_strides) {
     for (int r = 0; r < 4; r++) cr_expect(fabs(o[r] - 4.0) < 1e-6, "row %d: O = %g", r, o[r]);
 }
 
-/* Scores are float32, step by step (README, Semantics). Nq=1, Nk=2, D=1, scale 1: q=1,
+/* Scores are float32, step by step (docs/semantics.md section 9). Nq=1, Nk=2, D=1, scale 1: q=1,
    k=(2^-10, 0), v=(1, -1), bias -1e5 on both keys. t = (2^-10, 0) is exact in float32; the
    float32 sums t + bias are both -100000 (its float32 spacing is 2^-7 = 0.0078125, and
    2^-10 is less than half of it), so P = (1/2, 1/2): O = 0 exactly, LSE = -1e5 + log 2.
