@@ -138,6 +138,22 @@ size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap) {
     return n;
 }
 
+void for_each_gemm_row(gemm_row_check *check, const void *cases, size_t case_size, size_t count) {
+    clattn_context **ctxs;
+    size_t num = test_contexts(&ctxs);
+    for (size_t d = 0; d < num; d++) {
+        clattn_gemm rows[8];
+        size_t num_rows = gemm_rows_on(ctxs[d], rows, sizeof rows / sizeof rows[0]);
+        cr_expect_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
+        for (size_t r = 0; r < num_rows; r++) {
+            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], rows[r]));
+            for (size_t c = 0; c < count; c++)
+                check(ctxs[d], rows[r], (const char *)cases + c * case_size);
+            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], CLATTN_GEMM_AUTO));
+        }
+    }
+}
+
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;

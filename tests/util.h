@@ -55,6 +55,12 @@ size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *o
  * them into out. @return how many. */
 size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap);
 
+/* On every device: expects the GEMM table to list at least two rows there, and for each row sets
+ * the context's GEMM to it, calls check(ctx, row, &cases[c]) for each of the `count` cases (an
+ * array of `case_size`-byte cases), and sets the GEMM back to CLATTN_GEMM_AUTO. */
+typedef void gemm_row_check(clattn_context *ctx, clattn_gemm row, const void *one_case);
+void for_each_gemm_row(gemm_row_check *check, const void *cases, size_t case_size, size_t count);
+
 /* Runs every case on every device through `path` with `variant` (AUTO on the fused path: every
  * row of the variant table on that path, split included) and fails the test, naming the case,
  * device and first mismatch, when a case errs or leaves the tolerance. Returns the number of
