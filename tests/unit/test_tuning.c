@@ -21,6 +21,16 @@ static void write_tuning(const char *text) {
     write_tuning_json(folder, text);
 }
 
+/* A tuning.json of one entry: `field` = value for `variant` on the device named `device`. */
+static void write_one_entry(const char *device, const char *variant, const char *field,
+                            unsigned value) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"%s\", \"%s\": %u}]}", device,
+             variant, field, value);
+    write_tuning(text);
+}
+
 static void setup(void) {
     fresh_cache_dir(folder, sizeof folder, "tuning");
 }
@@ -83,11 +93,7 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
 Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
     clattn_device_info info;
     clattn_context *ctx = context_on_device_0(&info);
-    char text[512];
-    snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_n\": 24}]}",
-             info.name);
-    write_tuning(text);
+    write_one_entry(info.name, "cpu", "block_n", 24);
     attn_case c;
     case_init(&c, 1, 1, 1, 8, 8, 16, 16);
     expect_case_refused(ctx, &c, CLATTN_VARIANT_LANES, CLATTN_ERR_INVALID_ARGUMENT, "block_n 24");
@@ -99,11 +105,7 @@ Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
 Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardown) {
     clattn_device_info info;
     clattn_context *ctx = context_on_device_0(&info);
-    char text[512];
-    snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"another device\", \"variant\": \"flash\", "
-             "\"block_m\": 2}]}");
-    write_tuning(text);
+    write_one_entry("another device", "flash", "block_m", 2);
 
     clattn_tuning saved, read;
     clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
@@ -185,11 +187,8 @@ Test(tuning, nothing_is_written_with_the_cache_folder_off) {
 Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini = teardown) {
     clattn_device_info info;
     clattn_context *ctx = context_on_device_0(&info);
-    char text[512], path[128], real[128];
-    snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"lanes\", \"block_m\": 48}]}",
-             info.name);
-    write_tuning(text);
+    char path[128], real[128];
+    write_one_entry(info.name, "lanes", "block_m", 48);
     snprintf(path, sizeof path, "%s/tuning.json", folder);
     snprintf(real, sizeof real, "%s/real.json", folder);
     cr_assert_eq(rename(path, real), 0);
