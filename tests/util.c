@@ -138,6 +138,60 @@ size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap) {
     return n;
 }
 
+void for_each_gemm_row(gemm_row_check *check, const void *cases, size_t case_size, size_t count) {
+    clattn_context **ctxs;
+    size_t num = test_contexts(&ctxs);
+    for (size_t d = 0; d < num; d++) {
+        clattn_gemm rows[8];
+        size_t num_rows = gemm_rows_on(ctxs[d], rows, sizeof rows / sizeof rows[0]);
+        cr_expect_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
+        for (size_t r = 0; r < num_rows; r++) {
+            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], rows[r]));
+            for (size_t c = 0; c < count; c++)
+                check(ctxs[d], rows[r], (const char *)cases + c * case_size);
+            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], CLATTN_GEMM_AUTO));
+        }
+    }
+}
+
+void fresh_cache_dir(char *folder, size_t size, const char *name) {
+    snprintf(folder, size, "/tmp/clattn-%s-XXXXXX", name);
+    cr_assert_not_null(mkdtemp(folder));
+    setenv("CLATTN_CACHE_DIR", folder, 1);
+}
+
+void remove_cache_dir(const char *folder) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", folder);
+    cr_expect_eq(system(cmd), 0);
+}
+
+void write_tuning_json(const char *folder, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/tuning.json", folder);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+case_result run_small_causal(clattn_context *ctx, clattn_path path, clattn_variant variant) {
+    attn_case c;
+    case_init(&c, 1, 2, 1, 45, 70, 32, 32);
+    c.causal = 1;
+    case_result r;
+    case_run(ctx, &c, path, variant, &r);
+    return r;
+}
+
+void expect_case_refused(clattn_context *ctx, const attn_case *c, clattn_variant variant,
+                         clattn_status want, const char *words) {
+    case_result r;
+    case_run(ctx, c, CLATTN_PATH_FUSED, variant, &r);
+    cr_expect_eq(r.status, want);
+    cr_expect(strstr(r.message, words) != NULL, "%s", r.message);
+}
+
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;

@@ -55,6 +55,12 @@ size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *o
  * them into out. @return how many. */
 size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap);
 
+/* On every device: expects the GEMM table to list at least two rows there, and for each row sets
+ * the context's GEMM to it, calls check(ctx, row, &cases[c]) for each of the `count` cases (an
+ * array of `case_size`-byte cases), and sets the GEMM back to CLATTN_GEMM_AUTO. */
+typedef void gemm_row_check(clattn_context *ctx, clattn_gemm row, const void *one_case);
+void for_each_gemm_row(gemm_row_check *check, const void *cases, size_t case_size, size_t count);
+
 /* Runs every case on every device through `path` with `variant` (AUTO on the fused path: every
  * row of the variant table on that path, split included) and fails the test, naming the case,
  * device and first mismatch, when a case errs or leaves the tolerance. Returns the number of
@@ -67,6 +73,23 @@ void expect_every_path_passes(const attn_case *cases, size_t count);
 /* n values (a multiple of 32) uniform in [-amplitude, amplitude], quantised to `dtype`
  * (CLATTN_Q8_0: 34 bytes a block of 32, CLATTN_Q4_0: 18). The caller frees them. */
 uint8_t *random_quantised(clattn_dtype dtype, size_t n, float amplitude, uint64_t seed);
+
+/* Makes a fresh folder /tmp/clattn-<name>-XXXXXX (its path into folder, `size` bytes) and makes
+ * it this process's cache folder (CLATTN_CACHE_DIR), where tuning.json and verdicts live. */
+void fresh_cache_dir(char *folder, size_t size, const char *name);
+/* Removes the folder and everything in it (rm -rf), expecting that to succeed. */
+void remove_cache_dir(const char *folder);
+/* Writes `text` as <folder>/tuning.json. */
+void write_tuning_json(const char *folder, const char *text);
+
+/* The small call the tuning and verification tests run: B=1 Hq=2 Hkv=1 Nq=45 Nk=70 D=32,
+ * causal, through `path` with `variant`, compared with the reference (in the result). */
+case_result run_small_causal(clattn_context *ctx, clattn_path path, clattn_variant variant);
+
+/* Runs c on the fused path with `variant` and expects the status `want` with a message that
+ * contains `words`. */
+void expect_case_refused(clattn_context *ctx, const attn_case *c, clattn_variant variant,
+                         clattn_status want, const char *words);
 
 /* Criterion assertion on a status, printing the context's last error when it fails. */
 #define ASSERT_OK(ctx, call)                                                                       \

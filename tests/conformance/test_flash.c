@@ -180,10 +180,7 @@ Test(flash, tiles_shrink_to_fit_a_small_device) {
     ctx = small_device(2048, 64); /* no key tile of D=256 fits: the call goes to gpu or gemm */
     attn_case c;
     case_init(&c, 1, 1, 1, 10, 10, 256, 256);
-    case_result r;
-    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_FLASH, &r);
-    cr_expect_eq(r.status, CLATTN_ERR_UNSUPPORTED);
-    cr_expect(strstr(r.message, "no tile fits") != NULL, "%s", r.message);
+    expect_case_refused(ctx, &c, CLATTN_VARIANT_FLASH, CLATTN_ERR_UNSUPPORTED, "no tile fits");
     clattn_context_destroy(ctx);
 }
 

@@ -636,6 +636,14 @@ Test(gemm, long_sequence_in_bounded_memory) {
 
 /* ---------------------------------------------------------------- every GEMM row */
 
+/* One case through the GEMM path on the context's row; the statistics name the row. */
+static void check_on_gemm_row(clattn_context *ctx, clattn_gemm row, const void *one_case) {
+    char want[32];
+    snprintf(want, sizeof want, "gemm-%s ", clattn_gemm_name(row));
+    clattn_stats s = expect_case(ctx, one_case, CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO);
+    cr_expect(strncmp(s.kernel, want, strlen(want)) == 0, "kernel '%s', want %s", s.kernel, want);
+}
+
 /* The path on each row of the GEMM table (runtime/gemm/): MHA, GQA and MQA, both layouts with
  * offsets, 16-bit storage, masks, Nq > Nk, a NaN key; the statistics name the row that ran. */
 Test(gemm, every_gemm_row_against_the_reference) {
@@ -654,23 +662,5 @@ Test(gemm, every_gemm_row_against_the_reference) {
     case_init(&cases[6], 1, 2, 1, 40, 40, 64, 64);
     cases[6].nan_key = 1;
     for (size_t i = 0; i < COUNT(cases); i++) cases[i].seed = 200 + i;
-    clattn_context **ctxs;
-    size_t num = test_contexts(&ctxs);
-    for (size_t d = 0; d < num; d++) {
-        clattn_gemm gemm_rows[8];
-        size_t num_rows = gemm_rows_on(ctxs[d], gemm_rows, COUNT(gemm_rows));
-        cr_expect_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
-        for (size_t g = 0; g < num_rows; g++) {
-            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], gemm_rows[g]));
-            char want[32];
-            snprintf(want, sizeof want, "gemm-%s ", clattn_gemm_name(gemm_rows[g]));
-            for (size_t i = 0; i < COUNT(cases); i++) {
-                clattn_stats s =
-                    expect_case(ctxs[d], &cases[i], CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO);
-                cr_expect(strncmp(s.kernel, want, strlen(want)) == 0, "kernel '%s', want %s",
-                          s.kernel, want);
-            }
-            ASSERT_OK(ctxs[d], clattn_context_set_gemm(ctxs[d], CLATTN_GEMM_AUTO));
-        }
-    }
+    for_each_gemm_row(check_on_gemm_row, cases, sizeof cases[0], COUNT(cases));
 }

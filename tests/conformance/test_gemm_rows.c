@@ -185,17 +185,13 @@ static void check_case(clattn_context *ctx, clattn_gemm row, const gemm_case *gc
     ASSERT_OK(ctx, clattn_context_set_gemm(ctx, CLATTN_GEMM_AUTO));
 }
 
+static void check_on_row(clattn_context *ctx, clattn_gemm row, const void *one_case) {
+    check_case(ctx, row, one_case);
+}
+
 /* Every case on every row of every device. */
 static void check_all(const gemm_case *cases, size_t n) {
-    clattn_context **ctxs;
-    size_t num = test_contexts(&ctxs);
-    for (size_t i = 0; i < num; i++) {
-        clattn_gemm rows[8];
-        size_t num_rows = gemm_rows_on(ctxs[i], rows, COUNT(rows));
-        cr_assert_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
-        for (size_t r = 0; r < num_rows; r++)
-            for (size_t c = 0; c < n; c++) check_case(ctxs[i], rows[r], &cases[c]);
-    }
+    for_each_gemm_row(check_on_row, cases, sizeof cases[0], n);
 }
 
 /* ---------------------------------------------------------------- the tests */

@@ -194,28 +194,20 @@ static char tuning_dir[64];
 
 /* A tuning.json (in a scratch cache folder) that makes the split variant use `chunks`. */
 static void force_chunks(const clattn_device_info *info, unsigned chunks) {
-    char path[128], text[1024];
-    snprintf(path, sizeof path, "%s/tuning.json", tuning_dir);
+    char text[1024];
     snprintf(text, sizeof text,
              "{\"entries\": [{\"device\": \"%s\", \"variant\": \"split\", \"block_n\": 16, "
              "\"split\": %u}]}",
              info->name, chunks);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    write_tuning_json(tuning_dir, text);
 }
 
 static void make_tuning_dir(void) {
-    snprintf(tuning_dir, sizeof tuning_dir, "/tmp/clattn-kv-XXXXXX");
-    cr_assert_not_null(mkdtemp(tuning_dir));
-    setenv("CLATTN_CACHE_DIR", tuning_dir, 1);
+    fresh_cache_dir(tuning_dir, sizeof tuning_dir, "kv");
 }
 
 static void remove_tuning_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tuning_dir);
-    cr_expect_eq(system(cmd), 0);
+    remove_cache_dir(tuning_dir);
 }
 
 static float the_bias[B * HQ * 4 * CAP]; /* [B][Hq][Nq][capacity], for with_bias */
@@ -505,13 +497,13 @@ Test(kvcache, a_global_token_past_a_short_sequence_gives_no_key) {
                 const float *row0 = o[w] + ((b * NQ + 0) * HQ + h) * D;
                 const float *row1 = o[w] + ((b * NQ + 1) * HQ + h) * D;
                 const float *v0 = v + (b * LEN * HKV + h / (HQ / HKV)) * D; /* V[b, 0, kvh] */
-                cr_expect(isinf(lse[w][(b * HQ + h) * NQ]), "%s: b %zu h %zu row 0 LSE %g",
-                          who[w], b, h, (double)lse[w][(b * HQ + h) * NQ]);
+                cr_expect(isinf(lse[w][(b * HQ + h) * NQ]), "%s: b %zu h %zu row 0 LSE %g", who[w],
+                          b, h, (double)lse[w][(b * HQ + h) * NQ]);
                 for (size_t x = 0; x < D; x++) {
-                    cr_expect_eq(row0[x], 0.0f, "%s: b %zu h %zu row 0 [%zu] = %g", who[w], b, h,
-                                 x, (double)row0[x]);
-                    cr_expect_float_eq(row1[x], v0[x], 1e-6, "%s: b %zu h %zu row 1 [%zu]",
-                                       who[w], b, h, x);
+                    cr_expect_eq(row0[x], 0.0f, "%s: b %zu h %zu row 0 [%zu] = %g", who[w], b, h, x,
+                                 (double)row0[x]);
+                    cr_expect_float_eq(row1[x], v0[x], 1e-6, "%s: b %zu h %zu row 1 [%zu]", who[w],
+                                       b, h, x);
                 }
             }
     clattn_kv_cache_destroy(cache);

@@ -218,6 +218,13 @@ Test(mha, weight_and_io_types) {
             }
 }
 
+/* One case on the context's GEMM row; check_layer expects the statistics to name the row. */
+static void check_layer_on_gemm_row(clattn_context *ctx, clattn_gemm row, const void *one_case) {
+    expected_gemm = row;
+    check_layer(ctx, one_case, NULL, NULL);
+    expected_gemm = CLATTN_GEMM_AUTO;
+}
+
 /* Each row of the GEMM table (runtime/gemm/) runs the projections and the output: self- and
  * cross-attention, every weight type, sizes off the panels' tiles; the statistics name it. */
 Test(mha, every_gemm_row_against_the_reference) {
@@ -227,20 +234,7 @@ Test(mha, every_gemm_row_against_the_reference) {
         {96, 0, 6, 2, 16, 16, CLATTN_F16, 2, 1, 70, 0, CLATTN_F32, CLATTN_F32, 1, 22},
         {80, 0, 5, 5, 16, 24, CLATTN_BF16, 1, 1, 37, 0, CLATTN_BF16, CLATTN_F16, 1, 23},
     };
-    clattn_context **ctxs;
-    size_t n = test_contexts(&ctxs);
-    for (size_t i = 0; i < n; i++) {
-        clattn_gemm gemm_rows[8];
-        size_t num_rows = gemm_rows_on(ctxs[i], gemm_rows, COUNT(gemm_rows));
-        cr_expect_geq(num_rows, 2, "the GEMM table lists %zu rows here", num_rows);
-        for (size_t g = 0; g < num_rows; g++) {
-            ASSERT_OK(ctxs[i], clattn_context_set_gemm(ctxs[i], gemm_rows[g]));
-            expected_gemm = gemm_rows[g];
-            for (size_t c = 0; c < COUNT(cases); c++) check_layer(ctxs[i], &cases[c], NULL, NULL);
-            expected_gemm = CLATTN_GEMM_AUTO;
-            ASSERT_OK(ctxs[i], clattn_context_set_gemm(ctxs[i], CLATTN_GEMM_AUTO));
-        }
-    }
+    for_each_gemm_row(check_layer_on_gemm_row, cases, sizeof cases[0], COUNT(cases));
 }
 
 /* ---------------------------------------------------------------- weights in buffers */

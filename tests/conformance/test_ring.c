@@ -309,6 +309,20 @@ static size_t lse_mismatches(const char *label, const float *got, const double *
     return bad;
 }
 
+/* Compares O (float32, all * D values) and LSE (all rows) of a call with the whole call's
+ * reference, within the tolerance of the case's input and output types. */
+static void expect_whole_result(const ring_case *c, const whole_call *w, size_t all, const float *o,
+                                const float *lse, const char *o_label, const char *lse_label) {
+    double *ref = malloc(all * c->d * sizeof *ref), *ref_lse = malloc(all * sizeof *ref_lse);
+    for (size_t i = 0; i < all * c->d; i++) ref[i] = w->o_ref[i];
+    for (size_t i = 0; i < all; i++) ref_lse[i] = w->lse_ref[i];
+    double atol, rtol;
+    tolerance_for(c->dtype, c->out_dtype, &atol, &rtol);
+    cr_expect_eq(compare_outputs(o_label, o, ref, all * c->d, atol, rtol), 0);
+    cr_expect_eq(lse_mismatches(lse_label, lse, ref_lse, all), 0);
+    free(ref), free(ref_lse);
+}
+
 static size_t elem_of(clattn_dtype t) {
     return t == CLATTN_F32 ? 4 : 2;
 }
@@ -355,17 +369,11 @@ static void check_ring(clattn_context *ctx, const ring_case *c, size_t parts) {
         free(q), free(os), free(ls);
     }
     cr_assert_eq(clattn_convert(c->out_dtype, o_stored, CLATTN_F32, o, all * c->d), CLATTN_SUCCESS);
-    double *ref = malloc(all * c->d * sizeof *ref), *ref_lse = malloc(all * sizeof *ref_lse);
-    for (size_t i = 0; i < all * c->d; i++) ref[i] = w.o_ref[i];
-    for (size_t i = 0; i < all; i++) ref_lse[i] = w.lse_ref[i];
-    double atol, rtol;
-    tolerance_for(c->dtype, c->out_dtype, &atol, &rtol);
-    char label[128];
-    snprintf(label, sizeof label, "%s, %zu parts: O", c->name, parts);
-    cr_expect_eq(compare_outputs(label, o, ref, all * c->d, atol, rtol), 0);
-    snprintf(label, sizeof label, "%s, %zu parts: LSE", c->name, parts);
-    cr_expect_eq(lse_mismatches(label, lse, ref_lse, all), 0);
-    free(o), free(lse), free(o_stored), free(ref), free(ref_lse);
+    char o_label[128], lse_label[128];
+    snprintf(o_label, sizeof o_label, "%s, %zu parts: O", c->name, parts);
+    snprintf(lse_label, sizeof lse_label, "%s, %zu parts: LSE", c->name, parts);
+    expect_whole_result(c, &w, all, o, lse, o_label, lse_label);
+    free(o), free(lse), free(o_stored);
     whole_free(&w);
 }
 
@@ -447,14 +455,8 @@ static void check_multi(clattn_context *const pair[2], const ring_case *c,
     float *of = malloc(all * c->d * 4), *lse = malloc(all * 4);
     ASSERT_OK(pair[0], clattn_attention_multi(pair, 2, &w.desc, sharding, w.q, w.k, w.v, o, lse));
     cr_assert_eq(clattn_convert(c->out_dtype, o, CLATTN_F32, of, all * c->d), CLATTN_SUCCESS);
-    double *ref = malloc(all * c->d * sizeof *ref), *ref_lse = malloc(all * sizeof *ref_lse);
-    for (size_t i = 0; i < all * c->d; i++) ref[i] = w.o_ref[i];
-    for (size_t i = 0; i < all; i++) ref_lse[i] = w.lse_ref[i];
-    double atol, rtol;
-    tolerance_for(c->dtype, c->out_dtype, &atol, &rtol);
-    cr_expect_eq(compare_outputs(c->name, of, ref, all * c->d, atol, rtol), 0);
-    cr_expect_eq(lse_mismatches(c->name, lse, ref_lse, all), 0);
-    free(o), free(of), free(lse), free(ref), free(ref_lse);
+    expect_whole_result(c, &w, all, of, lse, c->name, c->name);
+    free(o), free(of), free(lse);
     whole_free(&w);
 }
 

@@ -10,6 +10,7 @@
 #include <criterion/redirect.h>
 
 #include "core/core.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -23,9 +24,7 @@
 static char cache_dir[128];
 
 static void use_fresh_cache(void) {
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/clattn-cache-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(cache_dir));
-    setenv("CLATTN_CACHE_DIR", cache_dir, 1);
+    fresh_cache_dir(cache_dir, sizeof cache_dir, "cache-test");
     unsetenv("CLATTN_KERNEL_DIR");
 }
 

@@ -107,18 +107,26 @@ Test(reference, softmax_scale_product_is_float32) {
 
 /* ---------------------------------------------------------------- worked examples */
 
-Test(reference, one_query_two_keys) {
-    /* Nq=1, Nk=2, D=1, scale 0.5: q=2, k=(1,-1), v=(3,5)
-       s0 = 0.5*2*1 = 1, s1 = 0.5*2*(-1) = -1
-       P0 = e/(e + 1/e), P1 = (1/e)/(e + 1/e); O = 3*P0 + 5*P1; LSE = log(e + 1/e) */
+/* The one_query_two_keys example (q=2, k=(1,-1), v=(3,5), scale 0.5) stored as `dtype`:
+ * O = (3e + 5/e) / (e + 1/e), LSE = log(e + 1/e). */
+static void expect_one_query_two_keys(clattn_dtype dtype, const void *q, const void *k,
+                                      const void *v) {
     clattn_attention_desc d = make_desc(CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 2, 1, 1);
+    d.dtype = dtype;
     d.scale = 0.5f;
-    const float q[1] = {2}, k[2] = {1, -1}, v[2] = {3, 5};
     double o[1], lse[1];
     run_reference(&d, q, k, v, NULL, o, lse);
     double sum = exp(1.0) + exp(-1.0);
     EXPECT_NEAR(o[0], (3 * exp(1.0) + 5 * exp(-1.0)) / sum, "O = %.17g", o[0]);
     EXPECT_NEAR(lse[0], log(sum), "LSE = %.17g", lse[0]);
+}
+
+Test(reference, one_query_two_keys) {
+    /* Nq=1, Nk=2, D=1, scale 0.5: q=2, k=(1,-1), v=(3,5)
+       s0 = 0.5*2*1 = 1, s1 = 0.5*2*(-1) = -1
+       P0 = e/(e + 1/e), P1 = (1/e)/(e + 1/e); O = 3*P0 + 5*P1; LSE = log(e + 1/e) */
+    const float q[1] = {2}, k[2] = {1, -1}, v[2] = {3, 5};
+    expect_one_query_two_keys(CLATTN_F32, q, k, v);
 }
 
 Test(reference, default_scale_and_dqk_not_dv) {
@@ -226,29 +234,32 @@ Test(reference, causal_nq_above_nk_one_hot) {
     expect_keys(&d, NULL, rows);
 }
 
+/* Five queries and keys, window (0,0), the given global tokens (causal or not): each query sees
+ * the keys of its row ('x'). */
+static void expect_globals_on_window_0_0(int causal, const int64_t *globals, size_t num_globals,
+                                         const char *const rows[5]) {
+    clattn_attention_desc d = pattern_desc(1, 1, 5, 5);
+    d.causal = causal;
+    d.window_left = d.window_right = 0;
+    d.global_tokens = globals;
+    d.num_global_tokens = num_globals;
+    expect_keys(&d, NULL, rows);
+}
+
 Test(reference, global_token_zero_with_window_0_0) {
     /* window (0,0) + global token 0, no causal: query p sees p and 0; query 0 is itself
        global and sees every key */
-    clattn_attention_desc d = pattern_desc(1, 1, 5, 5);
     const int64_t globals[] = {0};
-    d.window_left = d.window_right = 0;
-    d.global_tokens = globals;
-    d.num_global_tokens = 1;
     const char *rows[] = {"xxxxx", "xx...", "x.x..", "x..x.", "x...x"};
-    expect_keys(&d, NULL, rows);
+    expect_globals_on_window_0_0(0, globals, 1, rows);
 }
 
 Test(reference, global_query_stays_causal) {
     /* window (0,0) + global token 2 + causal: query 2 sees every key up to 2; the others see
        themselves and key 2 once it is not in their future */
-    clattn_attention_desc d = pattern_desc(1, 1, 5, 5);
     const int64_t globals[] = {2, 2}; /* a repeat is harmless */
-    d.causal = 1;
-    d.window_left = d.window_right = 0;
-    d.global_tokens = globals;
-    d.num_global_tokens = 2;
     const char *rows[] = {"x....", ".x...", "xxx..", "..xx.", "..x.x"};
-    expect_keys(&d, NULL, rows);
+    expect_globals_on_window_0_0(1, globals, 2, rows);
 }
 
 Test(reference, dilated_window) {
@@ -448,15 +459,8 @@ Test(reference, bshd_and_bhsd_agree) {
 Test(reference, float16_input) {
     /* The one_query_two_keys example in float16: q=2, k=(1,-1), v=(3,5), scale 0.5, all exact
        in float16: 2 = 0x4000, 1 = 0x3C00, -1 = 0xBC00, 3 = 0x4200, 5 = 0x4500 */
-    clattn_attention_desc d = make_desc(CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 2, 1, 1);
-    d.dtype = CLATTN_F16;
-    d.scale = 0.5f;
     const uint16_t q[1] = {0x4000}, k[2] = {0x3C00, 0xBC00}, v[2] = {0x4200, 0x4500};
-    double o[1], lse[1];
-    run_reference(&d, q, k, v, NULL, o, lse);
-    double sum = exp(1.0) + exp(-1.0);
-    EXPECT_NEAR(o[0], (3 * exp(1.0) + 5 * exp(-1.0)) / sum, "O = %.17g", o[0]);
-    EXPECT_NEAR(lse[0], log(sum), "LSE = %.17g", lse[0]);
+    expect_one_query_two_keys(CLATTN_F16, q, k, v);
 }
 
 Test(reference, float16_reads_the_rounded_values) {

@@ -26,6 +26,14 @@ static uint64_t to_device(const clattn_transfers *t) {
     return t->host_to_device_bytes + t->mapped_bytes;
 }
 
+/* A causal float32 call in BSHD of B=2 Hq=4 and `hkv` key heads, Nq = Nk = n, D=32. */
+static clattn_attention_desc causal_desc(size_t hkv, size_t n) {
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, hkv, n, n, D, D);
+    d.causal = 1;
+    return d;
+}
+
 static clattn_stats last_stats(clattn_context *ctx) {
     clattn_stats s;
     clattn_stats_init(&s);
@@ -39,9 +47,7 @@ Test(transfers, an_attention_call_on_host_arrays_moves_its_tensors) {
     float *q = malloc(q_count * 4), *k = malloc(kv_count * 4), *v = malloc(kv_count * 4);
     float *o = malloc(q_count * 4), lse[B * HQ * N];
     fill_uniform(q, q_count, 1), fill_uniform(k, kv_count, 2), fill_uniform(v, kv_count, 3);
-    clattn_attention_desc d;
-    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, N, N, D, D);
-    d.causal = 1;
+    clattn_attention_desc d = causal_desc(HKV, N);
     clattn_context **ctxs;
     size_t n = test_contexts(&ctxs);
     for (size_t c = 0; c < n; c++) {
@@ -104,9 +110,7 @@ static clattn_transfers decode_step(clattn_context *ctx, clattn_kv_cache *cache,
     float k[B * HKV * D], v[B * HKV * D], q[B * HQ * D], o[B * HQ * D];
     fill_uniform(k, B * HKV * D, 5), fill_uniform(v, B * HKV * D, 6);
     fill_uniform(q, B * HQ * D, 7);
-    clattn_attention_desc d;
-    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, 1, 1, D, D);
-    d.causal = 1;
+    clattn_attention_desc d = causal_desc(HKV, 1);
     clattn_transfers before = totals(ctx);
     ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 1, NULL));
     ASSERT_OK(ctx, clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL));
@@ -197,9 +201,7 @@ Test(transfers, an_output_over_an_input_is_not_mapped) {
     float *q = malloc(count * 4), *kv = malloc(count * 4), *o = malloc(count * 4);
     float *in_place = malloc(count * 4);
     fill_uniform(q, count, 11), fill_uniform(kv, count, 12);
-    clattn_attention_desc d;
-    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HQ, N, N, D, D);
-    d.causal = 1;
+    clattn_attention_desc d = causal_desc(HQ, N);
     clattn_context **ctxs;
     size_t n = test_contexts(&ctxs);
     for (size_t c = 0; c < n; c++) {

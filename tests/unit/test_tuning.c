@@ -18,44 +18,55 @@
 static char folder[64];
 
 static void write_tuning(const char *text) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/tuning.json", folder);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    write_tuning_json(folder, text);
+}
+
+/* A tuning.json of one entry: `field` = value for `variant` on the device named `device`. */
+static void write_one_entry(const char *device, const char *variant, const char *field,
+                            unsigned value) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"%s\", \"%s\": %u}]}", device,
+             variant, field, value);
+    write_tuning(text);
 }
 
 static void setup(void) {
-    snprintf(folder, sizeof folder, "/tmp/clattn-tuning-XXXXXX");
-    cr_assert_not_null(mkdtemp(folder));
-    setenv("CLATTN_CACHE_DIR", folder, 1);
+    fresh_cache_dir(folder, sizeof folder, "tuning");
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", folder);
-    cr_expect_eq(system(cmd), 0);
+    remove_cache_dir(folder);
+}
+
+/* A context on device 0, and its device's description in *info. */
+static clattn_context *context_on_device_0(clattn_device_info *info) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_device_info_init(info);
+    clattn_context_device_info(ctx, info);
+    return ctx;
+}
+
+/* Where the context's tuning for `variant` comes from (clattn_variant_info.tuning). */
+static const char *tuning_source(clattn_context *ctx, clattn_variant variant) {
+    static clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, variant, &vi), CLATTN_SUCCESS);
+    return vi.tuning;
 }
 
 /* Runs a small call on `variant` and returns its statistics (the result checked). */
 static clattn_stats run_variant(clattn_context *ctx, clattn_variant variant) {
-    attn_case c;
-    case_init(&c, 1, 2, 1, 45, 70, 32, 32);
-    c.causal = 1;
-    case_result r;
-    case_run(ctx, &c, CLATTN_PATH_FUSED, variant, &r);
+    case_result r = run_small_causal(ctx, CLATTN_PATH_FUSED, variant);
     cr_assert_eq(r.status, CLATTN_SUCCESS, "%s", r.message);
     cr_assert_eq(r.mismatches, 0, "%s", r.message);
     return r.stats;
 }
 
 Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = teardown) {
-    clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    clattn_context_device_info(ctx, &info);
+    clattn_context *ctx = context_on_device_0(&info);
     clattn_stats before = run_variant(ctx, CLATTN_VARIANT_LANES);
     cr_assert_eq(before.block_m, 16, "the built-in 32 rows, split finer for a call of 90 rows");
 
@@ -71,10 +82,7 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
     cr_expect_eq(tuned.block_m, 48, "tuning.json's block_m, taken as it is");
     cr_expect_eq(tuned.block_n, before.block_n, "a field the entry leaves out stays built in");
     cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_ROWWISE).block_m, 64, "other variants untouched");
-    clattn_variant_info vi;
-    clattn_variant_info_init(&vi);
-    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_LANES, &vi), CLATTN_SUCCESS);
-    cr_expect_str_eq(vi.tuning, "tuning.json");
+    cr_expect_str_eq(tuning_source(ctx, CLATTN_VARIANT_LANES), "tuning.json");
 
     write_tuning("{\"entries\": [{\"device\": \""); /* cut short: ignored */
     cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_LANES).block_m, 16);
@@ -83,38 +91,21 @@ Test(tuning, a_user_entry_overrides_the_built_in_one, .init = setup, .fini = tea
 
 /* An entry with tiles the kernels cannot take is refused with a message, not run. */
 Test(tuning, out_of_range_tiles_are_named, .init = setup, .fini = teardown) {
-    clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    clattn_context_device_info(ctx, &info);
-    char text[512];
-    snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"cpu\", \"block_n\": 24}]}",
-             info.name);
-    write_tuning(text);
+    clattn_context *ctx = context_on_device_0(&info);
+    write_one_entry(info.name, "cpu", "block_n", 24);
     attn_case c;
     case_init(&c, 1, 1, 1, 8, 8, 16, 16);
-    case_result r;
-    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
-    cr_expect_eq(r.status, CLATTN_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(r.message, "block_n 24") != NULL, "%s", r.message);
+    expect_case_refused(ctx, &c, CLATTN_VARIANT_LANES, CLATTN_ERR_INVALID_ARGUMENT, "block_n 24");
     clattn_context_destroy(ctx);
 }
 
 /* clattn_tuning_save writes the context's device and driver entry into tuning.json (keeping
  * the others), and later calls and lookups take it. */
 Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardown) {
-    clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    clattn_context_device_info(ctx, &info);
-    char text[512];
-    snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"another device\", \"variant\": \"flash\", "
-             "\"block_m\": 2}]}");
-    write_tuning(text);
+    clattn_context *ctx = context_on_device_0(&info);
+    write_one_entry("another device", "flash", "block_m", 2);
 
     clattn_tuning saved, read;
     clattn_tuning_source source = CLATTN_TUNING_DEFAULT;
@@ -145,10 +136,7 @@ Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardow
     saved.block_m = 4;
     ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, &saved));
     cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_FLASH).block_m, 4);
-    clattn_variant_info vi;
-    clattn_variant_info_init(&vi);
-    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_FLASH, &vi), CLATTN_SUCCESS);
-    cr_expect_str_eq(vi.tuning, "context");
+    cr_expect_str_eq(tuning_source(ctx, CLATTN_VARIANT_FLASH), "context");
     ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_FLASH, NULL));
     cr_expect_eq(run_variant(ctx, CLATTN_VARIANT_FLASH).block_m, 8);
     clattn_context_destroy(ctx);
@@ -157,11 +145,8 @@ Test(tuning, a_saved_entry_is_read_back_and_used, .init = setup, .fini = teardow
 /* A tuner's candidate that the kernel cannot take, or not as given on this device, is refused
  * when it is set, naming why; the context keeps what it had. */
 Test(tuning, a_candidate_the_kernel_cannot_take_is_refused, .init = setup, .fini = teardown) {
-    clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    clattn_context_device_info(ctx, &info);
+    clattn_context *ctx = context_on_device_0(&info);
     clattn_tuning t;
     clattn_tuning_init(&t);
     cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
@@ -178,10 +163,7 @@ Test(tuning, a_candidate_the_kernel_cannot_take_is_refused, .init = setup, .fini
         cr_expect(strstr(clattn_context_last_error(ctx), "16384 work-items") != NULL, "%s",
                   clattn_context_last_error(ctx));
     }
-    clattn_variant_info vi;
-    clattn_variant_info_init(&vi);
-    cr_assert_eq(clattn_variant_describe(ctx, CLATTN_VARIANT_FLASH, &vi), CLATTN_SUCCESS);
-    cr_expect_str_neq(vi.tuning, "context");
+    cr_expect_str_neq(tuning_source(ctx, CLATTN_VARIANT_FLASH), "context");
     unsigned *field = clattn_tuning_field(&t, "tile_n");
     cr_expect(field == &t.tile_n, "clattn_tuning_field names the field");
     cr_expect_null(clattn_tuning_field(&t, "tile"));
@@ -203,16 +185,10 @@ Test(tuning, nothing_is_written_with_the_cache_folder_off) {
 
 /* tuning.json is read only as a regular file (not through a link) in a private folder. */
 Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini = teardown) {
-    clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    clattn_context_device_info(ctx, &info);
-    char text[512], path[128], real[128];
-    snprintf(text, sizeof text,
-             "{\"entries\": [{\"device\": \"%s\", \"variant\": \"lanes\", \"block_m\": 48}]}",
-             info.name);
-    write_tuning(text);
+    clattn_context *ctx = context_on_device_0(&info);
+    char path[128], real[128];
+    write_one_entry(info.name, "lanes", "block_m", 48);
     snprintf(path, sizeof path, "%s/tuning.json", folder);
     snprintf(real, sizeof real, "%s/real.json", folder);
     cr_assert_eq(rename(path, real), 0);

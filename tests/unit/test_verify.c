@@ -17,18 +17,14 @@
 static char folder[64];
 
 static void setup(void) {
-    snprintf(folder, sizeof folder, "/tmp/clattn-verify-XXXXXX");
-    cr_assert_not_null(mkdtemp(folder));
-    setenv("CLATTN_CACHE_DIR", folder, 1);
+    fresh_cache_dir(folder, sizeof folder, "verify");
     unsetenv("CLATTN_VERIFY");
     unsetenv("CLATTN_STRICT");
     unsetenv("CLATTN_KERNEL");
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", folder);
-    cr_expect_eq(system(cmd), 0);
+    remove_cache_dir(folder);
 }
 
 /* A context on device 0, or NULL (the test skips) where auto does not pick lanes. */
@@ -56,11 +52,7 @@ static void record(clattn_context *ctx, clattn_variant variant, clattn_verdict_k
 
 /* One small call through `auto` (on `path`); its result is checked when it succeeds. */
 static case_result run_auto(clattn_context *ctx, clattn_path path) {
-    attn_case c;
-    case_init(&c, 1, 2, 1, 45, 70, 32, 32);
-    c.causal = 1;
-    case_result r;
-    case_run(ctx, &c, path, CLATTN_VARIANT_AUTO, &r);
+    case_result r = run_small_causal(ctx, path, CLATTN_VARIANT_AUTO);
     if (r.status == CLATTN_SUCCESS) cr_assert_eq(r.mismatches, 0, "%s", r.message);
     return r;
 }
