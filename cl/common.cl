@@ -83,7 +83,6 @@ inline ushort float_to_bf16(float x) {
 #define KV_T                  uchar
 #define QBLOCK_BYTES          (KV_DTYPE == DTYPE_Q8_0 ? 34 : 18)
 #define LOAD_KV(ptr, index)   quant_load((ptr), (index))
-#define LOAD16_KV(ptr, index) quant_load16((ptr), (index))
 
 /* The float16 scale at the start of block `block`, widened with integer operations (exactly;
  * vload_half may be a library call). */
@@ -111,23 +110,9 @@ inline float quant_load(__global const uchar *x, long index) {
 #endif
 }
 
-/* 16 values from `index` on, a multiple of 16: half a block. */
-inline float16 quant_load16(__global const uchar *x, long index) {
-    const long block = index >> 5;
-    __global const uchar *q = x + block * QBLOCK_BYTES + 2;
-#if KV_DTYPE == DTYPE_Q8_0
-    const float16 values = convert_float16(vload16(0, (__global const char *)q + (index & 31)));
-#else
-    const uchar16 bytes = vload16(0, q);
-    const uchar16 codes = (index & 16) ? bytes >> (uchar16)4 : bytes & (uchar16)15;
-    const float16 values = convert_float16(codes) - (float16)8.0f;
-#endif
-    return quant_scale(x, block) * values;
-}
-
-/* The same for the 16 values of a row from d0 on, d0 a multiple of 16: `row` (the element
- * index of the row's first value) is a multiple of 32, as rows start whole blocks, so which half
- * of the block d0 is in is known where d0 is, at compile time in unrolled loops. */
+/* The 16 values of a row from d0 on, d0 a multiple of 16: `row` (the element index of the
+ * row's first value) is a multiple of 32, as rows start whole blocks, so which half of the block
+ * d0 is in is known where d0 is, at compile time in unrolled loops. */
 inline float16 quant_load16_row(__global const uchar *x, long row, int d0) {
     const long block = (row >> 5) + (d0 >> 5);
     __global const uchar *q = x + block * QBLOCK_BYTES + 2;
