@@ -84,11 +84,19 @@ typedef struct query_tile {
     float16 row_bound[GROUPS];     /* what O^T is divided by: >= row_sum, < row_sum + BLOCK_N */
     __global const IN_T *Q;        /* Q and the scale, for rescore */
     float scale;
-    __global uint *tile_count;     /* COUNT_TILES: the key tiles visited, counted */
+    __global uint *tile_count; /* COUNT_TILES: the key tiles visited, counted */
 } query_tile;
 
-/* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; k: K tile [BLOCK_N][DQK_PAD] (rows). */
-ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows,
+/* Where a key tile lies: BLOCK_N rows of K from k, k_step floats apart, and of V from v, v_step
+ * apart; each row holds DQK_PAD (or DV_PAD) floats. The steps are the packed rows' DQK_PAD and
+ * DV_PAD, or the caller's row strides for keys read in place. */
+typedef struct key_rows {
+    __global const float *k, *v;
+    long k_step, v_step;
+} key_rows;
+
+/* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; k_rows: K tile [BLOCK_N][k_step]. */
+ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows, long k_step,
                                float16 s_t[BLOCK_N][GROUPS]) {
     for (int j0 = 0; j0 < BLOCK_N; j0 += KEY_BLOCK) {
         float16 s[KEY_BLOCK][GROUPS];
@@ -102,7 +110,7 @@ ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows
             for (int g = 0; g < GROUPS; g++) q[g] = t->q_t[d][g];
 #pragma unroll
             for (int j = 0; j < KEY_BLOCK; j++) {
-                const float16 k = (float16)k_rows[(j0 + j) * DQK_PAD + d];
+                const float16 k = (float16)k_rows[(j0 + j) * k_step + d];
 #pragma unroll
                 for (int g = 0; g < GROUPS; g++) s[j][g] = fma(q[g], k, s[j][g]);
             }
@@ -116,22 +124,22 @@ ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows
 
 /* Score (j, m) again without overflow on the way (common.cl, rescored): for a score that came
  * out non-finite from the pre-scaled Q^T. NaN or an infinity in the inputs stays so. */
-ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t,
-                            __global const float *k_rows, int j, int m) {
+ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, key_rows rows, int j,
+                            int m) {
     const long i = t->row_i[m];
     if (i < 0) return 0.0f;
     const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(LOAD_IN(t->Q, row + d) * RESCORE_DOWN, k_rows[j * DQK_PAD + d] * RESCORE_DOWN,
+        dot = fma(LOAD_IN(t->Q, row + d) * RESCORE_DOWN, rows.k[j * rows.k_step + d] * RESCORE_DOWN,
                   dot);
     return rescored(dot, t->scale);
 }
 
 /* Rescores the tile's non-finite scores: rare (huge inputs, or NaN and infinities in them), so
  * one vector test per score vector, and plain code past it. */
-ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t,
-                                     __global const float *k_rows, float16 s_t[BLOCK_N][GROUPS]) {
+ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t, key_rows rows,
+                                     float16 s_t[BLOCK_N][GROUPS]) {
     int16 bad = (int16)0;
     for (int j = 0; j < BLOCK_N; j++)
         for (int g = 0; g < GROUPS; g++) bad |= isinf(s_t[j][g]) | isnan(s_t[j][g]);
@@ -139,7 +147,7 @@ ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile
     float *s = (float *)s_t;
     for (int j = 0; j < BLOCK_N; j++)
         for (int m = 0; m < BLOCK_M; m++)
-            if (!isfinite(s[j * BLOCK_M + m])) s[j * BLOCK_M + m] = rescore(P, t, k_rows, j, m);
+            if (!isfinite(s[j * BLOCK_M + m])) s[j * BLOCK_M + m] = rescore(P, t, rows, j, m);
 }
 
 /* -inf outside each row's class-local range [lo, hi]; k0 is the tile's first class index. */
@@ -166,8 +174,8 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
     const float inv_cap = cap != 0.0f ? 1.0f / cap : 0.0f;
     float slope = 0.0f;
     if (P->alibi != 0)
-        slope = params_extras(P)[(P->has_sinks ? P->heads_q : 0) +
-                                 (P->alibi == 2 ? t->b * P->heads_q : 0) + t->h];
+        slope = params_extras(
+            P)[(P->has_sinks ? P->heads_q : 0) + (P->alibi == 2 ? t->b * P->heads_q : 0) + t->h];
     /* a bound on every |p - j|, in float: an integer |offset| compiles to llvm.abs, which
        oclgrind's LLVM does not know */
     const float widest = (float)P->len_k + (float)P->len_q + fabs((float)P->offset);
@@ -234,9 +242,10 @@ ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
     }
 }
 
-/* O^T = O^T * keep + V^T P^T for one key tile; vt: V tile [BLOCK_N][DV_PAD]. */
+/* O^T = O^T * keep + V^T P^T for one key tile; vt: V tile [BLOCK_N][v_step]. */
 ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GROUPS],
-                                   __global const float *vt, const float16 keep[GROUPS]) {
+                                   __global const float *vt, long v_step,
+                                   const float16 keep[GROUPS]) {
     for (int c0 = 0; c0 < DV_PAD; c0 += VALUE_BLOCK) {
         float16 o[VALUE_BLOCK][GROUPS];
 #pragma unroll
@@ -249,7 +258,7 @@ ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GRO
             for (int g = 0; g < GROUPS; g++) p[g] = p_t[j][g];
 #pragma unroll
             for (int c = 0; c < VALUE_BLOCK; c++) {
-                const float16 v = (float16)vt[j * DV_PAD + c0 + c];
+                const float16 v = (float16)vt[j * v_step + c0 + c];
 #pragma unroll
                 for (int g = 0; g < GROUPS; g++) o[c][g] = fma(p[g], v, o[c][g]);
             }
@@ -264,30 +273,30 @@ ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GRO
 /* The same for a tile whose V holds a NaN or an infinity: a zero probability (a key the row
  * does not see) adds nothing, instead of 0 * NaN. Rare, so plain. */
 ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float16 p_t[BLOCK_N][GROUPS],
-                                           __global const float *vt, const float16 keep[GROUPS]) {
+                                           __global const float *vt, long v_step,
+                                           const float16 keep[GROUPS]) {
     for (int c = 0; c < DV_PAD; c++)
         for (int g = 0; g < GROUPS; g++) {
             float16 o = t->o_t[c][g] * keep[g];
             for (int j = 0; j < BLOCK_N; j++) {
                 const float16 p = p_t[j][g];
-                o = select(fma(p, (float16)vt[j * DV_PAD + c], o), o, p == (float16)0.0f);
+                o = select(fma(p, (float16)vt[j * v_step + c], o), o, p == (float16)0.0f);
             }
             t->o_t[c][g] = o;
         }
 }
 
 /* One key tile of a pass: scores, masks (and bias), softmax update, accumulation.
- * kt: K tile [BLOCK_N][DQK_PAD]; vt: V tile [BLOCK_N][DV_PAD]; k0: first class index (or
- * global-list index) of the tile's keys; careful: the V tile holds a NaN or an infinity. */
+ * rows: the tile's K and V rows; k0: first class index (or global-list index) of the tile's
+ * keys; careful: the V tile holds a NaN or an infinity. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
                                __global const float *bias, __global const int *gpos, query_tile *t,
-                               int pass, int kind, long k0, __global const float *kt,
-                               __global const float *vt, int careful) {
+                               int pass, int kind, long k0, key_rows rows, int careful) {
     float16 s_t[BLOCK_N][GROUPS]; /* S^T, then P^T: [BLOCK_N][BLOCK_M] */
     float16 keep[GROUPS];
     COUNT_TILE(t->tile_count);
-    tile_scores(t, kt, s_t);
-    rescore_overflows(P, t, kt, s_t);
+    tile_scores(t, rows.k, rows.k_step, s_t);
+    rescore_overflows(P, t, rows, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
     const int vector_modify = kind != TILE_GENERAL && MODIFIES_SCORES(P);
     if (kind == TILE_GENERAL || P->has_bias || vector_modify) {
@@ -300,9 +309,9 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     }
     softmax_update(t, s_t, keep);
     if (careful)
-        tile_accumulate_careful(t, s_t, vt, keep);
+        tile_accumulate_careful(t, s_t, rows.v, rows.v_step, keep);
     else
-        tile_accumulate(t, s_t, vt, keep);
+        tile_accumulate(t, s_t, rows.v, rows.v_step, keep);
 }
 
 /* 16 values down column `col` of a [rows][BLOCK_M] float array from row r0 on, written and
@@ -344,9 +353,36 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
     }
 }
 
+/* The K and V rows of the key tile at class index k0 of class r: packed ones, or (IN_PLACE) the
+ * caller's own, but for a head's last partial tile, which is packed alone in Kt, Vt. */
+ALWAYS_INLINE key_rows tile_rows(__constant attn_params *P, __global const float *Kp,
+                                 __global const float *Vp, __global const float *Kt,
+                                 __global const float *Vt, const query_tile *t, long r, long k0) {
+    key_rows rows = {0, 0, DQK_PAD, DV_PAD};
+#if IN_PLACE
+    const long kv_h = t->kv_bh - t->b * P->heads_kv;
+    if (k0 + BLOCK_N <= P->len_k) {
+        rows.k =
+            Kp + P->k_offset + t->b * P->k_stride_b + kv_h * P->k_stride_h + k0 * P->k_stride_s;
+        rows.v =
+            Vp + P->v_offset + t->b * P->v_stride_b + kv_h * P->v_stride_h + k0 * P->v_stride_s;
+        rows.k_step = P->k_stride_s, rows.v_step = P->v_stride_s;
+    } else {
+        rows.k = Kt + t->kv_bh * BLOCK_N * DQK_PAD;
+        rows.v = Vt + t->kv_bh * BLOCK_N * DV_PAD;
+    }
+#else
+    const long slot = (t->kv_bh * P->classes + r) * P->class_slots + k0;
+    rows.k = Kp + slot * DQK_PAD;
+    rows.v = Vp + slot * DV_PAD;
+#endif
+    return rows;
+}
+
 /* Walks the key tiles of class r for a pass (the tile list when the planner made one). */
 ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
                               __global const float *Vp, __global const uchar *Vbad,
+                              __global const float *Kt, __global const float *Vt,
                               __global const uchar *layout, __global const float *bias,
                               __global const int *tile_ptr, __global const int *tile_idx,
                               __global const int *row_list, long tile, long list_row, query_tile *t,
@@ -367,8 +403,9 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
         long k0;
         const int kind =
             tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
-        attend_tile(P, layout, bias, 0, t, pass, kind, k0, Kp + (base + k0) * DQK_PAD,
-                    Vp + (base + k0) * DV_PAD, tile_has_bad_values(Vbad + base + k0));
+        const key_rows rows = tile_rows(P, Kp, Vp, Kt, Vt, t, r, k0);
+        attend_tile(P, layout, bias, 0, t, pass, kind, k0, rows,
+                    tile_has_bad_values(Vbad + base + k0));
     }
 }
 
@@ -383,8 +420,9 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
     const long base = t->kv_bh * P->global_slots;
     for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
         if (P->causal && gpos[k0] > last_p) break;
-        attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0,
-                    Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD,
+        const key_rows rows = {Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD, DQK_PAD,
+                               DV_PAD};
+        attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, rows,
                     tile_has_bad_values(Vbad_g + base + k0));
     }
 }
@@ -423,7 +461,8 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
  * or the tile of listed rows (row_mode 1). */
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_lanes(ATTENTION_KERNEL_ARGS) {
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attention_lanes(ATTENTION_KERNEL_ARGS) {
     query_tile t;
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
@@ -436,13 +475,13 @@ __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_lanes(ATT
     load_queries(P, Q, q_scale, &t);
     if (P->row_mode == 1) {
         for (long c = 0; c < P->classes; c++)
-            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, &t,
-                       PASS_GLOBAL_ROWS, c);
+            walk_class(P, Kp, Vp, Vbad, Kt, Vt, layout, bias, tile_ptr, tile_idx, row_list, tile, 0,
+                       &t, PASS_GLOBAL_ROWS, c);
     } else {
         const long list_row =
             (P->layout_per_head ? t.h : 0) * P->classes * P->tiles_per_class + tile;
-        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, &t,
-                   PASS_WINDOW, tile_class(P, tile));
+        walk_class(P, Kp, Vp, Vbad, Kt, Vt, layout, bias, tile_ptr, tile_idx, row_list, tile,
+                   list_row, &t, PASS_WINDOW, tile_class(P, tile));
         if (P->has_global)
             walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, &t);
     }

@@ -7,8 +7,13 @@
  *       [B*Hkv][slots][DQK_PAD] like V: whole-vector copies, no transposing stores
  *   Vp: [B*Hkv][slots][DV_PAD]
  *
- * Slot s holds key j = r + m*classes with r = s / class_slots, m = s % class_slots (keys
- * grouped by class, see common.cl), or, when from_list is set, j = gpos[s] (the global keys).
+ * What slot s holds, by `mode`:
+ *   PACK_CLASSES: key j = r + m*classes with r = s / class_slots, m = s % class_slots (keys
+ *                 grouped by class, see common.cl);
+ *   PACK_GLOBALS: key j = gpos[s] (the global keys);
+ *   PACK_FLAGS:   key j = s, and only Vbad is written (the kernel reads K and V in place);
+ *   PACK_TAIL:    key j = the last partial tile's first key + s, and only Kp and Vp are
+ *                 written (the tile that reading in place would run past the keys' end).
  * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after tile_walk.cl.
  * Packed rows start at multiples of 16 floats, so they are stored as whole float16 vectors
  * (PoCL splits vstore16 into four 16-byte stores).
@@ -20,42 +25,61 @@
 #define KEY_ROWS 0
 #endif
 
-__kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __global const IN_T *V,
-                        __global const int *gpos, int from_list, long slots, __global float *Kp,
-                        __global float *Vp, __global uchar *Vbad) {
-    const long s = get_global_id(0), bh = get_global_id(1);
-    if (s >= slots) return;
-    long h, m;
-    const long b = div_rem(bh, P->heads_kv, &h);
-    long j = NO_KEY;
-    if (from_list) {
-        if (s < P->num_global) j = gpos[s];
-    } else {
-        long r = div_rem(s, P->class_slots, &m);
-        if (r < P->classes && m < class_keys(P, r)) j = r + m * P->classes;
+#define PACK_CLASSES 0
+#define PACK_GLOBALS 1
+#define PACK_FLAGS   2
+#define PACK_TAIL    3
+
+/* The key that slot s holds in `mode`, or NO_KEY. */
+inline long slot_key(__constant attn_params *P, __global const int *gpos, int mode, long s) {
+    long m;
+    if (mode == PACK_GLOBALS) return s < P->num_global ? gpos[s] : NO_KEY;
+    if (mode == PACK_FLAGS) return s < P->len_k ? s : NO_KEY;
+    if (mode == PACK_TAIL) {
+        const long j = P->len_k / BLOCK_N * BLOCK_N + s;
+        return j < P->len_k ? j : NO_KEY;
     }
-    const int present = j != NO_KEY;
-    const long k_row = P->k_offset + b * P->k_stride_b + h * P->k_stride_h + j * P->k_stride_s;
-    const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
+    const long r = div_rem(s, P->class_slots, &m);
+    return r < P->classes && m < class_keys(P, r) ? r + m * P->classes : NO_KEY;
+}
+
+/* K's row at k_row (zeros unless present) into slot s of a head's packed keys Kp: a row
+ * [DQK_PAD] (KEY_ROWS) or column s % BLOCK_N of its transposed tile. */
+inline void pack_key_row(__constant attn_params *P, __global const IN_T *K, long k_row, int present,
+                         long s, __global float *Kp) {
 #if KEY_ROWS
-    __global float16 *kr = (__global float16 *)(Kp + (bh * slots + s) * DQK_PAD);
+    __global float16 *kr = (__global float16 *)(Kp + s * DQK_PAD);
     for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
         kr[d0 / 16] = load_row16(K, k_row, d0, P->dim_qk, present);
 #else
     const ulong tile = (ulong)s / BLOCK_N, lane = (ulong)s % BLOCK_N;
-    __global float *kt = Kp + (bh * slots + tile * BLOCK_N) * DQK_PAD + lane; /* column `lane` */
+    __global float *kt = Kp + tile * BLOCK_N * DQK_PAD + lane; /* column `lane` */
     for (int d0 = 0; d0 < DQK_PAD; d0 += 16) {
         float lanes[16];
         vstore16(load_row16(K, k_row, d0, P->dim_qk, present), 0, lanes);
         for (int e = 0; e < 16; e++) kt[(d0 + e) * BLOCK_N] = lanes[e];
     }
 #endif
+}
+
+__kernel void pack_keys(__constant attn_params *P, __global const IN_T *K, __global const IN_T *V,
+                        __global const int *gpos, int mode, long slots, __global float *Kp,
+                        __global float *Vp, __global uchar *Vbad) {
+    const long s = get_global_id(0), bh = get_global_id(1);
+    if (s >= slots) return;
+    long h;
+    const long b = div_rem(bh, P->heads_kv, &h);
+    const long j = slot_key(P, gpos, mode, s);
+    const int present = j != NO_KEY, rows = mode != PACK_FLAGS;
+    const long k_row = P->k_offset + b * P->k_stride_b + h * P->k_stride_h + j * P->k_stride_s;
+    const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
+    if (rows) pack_key_row(P, K, k_row, present, s, Kp + bh * slots * DQK_PAD);
     __global float16 *vr = (__global float16 *)(Vp + (bh * slots + s) * DV_PAD);
     int bad = 0;
     for (int d0 = 0; d0 < DV_PAD; d0 += 16) {
         const float16 x = load_row16(V, v_row, d0, P->dim_v, present);
         bad |= !all(isfinite(x));
-        vr[d0 / 16] = x;
+        if (rows) vr[d0 / 16] = x;
     }
-    Vbad[bh * slots + s] = bad;
+    if (mode != PACK_TAIL) Vbad[bh * slots + s] = bad;
 }

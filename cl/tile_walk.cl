@@ -13,7 +13,9 @@
  * nothing) only the window pass runs.
  *
  * Keys are read from packed buffers (pack.cl): K tiles [DQK_PAD][BLOCK_N] (transposed) and V
- * rows [DV_PAD], float32, zero-padded, grouped by class.
+ * rows [DV_PAD], float32, zero-padded, grouped by class. With IN_PLACE (lanes.cl only) K and V
+ * are the caller's own float32 rows of DQK_PAD and DV_PAD floats, read where they lie, and only
+ * each head's last partial key tile is packed (Kt, Vt: [B*Hkv][BLOCK_N][DQK_PAD or DV_PAD]).
  */
 #ifndef BLOCK_M
 #define BLOCK_M 8
@@ -27,6 +29,9 @@
 #ifndef DV_PAD
 #define DV_PAD 64
 #endif
+#ifndef IN_PLACE
+#define IN_PLACE 0
+#endif
 
 /* COUNT_TILES=1 (desc.count_tiles): the kernels count the key tiles they visit into one
  * global counter, an extra last argument (runtime/kernels/packed.c compares it with its plan). */
@@ -34,24 +39,24 @@
 #define COUNT_TILES 0
 #endif
 #if COUNT_TILES
-#define TILE_COUNTER_ARG , __global uint *tile_count
+#define TILE_COUNTER_ARG           , __global uint *tile_count
 #define TILE_COUNTER_INIT(counter) (counter) = tile_count
-#define COUNT_TILE(counter) atomic_inc(counter)
+#define COUNT_TILE(counter)        atomic_inc(counter)
 #else
 #define TILE_COUNTER_ARG
 #define TILE_COUNTER_INIT(counter) (counter) = 0
-#define COUNT_TILE(counter) ((void)0)
+#define COUNT_TILE(counter)        ((void)0)
 #endif
 
 /* The arguments of both variants' kernels, in the order runtime/kernels/packed.c sets them. */
 #define ATTENTION_KERNEL_ARGS                                                                      \
     __constant attn_params *P, __global const IN_T *Q, __global const float *Kp,                   \
-        __global const float *Vp, __global const uchar *Vbad, __global const float *Kg,            \
-        __global const float *Vg, __global const uchar *Vbad_g, __global const int *gpos,          \
-        __global OUT_T *O, __global float *LSE, __global const float *bias,                        \
-        __global const uchar *is_global, __global const uchar *layout,                             \
-        __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
-        float q_scale TILE_COUNTER_ARG
+        __global const float *Vp, __global const uchar *Vbad, __global const float *Kt,            \
+        __global const float *Vt, __global const float *Kg, __global const float *Vg,              \
+        __global const uchar *Vbad_g, __global const int *gpos, __global OUT_T *O,                 \
+        __global float *LSE, __global const float *bias, __global const uchar *is_global,          \
+        __global const uchar *layout, __global const int *tile_ptr, __global const int *tile_idx,  \
+        __global const int *row_list, float q_scale TILE_COUNTER_ARG
 
 #define PASS_WINDOW      0
 #define PASS_GLOBAL_KEYS 1

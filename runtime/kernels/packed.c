@@ -25,6 +25,19 @@ int packed_supports(const attn_problem *pb, char *why, size_t size) {
 
 /* ---------------------------------------------------------------- planning */
 
+/* Whether the kernel can read K and V where they lie: a kind that reads K as rows, float32 rows
+ * of exactly the padded head dims, one after another ([B, H, N, D] or any layout whose rows of
+ * a head are contiguous), and keys in one class (no dilation), so that the caller's rows are the
+ * packed layout. Packing would then only copy them; the kernel reads them in place instead, and
+ * only each head's last partial tile (which would run past the keys' end) and the V flags are
+ * made per call. Rows further apart than their length are packed: read in place, their
+ * strided tiles cost full attention a third more on PoCL (cache sets and TLB). */
+static int reads_in_place(const attn_problem *pb, const packed_state *st) {
+    return st->kind->key_rows && pb->dtype == CLATTN_F32 && pb->kv.dtype == CLATTN_F32 &&
+           st->geometry.classes == 1 && pb->dim_qk == st->dqk_pad && pb->dim_v == st->dv_pad &&
+           pb->k.stride_seq == pb->dim_qk && pb->v.stride_seq == pb->dim_v;
+}
+
 static uint64_t device_bytes(const attn_problem *pb, const packed_state *st);
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention);
@@ -83,6 +96,7 @@ clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_
     clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
+    st->in_place = reads_in_place(pb, st);
     status = tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
     if (status == CLATTN_SUCCESS) plan->device_bytes = device_bytes(pb, st);
     return status;
@@ -97,10 +111,12 @@ void packed_release(variant_plan *plan) {
 
 /* ---------------------------------------------------------------- device buffers */
 
+/* kp, vp: the packed K and V, or (in place) the caller's; kt, vt: the last partial tiles read in
+ * place (the placeholder otherwise). */
 typedef struct packed_buffers {
     buffer_set set;
-    cl_mem params, params_rows, kp, vp, vbad, kg, vg, vbad_g, gpos, is_global, layout, tile_ptr,
-        tile_idx, row_list, tile_count;
+    cl_mem params, params_rows, kp, vp, vbad, kt, vt, kg, vg, vbad_g, gpos, is_global, layout,
+        tile_ptr, tile_idx, row_list, tile_count;
 } packed_buffers;
 
 /* Packed key bytes: B*Hkv*slots*pad floats, checked for overflow. */
@@ -117,23 +133,49 @@ static size_t packed_bytes(const attn_problem *pb, int64_t slots, unsigned pad) 
 static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
     const tile_geometry *g = &st->geometry;
     int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
-    size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
     uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
+    if (st->in_place) slots = (int64_t)pb->mask.num_globals + 2 * g->block_n; /* tails, globals */
+    size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
     if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
     return (uint64_t)k + v + flags;
 }
 
-/* The packed K, V and V flags of the class-grouped keys and of the global keys. */
-static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
-                                 const packed_state *st, int64_t global_slots, packed_buffers *fb) {
+/* The packed K and V of the class-grouped keys, or (in place) the caller's K and V and the
+ * packed last partial tiles. */
+static clattn_status make_key_rows(clattn_context *ctx, const attn_problem *pb,
+                                   const packed_state *st, const attn_buffers *buf,
+                                   packed_buffers *fb) {
     buffer_set *set = &fb->set;
+    if (st->in_place) {
+        int tail = pb->len_k % st->block_n != 0;
+        fb->kp = buf->k, fb->vp = buf->v;
+        clattn_status s =
+            buffer_set_add(ctx, set, tail ? packed_bytes(pb, st->block_n, st->dqk_pad) : 0, 1, NULL,
+                           &fb->kt, "K tails");
+        if (!s)
+            s = buffer_set_add(ctx, set, tail ? packed_bytes(pb, st->block_n, st->dv_pad) : 0, 1,
+                               NULL, &fb->vt, "V tails");
+        return s;
+    }
     int64_t slots = st->geometry.classes * st->geometry.class_slots;
-    size_t kv = pb->batch * pb->heads_kv;
     clattn_status s = buffer_set_workspace(
         ctx, set, WORKSPACE_PACKED_K, packed_bytes(pb, slots, st->dqk_pad), &fb->kp, "packed K");
     if (!s)
         s = buffer_set_workspace(ctx, set, WORKSPACE_PACKED_V, packed_bytes(pb, slots, st->dv_pad),
                                  &fb->vp, "packed V");
+    if (!s) s = buffer_set_add(ctx, set, 0, 1, NULL, &fb->kt, "K tails");
+    if (!s) s = buffer_set_add(ctx, set, 0, 1, NULL, &fb->vt, "V tails");
+    return s;
+}
+
+/* The keys' rows (make_key_rows), the V flags, and the packed global keys with their flags. */
+static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
+                                 const packed_state *st, const attn_buffers *buf,
+                                 int64_t global_slots, packed_buffers *fb) {
+    buffer_set *set = &fb->set;
+    int64_t slots = st->geometry.classes * st->geometry.class_slots;
+    size_t kv = pb->batch * pb->heads_kv;
+    clattn_status s = make_key_rows(ctx, pb, st, buf, fb);
     /* one flag byte per packed slot: its V row holds a NaN or an infinity */
     if (!s)
         s = buffer_set_workspace(ctx, set, WORKSPACE_V_FLAGS, kv * (size_t)slots, &fb->vbad,
@@ -149,7 +191,6 @@ static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
     return s;
 }
 
-/* The parameter blocks, the mask's lists and the tile counter. */
 /* The parameter blocks and the tile counter; the lists are the cached entry's. */
 static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, const packed_state *st,
                                 const attn_params *P, const attn_params *P_rows,
@@ -190,29 +231,34 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
     const char *pack_files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl"};
     const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", st->kind->kernel_file};
-    char pack_defines[160], defines[256];
+    char pack_defines[160], defines[288];
     snprintf(pack_defines, sizeof pack_defines,
              "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKEY_ROWS=%d", st->block_n,
              st->dqk_pad, st->dv_pad, (int)pb->dtype, st->kind->key_rows);
-    snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DOUT_DTYPE=%d -DCOUNT_TILES=%d",
-             pack_defines, st->block_m, (int)pb->out_dtype, pb->count_tiles);
+    snprintf(defines, sizeof defines,
+             "%s -DBLOCK_M=%u -DOUT_DTYPE=%d -DCOUNT_TILES=%d -DIN_PLACE=%d", pack_defines,
+             st->block_m, (int)pb->out_dtype, pb->count_tiles, st->in_place);
     clattn_status status =
         kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
 }
 
+/* What pack_keys makes (cl/pack.cl's modes). */
+enum pack_mode { PACK_CLASSES, PACK_GLOBALS, PACK_FLAGS, PACK_TAIL };
+
 static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const packed_buffers *fb,
-                                 const attn_buffers *buf, const attn_problem *pb, int from_list,
-                                 int64_t slots, cl_mem kp, cl_mem vp, cl_mem vbad) {
-    cl_int list = from_list;
+                                 const attn_buffers *buf, const attn_problem *pb,
+                                 enum pack_mode mode, int64_t slots, cl_mem kp, cl_mem vp,
+                                 cl_mem vbad) {
+    cl_int mode_arg = mode;
     cl_long count = slots;
     kernel_args a = {kernel, 0, CL_SUCCESS};
     KARG(a, fb->params);
     KARG(a, buf->k);
     KARG(a, buf->v);
     KARG(a, fb->gpos);
-    KARG(a, list);
+    KARG(a, mode_arg);
     KARG(a, count);
     KARG(a, kp);
     KARG(a, vp);
@@ -234,6 +280,8 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     KARG(a, fb->kp);
     KARG(a, fb->vp);
     KARG(a, fb->vbad);
+    KARG(a, fb->kt);
+    KARG(a, fb->vt);
     KARG(a, fb->kg);
     KARG(a, fb->vg);
     KARG(a, fb->vbad_g);
@@ -253,6 +301,23 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     return kernel_launch(ctx, kernel, 2, global, local, event, "fused: attention");
 }
 
+/* The class-grouped keys packed with their V flags, or (in place) the V flags alone and the
+ * last partial tiles. */
+static clattn_status pack_keys(clattn_context *ctx, cl_kernel pack, const attn_problem *pb,
+                               const packed_state *st, const packed_buffers *fb,
+                               const attn_buffers *buf) {
+    const tile_geometry *g = &st->geometry;
+    int64_t slots = g->classes * g->class_slots;
+    if (!st->in_place)
+        return launch_pack(ctx, pack, fb, buf, pb, PACK_CLASSES, slots, fb->kp, fb->vp, fb->vbad);
+    clattn_status status =
+        launch_pack(ctx, pack, fb, buf, pb, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
+    if (!status && pb->len_k % st->block_n != 0)
+        status =
+            launch_pack(ctx, pack, fb, buf, pb, PACK_TAIL, st->block_n, fb->kt, fb->vt, fb->vbad);
+    return status;
+}
+
 static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, const packed_buffers *fb,
                                  const attn_params *P, const attn_buffers *buf, cl_event *event) {
@@ -261,12 +326,10 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
     const tile_geometry *g = &st->geometry;
     int global_rows = g->globals_matter && st->lists->host->num_rows > 0;
     size_t heads = pb->batch * pb->heads_q;
-    if (!status)
-        status = launch_pack(ctx, pack, fb, buf, pb, 0, g->classes * g->class_slots, fb->kp, fb->vp,
-                             fb->vbad);
+    if (!status) status = pack_keys(ctx, pack, pb, st, fb, buf);
     if (!status && P->global_slots > 0)
-        status =
-            launch_pack(ctx, pack, fb, buf, pb, 1, P->global_slots, fb->kg, fb->vg, fb->vbad_g);
+        status = launch_pack(ctx, pack, fb, buf, pb, PACK_GLOBALS, P->global_slots, fb->kg, fb->vg,
+                             fb->vbad_g);
     if (!status)
         status = launch_attention(ctx, attention, st, fb, buf, fb->params,
                                   (size_t)(g->classes * g->tiles_per_class), heads, pb->scale,
@@ -299,8 +362,9 @@ static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_
     s->block_m = st->block_m;
     s->block_n = st->block_n;
     s->device_bytes = bytes + st->lists->bytes;
-    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s", plan->variant->name,
-             st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
+    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s", plan->variant->name,
+             st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype),
+             st->in_place ? " in place" : "");
 }
 
 clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
@@ -311,7 +375,7 @@ clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const at
     attn_params P, P_rows;
     memset(&fb, 0, sizeof fb);
     fill_params(plan, st, &P, &P_rows);
-    clattn_status status = make_packed(ctx, pb, st, P.global_slots, &fb);
+    clattn_status status = make_packed(ctx, pb, st, buf, P.global_slots, &fb);
     if (!status) status = make_lists(ctx, pb, st, &P, &P_rows, &fb);
     cl_mem placeholder = NULL; /* stands in for an absent LSE or bias */
     if (!status) status = buffer_set_placeholder(ctx, &fb.set, &placeholder);

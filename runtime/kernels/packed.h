@@ -5,7 +5,8 @@
  * the tiles (plan/tiles.h), the packing, the buffers and the launches are common.
  *
  * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
- * keys and flags; the tile lists are the context's (tile_cache.h), built once per pattern.
+ * keys and flags; where the kernel reads K and V in place (lanes, float32 rows that are already
+ * the packed layout), only each head's last partial key tile and the V flags; the tile lists are the context's (tile_cache.h), built once per pattern.
  * Nothing grows with Nq*Nk except a block layout's tile list.
  */
 #ifndef CLATTN_PACKED_H
@@ -32,6 +33,7 @@ typedef struct packed_state {
     const packed_kind *kind;
     unsigned block_m, block_n; /* query rows and keys of a tile */
     unsigned dqk_pad, dv_pad;  /* head-dim buckets the kernels are compiled for */
+    int in_place;              /* K and V read where they lie (reads_in_place), not packed */
     size_t group_size;         /* work-items a work-group */
     uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
     tile_geometry geometry;

@@ -385,3 +385,40 @@ Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
                       (unsigned long long)items, info.compute_units);
     if (info.compute_units <= 8) cr_expect_gt(large.block_m, 16);
 }
+
+/* float32 K and V whose rows of a head lie one after another ([B, H, N, D]) at a padded head dim
+ * are read in place by the lanes variant, with only each head's last partial key tile packed:
+ * every case passes and says "in place"; the same case in [B, N, H, D] is packed as before. The
+ * cases cover a last partial tile, NaN and infinities in V (the flags still make those tiles
+ * careful), a NaN key, global tokens, a block layout, GQA, offsets and the score modifiers. */
+Test(fused, keys_read_in_place) {
+    attn_case cases[9];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 70, 203, 64, 64);
+        cases[i].layout = CLATTN_LAYOUT_BHSD;
+        cases[i].seed = 90 + i;
+    }
+    cases[0].causal = 1;
+    cases[1].bad_value = 1, cases[1].left = cases[1].right = 3, cases[1].nq = 203;
+    cases[2].bad_value = 2, cases[2].causal = 1, cases[2].left = 5, cases[2].nq = 203;
+    cases[3].nan_key = 1, cases[3].nk = 64, cases[3].offset = 5; /* no partial tile */
+    cases[4].left = cases[4].right = 9, cases[4].num_globals = 2, cases[4].globals[0] = 1;
+    cases[4].globals[1] = 150, cases[4].bias = BIAS_BROADCAST;
+    cases[5].block_layout = LAYOUT_SHARED, cases[5].bq = cases[5].bk = 16;
+    cases[6].softcap = 20.0f, cases[6].alibi = 1, cases[6].sinks = 1;
+    cases[7].dqk = 32, cases[7].dv = 96, cases[7].nq = 300;
+    cases[8].layout = CLATTN_LAYOUT_BSHD; /* packed */
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t i = 0; i < COUNT(cases); i++) {
+            case_result r;
+            clattn_status s = case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED,
+                                       CLATTN_VARIANT_LANES, &r);
+            if (s == CLATTN_ERR_UNSUPPORTED) continue; /* a compiler that lanes avoids */
+            cr_expect_eq(s, CLATTN_SUCCESS, "device %zu case %zu: %s", dev, i, r.message);
+            cr_expect_eq(r.mismatches, 0, "device %zu case %zu: %s", dev, i, r.message);
+            int in_place = strstr(r.stats.kernel, " in place") != NULL;
+            cr_expect_eq(in_place, i != 8, "device %zu case %zu ran %s", dev, i, r.stats.kernel);
+        }
+}
