@@ -70,6 +70,7 @@ typedef struct bench_config {
     bench_pattern patterns[BENCH_MAX_PATTERNS];
     size_t num_patterns;
     clattn_dtype dtype;
+    clattn_layout layout; /* of Q, K, V and O: [B, N, H, D] (default) or [B, H, N, D] */
     clattn_variant variant;
     clattn_gemm gemm;
     size_t warmup, repeat;

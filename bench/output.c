@@ -27,6 +27,10 @@ static const char *variant_name(const bench_record *r) {
     return clattn_variant_name(r->variant);
 }
 
+static const char *layout_name(clattn_layout layout) {
+    return layout == CLATTN_LAYOUT_BHSD ? "bhsd" : "bshd";
+}
+
 static const char *dtype_name(clattn_dtype dtype) {
     return dtype == CLATTN_F16 ? "f16" : dtype == CLATTN_BF16 ? "bf16" : "f32";
 }
@@ -85,7 +89,7 @@ static void csv_field(textbuf *t, const char *s) {
 }
 
 void bench_csv(textbuf *t, const bench_record *records, size_t count) {
-    textbuf_printf(t, "device,path,variant,dtype,b,hq,hkv,nq,nk,dqk,dv,pattern,pairs,ms_min,"
+    textbuf_printf(t, "device,path,variant,dtype,layout,b,hq,hkv,nq,nk,dqk,dv,pattern,pairs,ms_min,"
                       "ms_median,gflops,gbytes_s,device_bytes,kernel\n");
     for (size_t i = 0; i < count; i++) {
         const bench_record *r = &records[i];
@@ -93,9 +97,9 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
         clattn_device_info_init(&d);
         if (clattn_device_get_info(r->device, &d) != CLATTN_SUCCESS) d.name[0] = '\0';
         csv_field(t, d.name);
-        textbuf_printf(t, ",%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),
-                       variant_name(r), dtype_name(r->dtype), r->b, r->hq, r->hkv, r->nq, r->nk,
-                       r->dqk, r->dv);
+        textbuf_printf(t, ",%s,%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),
+                       variant_name(r), dtype_name(r->dtype), layout_name(r->layout), r->b, r->hq,
+                       r->hkv, r->nq, r->nk, r->dqk, r->dv);
         csv_field(t, r->pattern);
         textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu,", (unsigned long long)r->pairs,
                        r->ms_min, r->ms_median, bench_gflops(r), bench_gbytes_s(r),
@@ -108,10 +112,10 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
 static void json_record(textbuf *t, const bench_record *r) {
     textbuf_printf(t,
                    "    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", \"dtype\": "
-                   "\"%s\", \"b\": %zu, \"hq\": %zu, \"hkv\": %zu, \"nq\": %zu, \"nk\": %zu, "
-                   "\"dqk\": %zu, \"dv\": %zu, \"pattern\": ",
-                   r->device, bench_path_name(r->path), variant_name(r), dtype_name(r->dtype), r->b,
-                   r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv);
+                   "\"%s\", \"layout\": \"%s\", \"b\": %zu, \"hq\": %zu, \"hkv\": %zu, "
+                   "\"nq\": %zu, \"nk\": %zu, \"dqk\": %zu, \"dv\": %zu, \"pattern\": ",
+                   r->device, bench_path_name(r->path), variant_name(r), dtype_name(r->dtype),
+                   layout_name(r->layout), r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv);
     textbuf_json_string(t, r->pattern);
     textbuf_printf(t,
                    ", \"pairs\": %llu, \"ms_min\": %.4f, \"ms_median\": %.4f, "

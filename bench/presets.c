@@ -18,6 +18,7 @@ void bench_config_defaults(bench_config *c) {
     c->list[L_HQ][0] = 8, c->count[L_HQ] = 1;
     c->list[L_NQ][0] = 1024, c->count[L_NQ] = 1;
     c->list[L_D][0] = 64, c->count[L_D] = 1;
+    c->layout = CLATTN_LAYOUT_BSHD;
     c->warmup = 1, c->repeat = 5, c->steps = 64;
     c->title = "clattn bench";
     bench_parse_patterns("full", c->patterns, &c->num_patterns);
@@ -44,9 +45,11 @@ int bench_apply_preset(const char *name, bench_config *c) {
         static const size_t lengths[] = {1024, 2048, 4096, 8192, 16384};
         memcpy(c->list[L_NQ], lengths, sizeof lengths), c->count[L_NQ] = 5;
         c->list[L_HQ][0] = 4, c->count[L_HQ] = 1;
+        c->layout = CLATTN_LAYOUT_BHSD; /* PyTorch's: the lanes variant reads K and V in place */
         c->repeat = 3;
-        return bench_parse_patterns("full,causal,window:128,128,bigbird:64,3,2,3", c->patterns,
-                                    &c->num_patterns);
+        return bench_parse_patterns("full,causal,window:128,128,dilated:128,128,2,"
+                                    "longformer:128,4,bigbird:64,3,2,3",
+                                    c->patterns, &c->num_patterns);
     }
     if (strcmp(name, "decode") == 0) { /* the decode issue's shape: GQA 32/8, D = 128 */
         static const size_t lengths[] = {1024, 4096, 16384, 32768, 131072}, queries[] = {1, 4};

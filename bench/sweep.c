@@ -114,11 +114,11 @@ static void shape_free(shape_inputs *s) {
 }
 
 static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype dtype,
-                       shape_inputs *s) {
+                       clattn_layout layout, shape_inputs *s) {
     memset(s, 0, sizeof *s);
     clattn_attention_desc *d = &s->desc;
-    if (clattn_attention_desc_init(d, CLATTN_LAYOUT_BSHD, shape[L_B], shape[L_HQ], shape[L_HKV],
-                                   shape[L_NQ], shape[L_NK], shape[L_D], shape[L_DV])) {
+    if (clattn_attention_desc_init(d, layout, shape[L_B], shape[L_HQ], shape[L_HKV], shape[L_NQ],
+                                   shape[L_NK], shape[L_D], shape[L_DV])) {
         cli_error("bench", "invalid sizes (Hq must be a multiple of Hkv)");
         return 1;
     }
@@ -176,6 +176,7 @@ static void bench_pattern_paths(sweep_run *run, clattn_context *ctx, size_t devi
     for (size_t i = 0; i < c->num_paths && run->num_records < MAX_RECORDS; i++) {
         bench_record *r = &run->records[run->num_records];
         fill_record(r, device, c->paths[i], &d, p);
+        r->layout = c->layout;
         if (isatty(STDERR_FILENO))
             fprintf(stderr, "\r[%zu/%zu] %s %s Nq=%zu ...", ++run->done, run->total,
                     bench_path_name(r->path), r->pattern, r->nq);
@@ -230,7 +231,7 @@ static void bench_device(sweep_run *run, size_t device) {
         size_t shape[7] = {0}; /* every size has a list or follows one: see shape_at */
         shape_inputs s;
         shape_at(c, i, shape);
-        if (shape_setup(ctx, shape, c->dtype, &s) != 0) {
+        if (shape_setup(ctx, shape, c->dtype, c->layout, &s) != 0) {
             run->failed = 1;
             continue;
         }

@@ -15,6 +15,7 @@ typedef struct bench_record {
     bench_path path;
     clattn_variant variant; /* fused: the variant that ran */
     clattn_dtype dtype;
+    clattn_layout layout;
     size_t b, hq, hkv, nq, nk, dqk, dv;
     char pattern[96];
     uint64_t pairs;           /* allowed (b, h, i, j) pairs */

@@ -30,6 +30,8 @@ static const cli_option bench_options[] = {
      "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
     {"dtype", "f32|f16|bf16|q8_0|q4_0",
      "storage of Q, K, V and O (default f32; decode: all five, q8_0 and q4_0 being K/V only)"},
+    {"layout", "bshd|bhsd",
+     "layout of Q, K, V and O (default bshd = [B,N,H,D]; --preset sparse: bhsd = [B,H,N,D])"},
     {"variant", "NAME", "the kernel variant (clattn devices --variants; default auto)"},
     {"gemm", "NAME",
      "the GEMM row of the gemm path and the layer: auto, clblast, panels (default auto, or "
@@ -142,6 +144,11 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         cli_error("bench", "--dtype %s stores K and V only: it is measured by --preset decode",
                   dtypes[c->dtype]);
         return EXIT_USAGE;
+    }
+    static const char *const layouts[] = {"bshd", "bhsd", NULL}; /* clattn_layout */
+    if (args_has(args, "layout")) {
+        if (parse_choice(args, "layout", layouts, &choice) != 0) return EXIT_USAGE;
+        c->layout = (clattn_layout)choice;
     }
     if (args_has(args, "variant") && parse_variant(args, "variant", &c->variant) != 0)
         return EXIT_USAGE;

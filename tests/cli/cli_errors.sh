@@ -124,6 +124,7 @@ if "$clattn" bench --path host --nq 8 --hq 1 --d 8 --repeat 1 > /dev/null 2>&1; 
     fail "bench --dtype f16 --path host,fused: $(cat stderr)"
   grep -q "skipping --path host" stderr || fail "bench --dtype f16 skipped host in silence"
 fi
+expect 2 "--layout: expected one of bshd|bhsd" -- "$clattn" bench --layout bsdh
 expect 1 "/nonexistent/q" -- "$clattn" bench --preset quick --out /nonexistent/q
 [ -s stdout ] && fail "bench --out /nonexistent/q ran the sweep first"
 expect 1 "not a folder" -- "$clattn" bench --preset quick --out junk.npy
