@@ -354,10 +354,11 @@ Test(fused, causal_and_windows_skip_tiles) {
 /* The CPU variant's planner splits the rows finer when a call has few of them, so that every
  * compute unit gets work: 16-row tiles (one vector of rows) for 64 rows of one head; the
  * table's taller tiles once there are 8 work-items a compute unit at that size. */
-static clattn_stats run_cpu_variant(size_t heads, size_t n) {
+static clattn_stats run_cpu_variant(size_t heads, size_t n, int64_t window) {
     clattn_context *ctx = first_context();
     clattn_attention_desc d;
     clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, heads, heads, n, n, 64, 64);
+    d.window_left = d.window_right = window;
     d.path = CLATTN_PATH_FUSED;
     d.variant = CLATTN_VARIANT_LANES;
     size_t count = heads * n * 64;
@@ -375,7 +376,7 @@ Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
     clattn_device_info info;
     clattn_device_info_init(&info);
     clattn_context_device_info(first_context(), &info);
-    clattn_stats tiny = run_cpu_variant(1, 64), large = run_cpu_variant(8, 2048);
+    clattn_stats tiny = run_cpu_variant(1, 64, -1), large = run_cpu_variant(8, 2048, -1);
     cr_expect_eq(tiny.block_m, 16, "64 rows in tiles of %u", tiny.block_m);
     cr_expect_eq(tiny.tiles_visited, 4ull * 64 / tiny.block_n);
     cr_expect_eq(large.block_m % 16, 0);
@@ -384,6 +385,18 @@ Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
         cr_expect_geq(items, 8ull * info.compute_units, "%llu work-items for %u units",
                       (unsigned long long)items, info.compute_units);
     if (info.compute_units <= 8) cr_expect_gt(large.block_m, 16);
+}
+
+/* Rows that a window keeps short (here 129 keys of 2048) take 16 x 16 tiles, which walk fewer
+ * keys outside the band; a window that covers the keys computes as full attention does. */
+Test(fused, cpu_tiles_shrink_for_short_window_rows) {
+    clattn_stats band = run_cpu_variant(8, 2048, 64), wide = run_cpu_variant(8, 2048, 2048);
+    clattn_stats full = run_cpu_variant(8, 2048, -1);
+    cr_expect(band.block_m == 16 && band.block_n == 16, "a (64, 64) window ran %ux%u tiles",
+              band.block_m, band.block_n);
+    cr_expect(wide.block_m == full.block_m && wide.block_n == full.block_n,
+              "a window over every key ran %ux%u tiles, full attention %ux%u", wide.block_m,
+              wide.block_n, full.block_m, full.block_n);
 }
 
 /* float32 K and V whose rows of a head lie one after another ([B, H, N, D]) at a padded head dim
@@ -413,8 +426,8 @@ Test(fused, keys_read_in_place) {
     for (size_t dev = 0; dev < devices; dev++)
         for (size_t i = 0; i < COUNT(cases); i++) {
             case_result r;
-            clattn_status s = case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED,
-                                       CLATTN_VARIANT_LANES, &r);
+            clattn_status s =
+                case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
             if (s == CLATTN_ERR_UNSUPPORTED) continue; /* a compiler that lanes avoids */
             cr_expect_eq(s, CLATTN_SUCCESS, "device %zu case %zu: %s", dev, i, r.message);
             cr_expect_eq(r.mismatches, 0, "device %zu case %zu: %s", dev, i, r.message);
