@@ -163,6 +163,36 @@ ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_
     }
 }
 
+/* Whether mask_global_keys can mask a global-key tile: no block layout, no dilation, and
+ * positions small enough that every p - j fits an int lane. */
+ALWAYS_INLINE int global_keys_in_vectors(__constant attn_params *P) {
+    const long widest = P->len_k + P->len_q + (P->offset < 0 ? -P->offset : P->offset);
+    return !P->has_layout && P->dilation == 1 && widest < (1L << 30);
+}
+
+/* -inf where the global-key pass does not own (row, key) (tile_walk.cl's pass_owns), on whole
+ * vectors: the slot holds a global key j, j <= p if causal, and j lies outside the row's
+ * window [p - left, p + right]. kpos: the slots' key positions (NO_KEY for empty slots). */
+ALWAYS_INLINE void mask_global_keys(__constant attn_params *P, const query_tile *t,
+                                    const long *kpos, float16 s_t[BLOCK_N][GROUPS]) {
+    const long i0 = t->row_i[0]; /* a live tile's first row is a row */
+    const int left = (int)min(P->left, 1L << 30), right = (int)min(P->right, 1L << 30);
+    for (int g = 0; g < GROUPS; g++) {
+        int16 lane_row; /* each lane's row less the first (rows past the end: 0, never stored) */
+        for (int l = 0; l < 16; l++)
+            ((int *)&lane_row)[l] = t->row_i[g * 16 + l] < 0 ? 0 : (int)(t->row_i[g * 16 + l] - i0);
+        for (int c = 0; c < BLOCK_N; c++) {
+            const int16 d = (int16)(int)(kpos[c] - i0 - P->offset) - lane_row; /* j - p */
+            const int16 after_left = left < 0 ? (int16)(-1) : (d >= (int16)(-left));
+            const int16 before_right = right < 0 ? (int16)(-1) : (d <= (int16)right);
+            const int16 causal_ok = P->causal ? (d <= (int16)0) : (int16)(-1);
+            const int16 present = (int16)(kpos[c] != NO_KEY ? -1 : 0);
+            const int16 owned = present & ~(after_left & before_right) & causal_ok;
+            s_t[c][g] = select((float16)(-INFINITY), s_t[c][g], owned);
+        }
+    }
+}
+
 /* Soft-capping and ALiBi (common.cl's modified_score) on whole vectors of S^T, for tiles whose
  * every slot holds a key (full and bounded ones; a bounded tile's masked lanes stay -inf):
  * cap * tanh(s / cap), then s - slope * |p - j| with the rows' positions p in the lanes. tanh
@@ -298,10 +328,14 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     tile_scores(t, rows.k, rows.k_step, s_t);
     rescore_overflows(P, t, rows, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
-    const int vector_modify = kind != TILE_GENERAL && MODIFIES_SCORES(P);
-    if (kind == TILE_GENERAL || P->has_bias || vector_modify) {
+    if (kind == TILE_GENERAL || P->has_bias || MODIFIES_SCORES(P)) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);
+        if (kind == TILE_GENERAL && pass == PASS_GLOBAL_KEYS && global_keys_in_vectors(P)) {
+            mask_global_keys(P, t, kpos, s_t);
+            kind = TILE_BOUNDED; /* masked: what is left is bias and modifiers */
+        }
+        const int vector_modify = kind != TILE_GENERAL && MODIFIES_SCORES(P);
         if (vector_modify) modify_tile(P, t, kpos, s_t);
         if (kind == TILE_GENERAL || P->has_bias)
             mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M,
