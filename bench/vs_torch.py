@@ -36,6 +36,15 @@ X_kv, full); and bfloat16 weights (the first shape: clattn reads them as stored 
 and Y; torch, which has no mixed-type F.linear, runs the whole layer in bfloat16). GFLOP/s count
 the layer's useful work: the GEMMs' 2*M*N*K and the attention's 4*pairs*D.
 
+--sparse (issue 24): sparse patterns at H=4, D=64, N = 4096 and 16384 by default, each with full
+attention as its baseline: clattn's fused path on [B][H][N][D] tensors (`clattn bench --layout
+bhsd --pattern P`) against torch.nn.attention.flex_attention compiled with torch.compile, given a
+block mask of the same allowed set (window, dilated window, Longformer with its first G positions
+global, and BigBird with the very layout `clattn pattern bigbird` writes; full is flex without a
+mask). After the table it prints each side's speedup over its own full attention and its fraction
+of the ideal speedup (speedup * density). The first flex call of each pattern compiles (tens of
+seconds), untimed. --patterns takes clattn bench's syntax.
+
 --generate (issue 32): a Hugging Face Llama generating, clattn's attention with its DeviceCache
 against sdpa with transformers' cache, prefill and decode tokens/s at contexts 512 to 8192: see
 bench/generate.py (it needs the clattn Python package and transformers besides torch).
@@ -56,6 +65,8 @@ then, after ./scripts/build.sh:
     ~/venv-torch/bin/python bench/vs_torch.py --decode --nk 4096 --dtypes f32,bf16
     ~/venv-torch/bin/python bench/vs_torch.py --layer                # the layer's 4 shapes
     ~/venv-torch/bin/python bench/vs_torch.py --layer --shapes 0,3   # some of them
+    ~/venv-torch/bin/python bench/vs_torch.py --sparse               # N = 4096, 16384
+    ~/venv-torch/bin/python bench/vs_torch.py --sparse --sizes 2048 --patterns full,window:64,64
 
 The clattn process runs with OPENBLAS_NUM_THREADS=1: the CLI links OpenBLAS for its host
 baseline, whose idle worker threads would otherwise spin beside PoCL's threads; the fused path
@@ -104,6 +115,13 @@ LAYER_SHAPES = [
 ]
 LAYER_MAX_REPEAT = 64  # clattn bench --preset layer times at most this many calls
 
+# --sparse: the patterns of issue 24 at H=4, D=64 (full is every fraction's baseline).
+SPARSE_SIZES = "4096,16384"
+SPARSE_PATTERNS = ("full,window:128,128,dilated:128,128,2,longformer:128,4,"
+                   "bigbird:64,3,2,3")
+SPARSE_HEADS = "4:4"
+SPARSE_DIMS = "64"
+
 
 def parse_args():
     here = os.path.dirname(os.path.abspath(__file__))
@@ -116,11 +134,14 @@ def parse_args():
                    help="decoding: one query (Nq = 1) over a full KV cache of --nk keys")
     p.add_argument("--layer", action="store_true",
                    help="the whole attention layer (projections, attention, output)")
+    p.add_argument("--sparse", action="store_true",
+                   help="sparse patterns: clattn against torch's compiled flex_attention")
     p.add_argument("--shapes", help="--layer: which of its shapes, by index (default: all)")
     p.add_argument("--gemm", help="--layer: clattn's GEMM row (clattn bench --gemm; default auto)")
     p.add_argument("--sizes",
                    help=f"prefill: sequence lengths N, Nq = Nk (default {DEFAULT_SIZES})")
-    p.add_argument("--patterns", help=f"prefill: full and/or causal (default {DEFAULT_PATTERNS})")
+    p.add_argument("--patterns", help=f"prefill: full and/or causal (default {DEFAULT_PATTERNS}); "
+                   f"sparse: clattn bench patterns (default {SPARSE_PATTERNS})")
     p.add_argument("--nk", help=f"decode: cache lengths Nk (default {DECODE_NK})")
     p.add_argument("--dtypes", help=f"decode: f32, f16, bf16, q8_0 (default {DECODE_DTYPES}; "
                    "q8_0 is clattn only)")
@@ -141,18 +162,21 @@ def parse_args():
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--json", help="write the results and the setup as JSON")
     args = p.parse_args()
-    if args.layer and args.decode:
-        p.error("--layer and --decode are separate modes")
+    if args.layer + args.decode + args.sparse > 1:
+        p.error("--layer, --decode and --sparse are separate modes")
     if not args.layer and (args.shapes is not None or args.gemm is not None):
         p.error("--shapes and --gemm belong to the --layer mode")
     other = ("sizes", "patterns") if args.decode else ("nk", "dtypes")
     for name in other:
         if getattr(args, name) is not None:
             p.error(f"--{name} belongs to the {'prefill' if args.decode else '--decode'} mode")
-    defaults = {"sizes": DEFAULT_SIZES, "patterns": DEFAULT_PATTERNS, "nk": DECODE_NK,
-                "dtypes": DECODE_DTYPES,
-                "dims": DECODE_DIMS if args.decode else DEFAULT_DIMS,
-                "heads": DECODE_HEADS if args.decode else DEFAULT_HEADS,
+    defaults = {"sizes": SPARSE_SIZES if args.sparse else DEFAULT_SIZES,
+                "patterns": SPARSE_PATTERNS if args.sparse else DEFAULT_PATTERNS,
+                "nk": DECODE_NK, "dtypes": DECODE_DTYPES,
+                "dims": DECODE_DIMS if args.decode else SPARSE_DIMS if args.sparse
+                else DEFAULT_DIMS,
+                "heads": DECODE_HEADS if args.decode else SPARSE_HEADS if args.sparse
+                else DEFAULT_HEADS,
                 "max_repeat": DECODE_MAX_REPEAT if args.decode else DEFAULT_MAX_REPEAT}
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -478,6 +502,150 @@ class Layer:
             "weights bf16: clattn reads them as stored (X, Y float32); torch runs in bfloat16"]
 
 
+# ---------------------------------------------------------------- sparse: flex_attention
+
+
+def flex_mask_mod(torch, pattern, n, args):
+    """The allowed set of a clattn bench pattern (bench/pattern.c) as a flex_attention mask_mod
+    over N queries and keys (Nq = Nk: no offset), and the block size of its block mask."""
+    name, _, numbers = pattern.partition(":")
+    num = int_list(numbers)
+    if name == "window":
+        return lambda b, h, q, k: (k >= q - num[0]) & (k <= q + num[1]), 128
+    if name == "dilated":
+        return lambda b, h, q, k: ((k >= q - num[0]) & (k <= q + num[1]) &
+                                   ((q - k) % num[2] == 0)), 128
+    if name == "longformer":  # window of W each side; the first G positions are global
+        return lambda b, h, q, k: ((q - k).abs() <= num[0]) | (k < num[1]) | (q < num[1]), 128
+    if name == "bigbird":  # the very layout clattn's generator makes, from `clattn pattern`
+        block = num[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "layout.npy")
+            cmd = [args.clattn, "pattern", "bigbird", "--nq", str(n), "--nk", str(n), "--block",
+                   f"{block},{block}", "--window", str(num[1]), "--global", str(num[2]),
+                   "--random", str(num[3]), "--seed", str(num[4] if len(num) > 4 else 0),
+                   "--out", path]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.exit(f"vs_torch: {' '.join(cmd)} failed:\n{run.stderr}")
+            import numpy
+            layout = torch.from_numpy(numpy.load(path).astype("bool"))
+        return lambda b, h, q, k: layout[q // block, k // block], block
+    sys.exit(f"vs_torch: --sparse: pattern '{pattern}' has no flex_attention mask here")
+
+
+class Sparse:
+    """Sparse patterns against full attention: clattn's fused path, [B][H][N][D] (bhsd), and
+    torch.nn.attention.flex_attention compiled with torch.compile, with a block mask of the same
+    allowed set (full: flex without a mask). Each side's fraction of its ideal speedup is its
+    full time / its pattern time * density, from the same rounds."""
+
+    name = "sparse"
+    own_torch_repeat = True
+
+    @staticmethod
+    def shapes(args):
+        for n in int_list(args.sizes):
+            for d in int_list(args.dims):
+                for hq, hkv in head_pairs(args):
+                    for pattern in split_patterns(args.patterns):
+                        yield {"b": args.batch, "hq": hq, "hkv": hkv, "n": n, "d": d,
+                               "pattern": pattern, "args": args}
+
+    @staticmethod
+    def repeats(s, args):
+        share = 1.0 if s["pattern"] == "full" else 0.03  # about a sparse pattern's density
+        return repeats_for(4 * s["b"] * s["hq"] * s["n"] ** 2 * s["d"] * share / 200e9, args)
+
+    @staticmethod
+    def clattn_args(s, repeat, tmp):
+        out = os.path.join(tmp, "bench.csv")
+        return ["bench", "--path", "fused", "--layout", "bhsd", "--b", str(s["b"]),
+                "--hq", str(s["hq"]), "--hkv", str(s["hkv"]), "--nq", str(s["n"]),
+                "--d", str(s["d"]), "--pattern", s["pattern"], "--dtype", "f32",
+                "--warmup", "1", "--repeat", str(repeat), "--csv", out], out
+
+    @staticmethod
+    def clattn_record(s, rows):
+        row = rows[0]
+        pairs = int(row["pairs"])
+        return row, {"pairs": pairs, "density": pairs / (s["b"] * s["hq"] * s["n"] ** 2),
+                     "clattn_kernel": row["kernel"]}
+
+    @staticmethod
+    def torch_call(torch, s):
+        """Compiled flex_attention on contiguous [B][H][N][D] tensors (the first call compiles)."""
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        g = torch.Generator().manual_seed(42)
+
+        def make(h):
+            return torch.rand(s["b"], h, s["n"], s["d"], generator=g) * 2 - 1
+
+        q, k, v = make(s["hq"]), make(s["hkv"]), make(s["hkv"])
+        flex = torch.compile(flex_attention)
+        extra = {"enable_gqa": True} if s["hq"] != s["hkv"] else {}
+        if s["pattern"] == "full":
+            return lambda: flex(q, k, v, **extra)
+        mask_mod, block = flex_mask_mod(torch, s["pattern"], s["n"], s["args"])
+        mask = create_block_mask(mask_mod, None, None, s["n"], s["n"], device="cpu",
+                                 BLOCK_SIZE=block)
+        return lambda: flex(q, k, v, block_mask=mask, **extra)
+
+    @staticmethod
+    def fields(s):
+        return {}
+
+    @staticmethod
+    def rates(r):
+        return {}
+
+    columns = [("N", lambda r: str(r["n"])), ("pattern", lambda r: r["pattern"]),
+               ("density", lambda r: f"{r['density']:.4f}")]
+    rate_columns = []
+    ms_format = "{:.2f}"
+
+    @staticmethod
+    def describe(setup, r):
+        return f"float32, B={setup['batch']}, [B][H][N][D]; torch: compiled flex_attention", [
+            "speed ratio = flex_attention time / clattn time; fractions of the ideal speedup "
+            "follow the table"]
+
+
+def split_patterns(text):
+    """clattn bench's pattern list: a name, then its numbers, comma-separated."""
+    patterns = []
+    for word in text.split(","):
+        if word and (word[0].isdigit() or word[0] == "-") and patterns:
+            patterns[-1] += "," + word
+        else:
+            patterns.append(word)
+    return patterns
+
+
+def add_fractions(records):
+    """Each record's speedup over the full record of its shape and its fraction of the ideal
+    (1 / density), for clattn and for torch."""
+    for r in records:
+        full = next((f for f in records if f["pattern"] == "full" and
+                     all(f[key] == r[key] for key in ("b", "hq", "hkv", "n", "d"))), None)
+        for side in ("clattn", "torch"):
+            speedup = full and full[f"{side}_ms_median"] / r[f"{side}_ms_median"]
+            r[f"{side}_speedup"] = speedup
+            r[f"{side}_fraction_of_ideal"] = speedup and speedup * r["density"]
+
+
+def print_fractions(records):
+    print("\n| N | pattern | density | ideal speedup | clattn speedup | clattn fraction | "
+          "flex speedup | flex fraction |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in records:
+        print(f"| {r['n']} | {r['pattern']} | {r['density']:.4f} | {1 / r['density']:.1f}x | "
+              f"{fmt(r['clattn_speedup'], '{:.1f}x')} | "
+              f"{fmt(r['clattn_fraction_of_ideal'], '{:.2f}')} | "
+              f"{fmt(r['torch_speedup'], '{:.1f}x')} | "
+              f"{fmt(r['torch_fraction_of_ideal'], '{:.2f}')} |")
+
+
 # ---------------------------------------------------------------- one shape
 
 
@@ -617,7 +785,7 @@ def main():
         sys.exit("vs_torch: PyTorch is not installed in this Python; see the top of this file")
     if not os.access(args.clattn, os.X_OK):
         sys.exit(f"vs_torch: {args.clattn} is not an executable; run ./scripts/build.sh first")
-    mode = Decode if args.decode else Layer if args.layer else Prefill
+    mode = Decode if args.decode else Layer if args.layer else Sparse if args.sparse else Prefill
     torch.set_num_threads(args.threads)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,
@@ -629,8 +797,12 @@ def main():
         r, setup["clattn_device"] = measure(torch, mode, s, args, env)
         if not records:
             print_header(setup, mode, r)
+        r.pop("args", None)
         print_row(mode, r, not records)
         records.append(r)
+    if mode is Sparse:
+        add_fractions(records)
+        print_fractions(records)
     if args.csv:
         write_csv(args.csv, records)
     if args.json:
