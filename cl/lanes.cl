@@ -368,17 +368,23 @@ ALWAYS_INLINE float16 load_column16(const float *a, int r0, int col) {
 }
 
 /* Loads the tile's query rows into Q^T, pre-scaled; zero past dim_qk and for rows past the end.
- * Clears the output and the softmax state. */
+ * Clears the output and the softmax state. The rows are read whole first and transposed after:
+ * a transposing store is 16 scalar stores, which would fill the store buffer between the row
+ * loads and keep their cache misses from overlapping (6% of a (128,128) window's time on
+ * [B, N, H, D] rows). */
 ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *Q, float q_scale,
                                 query_tile *t) {
+    float16 rows[BLOCK_M][DQK_PAD / 16]; /* the tile's Q rows [BLOCK_M][DQK_PAD] */
     for (int m = 0; m < BLOCK_M; m++) {
         const long i = t->row_i[m];
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
                          (i < 0 ? 0 : i) * P->q_stride_s;
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
-            store_column16((float *)t->q_t, d0, m,
-                           load_row16(Q, row, d0, P->dim_qk, i >= 0) * q_scale);
+            rows[m][d0 / 16] = load_row16(Q, row, d0, P->dim_qk, i >= 0);
     }
+    for (int m = 0; m < BLOCK_M; m++)
+        for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
+            store_column16((float *)t->q_t, d0, m, rows[m][d0 / 16] * q_scale);
     for (int g = 0; g < GROUPS; g++) {
         for (int c = 0; c < DV_PAD; c++) t->o_t[c][g] = (float16)0.0f;
         t->row_max[g] = (float16)(-INFINITY);
