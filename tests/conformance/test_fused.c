@@ -422,11 +422,13 @@ Test(fused, cpu_tiles_shrink_for_short_window_rows) {
 
 /* float32 K and V whose rows of a head lie one after another ([B, H, N, D]) at a padded head dim
  * are read in place by the lanes variant, with only each head's last partial key tile packed:
- * every case passes and says "in place"; the same case in [B, N, H, D] is packed as before. The
- * cases cover a last partial tile, NaN and infinities in V (the flags still make those tiles
- * careful), a NaN key, global tokens, a block layout, GQA, offsets and the score modifiers. */
+ * every case passes and says "in place". The cases cover a last partial tile, NaN and
+ * infinities in V (the flags still make those tiles careful), a NaN key, global tokens, a block
+ * layout, GQA, offsets and the score modifiers; strided [B, N, H, D] rows are read in place where
+ * a key tile's rows span at most 16 KiB (2 kv heads of 64), and packed where they span more (8
+ * kv heads of 64 in tiles of 32 keys). */
 Test(fused, keys_read_in_place) {
-    attn_case cases[9];
+    attn_case cases[10];
     for (size_t i = 0; i < COUNT(cases); i++) {
         case_init(&cases[i], 2, 4, 2, 70, 203, 64, 64);
         cases[i].layout = CLATTN_LAYOUT_BHSD;
@@ -441,7 +443,8 @@ Test(fused, keys_read_in_place) {
     cases[5].block_layout = LAYOUT_SHARED, cases[5].bq = cases[5].bk = 16;
     cases[6].softcap = 20.0f, cases[6].alibi = 1, cases[6].sinks = 1;
     cases[7].dqk = 32, cases[7].dv = 96, cases[7].nq = 300;
-    cases[8].layout = CLATTN_LAYOUT_BSHD; /* packed */
+    cases[8].layout = CLATTN_LAYOUT_BSHD, cases[8].hq = cases[8].hkv = 8; /* packed */
+    cases[9].layout = CLATTN_LAYOUT_BSHD, cases[9].left = cases[9].right = 20;
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
     for (size_t dev = 0; dev < devices; dev++)
