@@ -394,22 +394,22 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
 }
 
 /* The K and V rows of the key tile at class index k0 of class r: packed ones, or (IN_PLACE) the
- * caller's own, but for a head's last partial tile, which is packed alone in Kt, Vt. */
+ * caller's own (class r's keys are every classes-th row from key r), but for a class's last
+ * partial tile, which is packed alone in Kt, Vt. */
 ALWAYS_INLINE key_rows tile_rows(__constant attn_params *P, __global const float *Kp,
                                  __global const float *Vp, __global const float *Kt,
                                  __global const float *Vt, const query_tile *t, long r, long k0) {
     key_rows rows = {0, 0, DQK_PAD, DV_PAD};
 #if IN_PLACE
-    const long kv_h = t->kv_bh - t->b * P->heads_kv;
-    if (k0 + BLOCK_N <= P->len_k) {
-        rows.k =
-            Kp + P->k_offset + t->b * P->k_stride_b + kv_h * P->k_stride_h + k0 * P->k_stride_s;
-        rows.v =
-            Vp + P->v_offset + t->b * P->v_stride_b + kv_h * P->v_stride_h + k0 * P->v_stride_s;
-        rows.k_step = P->k_stride_s, rows.v_step = P->v_stride_s;
+    const long kv_h = t->kv_bh - t->b * P->heads_kv, j = r + k0 * P->classes; /* first key */
+    if (k0 + BLOCK_N <= class_keys(P, r)) {
+        rows.k = Kp + P->k_offset + t->b * P->k_stride_b + kv_h * P->k_stride_h + j * P->k_stride_s;
+        rows.v = Vp + P->v_offset + t->b * P->v_stride_b + kv_h * P->v_stride_h + j * P->v_stride_s;
+        rows.k_step = P->classes * P->k_stride_s, rows.v_step = P->classes * P->v_stride_s;
     } else {
-        rows.k = Kt + t->kv_bh * BLOCK_N * DQK_PAD;
-        rows.v = Vt + t->kv_bh * BLOCK_N * DV_PAD;
+        const long tail = (t->kv_bh * P->classes + r) * BLOCK_N; /* pack.cl's PACK_TAIL slots */
+        rows.k = Kt + tail * DQK_PAD;
+        rows.v = Vt + tail * DV_PAD;
     }
 #else
     const long slot = (t->kv_bh * P->classes + r) * P->class_slots + k0;

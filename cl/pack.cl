@@ -11,9 +11,10 @@
  *   PACK_CLASSES: key j = r + m*classes with r = s / class_slots, m = s % class_slots (keys
  *                 grouped by class, see common.cl);
  *   PACK_GLOBALS: key j = gpos[s] (the global keys);
- *   PACK_FLAGS:   key j = s, and only Vbad is written (the kernel reads K and V in place);
- *   PACK_TAIL:    key j = the last partial tile's first key + s, and only Kp and Vp are
- *                 written (the tile that reading in place would run past the keys' end).
+ *   PACK_FLAGS:   as PACK_CLASSES, but only Vbad is written (the kernel reads K and V in place);
+ *   PACK_TAIL:    slot s = r * BLOCK_N + n holds the n-th key of class r's last partial tile,
+ *                 and only Kp and Vp are written (the tiles that reading in place would run
+ *                 past a class's last key).
  * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after tile_walk.cl.
  * Packed rows start at multiples of 16 floats, so they are stored as whole float16 vectors
  * (PoCL splits vstore16 into four 16-byte stores).
@@ -34,10 +35,10 @@
 inline long slot_key(__constant attn_params *P, __global const int *gpos, int mode, long s) {
     long m;
     if (mode == PACK_GLOBALS) return s < P->num_global ? gpos[s] : NO_KEY;
-    if (mode == PACK_FLAGS) return s < P->len_k ? s : NO_KEY;
     if (mode == PACK_TAIL) {
-        const long j = P->len_k / BLOCK_N * BLOCK_N + s;
-        return j < P->len_k ? j : NO_KEY;
+        const long r = div_rem(s, BLOCK_N, &m), keys = class_keys(P, r);
+        m += keys / BLOCK_N * BLOCK_N;
+        return m < keys ? r + m * P->classes : NO_KEY;
     }
     const long r = div_rem(s, P->class_slots, &m);
     return r < P->classes && m < class_keys(P, r) ? r + m * P->classes : NO_KEY;

@@ -15,7 +15,8 @@
  * Keys are read from packed buffers (pack.cl): K tiles [DQK_PAD][BLOCK_N] (transposed) and V
  * rows [DV_PAD], float32, zero-padded, grouped by class. With IN_PLACE (lanes.cl only) K and V
  * are the caller's own float32 rows of DQK_PAD and DV_PAD floats, read where they lie, and only
- * each head's last partial key tile is packed (Kt, Vt: [B*Hkv][BLOCK_N][DQK_PAD or DV_PAD]).
+ * each class's last partial key tile is packed (Kt, Vt: [B*Hkv][classes][BLOCK_N][DQK_PAD or
+ * DV_PAD]).
  */
 #ifndef BLOCK_M
 #define BLOCK_M 8

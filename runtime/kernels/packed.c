@@ -31,22 +31,24 @@ int packed_supports(const attn_problem *pb, char *why, size_t size) {
  * made full attention a third slower on PoCL). */
 #define IN_PLACE_MAX_SPAN (16 << 10)
 
-/* Whether a tensor's key rows can be read in place for tiles of block_n keys. */
-static int rows_fit_in_place(size_t stride, size_t dim, unsigned block_n) {
-    return stride == dim || stride * block_n * sizeof(float) <= IN_PLACE_MAX_SPAN;
+/* Whether a tensor's key rows, a class's every `step` floats apart, can be read in place for
+ * tiles of block_n keys. */
+static int rows_fit_in_place(size_t step, size_t dim, unsigned block_n) {
+    return step == dim || step * block_n * sizeof(float) <= IN_PLACE_MAX_SPAN;
 }
 
 /* Whether the kernel can read K and V where they lie: a kind that reads K as rows, float32 rows
- * of exactly the padded head dims, keys in one class (no dilation), and rows contiguous or close
- * enough (rows_fit_in_place), so that the caller's rows are the packed rows but for their stride.
- * Packing would then only copy them; the kernel reads them in place instead, and only each
- * head's last partial tile (which would run past the keys' end) and the V flags are made per
- * call. */
+ * of exactly the padded head dims, and a class's rows (every classes-th key of a dilated
+ * window) contiguous or close enough (rows_fit_in_place), so that the caller's rows are the
+ * packed rows but for their step. Packing would then only copy them; the kernel reads them in
+ * place instead, and only each class's last partial tile (which would run past its last key) and
+ * the V flags are made per call. */
 static int reads_in_place(const attn_problem *pb, const packed_state *st) {
+    size_t classes = (size_t)st->geometry.classes;
     return st->kind->key_rows && pb->dtype == CLATTN_F32 && pb->kv.dtype == CLATTN_F32 &&
-           st->geometry.classes == 1 && pb->dim_qk == st->dqk_pad && pb->dim_v == st->dv_pad &&
-           rows_fit_in_place(pb->k.stride_seq, pb->dim_qk, st->block_n) &&
-           rows_fit_in_place(pb->v.stride_seq, pb->dim_v, st->block_n);
+           pb->dim_qk == st->dqk_pad && pb->dim_v == st->dv_pad &&
+           rows_fit_in_place(classes * pb->k.stride_seq, pb->dim_qk, st->block_n) &&
+           rows_fit_in_place(classes * pb->v.stride_seq, pb->dim_v, st->block_n);
 }
 
 static uint64_t device_bytes(const attn_problem *pb, const packed_state *st);
@@ -145,7 +147,8 @@ static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
     const tile_geometry *g = &st->geometry;
     int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
     uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
-    if (st->in_place) slots = (int64_t)pb->mask.num_globals + 2 * g->block_n; /* tails, globals */
+    if (st->in_place) /* the globals, and the classes' last tiles */
+        slots = (int64_t)pb->mask.num_globals + g->block_n + g->classes * g->block_n;
     size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
     if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
     return (uint64_t)k + v + flags;
@@ -158,14 +161,13 @@ static clattn_status make_key_rows(clattn_context *ctx, const attn_problem *pb,
                                    packed_buffers *fb) {
     buffer_set *set = &fb->set;
     if (st->in_place) {
-        int tail = pb->len_k % st->block_n != 0;
+        int64_t tails = st->geometry.classes * st->block_n; /* a tile a class */
         fb->kp = buf->k, fb->vp = buf->v;
-        clattn_status s =
-            buffer_set_add(ctx, set, tail ? packed_bytes(pb, st->block_n, st->dqk_pad) : 0, 1, NULL,
-                           &fb->kt, "K tails");
+        clattn_status s = buffer_set_add(ctx, set, packed_bytes(pb, tails, st->dqk_pad), 1, NULL,
+                                         &fb->kt, "K tails");
         if (!s)
-            s = buffer_set_add(ctx, set, tail ? packed_bytes(pb, st->block_n, st->dv_pad) : 0, 1,
-                               NULL, &fb->vt, "V tails");
+            s = buffer_set_add(ctx, set, packed_bytes(pb, tails, st->dv_pad), 1, NULL, &fb->vt,
+                               "V tails");
         return s;
     }
     int64_t slots = st->geometry.classes * st->geometry.class_slots;
@@ -312,8 +314,8 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     return kernel_launch(ctx, kernel, 2, global, local, event, "fused: attention");
 }
 
-/* The class-grouped keys packed with their V flags, or (in place) the V flags alone and the
- * last partial tiles. */
+/* The class-grouped keys packed with their V flags, or (in place) the V flags alone and each
+ * class's last partial tile (packed whole, whether or not the class has one). */
 static clattn_status pack_keys(clattn_context *ctx, cl_kernel pack, const attn_problem *pb,
                                const packed_state *st, const packed_buffers *fb,
                                const attn_buffers *buf) {
@@ -323,9 +325,9 @@ static clattn_status pack_keys(clattn_context *ctx, cl_kernel pack, const attn_p
         return launch_pack(ctx, pack, fb, buf, pb, PACK_CLASSES, slots, fb->kp, fb->vp, fb->vbad);
     clattn_status status =
         launch_pack(ctx, pack, fb, buf, pb, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
-    if (!status && pb->len_k % st->block_n != 0)
-        status =
-            launch_pack(ctx, pack, fb, buf, pb, PACK_TAIL, st->block_n, fb->kt, fb->vt, fb->vbad);
+    if (!status)
+        status = launch_pack(ctx, pack, fb, buf, pb, PACK_TAIL, g->classes * st->block_n, fb->kt,
+                             fb->vt, fb->vbad);
     return status;
 }
 

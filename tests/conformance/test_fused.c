@@ -424,11 +424,12 @@ Test(fused, cpu_tiles_shrink_for_short_window_rows) {
  * are read in place by the lanes variant, with only each head's last partial key tile packed:
  * every case passes and says "in place". The cases cover a last partial tile, NaN and
  * infinities in V (the flags still make those tiles careful), a NaN key, global tokens, a block
- * layout, GQA, offsets and the score modifiers; strided [B, N, H, D] rows are read in place where
- * a key tile's rows span at most 16 KiB (2 kv heads of 64), and packed where they span more (8
- * kv heads of 64 in tiles of 32 keys). */
+ * layout, GQA, offsets, the score modifiers and dilated windows (a class's keys every dilation-th
+ * row, each class with its own last partial tile); strided [B, N, H, D] rows are read in place
+ * where a key tile's rows span at most 16 KiB (2 kv heads of 64), and packed where they span more
+ * (8 kv heads of 64 in tiles of 32 keys). */
 Test(fused, keys_read_in_place) {
-    attn_case cases[10];
+    attn_case cases[12];
     for (size_t i = 0; i < COUNT(cases); i++) {
         case_init(&cases[i], 2, 4, 2, 70, 203, 64, 64);
         cases[i].layout = CLATTN_LAYOUT_BHSD;
@@ -445,6 +446,10 @@ Test(fused, keys_read_in_place) {
     cases[7].dqk = 32, cases[7].dv = 96, cases[7].nq = 300;
     cases[8].layout = CLATTN_LAYOUT_BSHD, cases[8].hq = cases[8].hkv = 8; /* packed */
     cases[9].layout = CLATTN_LAYOUT_BSHD, cases[9].left = cases[9].right = 20;
+    cases[10].dilation = 2, cases[10].left = cases[10].right = 40, cases[10].nq = 203;
+    cases[10].bad_value = 1;
+    cases[11].dilation = 3, cases[11].causal = 1, cases[11].left = 60, cases[11].num_globals = 1;
+    cases[11].globals[0] = 7, cases[11].nan_key = 1;
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
     for (size_t dev = 0; dev < devices; dev++)
