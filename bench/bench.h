@@ -35,6 +35,8 @@ typedef enum pattern_kind {
     P_DILATED,
     P_BIGBIRD,
     P_LONGFORMER,
+    P_FIXED,   /* the Sparse Transformer's "fixed" block layout */
+    P_STRIDED, /* and its "strided" one */
     P_BLOCKS
 } pattern_kind;
 
