@@ -36,11 +36,11 @@ void bench_print_record(const bench_record *r);
 void bench_csv(textbuf *t, const bench_record *records, size_t count);
 void bench_json(textbuf *t, const bench_record *records, size_t count, const size_t *devices,
                 size_t num_devices);
-/* Stages into `set` DIR/series-K.dat (one a path and pattern: Nq and the median time),
- * DIR/plot.gp that plots them, and DIR/plot.png, drawn by gnuplot from the same data before
- * anything is committed. @return 0, or 1 with a message when gnuplot is missing or fails
- * (the set is then committed without plot.png, which stays as it was) or a file cannot be
- * staged. */
+/* Stages into `set` DIR/series-K.dat (the data of one series: Nq and the median time, a
+ * series a path and pattern), DIR/plot.gp that plots them, and DIR/plot.png, drawn by gnuplot
+ * from the same data before anything is committed (plot.c). @return 0, or 1 with a message
+ * when gnuplot is missing or fails (the set is then committed without plot.png, which stays as
+ * it was) or a file cannot be staged. */
 int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title,
                output_set *set);
 
