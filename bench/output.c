@@ -1,4 +1,5 @@
-/* clattn bench's outputs of the attention sweep: the human table, CSV and JSON; the plots are
+/* clattn bench's outputs of the attention sweep: the human table, CSV and JSON, each record
+ * with its speed-up over full attention where the run has that (curve.c); the plots are
  * plot.c's (see sweeps.h). */
 #include "sweeps.h"
 
@@ -15,7 +16,7 @@ static const char *variant_name(const bench_record *r) {
     return clattn_variant_name(r->variant);
 }
 
-static const char *layout_name(clattn_layout layout) {
+const char *bench_layout_name(clattn_layout layout) {
     return layout == CLATTN_LAYOUT_BHSD ? "bhsd" : "bshd";
 }
 
@@ -50,7 +51,6 @@ void bench_print_header(const clattn_device_info *d) {
 /* density: allowed pairs of the full matrix; tiles: key tiles the fused kernel visited, of a
  * dense walk's ("-" for other paths) */
 void bench_print_record(const bench_record *r) {
-    double full = (double)r->b * r->hq * r->nq * r->nk;
     char tiles[16] = "-", kernel[16] = "-";
     if (r->tiles_total)
         snprintf(tiles, sizeof tiles, "%.4f", (double)r->tiles_visited / (double)r->tiles_total);
@@ -58,8 +58,8 @@ void bench_print_record(const bench_record *r) {
     printf("%-6s %-3s %-3s %3zu %4zu %4zu %6zu %6zu %4zu %4zu %-22.22s %8.4f %7s %9.2f %9.2f "
            "%9s %8.1f %7.2f %8.1f%s%s\n",
            bench_path_name(r->path), variant_name(r), dtype_name(r->dtype), r->b, r->hq, r->hkv,
-           r->nq, r->nk, r->dqk, r->dv, r->pattern, full > 0 ? (double)r->pairs / full : 0, tiles,
-           r->ms_min, r->ms_median, kernel, bench_gflops(r), bench_gbytes_s(r),
+           r->nq, r->nk, r->dqk, r->dv, r->pattern, bench_density(r), tiles, r->ms_min,
+           r->ms_median, kernel, bench_gflops(r), bench_gbytes_s(r),
            (double)r->device_bytes / (1 << 20), r->path == BENCH_GEMM ? "  " : "",
            r->path == BENCH_GEMM ? r->kernel : ""); /* the gemm path: which GEMM row ran */
     fflush(stdout);
@@ -76,9 +76,19 @@ static void csv_field(textbuf *t, const char *s) {
     textbuf_printf(t, "\"");
 }
 
+/* ",speedup,ideal,fraction" against full attention, or ",,," when the run has no full record */
+static void csv_curve(textbuf *t, const bench_record *records, size_t count, size_t i) {
+    curve_figures f;
+    if (bench_curve_figures(records, count, i, &f))
+        textbuf_printf(t, ",%.4f,%.4f,%.4f", f.speedup, f.ideal, f.fraction);
+    else
+        textbuf_printf(t, ",,,");
+}
+
 void bench_csv(textbuf *t, const bench_record *records, size_t count) {
     textbuf_printf(t, "device,path,variant,dtype,layout,b,hq,hkv,nq,nk,dqk,dv,pattern,pairs,ms_min,"
-                      "ms_median,gflops,gbytes_s,device_bytes,kernel\n");
+                      "ms_median,gflops,gbytes_s,device_bytes,kernel,speedup_over_full,"
+                      "ideal_speedup,fraction_of_ideal\n");
     for (size_t i = 0; i < count; i++) {
         const bench_record *r = &records[i];
         clattn_device_info d;
@@ -86,24 +96,40 @@ void bench_csv(textbuf *t, const bench_record *records, size_t count) {
         if (clattn_device_get_info(r->device, &d) != CLATTN_SUCCESS) d.name[0] = '\0';
         csv_field(t, d.name);
         textbuf_printf(t, ",%s,%s,%s,%s,%zu,%zu,%zu,%zu,%zu,%zu,%zu,", bench_path_name(r->path),
-                       variant_name(r), dtype_name(r->dtype), layout_name(r->layout), r->b, r->hq,
-                       r->hkv, r->nq, r->nk, r->dqk, r->dv);
+                       variant_name(r), dtype_name(r->dtype), bench_layout_name(r->layout), r->b,
+                       r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv);
         csv_field(t, r->pattern);
         textbuf_printf(t, ",%llu,%.4f,%.4f,%.3f,%.3f,%llu,", (unsigned long long)r->pairs,
                        r->ms_min, r->ms_median, bench_gflops(r), bench_gbytes_s(r),
                        (unsigned long long)r->device_bytes);
         csv_field(t, r->kernel);
+        csv_curve(t, records, count, i);
         textbuf_printf(t, "\n");
     }
 }
 
-static void json_record(textbuf *t, const bench_record *r) {
+/* ", \"speedup_over_full\": ..., \"ideal_speedup\": ..., \"fraction_of_ideal\": ..." (null
+ * when the run has no full record) */
+static void json_curve(textbuf *t, const bench_record *records, size_t count, size_t i) {
+    curve_figures f;
+    if (bench_curve_figures(records, count, i, &f))
+        textbuf_printf(t,
+                       ", \"speedup_over_full\": %.4f, \"ideal_speedup\": %.4f, "
+                       "\"fraction_of_ideal\": %.4f",
+                       f.speedup, f.ideal, f.fraction);
+    else
+        textbuf_printf(t, ", \"speedup_over_full\": null, \"ideal_speedup\": null, "
+                          "\"fraction_of_ideal\": null");
+}
+
+static void json_record(textbuf *t, const bench_record *records, size_t count, size_t i) {
+    const bench_record *r = &records[i];
     textbuf_printf(t,
                    "    {\"device\": %zu, \"path\": \"%s\", \"variant\": \"%s\", \"dtype\": "
                    "\"%s\", \"layout\": \"%s\", \"b\": %zu, \"hq\": %zu, \"hkv\": %zu, "
                    "\"nq\": %zu, \"nk\": %zu, \"dqk\": %zu, \"dv\": %zu, \"pattern\": ",
                    r->device, bench_path_name(r->path), variant_name(r), dtype_name(r->dtype),
-                   layout_name(r->layout), r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv);
+                   bench_layout_name(r->layout), r->b, r->hq, r->hkv, r->nq, r->nk, r->dqk, r->dv);
     textbuf_json_string(t, r->pattern);
     textbuf_printf(t,
                    ", \"pairs\": %llu, \"ms_min\": %.4f, \"ms_median\": %.4f, "
@@ -116,6 +142,7 @@ static void json_record(textbuf *t, const bench_record *r) {
                    (unsigned long long)r->device_bytes, (unsigned long long)r->tiles_visited,
                    (unsigned long long)r->tiles_total);
     textbuf_json_string(t, r->kernel);
+    json_curve(t, records, count, i);
     textbuf_printf(t, "}");
 }
 
@@ -129,7 +156,7 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
     }
     textbuf_printf(t, "  ],\n  \"records\": [\n");
     for (size_t i = 0; i < count; i++) {
-        json_record(t, &records[i]);
+        json_record(t, records, count, i);
         textbuf_printf(t, "%s\n", i + 1 < count ? "," : "");
     }
     textbuf_printf(t, "  ]\n}\n");

@@ -1,7 +1,9 @@
 /*
  * clattn bench's plots, drawn by gnuplot: the median time of each call against Nq, one series
- * a (device, path, pattern). Each series is a data file, DIR/series-K.dat, that DIR/plot.gp reads;
- * gnuplot draws DIR/plot.png from the same data given inline, before anything is committed.
+ * a (device, path, pattern); or, for the sparse preset, against density, one series a pattern
+ * family (the name before the colon) with full attention's ideal line, time = full's time x
+ * density. Each series is a data file, DIR/series-K.dat, that DIR/plot.gp reads; gnuplot draws
+ * DIR/plot.png from the same data given inline, before anything is committed.
  */
 #include "sweeps.h"
 
@@ -12,6 +14,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,17 +207,161 @@ static void nq_plot(const bench_record *r, size_t count, const size_t *series, s
     }
 }
 
+/* ---------------------------------------------------------------- ms against density */
+
+/* The records' group: device, path and Nq (each group has its own full attention). */
+static int same_group(const bench_record *a, const bench_record *b) {
+    return a->device == b->device && a->path == b->path && a->nq == b->nq;
+}
+
+/* The pattern's family, its name before the colon: the length of that name. */
+static size_t family_length(const char *pattern) {
+    return strcspn(pattern, ":");
+}
+
+static int same_family(const bench_record *a, const bench_record *b) {
+    size_t n = family_length(a->pattern);
+    return n == family_length(b->pattern) && strncmp(a->pattern, b->pattern, n) == 0;
+}
+
+/* Numbers the series, (group, family), in order of first appearance; a record without pairs
+ * (no point on a log axis) gets SIZE_MAX. @return the number of series. */
+static size_t number_density_series(const bench_record *r, size_t count, size_t *series) {
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t j = 0;
+        while (j < i &&
+               !(series[j] != SIZE_MAX && same_group(&r[j], &r[i]) && same_family(&r[j], &r[i])))
+            j++;
+        series[i] = bench_density(&r[i]) <= 0 ? SIZE_MAX : j < i ? series[j] : n++;
+    }
+    return n;
+}
+
+/* " (fused, device 0, N=16384)": what tells record i's group from others, or "" when there is
+ * one group. */
+static void group_label(const bench_record *r, size_t count, size_t i, char *out, size_t size) {
+    int paths = 0, devices = 0, lengths = 0;
+    for (size_t j = 0; j < count; j++) {
+        paths |= r[j].path != r[i].path;
+        devices |= r[j].device != r[i].device;
+        lengths |= r[j].nq != r[i].nq;
+    }
+    char device[32], length[32];
+    snprintf(device, sizeof device, "device %zu", r[i].device);
+    snprintf(length, sizeof length, "N=%zu", r[i].nq);
+    const char *parts[3] = {paths ? bench_path_name(r[i].path) : NULL, devices ? device : NULL,
+                            lengths ? length : NULL};
+    out[0] = '\0';
+    for (int k = 0; k < 3; k++)
+        if (parts[k])
+            snprintf(out + strlen(out), size - strlen(out), "%s%s", out[0] ? ", " : " (", parts[k]);
+    if (out[0]) snprintf(out + strlen(out), size - strlen(out), ")");
+}
+
+/* Series k's records in order of density: "density ms_median" a line. */
+static void density_data(const bench_record *r, size_t count, const size_t *series, size_t k,
+                         textbuf *t) {
+    double last = 0; /* the points, lowest density first: each time the next one up */
+    for (;;) {
+        size_t next = SIZE_MAX;
+        for (size_t i = 0; i < count; i++)
+            if (series[i] == k && bench_density(&r[i]) > last &&
+                (next == SIZE_MAX || bench_density(&r[i]) < bench_density(&r[next])))
+                next = i;
+        if (next == SIZE_MAX) return;
+        last = bench_density(&r[next]);
+        for (size_t i = 0; i < count; i++) /* equal densities: each of them */
+            if (series[i] == k && bench_density(&r[i]) == last)
+                textbuf_printf(t, "%.6g %.4f\n", last, r[i].ms_median);
+    }
+}
+
+/* The ideal line of each full record that others are compared with: time = full's time x
+ * density, from the lowest density compared down to 1. */
+static void ideal_lines(const bench_record *r, size_t count, plot_spec *p) {
+    double *lowest = malloc((count ? count : 1) * sizeof *lowest); /* [full record] */
+    if (!lowest) {
+        p->settings.failed = 1; /* said by draw_plot */
+        return;
+    }
+    for (size_t j = 0; j < count; j++) lowest[j] = 1;
+    for (size_t i = 0; i < count; i++) {
+        long full = bench_full_record(r, count, i);
+        if (full >= 0 && bench_density(&r[i]) > 0 && bench_density(&r[i]) < lowest[full])
+            lowest[full] = bench_density(&r[i]);
+    }
+    for (size_t j = 0; j < count; j++) {
+        if (lowest[j] >= 1) continue; /* not a full record, or nothing sparser measured */
+        char group[96];
+        group_label(r, count, j, group, sizeof group);
+        plot_series *s = plot_add(p, "lines linecolor rgb 'gray40' dashtype 2 linewidth 3");
+        snprintf(s->title, sizeof s->title, "ideal: full's ms x density%s", group);
+        textbuf_printf(&s->data, "%.6g %.4f\n1 %.4f\n", lowest[j], r[j].ms_median * lowest[j],
+                       r[j].ms_median);
+    }
+    free(lowest);
+}
+
+/* "4096,16384": the distinct values of a size field of the records. */
+static void distinct_sizes(const bench_record *r, size_t count, size_t offset, char *out,
+                           size_t size) {
+    out[0] = '\0';
+    for (size_t i = 0; i < count; i++) {
+        size_t value = *(const size_t *)((const char *)&r[i] + offset), j = 0;
+        while (j < i && *(const size_t *)((const char *)&r[j] + offset) != value) j++;
+        if (j == i) snprintf(out + strlen(out), size - strlen(out), "%s%zu", i ? "," : "", value);
+    }
+}
+
+/* The density plot's title and axes: log-log. */
+static void density_settings(const bench_record *r, size_t count, const char *title, textbuf *t) {
+    char n[128], h[128], hkv[128], d[128];
+    distinct_sizes(r, count, offsetof(bench_record, nq), n, sizeof n);
+    distinct_sizes(r, count, offsetof(bench_record, hq), h, sizeof h);
+    distinct_sizes(r, count, offsetof(bench_record, hkv), hkv, sizeof hkv);
+    distinct_sizes(r, count, offsetof(bench_record, dqk), d, sizeof d);
+    textbuf_printf(t,
+                   "set title 'clattn bench: %s, N=%s, H=%s%s%s, D=%s, %s (median time per "
+                   "call against density)'\n",
+                   title, n, h, strcmp(h, hkv) ? ", Hkv=" : "", strcmp(h, hkv) ? hkv : "", d,
+                   bench_layout_name(r[0].layout));
+    textbuf_printf(t, "set logscale xy\nset xlabel 'density (allowed pairs / B*Hq*Nq*Nk)'\n"
+                      "set ylabel 'ms'\nset grid\nset key right bottom\n"
+                      "set xrange [*:1.5]\n"); /* full's point, at 1, inside the frame */
+}
+
+/* ms against density: a series a (group, family), and the ideal lines. */
+static void density_plot(const bench_record *r, size_t count, const size_t *series,
+                         size_t num_series, const char *title, plot_spec *p) {
+    density_settings(r, count, title, &p->settings);
+    for (size_t k = 0, i = 0; k < num_series; k++, i = 0) {
+        while (series[i] != k) i++; /* the series' first record */
+        char group[96];
+        group_label(r, count, i, group, sizeof group);
+        plot_series *s = plot_add(p, "linespoints");
+        snprintf(s->title, sizeof s->title, "%.*s%s", (int)family_length(r[i].pattern),
+                 r[i].pattern, group);
+        density_data(r, count, series, k, &s->data);
+    }
+    ideal_lines(r, count, p);
+}
+
 /* See sweeps.h. */
 int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title,
-               output_set *set) {
+               int against_density, output_set *set) {
     size_t *series = malloc((count ? count : 1) * sizeof *series);
-    plot_spec plot; /* at most a series a record */
-    if (!series || plot_init(&plot, count) != 0) {
+    plot_spec plot; /* at most a series a record and an ideal line a full record */
+    if (!series || plot_init(&plot, 2 * count) != 0) {
         free(series);
         cli_error("bench", "no memory for the plot of %zu records", count);
         return 1;
     }
-    nq_plot(records, count, series, number_nq_series(records, count, series), title, &plot);
+    if (against_density)
+        density_plot(records, count, series, number_density_series(records, count, series), title,
+                     &plot);
+    else
+        nq_plot(records, count, series, number_nq_series(records, count, series), title, &plot);
     int rc = draw_plot(&plot, dir, set);
     plot_free(&plot);
     free(series);

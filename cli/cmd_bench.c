@@ -16,12 +16,13 @@
 
 static const cli_option bench_options[] = {
     {"preset", "quick|paths|sparse|decode|layer",
-     "a ready-made sweep (writes CSV, JSON and, but for decode and layer, a plot to --out)"},
+     "a ready-made sweep (writes CSV, JSON and, but for decode and layer, a plot to --out; "
+     "sparse: time against density at one length, with the ideal)"},
     {"path", "LIST", "fused,gemm,host,reference (default fused)"},
     {"b", "LIST", "batch sizes (default 1)"},
     {"hq", "LIST", "query heads (default 8)"},
     {"hkv", "LIST", "key/value heads (default: = hq)"},
-    {"nq", "LIST", "query lengths (default 1024)"},
+    {"nq", "LIST", "query lengths (default 1024; --preset sparse: 16384)"},
     {"nk", "LIST", "key lengths (default: = nq)"},
     {"d", "LIST", "query/key head dims (default 64)"},
     {"dv", "LIST", "value head dims (default: = d)"},
@@ -177,6 +178,7 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         return EXIT_USAGE;
     if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
         return EXIT_USAGE;
+    if (args_has(args, "pattern")) c->curve_patterns = 0; /* the given patterns, as given */
     if (args_has(args, "pattern") &&
         bench_parse_patterns(args_get(args, "pattern"), c->patterns, &c->num_patterns) != 0) {
         cli_error("bench",
