@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define BENCH_MAX_LIST     16
-#define BENCH_MAX_PATTERNS 16
+#define BENCH_MAX_PATTERNS 48
 
 typedef enum bench_path { BENCH_FUSED, BENCH_GEMM, BENCH_HOST, BENCH_REFERENCE } bench_path;
 
@@ -35,6 +35,8 @@ typedef enum pattern_kind {
     P_DILATED,
     P_BIGBIRD,
     P_LONGFORMER,
+    P_FIXED,   /* the Sparse Transformer's "fixed" block layout */
+    P_STRIDED, /* and its "strided" one */
     P_BLOCKS
 } pattern_kind;
 
@@ -76,11 +78,15 @@ typedef struct bench_config {
     size_t warmup, repeat;
     size_t devices[16], num_devices;
     const char *csv, *json, *out;
-    const char *title; /* the plot's: the preset's name, or "clattn bench" */
-    int decode;        /* --preset decode: decode.c runs it */
-    int dtype_given;   /* --dtype: decode measures only that type */
-    size_t steps;      /* decode's generation mode */
-    int layer;         /* --preset layer: layer.c runs it (paths[0] fused or gemm) */
+    const char *title;  /* the plot's: the preset's name, or "clattn bench" */
+    int density_curve;  /* --preset sparse: plot.png and a table after the sweep show time
+                           against density, with the ideal (curve.c) */
+    int curve_patterns; /* --preset sparse without --pattern: the preset's patterns, scaled to
+                           each Nk (bench_curve_patterns) */
+    int decode;         /* --preset decode: decode.c runs it */
+    int dtype_given;    /* --dtype: decode measures only that type */
+    size_t steps;       /* decode's generation mode */
+    int layer;          /* --preset layer: layer.c runs it (paths[0] fused or gemm) */
     size_t kept[BENCH_MAX_LIST], num_kept; /* layer: each <= the first hq */
     bench_distributed_mode distributed;    /* --distributed: distributed.c runs it */
     clattn_sharding sharding;
@@ -90,8 +96,8 @@ typedef struct bench_config {
 void bench_config_defaults(bench_config *c);
 
 /* Sets a ready-made sweep (quick, paths, sparse, decode, layer) over the defaults; options
- * given with it then override its settings. Adds the host path where the presets take it and
- * OpenBLAS is there. @return 0, or -1 for an unknown name. */
+ * given with it then override its settings (--pattern clears curve_patterns). Adds the host path
+ * where the presets take it and OpenBLAS is there. @return 0, or -1 for an unknown name. */
 int bench_apply_preset(const char *name, bench_config *c);
 
 /* Runs what the config asks on its devices, printing a table as it goes, and writes its

@@ -21,7 +21,7 @@ static const struct pattern_syntax {
 } syntaxes[] = {
     {"full", P_FULL, 0, 0},       {"causal", P_CAUSAL, 0, 0},   {"window", P_WINDOW, 2, 2},
     {"dilated", P_DILATED, 3, 3}, {"bigbird", P_BIGBIRD, 4, 5}, {"longformer", P_LONGFORMER, 2, 2},
-    {"blocks", P_BLOCKS, 2, 2},
+    {"fixed", P_FIXED, 3, 3},     {"strided", P_STRIDED, 2, 2}, {"blocks", P_BLOCKS, 2, 2},
 };
 #define NUM_SYNTAXES (sizeof syntaxes / sizeof syntaxes[0])
 
@@ -33,7 +33,7 @@ static const struct pattern_syntax *find_syntax(const char *name) {
 
 /* See bench.h. */
 int bench_parse_patterns(const char *list, bench_pattern *out, size_t *count) {
-    char buf[1024];
+    char buf[4096];
     snprintf(buf, sizeof buf, "%s", list);
     *count = 0;
     bench_pattern *p = NULL;
@@ -78,21 +78,46 @@ void bench_pattern_data_free(pattern_data *pd) {
     memset(pd, 0, sizeof *pd);
 }
 
-static int bigbird_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+/* The numbers after BLOCK of a generated layout, in clattn_pattern_desc's terms. @return what
+ * the message of a refused one asks for. */
+static const char *layout_params(const bench_pattern *p, clattn_pattern_desc *pat) {
+    switch (p->kind) {
+    case P_BIGBIRD:
+        pat->window = (size_t)p->num[1];
+        pat->global = (size_t)p->num[2];
+        pat->random = (size_t)p->num[3];
+        pat->seed = p->count > 4 ? (uint64_t)p->num[4] : 0;
+        return "BigBird layout (BLOCK,WINDOW(odd),GLOBAL,RANDOM[,SEED])";
+    case P_FIXED:
+        pat->stride = (size_t)p->num[1];
+        pat->summary = (size_t)p->num[2];
+        return "fixed layout (BLOCK,STRIDE,SUMMARY with 1 <= SUMMARY <= STRIDE)";
+    default: /* P_STRIDED */
+        pat->stride = (size_t)p->num[1];
+        return "strided layout (BLOCK,STRIDE)";
+    }
+}
+
+/* bigbird:, fixed:, strided:: the library's generator (clattn_pattern_layout) over blocks of
+ * BLOCK queries and keys, the same layout for every head. */
+static int generated_layout(const bench_pattern *p, clattn_attention_desc *d, pattern_data *pd) {
+    static const clattn_pattern_kind kinds[] = {
+        [P_BIGBIRD] = CLATTN_PATTERN_BIGBIRD,
+        [P_FIXED] = CLATTN_PATTERN_FIXED,
+        [P_STRIDED] = CLATTN_PATTERN_STRIDED,
+    };
     size_t block = (size_t)p->num[0];
     clattn_pattern_desc pat;
-    clattn_pattern_desc_init(&pat, CLATTN_PATTERN_BIGBIRD, (d->len_q + block - 1) / block,
+    clattn_pattern_desc_init(&pat, kinds[p->kind], (d->len_q + block - 1) / block,
                              (d->len_k + block - 1) / block);
-    pat.window = (size_t)p->num[1];
-    pat.global = (size_t)p->num[2];
-    pat.random = (size_t)p->num[3];
-    pat.seed = p->count > 4 ? (uint64_t)p->num[4] : 0;
-    if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k)) ||
-        clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
-        cli_error("bench",
-                  "--pattern %s: not a valid BigBird layout (BLOCK,WINDOW(odd),GLOBAL,"
-                  "RANDOM[,SEED])",
-                  p->text);
+    const char *what = layout_params(p, &pat);
+    if (!(pd->layout = malloc(pat.blocks_q * pat.blocks_k))) {
+        cli_error("bench", "--pattern %s: no memory for a layout of %zu x %zu blocks", p->text,
+                  pat.blocks_q, pat.blocks_k);
+        return 1;
+    }
+    if (clattn_pattern_layout(&pat, pd->layout) != CLATTN_SUCCESS) {
+        cli_error("bench", "--pattern %s: not a valid %s", p->text, what);
         return 1;
     }
     d->block_layout = pd->layout;
@@ -153,7 +178,9 @@ int bench_apply_pattern(const bench_pattern *p, clattn_attention_desc *d, patter
         return 0;
     }
     case P_BIGBIRD:
-        return bigbird_layout(p, d, pd);
+    case P_FIXED:
+    case P_STRIDED:
+        return generated_layout(p, d, pd);
     case P_BLOCKS:
         return file_layout(p, d, pd);
     }

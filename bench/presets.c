@@ -41,15 +41,13 @@ int bench_apply_preset(const char *name, bench_config *c) {
         c->repeat = 3;
         return bench_parse_patterns("full,causal", c->patterns, &c->num_patterns);
     }
-    if (strcmp(name, "sparse") == 0) {
-        static const size_t lengths[] = {1024, 2048, 4096, 8192, 16384};
-        memcpy(c->list[L_NQ], lengths, sizeof lengths), c->count[L_NQ] = 5;
+    if (strcmp(name, "sparse") == 0) { /* time against density at one length (curve.c) */
+        c->list[L_NQ][0] = 16384, c->count[L_NQ] = 1;
         c->list[L_HQ][0] = 4, c->count[L_HQ] = 1;
         c->layout = CLATTN_LAYOUT_BHSD; /* PyTorch's: the lanes variant reads K and V in place */
         c->repeat = 3;
-        return bench_parse_patterns("full,causal,window:128,128,dilated:128,128,2,"
-                                    "longformer:128,4,bigbird:64,3,2,3",
-                                    c->patterns, &c->num_patterns);
+        c->density_curve = c->curve_patterns = 1;
+        return bench_curve_patterns(16384, c->patterns, &c->num_patterns);
     }
     if (strcmp(name, "decode") == 0) { /* the decode issue's shape: GQA 32/8, D = 128 */
         static const size_t lengths[] = {1024, 4096, 16384, 32768, 131072}, queries[] = {1, 4};

@@ -212,6 +212,27 @@ static size_t num_shapes(const bench_config *c) {
     return n;
 }
 
+/* The patterns measured at a shape: the sparse preset's at its Nk, or the config's. */
+static const bench_pattern *shape_patterns(const bench_config *c, const size_t shape[7],
+                                           bench_pattern *own, size_t *count) {
+    if (c->curve_patterns && bench_curve_patterns(shape[L_NK], own, count) == 0) return own;
+    *count = c->num_patterns;
+    return c->patterns;
+}
+
+/* Measurements a device makes: every shape's patterns times the paths. */
+static size_t measurements_per_device(const bench_config *c) {
+    bench_pattern own[BENCH_MAX_PATTERNS];
+    size_t total = 0, count = 0;
+    for (size_t i = 0; i < num_shapes(c); i++) {
+        size_t shape[7] = {0};
+        shape_at(c, i, shape);
+        shape_patterns(c, shape, own, &count);
+        total += count * c->num_paths;
+    }
+    return total;
+}
+
 static void bench_device(sweep_run *run, size_t device) {
     const bench_config *c = run->config;
     clattn_context *ctx = NULL;
@@ -235,8 +256,10 @@ static void bench_device(sweep_run *run, size_t device) {
             run->failed = 1;
             continue;
         }
-        for (size_t p = 0; p < c->num_patterns; p++)
-            bench_pattern_paths(run, ctx, device, &s, &c->patterns[p]);
+        bench_pattern own[BENCH_MAX_PATTERNS];
+        size_t count = 0;
+        const bench_pattern *patterns = shape_patterns(c, shape, own, &count);
+        for (size_t p = 0; p < count; p++) bench_pattern_paths(run, ctx, device, &s, &patterns[p]);
         shape_free(&s);
     }
     clattn_context_destroy(ctx);
@@ -268,7 +291,8 @@ static int stage_tables(const sweep_run *run, output_set *set, const char *csv, 
 }
 
 /* --csv, --json and a preset's folder (made by parse_config: bench.csv, bench.json, the
- * plot's data, plot.gp and plot.png), committed together. @return 0 or 1 (said). */
+ * plot's data, plot.gp and plot.png: ms against Nq, or against density for the sparse
+ * preset), committed together. @return 0 or 1 (said). */
 static int write_outputs(const sweep_run *run, const char *csv, const char *json, const char *dir,
                          const char *title) {
     char dir_csv[1024], dir_json[1024];
@@ -279,7 +303,9 @@ static int write_outputs(const sweep_run *run, const char *csv, const char *json
         snprintf(dir_csv, sizeof dir_csv, "%s/bench.csv", dir);
         snprintf(dir_json, sizeof dir_json, "%s/bench.json", dir);
         rc |= stage_tables(run, &set, dir_csv, dir_json);
-        if (!rc) plot_rc = bench_plot(run->records, run->num_records, dir, title, &set);
+        if (!rc)
+            plot_rc = bench_plot(run->records, run->num_records, dir, title,
+                                 run->config->density_curve, &set);
     }
     rc |= output_set_commit(&set);
     if (dir && !rc)
@@ -291,12 +317,13 @@ static int write_outputs(const sweep_run *run, const char *csv, const char *json
 int bench_sweep(const bench_config *c) {
     static bench_record records[MAX_RECORDS];
     sweep_run run = {c, records, 0, 0, 0, 0};
-    run.total = c->num_devices * num_shapes(c) * c->num_patterns * c->num_paths;
+    run.total = c->num_devices * measurements_per_device(c);
     for (size_t i = 0; i < c->num_devices; i++) bench_device(&run, c->devices[i]);
     if (run.num_records == 0) { /* the failures, if any, have been named */
         if (!run.failed) cli_error("bench", "nothing was measured");
         return 1;
     }
+    if (c->density_curve) bench_print_curve(run.records, run.num_records);
     int rc = write_outputs(&run, c->csv, c->json, c->out, c->title);
     return rc || run.failed ? 1 : 0;
 }

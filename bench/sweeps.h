@@ -36,13 +36,45 @@ void bench_print_record(const bench_record *r);
 void bench_csv(textbuf *t, const bench_record *records, size_t count);
 void bench_json(textbuf *t, const bench_record *records, size_t count, const size_t *devices,
                 size_t num_devices);
-/* Stages into `set` DIR/series-K.dat (one a path and pattern: Nq and the median time),
- * DIR/plot.gp that plots them, and DIR/plot.png, drawn by gnuplot from the same data before
- * anything is committed. @return 0, or 1 with a message when gnuplot is missing or fails
- * (the set is then committed without plot.png, which stays as it was) or a file cannot be
- * staged. */
+/* Stages into `set` DIR/series-K.dat (the data of one series), DIR/plot.gp that plots them,
+ * and DIR/plot.png, drawn by gnuplot from the same data before anything is committed (plot.c):
+ * the median time against Nq, a series a (device, path, pattern), or `against_density`, one a
+ * pattern family with the ideal lines (curve.c). @return 0, or 1 with a message when gnuplot is
+ * missing or fails (the set is then committed without plot.png, which stays as it was) or a
+ * file cannot be staged. */
 int bench_plot(const bench_record *records, size_t count, const char *dir, const char *title,
-               output_set *set);
+               int against_density, output_set *set);
+
+const char *bench_layout_name(clattn_layout layout); /* "bshd", "bhsd" */
+
+/* ---- the density curve (curve.c) */
+
+/* --preset sparse's patterns for keys of length n: full, causal and each family at several
+ * densities; lengths in tokens (window sides, block sizes) are chosen for n = 16384 and scale
+ * with n / 16384, rounded and at least 1, so that every n gives about the same densities;
+ * patterns that round alike are kept once. @return 0, or -1 (never, for the lengths a sweep
+ * can hold). */
+int bench_curve_patterns(size_t n, bench_pattern *out, size_t *count);
+
+/* pairs / (B * Hq * Nq * Nk) */
+double bench_density(const bench_record *r);
+
+/* The index of the full-attention record of record i's device, path, variant, dtype, layout
+ * and shape, or -1. */
+long bench_full_record(const bench_record *records, size_t count, size_t i);
+
+/* Record i against full attention: speedup = full's median / its median, ideal = 1 / density,
+ * fraction = speedup / ideal. */
+typedef struct curve_figures {
+    double density, speedup, ideal, fraction;
+} curve_figures;
+
+/* Fills *f (density always). @return 1 when the figures against full are there, else 0. */
+int bench_curve_figures(const bench_record *records, size_t count, size_t i, curve_figures *f);
+
+/* The table of every record that has its full record: density, median, speed-up, ideal and
+ * fraction. */
+void bench_print_curve(const bench_record *records, size_t count);
 
 /* ---- patterns (pattern.c) */
 

@@ -40,12 +40,13 @@ int args_has(const cli_args *args, const char *name);
 void args_usage(const char *command, const char *synopsis, const cli_option *options,
                 size_t num_options);
 
-/* Lower bounds the subcommands share, so that run, pattern and bench accept the same numbers. */
-#define MIN_WINDOW_SIDE (-1) /* a window side in keys; -1 is unbounded */
-#define MIN_DILATION    1
-#define MIN_BLOCK_SIZE  1         /* a block of queries or keys */
-#define MAX_BLOCK_SIZE  INT32_MAX /* the library's bound on a block layout's block sizes */
-#define MIN_BAND_BLOCKS 1         /* a band width in blocks, which must also be odd */
+/* Bounds the subcommands share, so that run, pattern and bench accept the same numbers. */
+#define MIN_WINDOW_SIDE    (-1) /* a window side in keys; -1 is unbounded */
+#define MIN_DILATION       1
+#define MIN_BLOCK_SIZE     1         /* a block of queries or keys */
+#define MAX_BLOCK_SIZE     INT32_MAX /* the library's bound on a block layout's block sizes */
+#define MIN_BAND_BLOCKS    1         /* a band width in blocks, which must also be odd */
+#define MAX_PATTERN_STRIDE ((int64_t)1 << 60) /* clattn_pattern_layout's bound on a stride */
 
 /* Checks one number of an option's value: >= min, and odd when `odd`. Prints
  * "clattn CMD: LABEL: expected an [odd] integer >= MIN, got 'VALUE'". @return 0 or -1. */

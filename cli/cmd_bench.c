@@ -16,18 +16,19 @@
 
 static const cli_option bench_options[] = {
     {"preset", "quick|paths|sparse|decode|layer",
-     "a ready-made sweep (writes CSV, JSON and, but for decode and layer, a plot to --out)"},
+     "a ready-made sweep (writes CSV, JSON and, but for decode and layer, a plot to --out; "
+     "sparse: time against density at one length, with the ideal)"},
     {"path", "LIST", "fused,gemm,host,reference (default fused)"},
     {"b", "LIST", "batch sizes (default 1)"},
     {"hq", "LIST", "query heads (default 8)"},
     {"hkv", "LIST", "key/value heads (default: = hq)"},
-    {"nq", "LIST", "query lengths (default 1024)"},
+    {"nq", "LIST", "query lengths (default 1024; --preset sparse: 16384)"},
     {"nk", "LIST", "key lengths (default: = nq)"},
     {"d", "LIST", "query/key head dims (default 64)"},
     {"dv", "LIST", "value head dims (default: = d)"},
     {"pattern", "LIST",
-     "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],"
-     "longformer:W,G,blocks:FILE,BQ,BK (default full)"},
+     "full,causal,window:L,R,dilated:L,R,D,bigbird:BLOCK,W,G,R[,SEED],longformer:W,G,"
+     "fixed:BLOCK,STRIDE,SUMMARY,strided:BLOCK,STRIDE,blocks:FILE,BQ,BK (default full)"},
     {"dtype", "f32|f16|bf16|q8_0|q4_0",
      "storage of Q, K, V and O (default f32; decode: all five, q8_0 and q4_0 being K/V only)"},
     {"layout", "bshd|bhsd",
@@ -79,6 +80,12 @@ static const number_rule pattern_rules[][5] = {
                    {"SEED", 0, 0, 0}},
     /* W keys each side: a bounded window side */
     [P_LONGFORMER] = {{"W", MIN_WINDOW_SIDE + 1, 0, 0}, {"G", 0, 0, 0}},
+    /* as clattn pattern fixed|strided --block --stride --summary (SUMMARY <= STRIDE: below) */
+    [P_FIXED] = {{"BLOCK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE},
+                 {"STRIDE", 1, 0, MAX_PATTERN_STRIDE},
+                 {"SUMMARY", 1, 0, 0}},
+    [P_STRIDED] = {{"BLOCK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE},
+                   {"STRIDE", 1, 0, MAX_PATTERN_STRIDE}},
     [P_BLOCKS] = {{"BQ", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE},
                   {"BK", MIN_BLOCK_SIZE, 0, MAX_BLOCK_SIZE}},
 };
@@ -94,6 +101,12 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
             int64_t max = rule->max ? rule->max : INT64_MAX;
             if (check_number_range("bench", label, p->num[n], rule->min, max, rule->odd) != 0)
                 return -1;
+        }
+        if (p->kind == P_FIXED && p->num[2] > p->num[1]) { /* as clattn pattern --summary */
+            cli_error("bench",
+                      "--pattern %s: SUMMARY: must be at most the STRIDE (%lld), got '%lld'",
+                      p->text, (long long)p->num[1], (long long)p->num[2]);
+            return -1;
         }
     }
     return 0;
@@ -165,12 +178,13 @@ static int parse_settings(const cli_args *args, bench_config *c) {
         return EXIT_USAGE;
     if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
         return EXIT_USAGE;
+    if (args_has(args, "pattern")) c->curve_patterns = 0; /* the given patterns, as given */
     if (args_has(args, "pattern") &&
         bench_parse_patterns(args_get(args, "pattern"), c->patterns, &c->num_patterns) != 0) {
         cli_error("bench",
-                  "--pattern: expected a list of full, causal, window:L,R, "
-                  "dilated:L,R,D, bigbird:BLOCK,W,G,R[,SEED], longformer:W,G or blocks:FILE,BQ,BK; "
-                  "got '%s'",
+                  "--pattern: expected a list of full, causal, window:L,R, dilated:L,R,D, "
+                  "bigbird:BLOCK,W,G,R[,SEED], longformer:W,G, fixed:BLOCK,STRIDE,SUMMARY, "
+                  "strided:BLOCK,STRIDE or blocks:FILE,BQ,BK; got '%s'",
                   args_get(args, "pattern"));
         return EXIT_USAGE;
     }

@@ -157,9 +157,6 @@ static int check_presence(const cli_args *args, const pattern_job *job) {
     return 0;
 }
 
-/* clattn_pattern_layout's bound on a stride (and on block counts): 2^60. */
-#define MAX_PATTERN_STRIDE ((int64_t)1 << 60)
-
 /* Reads an optional size option from min to max, keeping `fallback` when it is absent. */
 static int optional_size(const cli_args *args, const char *name, int64_t min, int64_t max,
                          size_t fallback, size_t *out) {

@@ -154,6 +154,18 @@ if command -v gnuplot > /dev/null; then
   cmp -s plots/plot.png <(echo old) || fail "plot.png was replaced although gnuplot is missing"
   cmp -s plots/bench.csv <(echo old) && fail "bench.csv was not written when gnuplot is missing"
   ls plots/*.tmp.* 2> /dev/null && fail "bench left temporaries"
+  # a gnuplot that fails after writing part of its picture: that part is removed too
+  mkdir fakegp
+  cat > fakegp/gnuplot << 'SH'
+#!/bin/sh
+out=$(sed -n "s/^set output '\(.*\)'$/\1/p")
+echo partial > "$out"
+exit 1
+SH
+  chmod +x fakegp/gnuplot
+  expect 1 "gnuplot failed or is missing" -- env PATH="$work/fakegp:$PATH" "$clattn" "${bench[@]}"
+  cmp -s plots/plot.png <(echo old) || fail "a failing gnuplot replaced plot.png"
+  ls plots/*.tmp.* 2> /dev/null && fail "bench left a failing gnuplot's temporary"
 else
   echo "cli_errors: gnuplot is not installed: bench --out's plot is not checked"
 fi
