@@ -268,17 +268,9 @@ static int write_layer_outputs(const layer_bench_config *c, const layer_record *
  * failure it named. */
 static int layer_device(const layer_bench_config *c, size_t device, layer_record *out,
                         size_t room) {
-    clattn_context *ctx = NULL;
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
-        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS ||
-        clattn_context_set_gemm(ctx, c->gemm) != CLATTN_SUCCESS) {
-        cli_error("bench", "cannot open device %zu with timing", device);
-        clattn_context_destroy(ctx);
-        return -1;
-    }
-    clattn_context_device_info(ctx, &info);
+    clattn_context *ctx = bench_open_timed(device, c->gemm, &info);
+    if (!ctx) return -1;
     print_header(&info);
     size_t n = 0;
     clattn_status s = CLATTN_SUCCESS;

@@ -71,6 +71,10 @@ void bench_pattern_data_free(pattern_data *pd);
  * naming what failed. */
 int bench_sweep(const bench_config *c);
 
+/* Opens device `device` as the attention and layer sweeps measure it: event timing on, GEMM row
+ * `gemm`; fills *info. @return the context, or NULL after naming the failure (sweep.c). */
+clattn_context *bench_open_timed(size_t device, clattn_gemm gemm, clattn_device_info *info);
+
 /* clattn bench --preset decode (decode.c): attention of Nq queries over full KV caches of
  * Nk rows, for each storage type, against the device's copy bandwidth, and a generation mode. */
 typedef struct decode_config {
