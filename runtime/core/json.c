@@ -1,4 +1,4 @@
-/* The small JSON reader (json.h). */
+/* The small JSON reader and writer (json.h). */
 #include "core/json.h"
 #include "core/core.h"
 
@@ -108,4 +108,32 @@ void *json_read_entries(const char *text, size_t size, size_t entry_size,
         log_msg("%s: malformed near byte %zu; entries after it ignored", what,
                 (size_t)(r.at - text));
     return entries;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+void json_write_string(FILE *f, const char *text) {
+    fputc('"', f);
+    for (const char *c = text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c >= 0x20)
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+char *json_format_entries(const char *format, const void *entries, size_t count, size_t entry_size,
+                          void (*write_entry)(FILE *f, const void *entry), size_t *size) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, size);
+    if (!f) return NULL;
+    fprintf(f, "{\"%s\": 1, \"written_by\": \"clattn " CLATTN_VERSION_STRING "\", \"entries\": [\n",
+            format);
+    for (size_t i = 0; i < count; i++) {
+        write_entry(f, (const char *)entries + i * entry_size);
+        fputs(i + 1 < count ? ",\n" : "\n", f);
+    }
+    fputs("]}\n", f);
+    return fclose(f) == 0 ? text : (free(text), NULL);
 }

@@ -1,12 +1,14 @@
 /*
- * A small JSON reader for the library's own files (tuning.json, verdicts.json): objects,
- * arrays, strings and numbers read in place from a text in memory, with a failure flag
- * instead of errors. What it does not know it skips.
+ * A small JSON reader and writer for the library's own files (tuning.json, verdicts.json):
+ * objects, arrays, strings and numbers read in place from a text in memory, with a failure flag
+ * instead of errors (what it does not know it skips); and the files' text written back, an
+ * entry a line.
  */
 #ifndef CLATTN_JSON_H
 #define CLATTN_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct json_reader {
     const char *at, *end;
@@ -30,5 +32,13 @@ void json_next_item(json_reader *r);
 void *json_read_entries(const char *text, size_t size, size_t entry_size,
                         void (*read_entry)(json_reader *r, void *entry), size_t *count,
                         const char *what);
+
+/* A JSON string: quotes and backslashes escaped, control characters dropped. */
+void json_write_string(FILE *f, const char *text);
+/* The text json_read_entries reads: {"<format>": 1, "written_by": "clattn <version>", "entries":
+ * [...]}, write_entry writing each of the `count` entries (entry_size bytes apart) as one
+ * object on its own line. @return the text, malloc'ed, and its *size; NULL when out of memory. */
+char *json_format_entries(const char *format, const void *entries, size_t count, size_t entry_size,
+                          void (*write_entry)(FILE *f, const void *entry), size_t *size);
 
 #endif
