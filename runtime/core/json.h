@@ -25,6 +25,12 @@ int json_read_string(json_reader *r, char *out, size_t size);
 void json_skip_value(json_reader *r, int depth);
 /* After an item of an object or array: space, a comma if there is one, space. */
 void json_next_item(json_reader *r);
+/* One {"key": value, ...} object: read_value is called with each key (up to 63 bytes) and the
+ * reader at its value, which it reads, or skips with json_skip_value. Stops at the first fault
+ * (failed set). */
+void json_read_object(json_reader *r,
+                      void (*read_value)(json_reader *r, const char *key, void *target),
+                      void *target);
 /* The entries of a file's text {"entries": [E, ...], ...} (other keys skipped): read_entry reads
  * one E into `entry`, entry_size bytes. A malformed text keeps the entries before the fault and
  * logs "<what>: malformed near byte N". @return the entries, malloc'ed (NULL when none), and

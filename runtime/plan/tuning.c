@@ -48,33 +48,29 @@ static void set_param(user_entry *e, const char *key, unsigned long value) {
         }
 }
 
+/* A key of an entry: the device, driver or variant string, a field's number, or skipped. */
+static void read_value(json_reader *r, const char *key, void *entry) {
+    user_entry *e = entry;
+    char *target = strcmp(key, "device") == 0    ? e->device
+                   : strcmp(key, "driver") == 0  ? e->driver
+                   : strcmp(key, "variant") == 0 ? e->variant
+                                                 : NULL;
+    if (target) {
+        json_read_string(r, target,
+                         strcmp(key, "variant") == 0 ? sizeof e->variant : sizeof e->device);
+    } else if (r->at < r->end && isdigit((unsigned char)*r->at)) {
+        char *stop = NULL;
+        set_param(e, key, strtoul(r->at, &stop, 10));
+        r->at = stop;
+    } else {
+        json_skip_value(r, 1);
+    }
+}
+
 /* One {"key": value, ...} of the entries array. */
 static void read_entry(json_reader *r, void *entry) {
-    user_entry *e = entry;
-    memset(e, 0, sizeof *e);
-    if (!json_expect(r, '{')) return;
-    json_skip_space(r);
-    while (!r->failed && r->at < r->end && *r->at != '}') {
-        char key[64];
-        if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
-        json_skip_space(r);
-        char *target = strcmp(key, "device") == 0    ? e->device
-                       : strcmp(key, "driver") == 0  ? e->driver
-                       : strcmp(key, "variant") == 0 ? e->variant
-                                                     : NULL;
-        if (target) {
-            json_read_string(r, target,
-                             strcmp(key, "variant") == 0 ? sizeof e->variant : sizeof e->device);
-        } else if (r->at < r->end && isdigit((unsigned char)*r->at)) {
-            char *stop = NULL;
-            set_param(e, key, strtoul(r->at, &stop, 10));
-            r->at = stop;
-        } else {
-            json_skip_value(r, 1);
-        }
-        json_next_item(r);
-    }
-    json_expect(r, '}');
+    memset(entry, 0, sizeof(user_entry));
+    json_read_object(r, read_value, entry);
 }
 
 /* The process's copy of the file, re-read when its size or modification time changes. */

@@ -54,24 +54,19 @@ clattn_verdict_kind verdict_kind_of(const char *name) {
 
 /* ---------------------------------------------------------------- reading */
 
+/* A key of an entry: a field's string, or skipped. */
+static void read_value(json_reader *r, const char *key, void *entry) {
+    size_t i = 0;
+    while (i < ARRAY_LEN(fields) && strcmp(key, fields[i].name) != 0) i++;
+    if (i < ARRAY_LEN(fields) && r->at < r->end && *r->at == '"')
+        json_read_string(r, field_of(entry, i), fields[i].size);
+    else
+        json_skip_value(r, 1);
+}
+
 static void read_entry(json_reader *r, void *entry) {
-    verdict_entry *e = entry;
-    memset(e, 0, sizeof *e);
-    if (!json_expect(r, '{')) return;
-    json_skip_space(r);
-    while (!r->failed && r->at < r->end && *r->at != '}') {
-        char key[64];
-        size_t i = 0;
-        if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
-        while (i < ARRAY_LEN(fields) && strcmp(key, fields[i].name) != 0) i++;
-        json_skip_space(r);
-        if (i < ARRAY_LEN(fields) && r->at < r->end && *r->at == '"')
-            json_read_string(r, field_of(e, i), fields[i].size);
-        else
-            json_skip_value(r, 1);
-        json_next_item(r);
-    }
-    json_expect(r, '}');
+    memset(entry, 0, sizeof(verdict_entry));
+    json_read_object(r, read_value, entry);
 }
 
 /* A file's entries (none when it does not exist). @return 0, or an errno. */
