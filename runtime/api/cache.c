@@ -7,11 +7,7 @@
 #include <string.h>
 
 clattn_status clattn_cache_info_init_sized(clattn_cache_info *info, size_t struct_size) {
-    clattn_cache_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 clattn_status clattn_cache_folder(char *path, size_t size) {

@@ -40,11 +40,7 @@ clattn_status clattn_context_set_gemm(clattn_context *ctx, clattn_gemm gemm) {
 }
 
 clattn_status clattn_gemm_info_init_sized(clattn_gemm_info *info, size_t struct_size) {
-    clattn_gemm_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 static clattn_status describe_in_call(clattn_context *ctx, clattn_gemm gemm,

@@ -20,11 +20,7 @@ static void from_public(const clattn_tuning *in, tuning_params *out) {
 }
 
 clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t struct_size) {
-    clattn_tuning local;
-    memset(&local, 0, sizeof local);
-    return struct_init(params, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(params, struct_size, sizeof *params);
 }
 
 unsigned *clattn_tuning_field(clattn_tuning *params, const char *field) {

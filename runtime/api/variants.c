@@ -45,11 +45,7 @@ clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant varia
 }
 
 clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
-    clattn_variant_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, CLATTN_VARIANT_INFO_BASE_SIZE)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, CLATTN_VARIANT_INFO_BASE_SIZE);
 }
 
 static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_variant variant,

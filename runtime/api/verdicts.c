@@ -11,11 +11,7 @@
 #include <time.h>
 
 clattn_status clattn_verdict_init_sized(clattn_verdict *verdict, size_t struct_size) {
-    clattn_verdict local;
-    memset(&local, 0, sizeof local);
-    return struct_init(verdict, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(verdict, struct_size, sizeof *verdict);
 }
 
 static clattn_status verdict_get_in_call(clattn_context *ctx, clattn_variant variant,

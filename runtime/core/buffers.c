@@ -135,11 +135,7 @@ void stats_record_transfers(clattn_context *ctx) {
 }
 
 clattn_status clattn_transfers_init_sized(clattn_transfers *totals, size_t struct_size) {
-    clattn_transfers local;
-    memset(&local, 0, sizeof local);
-    return struct_init(totals, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(totals, struct_size, sizeof *totals);
 }
 
 static clattn_status context_transfers_in_call(clattn_context *ctx, clattn_transfers *totals) {

@@ -304,12 +304,7 @@ clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled) {
 }
 
 clattn_status clattn_stats_init_sized(clattn_stats *stats, size_t struct_size) {
-    clattn_stats local;
-    memset(&local, 0, sizeof local);
-    return struct_init(stats, struct_size, &local, sizeof local,
-                       offsetof(clattn_stats, tiles_counted))
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(stats, struct_size, offsetof(clattn_stats, tiles_counted));
 }
 
 static clattn_status context_last_stats_in_call(clattn_context *ctx, clattn_stats *stats) {

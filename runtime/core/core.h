@@ -59,6 +59,10 @@ int struct_write(void *caller, const void *local, size_t local_size, size_t base
  * @return 0, or 1 for NULL or a size below base_size. */
 int struct_init(void *caller, size_t given_size, const void *local, size_t local_size,
                 size_t base_size);
+/* The *_init_sized functions of structs whose defaults are all zero (the info and stats
+ * structs a getter fills): the caller's struct of given_size bytes zeroed, struct_size set.
+ * @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for NULL or a size below base_size. */
+clattn_status struct_init_zeroed(void *caller, size_t given_size, size_t base_size);
 
 /* ---- storage types */
 
