@@ -11,12 +11,7 @@ clattn_status clattn_cache_info_init_sized(clattn_cache_info *info, size_t struc
 }
 
 clattn_status clattn_cache_folder(char *path, size_t size) {
-    char dir[4096];
-    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
-    if (strlen(dir) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
-    memcpy(path, dir, strlen(dir) + 1);
-    return CLATTN_SUCCESS;
+    return program_cache_path(NULL, path, size);
 }
 
 clattn_status clattn_cache_info_get(clattn_cache_info *info) {

@@ -111,11 +111,5 @@ clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
 /* Where the file is, whether or not the folder exists yet (tuning_file_path also asks that it
  * exists and is private, which the lookups and tuning_save need). */
 clattn_status clattn_tuning_file(char *path, size_t size) {
-    char dir[4096], buf[4200];
-    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
-    snprintf(buf, sizeof buf, "%s/tuning.json", dir);
-    if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
-    snprintf(path, size, "%s", buf);
-    return CLATTN_SUCCESS;
+    return program_cache_path("tuning.json", path, size);
 }

@@ -79,13 +79,7 @@ clattn_status clattn_verdict_record(clattn_context *ctx, clattn_variant variant,
 }
 
 clattn_status clattn_verdicts_file(char *path, size_t size) {
-    char dir[4096], buf[4200];
-    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
-    snprintf(buf, sizeof buf, "%s/verdicts.json", dir);
-    if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
-    snprintf(path, size, "%s", buf);
-    return CLATTN_SUCCESS;
+    return program_cache_path("verdicts.json", path, size);
 }
 
 clattn_status clattn_verdicts_merge(const char *file, size_t *merged, size_t *ignored, char *why,

@@ -242,6 +242,11 @@ void program_cache_release(clattn_context *ctx);
 uint64_t kernel_sources_hash(void);
 /* The cache folder in use, or NULL when disabled ($CLATTN_CACHE_DIR=off). Writes into buf. */
 const char *program_cache_dir(char *buf, size_t size);
+/* The path of file `name` in the cache folder (NULL: the folder itself), whether or not it
+ * exists, into the caller's buffer, as clattn_cache_folder, clattn_tuning_file and
+ * clattn_verdicts_file give it. @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED when the folder
+ * is off, or CLATTN_ERR_INVALID_ARGUMENT for no buffer or one too short. */
+clattn_status program_cache_path(const char *name, char *path, size_t size);
 /* The cache folder when it may be read (and, with `create`, written): enabled, made 0700 when
  * `create`, and private (folder_is_private). NULL otherwise; a folder refused is also said once
  * per process on stderr, with why. */
