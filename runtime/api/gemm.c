@@ -66,11 +66,7 @@ static clattn_status describe_in_call(clattn_context *ctx, clattn_gemm gemm,
 }
 
 clattn_status clattn_gemm_describe(clattn_context *ctx, clattn_gemm gemm, clattn_gemm_info *info) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = describe_in_call(ctx, gemm, info);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, describe_in_call(ctx, gemm, info));
 }
 
 /* ---------------------------------------------------------------- tuning */
@@ -131,11 +127,7 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_gemm gemm,
 
 clattn_status clattn_context_set_gemm_tuning(clattn_context *ctx, clattn_gemm gemm,
                                              const clattn_tuning *params) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = set_tuning_in_call(ctx, gemm, params);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, set_tuning_in_call(ctx, gemm, params));
 }
 
 clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,

@@ -79,11 +79,7 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_variant vari
 
 clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
                                         const clattn_tuning *params) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = set_tuning_in_call(ctx, variant, params);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, set_tuning_in_call(ctx, variant, params));
 }
 
 static clattn_status tuning_save_in_call(clattn_context *ctx, clattn_variant variant,
@@ -101,11 +97,7 @@ static clattn_status tuning_save_in_call(clattn_context *ctx, clattn_variant var
 
 clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
                                  const clattn_tuning *params) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = tuning_save_in_call(ctx, variant, params);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, tuning_save_in_call(ctx, variant, params));
 }
 
 /* Where the file is, whether or not the folder exists yet (tuning_file_path also asks that it

@@ -36,11 +36,7 @@ static clattn_status verdict_get_in_call(clattn_context *ctx, clattn_variant var
 
 clattn_status clattn_verdict_get(clattn_context *ctx, clattn_variant variant,
                                  clattn_verdict *verdict) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = verdict_get_in_call(ctx, variant, verdict);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, verdict_get_in_call(ctx, variant, verdict));
 }
 
 static clattn_status verdict_record_in_call(clattn_context *ctx, clattn_variant variant,
@@ -71,11 +67,7 @@ static clattn_status verdict_record_in_call(clattn_context *ctx, clattn_variant 
 
 clattn_status clattn_verdict_record(clattn_context *ctx, clattn_variant variant,
                                     const clattn_verdict *verdict, const char *file) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = verdict_record_in_call(ctx, variant, verdict, file);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, verdict_record_in_call(ctx, variant, verdict, file));
 }
 
 clattn_status clattn_verdicts_file(char *path, size_t size) {

@@ -150,11 +150,7 @@ static clattn_status context_transfers_in_call(clattn_context *ctx, clattn_trans
 }
 
 clattn_status clattn_context_transfers(clattn_context *ctx, clattn_transfers *totals) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = context_transfers_in_call(ctx, totals);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, context_transfers_in_call(ctx, totals));
 }
 
 clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,

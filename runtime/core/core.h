@@ -196,6 +196,14 @@ struct clattn_context {
  * CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context); else it returns 0. */
 int context_enter(clattn_context *ctx);
 void context_leave(clattn_context *ctx);
+/* context_leave(ctx), then `status`: the second half of IN_CONTEXT. */
+clattn_status context_left(clattn_context *ctx, clattn_status status);
+/* A public call's work on a context, as an expression: CLATTN_ERR_INVALID_ARGUMENT for a NULL
+ * ctx or one another thread is inside, else `call` (giving the call's clattn_status) evaluated
+ * between context_enter and context_leave:
+ *     return IN_CONTEXT(ctx, describe_in_call(ctx, gemm, info)); */
+#define IN_CONTEXT(ctx, call)                                                                      \
+    ((!(ctx) || context_enter(ctx)) ? CLATTN_ERR_INVALID_ARGUMENT : context_left((ctx), (call)))
 
 /* Records the message on ctx (ctx may be NULL) and returns `status`. */
 clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *fmt, ...)
