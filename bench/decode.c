@@ -242,12 +242,7 @@ static void decode_csv(textbuf *t, const decode_record *r, size_t n) {
 }
 
 static void decode_json(textbuf *t, const decode_record *r, size_t n, const decode_config *c) {
-    textbuf_printf(t, "{\n  \"preset\": \"decode\",\n  \"devices\": [");
-    for (size_t i = 0; i < c->num_devices; i++) {
-        textbuf_printf(t, i ? ", " : "");
-        textbuf_json_device(t, c->devices[i]);
-    }
-    textbuf_printf(t, "],\n  \"records\": [\n");
+    bench_json_begin(t, "decode", c->devices, c->num_devices);
     for (size_t i = 0; i < n; i++, r++)
         textbuf_printf(t,
                        "    {\"device\": %zu, \"mode\": \"%s\", \"dtype\": \"%s\", \"b\": %zu, "
@@ -257,34 +252,14 @@ static void decode_json(textbuf *t, const decode_record *r, size_t n, const deco
                        r->device, r->mode, dtype_text(r->dtype), r->b, r->hq, r->hkv, r->d, r->nq,
                        r->nk, r->ms_min, r->ms_median, kv_gbs(r), r->copy_gbs,
                        i + 1 < n ? "," : "");
-    textbuf_printf(t, "  ]\n}\n");
+    bench_json_end(t);
 }
 
 static int write_decode_outputs(const decode_config *c, const decode_record *r, size_t n) {
-    char csv[1024], json[1024];
-    const char *csv_path = c->csv, *json_path = c->json;
-    if (c->out) {
-        snprintf(csv, sizeof csv, "%s/decode.csv", c->out);
-        snprintf(json, sizeof json, "%s/decode.json", c->out);
-        csv_path = csv, json_path = json;
-    }
-    textbuf t = {0};
-    output_set set; /* committed together */
-    int rc = 0;
-    output_set_init(&set, "bench");
-    if (csv_path) {
-        decode_csv(&t, r, n);
-        rc |= output_set_text(&set, csv_path, &t);
-        textbuf_free(&t);
-    }
-    if (json_path) {
-        decode_json(&t, r, n, c);
-        rc |= output_set_text(&set, json_path, &t);
-        textbuf_free(&t);
-    }
-    rc |= output_set_commit(&set);
-    if (!rc && c->out) printf("wrote %s and %s\n", csv_path, json_path);
-    return rc;
+    textbuf csv = {0}, json = {0};
+    decode_csv(&csv, r, n);
+    decode_json(&json, r, n, c);
+    return bench_write_tables(c->csv, c->json, c->out, "decode", &csv, &json);
 }
 
 /* ---------------------------------------------------------------- the sweep */

@@ -230,12 +230,7 @@ static void layer_csv(textbuf *t, const layer_record *r, size_t n) {
 }
 
 static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_bench_config *c) {
-    textbuf_printf(t, "{\n  \"preset\": \"layer\",\n  \"devices\": [");
-    for (size_t i = 0; i < c->num_devices; i++) {
-        textbuf_printf(t, i ? ", " : "");
-        textbuf_json_device(t, c->devices[i]);
-    }
-    textbuf_printf(t, "],\n  \"records\": [\n");
+    bench_json_begin(t, "layer", c->devices, c->num_devices);
     for (size_t i = 0; i < n; i++, r++) {
         textbuf_printf(t,
                        "    {\"device\": %zu, \"wtype\": \"%s\", \"b\": %zu, \"d_model\": %zu, "
@@ -257,34 +252,14 @@ static void layer_json(textbuf *t, const layer_record *r, size_t n, const layer_
         textbuf_json_string(t, r->gemm);
         textbuf_printf(t, "}%s\n", i + 1 < n ? "," : "");
     }
-    textbuf_printf(t, "  ]\n}\n");
+    bench_json_end(t);
 }
 
 static int write_layer_outputs(const layer_bench_config *c, const layer_record *r, size_t n) {
-    char csv[1024], json[1024];
-    const char *csv_path = c->csv, *json_path = c->json;
-    if (c->out) {
-        snprintf(csv, sizeof csv, "%s/layer.csv", c->out);
-        snprintf(json, sizeof json, "%s/layer.json", c->out);
-        csv_path = csv, json_path = json;
-    }
-    textbuf t = {0};
-    output_set set; /* committed together */
-    int rc = 0;
-    output_set_init(&set, "bench");
-    if (csv_path) {
-        layer_csv(&t, r, n);
-        rc |= output_set_text(&set, csv_path, &t);
-        textbuf_free(&t);
-    }
-    if (json_path) {
-        layer_json(&t, r, n, c);
-        rc |= output_set_text(&set, json_path, &t);
-        textbuf_free(&t);
-    }
-    rc |= output_set_commit(&set);
-    if (!rc && c->out) printf("wrote %s and %s\n", csv_path, json_path);
-    return rc;
+    textbuf csv = {0}, json = {0};
+    layer_csv(&csv, r, n);
+    layer_json(&json, r, n, c);
+    return bench_write_tables(c->csv, c->json, c->out, "layer", &csv, &json);
 }
 
 /* ---------------------------------------------------------------- the sweep */
@@ -293,17 +268,9 @@ static int write_layer_outputs(const layer_bench_config *c, const layer_record *
  * failure it named. */
 static int layer_device(const layer_bench_config *c, size_t device, layer_record *out,
                         size_t room) {
-    clattn_context *ctx = NULL;
     clattn_device_info info;
-    clattn_device_info_init(&info);
-    if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
-        clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS ||
-        clattn_context_set_gemm(ctx, c->gemm) != CLATTN_SUCCESS) {
-        cli_error("bench", "cannot open device %zu with timing", device);
-        clattn_context_destroy(ctx);
-        return -1;
-    }
-    clattn_context_device_info(ctx, &info);
+    clattn_context *ctx = bench_open_timed(device, c->gemm, &info);
+    if (!ctx) return -1;
     print_header(&info);
     size_t n = 0;
     clattn_status s = CLATTN_SUCCESS;

@@ -159,5 +159,38 @@ void bench_json(textbuf *t, const bench_record *records, size_t count, const siz
         json_record(t, records, count, i);
         textbuf_printf(t, "%s\n", i + 1 < count ? "," : "");
     }
+    bench_json_end(t);
+}
+
+void bench_json_begin(textbuf *t, const char *preset, const size_t *devices, size_t num_devices) {
+    textbuf_printf(t, "{\n  \"preset\": \"%s\",\n  \"devices\": [", preset);
+    for (size_t i = 0; i < num_devices; i++) {
+        textbuf_printf(t, i ? ", " : "");
+        textbuf_json_device(t, devices[i]);
+    }
+    textbuf_printf(t, "],\n  \"records\": [\n");
+}
+
+void bench_json_end(textbuf *t) {
     textbuf_printf(t, "  ]\n}\n");
+}
+
+int bench_write_tables(const char *csv, const char *json, const char *dir, const char *name,
+                       textbuf *csv_text, textbuf *json_text) {
+    char dir_csv[1024], dir_json[1024];
+    if (dir) {
+        snprintf(dir_csv, sizeof dir_csv, "%s/%s.csv", dir, name);
+        snprintf(dir_json, sizeof dir_json, "%s/%s.json", dir, name);
+        csv = dir_csv, json = dir_json;
+    }
+    output_set set; /* committed together */
+    output_set_init(&set, "bench");
+    int rc = 0;
+    if (csv) rc |= output_set_text(&set, csv, csv_text);
+    if (json) rc |= output_set_text(&set, json, json_text);
+    rc |= output_set_commit(&set);
+    textbuf_free(csv_text);
+    textbuf_free(json_text);
+    if (!rc && dir) printf("wrote %s and %s\n", csv, json);
+    return rc;
 }

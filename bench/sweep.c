@@ -233,20 +233,28 @@ static size_t measurements_per_device(const bench_config *c) {
     return total;
 }
 
-static void bench_device(sweep_run *run, size_t device) {
-    const bench_config *c = run->config;
+clattn_context *bench_open_timed(size_t device, clattn_gemm gemm, clattn_device_info *info) {
     clattn_context *ctx = NULL;
-    clattn_device_info info;
-    clattn_device_info_init(&info);
+    clattn_device_info_init(info);
     if (clattn_context_create(&ctx, device) != CLATTN_SUCCESS ||
         clattn_context_set_timing(ctx, 1) != CLATTN_SUCCESS ||
-        clattn_context_set_gemm(ctx, c->gemm) != CLATTN_SUCCESS) {
-        cli_error("bench", "cannot open device %zu", device);
+        clattn_context_set_gemm(ctx, gemm) != CLATTN_SUCCESS ||
+        clattn_context_device_info(ctx, info) != CLATTN_SUCCESS) {
+        cli_error("bench", "cannot open device %zu with timing", device);
         clattn_context_destroy(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static void bench_device(sweep_run *run, size_t device) {
+    const bench_config *c = run->config;
+    clattn_device_info info;
+    clattn_context *ctx = bench_open_timed(device, c->gemm, &info);
+    if (!ctx) {
         run->failed = 1;
         return;
     }
-    clattn_context_device_info(ctx, &info);
     bench_print_header(&info);
     for (size_t i = 0; i < num_shapes(c); i++) {
         size_t shape[7] = {0}; /* every size has a list or follows one: see shape_at */

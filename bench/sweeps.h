@@ -76,6 +76,16 @@ int bench_curve_figures(const bench_record *records, size_t count, size_t i, cur
  * fraction. */
 void bench_print_curve(const bench_record *records, size_t count);
 
+/* The decode and layer presets' JSON opens with {"preset": NAME, "devices": [...], "records": [
+ * and closes with bench_json_end; their records go one a line in between. */
+void bench_json_begin(textbuf *t, const char *preset, const size_t *devices, size_t num_devices);
+void bench_json_end(textbuf *t);
+/* Stages a preset's CSV and JSON texts, each as its path (--csv, --json) when given, or as
+ * DIR/NAME.csv and DIR/NAME.json with --out DIR, commits them together (all or none) and
+ * frees both texts. @return 0, or 1 after naming the failure. */
+int bench_write_tables(const char *csv, const char *json, const char *dir, const char *name,
+                       textbuf *csv_text, textbuf *json_text);
+
 /* ---- patterns (pattern.c) */
 
 /* What a pattern allocates for a desc. */
@@ -92,6 +102,10 @@ void bench_pattern_data_free(pattern_data *pd);
 /* The attention sweep over every path, shape and pattern (sweep.c). @return 0, or 1 after
  * naming what failed. */
 int bench_sweep(const bench_config *c);
+
+/* Opens device `device` as the attention and layer sweeps measure it: event timing on, GEMM row
+ * `gemm`; fills *info. @return the context, or NULL after naming the failure (sweep.c). */
+clattn_context *bench_open_timed(size_t device, clattn_gemm gemm, clattn_device_info *info);
 
 /* clattn bench --preset decode (decode.c): attention of Nq queries over full KV caches of
  * Nk rows, for each storage type, against the device's copy bandwidth, and a generation mode. */

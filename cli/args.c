@@ -82,6 +82,16 @@ int args_has(const cli_args *args, const char *name) {
     return args_get(args, name) != NULL;
 }
 
+int args_listed(const char *list, const char *name) {
+    size_t len = strlen(name);
+    for (const char *at = strstr(list, name); len && at; at = strstr(at + 1, name)) {
+        const char *word = at - list >= 2 && strncmp(at - 2, "--", 2) == 0 ? at - 2 : at;
+        int starts = word == list || word[-1] == ' ' || word[-1] == ',';
+        if (starts && (at[len] == '\0' || at[len] == ' ' || at[len] == ',')) return 1;
+    }
+    return 0;
+}
+
 void args_usage(const char *command, const char *synopsis, const cli_option *options,
                 size_t num_options) {
     char left[MAX_OPTIONS][96];

@@ -37,6 +37,10 @@ int args_parse(cli_args *args, const cli_option *options, size_t num_options, co
                int argc, char **argv);
 const char *args_get(const cli_args *args, const char *name);
 int args_has(const cli_args *args, const char *name);
+/* Whether option `name` is a word of `list`: names separated by spaces or commas, each with or
+ * without its "--" ("device dtypes", "--window, --seed"), as commands list the options that
+ * apply to one of their actions or kinds. */
+int args_listed(const char *list, const char *name);
 void args_usage(const char *command, const char *synopsis, const cli_option *options,
                 size_t num_options);
 

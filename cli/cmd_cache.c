@@ -223,10 +223,7 @@ static int cache_warm(const cli_args *args) {
 static int options_fit(const cli_args *args, const char *action, const char *allowed) {
     for (size_t i = 0; i < NUM_CACHE_OPTIONS; i++) {
         const char *name = cache_options[i].name;
-        size_t len = strlen(name);
-        const char *at = strstr(allowed, name);
-        int listed = at && (at == allowed || at[-1] == ' ') && (at[len] == ' ' || !at[len]);
-        if (args->values[i] && strcmp(name, "help") != 0 && !listed) {
+        if (args->values[i] && strcmp(name, "help") != 0 && !args_listed(allowed, name)) {
             cli_error("cache", "--%s does not apply to 'cache %s'", name, action);
             return 0;
         }

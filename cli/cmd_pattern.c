@@ -125,15 +125,6 @@ static int resolve_kind(const cli_args *args, const char *positional, pattern_jo
 
 /* ---------------------------------------------------------------- options */
 
-/* Whether --`option` is one of the words of `list` ("--window, --global"). */
-static int option_in(const char *list, const char *option) {
-    size_t len = strlen(option);
-    for (const char *w = strstr(list, option); w; w = strstr(w + 1, option))
-        if (w - list >= 2 && strncmp(w - 2, "--", 2) == 0 && (w[len] == ',' || w[len] == '\0'))
-            return 1;
-    return 0;
-}
-
 /* --nq, --nk, --block and one of --out/--show are required; parameters of other kinds are
  * refused rather than silently ignored. */
 static int check_presence(const cli_args *args, const pattern_job *job) {
@@ -149,7 +140,7 @@ static int check_presence(const cli_args *args, const pattern_job *job) {
     }
     const char *takes = kind_params[job->desc.kind];
     for (size_t i = 0; i < sizeof all_params / sizeof all_params[0]; i++)
-        if (args_has(args, all_params[i]) && !option_in(takes, all_params[i])) {
+        if (args_has(args, all_params[i]) && !args_listed(takes, all_params[i])) {
             cli_error("pattern", "--%s does not apply to %s (it takes %s)", all_params[i],
                       job->kind_name, takes);
             return EXIT_USAGE;

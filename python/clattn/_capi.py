@@ -346,6 +346,11 @@ def int32_pointer(array) -> object:
     return None if array is None else array.ctypes.data_as(Int32_p)
 
 
+def float_pointer(array) -> object:
+    """A float32 NumPy array as the `float *` the C calls and the desc take; None as NULL."""
+    return None if array is None else array.ctypes.data_as(POINTER(c_float))
+
+
 def new_struct(struct_type, init_function: str, *args):
     """A struct initialised by its *_init_sized function, as the header's *_init macro does."""
     value = struct_type()

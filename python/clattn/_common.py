@@ -1,14 +1,17 @@
 """What the package's objects share over the C API: structs made by their *_init_sized function
 and filled by a getter, with the status checked; a C struct read into the frozen dataclass the
-package returns (Device, Stats, LayerInfo, ...); and read-only attributes."""
+package returns (Device, Stats, LayerInfo, ...); read-only attributes; and sets of keyword
+arguments that several public functions take, declared once as a dataclass."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
+import inspect
 import operator
 import typing
-from typing import Any, Optional, Type, TypeVar
+from typing import Any, Callable, Optional, Type, TypeVar
 
 from . import _capi
 from .errors import check
@@ -52,3 +55,44 @@ def record(record_type: Type[_Record], struct: Any, **given: Any) -> _Record:
 def attribute(name: str, doc: Optional[str] = None) -> Any:
     """A read-only property that returns the attribute `name` of its object."""
     return property(operator.attrgetter(name), doc=doc)
+
+
+def keyword_groups(**groups: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator for a function that takes sets of keyword arguments other functions take
+    too, each set a dataclass whose fields all have defaults. `groups` maps a parameter of the
+    function to its dataclass: callers pass the dataclass's fields as keyword arguments in the
+    parameter's place, help() and inspect.signature() show them there (keyword-only, with the
+    fields' annotations and defaults), and the function receives the dataclass made of those
+    given. Every other argument reaches the function as it is, so Python's own TypeError names
+    a keyword no one takes, or a missing or extra positional argument."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        fields = {group: dataclasses.fields(kind) for group, kind in groups.items()}
+        signature = inspect.signature(function)
+        positional = sum(p.kind == p.POSITIONAL_OR_KEYWORD for p in signature.parameters.values())
+        shared = {f.name for group_fields in fields.values() for f in group_fields}
+
+        @functools.wraps(function)
+        def call(*args: Any, **keywords: Any) -> Any:
+            if len(args) > positional:  # Python's message, without counting the sets as given
+                return function(*args, **{k: v for k, v in keywords.items() if k not in shared})
+            for group, kind in groups.items():
+                if group in keywords:  # the set's own name is no keyword of the call
+                    raise TypeError(f"{function.__qualname__}() got an unexpected keyword argument {group!r}")
+                given = {f.name: keywords.pop(f.name) for f in fields[group] if f.name in keywords}
+                keywords[group] = kind(**given)
+            return function(*args, **keywords)
+
+        parameters = []
+        for parameter in signature.parameters.values():
+            if parameter.name not in groups:
+                parameters.append(parameter)
+                continue
+            parameters += [
+                inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                for f in fields[parameter.name]
+            ]
+        call.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return call
+
+    return decorate

@@ -16,7 +16,8 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _capi, _checks
-from ._common import new_struct
+from ._capi import float_pointer
+from ._common import keyword_groups, new_struct
 from ._tensors import (
     DTYPE_NAMES,
     HostTensor,
@@ -62,6 +63,36 @@ class _Dims:
 
     def as_c(self) -> _capi.Tensor:
         return _capi.Tensor(0, self.stride_batch, self.stride_head, self.stride_seq)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The keyword arguments every attention call of the package takes (clattn.attention,
+    KVCache.attention and MultiheadAttention.forward, through keyword_groups): the masks, the
+    bias, the scale, the path and the variant, as clattn.attention's docstring describes them.
+    _Call.set_options checks them into the desc."""
+
+    causal: bool = False
+    window: Optional[Tuple[Optional[int], Optional[int]]] = None
+    dilation: int = 1
+    global_tokens: Optional[Sequence[int]] = None
+    block_layout: Any = None
+    block_size: Union[int, Tuple[int, int], None] = None
+    bias: Any = None
+    scale: Optional[float] = None
+    path: str = "auto"
+    variant: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class _Modifiers:
+    """The score modifiers and sinks (docs/semantics.md section 8) that clattn.attention and
+    KVCache.attention take as keyword arguments (a layer refuses them). _Call.set_modifiers
+    checks them into the desc."""
+
+    softcap: Optional[float] = None
+    alibi_slopes: Any = None
+    sinks: Any = None
 
 
 def _input(x: Any, name: str, storage: Optional[int]) -> HostTensor:
@@ -176,23 +207,21 @@ class _Call:
         d.bias_host = ctypes.cast(values.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
         d.bias_strides = _capi.Tensor(0, strides[0], strides[1], strides[2])
 
-    def set_modifiers(self, softcap: Optional[float], alibi_slopes: Any, sinks: Any) -> None:
+    def set_modifiers(self, modifiers: _Modifiers) -> None:
         """Soft-capping, ALiBi slopes [Hq] or [B, Hq] and sinks [Hq] (docs/semantics.md
         section 8), as clattn.attention's keyword arguments give them."""
         d = self.desc
-        if softcap is not None:
-            cap = _checks.real(softcap, "softcap")
+        if modifiers.softcap is not None:
+            cap = _checks.real(modifiers.softcap, "softcap")
             if not (0 < cap < 3.4e38):
-                raise invalid(f"softcap={softcap!r}: a positive finite float (None: off)")
+                raise invalid(f"softcap={modifiers.softcap!r}: a positive finite float (None: off)")
             d.softcap = cap
-        if alibi_slopes is not None:
-            slopes = self._per_head(alibi_slopes, "alibi_slopes", allow_batch=True)
-            d.alibi_slopes = slopes.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        if modifiers.alibi_slopes is not None:
+            slopes = self._per_head(modifiers.alibi_slopes, "alibi_slopes", allow_batch=True)
+            d.alibi_slopes = float_pointer(slopes)
             d.alibi_per_batch = int(slopes.ndim == 2)
-        if sinks is not None:
-            d.sinks = self._per_head(sinks, "sinks", allow_batch=False).ctypes.data_as(
-                ctypes.POINTER(ctypes.c_float)
-            )
+        if modifiers.sinks is not None:
+            d.sinks = float_pointer(self._per_head(modifiers.sinks, "sinks", allow_batch=False))
 
     def _per_head(self, values: Any, name: str, allow_batch: bool) -> np.ndarray:
         """float32 [Hq] (or [B, Hq]), contiguous, kept alive with the call."""
@@ -207,27 +236,15 @@ class _Call:
         self.keep.append(array)
         return array
 
-    def set_options(
-        self,
-        causal: bool,
-        window: Optional[Tuple[Optional[int], Optional[int]]],
-        dilation: int,
-        global_tokens: Optional[Sequence[int]],
-        block_layout: Any,
-        block_size: Union[int, Tuple[int, int], None],
-        bias: Any,
-        scale: Optional[float],
-        path: str,
-        variant: Optional[str],
-    ) -> None:
-        """The masks, scale, path and variant as clattn.attention's keyword arguments give them
-        (so do KVCache.attention's and MultiheadAttention.forward's)."""
-        self.set_mask(causal, _window(window), dilation, global_tokens)
-        if block_layout is not None:
-            self.set_block_layout(block_layout, block_size)
-        if bias is not None:
-            self.set_bias(bias)
-        self.set_execution(scale, path, variant)
+    def set_options(self, options: _Options) -> None:
+        """The masks, scale, path and variant as the keyword arguments of clattn.attention,
+        KVCache.attention and MultiheadAttention.forward give them."""
+        self.set_mask(options.causal, _window(options.window), options.dilation, options.global_tokens)
+        if options.block_layout is not None:
+            self.set_block_layout(options.block_layout, options.block_size)
+        if options.bias is not None:
+            self.set_bias(options.bias)
+        self.set_execution(options.scale, options.path, options.variant)
 
     def set_execution(self, scale: Optional[float], path: str, variant: Optional[str]) -> None:
         d = self.desc
@@ -247,6 +264,14 @@ class _Call:
                 )
             d.variant = number.value
 
+    def new_output(self, q: _Dims, dim_v: int, layout: str, like: HostTensor) -> HostTensor:
+        """O [B, Hq, Nq, Dv] ("bshd": [B, Nq, Hq, Dv]) of q's dtype and kind, dense, and the
+        desc's strides for it."""
+        shape = (q.batch, q.heads, q.seq, dim_v) if layout == "bhsd" else (q.batch, q.seq, q.heads, dim_v)
+        o = empty(shape, like.dtype, like=like)
+        self.desc.o = _Dims.of(o, layout).as_c()
+        return o
+
     def validate(self) -> None:
         """The library's own check of the whole desc, with its message."""
         message = ctypes.create_string_buffer(512)
@@ -262,16 +287,25 @@ class _Call:
         o: HostTensor,
         lse: Optional[np.ndarray],
     ) -> None:
-        lse_pointer = (
-            None
-            if lse is None
-            else ctypes.cast(lse.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
-        )
         with context.locked() as handle:
             status = _capi.lib.clattn_attention_host(
-                handle, ctypes.byref(self.desc), q.pointer, k.pointer, v.pointer, o.pointer, lse_pointer
+                handle, ctypes.byref(self.desc), q.pointer, k.pointer, v.pointer, o.pointer, float_pointer(lse)
             )
             check(status, context_handle=handle)
+
+
+def _new_lse(q: _Dims, wanted: bool) -> Optional[np.ndarray]:
+    """float32 [B, Hq, Nq] for the call's LSE when it is wanted (return_lse=), else None."""
+    return np.empty((q.batch, q.heads, q.seq), dtype=np.float32) if wanted else None
+
+
+def _outputs(o: HostTensor, lse: Optional[np.ndarray], like: HostTensor) -> Any:
+    """What an attention call returns: O, or (O, LSE) with LSE of the query's kind."""
+    if lse is None:
+        return o.owner
+    if like.kind == "torch":
+        return o.owner, torch_module().from_numpy(lse)
+    return o.owner, lse
 
 
 def _inputs(q: Any, k: Any, v: Any, storage: Optional[int]) -> Tuple[HostTensor, HostTensor, HostTensor, int]:
@@ -286,27 +320,17 @@ def _inputs(q: Any, k: Any, v: Any, storage: Optional[int]) -> Tuple[HostTensor,
     return tensors[0], tensors[1], tensors[2], dtype
 
 
+@keyword_groups(options=_Options, modifiers=_Modifiers)
 def attention(
     q: Any,
     k: Any,
     v: Any,
     *,
     layout: str = "bhsd",
-    causal: bool = False,
-    window: Optional[Tuple[Optional[int], Optional[int]]] = None,
-    dilation: int = 1,
-    global_tokens: Optional[Sequence[int]] = None,
-    block_layout: Any = None,
-    block_size: Union[int, Tuple[int, int], None] = None,
-    bias: Any = None,
-    scale: Optional[float] = None,
+    options: _Options,
     storage: Any = None,
-    path: str = "auto",
-    variant: Optional[str] = None,
     return_lse: bool = False,
-    softcap: Optional[float] = None,
-    alibi_slopes: Any = None,
-    sinks: Any = None,
+    modifiers: _Modifiers,
     context: Optional[Context] = None,
 ) -> Any:
     """softmax(scale * Q Kᵀ + bias, over the allowed keys) V, on an OpenCL device.
@@ -350,24 +374,14 @@ def attention(
     _check_shapes(qd, kd, vd, f"q {qt.shape}, k {kt.shape}, v {vt.shape} ({layout})")
 
     call = _Call(qd, kd, vd, layout, dtype)
-    call.set_options(
-        causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
-    )
-    call.set_modifiers(softcap, alibi_slopes, sinks)
-    out_shape = (
-        (qd.batch, qd.heads, qd.seq, vd.dim) if layout == "bhsd" else (qd.batch, qd.seq, qd.heads, vd.dim)
-    )
-    o = empty(out_shape, dtype, like=qt)
-    call.desc.o = _Dims.of(o, layout).as_c()
+    call.set_options(options)
+    call.set_modifiers(modifiers)
+    o = call.new_output(qd, vd.dim, layout, like=qt)
     call.validate()
 
-    lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
+    lse = _new_lse(qd, return_lse)
     call.run(resolve_context(context), qt, kt, vt, o, lse)
-    if not return_lse:
-        return o.owner
-    if qt.kind == "torch":
-        return o.owner, torch_module().from_numpy(lse)
-    return o.owner, lse
+    return _outputs(o, lse, like=qt)
 
 
 def _bias_as_float32(bias: Any) -> np.ndarray:

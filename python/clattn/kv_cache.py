@@ -21,26 +21,24 @@ layout. Paged and contiguous storage give the same results, bit for bit.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _capi, _checks
-from ._capi import int32_pointer
-from ._common import attribute, new_struct
+from ._capi import float_pointer, int32_pointer
+from ._common import attribute, keyword_groups, new_struct
 from ._tensors import (
     DTYPE_NAMES,
     STORAGE_TYPES,
     HostTensor,
     as_numpy,
     dense,
-    empty,
     host_tensor,
     is_torch_tensor,
     parse_dtype,
-    torch_module,
 )
-from .attention import _LAYOUTS, _Call, _Dims, _input
+from .attention import _LAYOUTS, _Call, _Dims, _input, _Modifiers, _new_lse, _Options, _outputs
 from .context import Context, _OwnedHandle, resolve_context
 from .errors import check, invalid
 
@@ -325,25 +323,15 @@ class KVCache(_OwnedHandle):
             return _Dims(self._batch, heads, rows, dim, rows * heads * dim, dim, heads * dim)
         return _Dims(self._batch, heads, rows, dim, heads * rows * dim, rows * dim, dim)
 
+    @keyword_groups(options=_Options, modifiers=_Modifiers)
     def attention(
         self,
         q: Any,
         *,
-        causal: bool = False,
-        window: Optional[Tuple[Optional[int], Optional[int]]] = None,
-        dilation: int = 1,
-        global_tokens: Optional[Sequence[int]] = None,
-        block_layout: Any = None,
-        block_size: Union[int, Tuple[int, int], None] = None,
-        bias: Any = None,
-        scale: Optional[float] = None,
+        options: _Options,
         q_lengths: Any = None,
-        path: str = "auto",
-        variant: Optional[str] = None,
         return_lse: bool = False,
-        softcap: Optional[float] = None,
-        alibi_slopes: Any = None,
-        sinks: Any = None,
+        modifiers: _Modifiers,
     ) -> Any:
         """Attention of a query block over the cache (flash_attn_with_kvcache without the
         append; call append() first).
@@ -381,34 +369,21 @@ class KVCache(_OwnedHandle):
         call = _Call(
             qd, self._storage_dims(self._dim_qk), self._storage_dims(self._dim_v), self._layout, qt.dtype
         )
-        call.set_options(
-            causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
-        )
-        call.set_modifiers(softcap, alibi_slopes, sinks)
-        if self._layout == "bshd":
-            out_shape = (qd.batch, qd.seq, qd.heads, self._dim_v)
-        else:
-            out_shape = (qd.batch, qd.heads, qd.seq, self._dim_v)
-        o = empty(out_shape, qt.dtype, like=qt)
-        call.desc.o = _Dims.of(o, self._layout).as_c()
+        call.set_options(options)
+        call.set_modifiers(modifiers)
+        o = call.new_output(qd, self._dim_v, self._layout, like=qt)
         q_len = None
         if q_lengths is not None:
             q_len = _checks.int32_array(
                 q_lengths, "q_lengths", (self._batch,), "valid query rows a sequence", True
             )
-        return_lse = _checks.flag(return_lse, "return_lse")
-        lse = np.empty((qd.batch, qd.heads, qd.seq), dtype=np.float32) if return_lse else None
-        lse_pointer = None if lse is None else lse.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        lse = _new_lse(qd, _checks.flag(return_lse, "return_lse"))
         with self._locked() as (ctx, cache):
             status = _capi.lib.clattn_kv_cache_attention_host(
-                cache, ctypes.byref(call.desc), qt.pointer, int32_pointer(q_len), o.pointer, lse_pointer
+                cache, ctypes.byref(call.desc), qt.pointer, int32_pointer(q_len), o.pointer, float_pointer(lse)
             )
             check(status, context_handle=ctx)
-        if not return_lse:
-            return o.owner
-        if qt.kind == "torch":
-            return o.owner, torch_module().from_numpy(lse)
-        return o.owner, lse
+        return _outputs(o, lse, like=qt)
 
     # ------------------------------------------------------------ the storage itself
 

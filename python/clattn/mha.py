@@ -24,13 +24,13 @@ from __future__ import annotations
 import ctypes
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from . import _capi, _checks, _opencl
 from ._capi import int32_pointer
-from ._common import attribute, fetch, new_struct, record
+from ._common import attribute, fetch, keyword_groups, new_struct, record
 from ._tensors import (
     DTYPE_NAMES,
     STORAGE_TYPES,
@@ -44,7 +44,7 @@ from ._tensors import (
     parse_storage,
     torch_module,
 )
-from .attention import _Call, _Dims
+from .attention import _Call, _Dims, _Options
 from .context import Context, _OwnedHandle, resolve_context
 from .errors import check, invalid
 from .kv_cache import KVCache
@@ -461,22 +461,14 @@ class MultiheadAttention(_OwnedHandle):
             raise invalid(f"{name} has shape {shape}: every size must be >= 1")
         return dense(tensor, tensor.dtype if storage is None else storage, name), unbatched
 
+    @keyword_groups(options=_Options)
     def forward(
         self,
         x: Any,
         x_kv: Any = None,
         *,
-        causal: bool = False,
-        window: Optional[Tuple[Optional[int], Optional[int]]] = None,
-        dilation: int = 1,
-        global_tokens: Optional[Sequence[int]] = None,
-        block_layout: Any = None,
-        block_size: Union[int, Tuple[int, int], None] = None,
-        bias: Any = None,
-        scale: Optional[float] = None,
+        options: _Options,
         storage: Any = None,
-        path: str = "auto",
-        variant: Optional[str] = None,
         kv_cache: Optional[KVCache] = None,
         new_lengths: Any = None,
     ) -> Any:
@@ -545,9 +537,7 @@ class MultiheadAttention(_OwnedHandle):
             dtype,
         )
         call.desc.o = _dense(batch, hq, n, dv).as_c()
-        call.set_options(
-            causal, window, dilation, global_tokens, block_layout, block_size, bias, scale, path, variant
-        )
+        call.set_options(options)
 
         y = empty((batch, n, self._d_model), dtype, like=xt)
         if kv_cache is None:

@@ -6,6 +6,8 @@ default). Also: the NumPy paths work where torch cannot be imported."""
 
 from __future__ import annotations
 
+import inspect
+import pydoc
 import subprocess
 import sys
 import textwrap
@@ -245,6 +247,76 @@ def test_integers_that_fit_are_taken(env) -> None:
     env.cache.set_lengths(np.array([1, 2], np.uint8))
     assert env.cache.lengths.tolist() == [1, 2]
     assert P.bigbird(64, 64, 16, seed=2**64 - 1).shape == (4, 4)
+
+
+# The keyword arguments of the three attention calls, with the defaults docs/python.md gives.
+MASKS_AND_PATH = dict(
+    causal=False,
+    window=None,
+    dilation=1,
+    global_tokens=None,
+    block_layout=None,
+    block_size=None,
+    bias=None,
+    scale=None,
+    path="auto",
+    variant=None,
+)
+MODIFIERS = dict(softcap=None, alibi_slopes=None, sinks=None)
+CALL_KEYWORDS = {
+    "attention": (
+        ["q", "k", "v"],
+        dict(layout="bhsd", **MASKS_AND_PATH, storage=None, return_lse=False, **MODIFIERS, context=None),
+    ),
+    "KVCache.attention": (
+        ["self", "q"],
+        dict(**MASKS_AND_PATH, q_lengths=None, return_lse=False, **MODIFIERS),
+    ),
+    "MultiheadAttention.forward": (
+        ["self", "x", "x_kv"],
+        dict(**MASKS_AND_PATH, storage=None, kv_cache=None, new_lengths=None),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CALL_KEYWORDS))
+def test_the_calls_show_their_keywords(name: str) -> None:
+    """The three calls declare their shared keywords once (clattn._common.keyword_groups);
+    help() and inspect.signature() still show each keyword, keyword-only, with its default."""
+    function = {
+        "attention": clattn.attention,
+        "KVCache.attention": clattn.KVCache.attention,
+        "MultiheadAttention.forward": clattn.MultiheadAttention.forward,
+    }[name]
+    positional, keywords = CALL_KEYWORDS[name]
+    parameters = inspect.signature(function).parameters.values()
+    assert [p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD] == positional
+    shown = {p.name: p.default for p in parameters if p.kind == p.KEYWORD_ONLY}
+    assert shown == keywords
+    assert function.__name__ == name.split(".")[-1] and function.__doc__
+    shown_by_help = pydoc.render_doc(function, renderer=pydoc.plaintext)
+    assert all(f" {keyword}: " in shown_by_help for keyword in keywords)
+
+
+def test_a_keyword_no_call_takes_is_a_type_error(env) -> None:
+    """As for any Python function: a misspelt keyword, one of another call (a layer takes no
+    softcap, a KV cache call no storage), the name of a shared set or a positional argument
+    too many is a TypeError naming it, and nothing runs."""
+    q_bshd = env.q.transpose(0, 2, 1, 3)
+    calls = [
+        (lambda: attention(env, casual=True), r"attention\(\) got an unexpected keyword argument 'casual'"),
+        (lambda: attention(env, options=None), "unexpected keyword argument 'options'"),
+        (lambda: clattn.attention(env.q, env.k, env.k, True), r"takes 3 positional arguments but 4 were given"),
+        (lambda: env.layer(env.x, softcap=30.0), r"forward\(\) got an unexpected keyword argument 'softcap'"),
+        (lambda: env.layer(env.x, None, True), "positional arguments but 4 were given"),
+        (lambda: env.cache.attention(q_bshd, storage="f16"), "unexpected keyword argument 'storage'"),
+        (lambda: env.cache.attention(q_bshd, modifiers=None), "unexpected keyword argument 'modifiers'"),
+    ]
+    before = env.context.transfers()
+    for call, text in calls:
+        with pytest.raises(TypeError, match=text):
+            call()
+    assert env.context.transfers() == before and env.cache.lengths.tolist() == [0, 0]
 
 
 @pytest.mark.parametrize("scale", [-0.3, 1e-44, 40.0])

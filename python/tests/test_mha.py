@@ -19,23 +19,19 @@ import clattn
 # ---------------------------------------------------------------- the layer in NumPy
 
 
+D_MODEL, DQK, DV = 48, 16, 8  # the sizes of every layer the tests make
+
+
 def make_weights(
-    rng: np.random.Generator,
-    d_model: int,
-    heads: int,
-    kv_heads: int,
-    dim_qk: int,
-    dim_v: int,
-    d_kv: Optional[int] = None,
-    bias: bool = True,
+    rng: np.random.Generator, heads: int, kv_heads: int, d_kv: int = D_MODEL, bias: bool = True
 ) -> Dict[str, np.ndarray]:
-    """float32 weights [out, in] uniform in ±1/sqrt(in), as nn.Linear initialises them."""
-    d_kv = d_kv or d_model
+    """float32 weights [out, in] of a layer of d_model D_MODEL, head dims DQK and DV, uniform in
+    ±1/sqrt(in), as nn.Linear initialises them."""
     shapes = {
-        "w_q": (heads * dim_qk, d_model),
-        "w_k": (kv_heads * dim_qk, d_kv),
-        "w_v": (kv_heads * dim_v, d_kv),
-        "w_o": (d_model, heads * dim_v),
+        "w_q": (heads * DQK, D_MODEL),
+        "w_k": (kv_heads * DQK, d_kv),
+        "w_v": (kv_heads * DV, d_kv),
+        "w_o": (D_MODEL, heads * DV),
     }
     weights = {
         n: (uniform(rng, *s) / np.float32(math.sqrt(s[1]))).astype(np.float32) for n, s in shapes.items()
@@ -94,9 +90,6 @@ def assert_layer_close(got: Any, ref: np.ndarray, dtype: str = "float32", what: 
     ), f"{what}: {outside} elements outside {dtype} tolerance; worst error {error.max():.3g}"
 
 
-D_MODEL, DQK, DV = 48, 16, 8
-
-
 def make_layer(
     context: clattn.Context, weights: Dict[str, np.ndarray], heads: int, kv_heads: int, **options: Any
 ):
@@ -109,7 +102,7 @@ def make_layer(
 @pytest.mark.parametrize("heads, kv_heads", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_self_attention_matches_the_reference(context, rng, heads: int, kv_heads: int, causal: bool) -> None:
-    weights = make_weights(rng, D_MODEL, heads, kv_heads, DQK, DV)
+    weights = make_weights(rng, heads, kv_heads)
     x = uniform(rng, 2, 9, D_MODEL)
     with make_layer(context, weights, heads, kv_heads) as layer:
         assert (layer.d_model, layer.d_kv, layer.dim_qk, layer.dim_v) == (D_MODEL, D_MODEL, DQK, DV)
@@ -132,7 +125,7 @@ def test_self_attention_matches_the_reference(context, rng, heads: int, kv_heads
 
 def test_cross_attention_matches_the_reference(context, rng) -> None:
     """X_kv of its own width d_kv and length Nk != N; a window, bottom-right aligned."""
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV, d_kv=24)
+    weights = make_weights(rng, 4, 2, d_kv=24)
     x, x_kv = uniform(rng, 2, 5, D_MODEL), uniform(rng, 2, 11, 24)
     with make_layer(context, weights, 4, 2) as layer:
         assert layer.d_kv == 24
@@ -142,7 +135,7 @@ def test_cross_attention_matches_the_reference(context, rng) -> None:
 
 
 def test_masks_and_bias(context, rng) -> None:
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV, bias=False)
+    weights = make_weights(rng, 4, 2, bias=False)
     x = uniform(rng, 2, 12, D_MODEL)
     with make_layer(context, weights, 4, 2) as layer:
         assert not layer.info().has_bias
@@ -169,7 +162,7 @@ def test_pruned_heads_equal_zeroed_outputs(context, rng) -> None:
     """Head mask [1, 0, 1, 1] over GQA 4/2 breaks GQA (kv head 0 keeps 1 query head, kv head 1
     two): each kept head gets its own K/V rows. Equal to the unpruned layer with the pruned
     heads' O zeroed before W_o, i.e. with their columns of W_o zeroed."""
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 2, 7, D_MODEL)
     keep = [True, False, True, True]
     zeroed = dict(weights)
@@ -198,7 +191,7 @@ def test_pruned_heads_equal_zeroed_outputs(context, rng) -> None:
 
 
 def test_a_refused_head_mask_changes_nothing(context, rng) -> None:
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 1, 4, D_MODEL)
     with make_layer(context, weights, 4, 2, head_mask=[1, 1, 0, 1]) as layer:
         before = layer(x)
@@ -217,7 +210,7 @@ def test_a_refused_head_mask_changes_nothing(context, rng) -> None:
 
 
 def test_float16_weights_and_inputs(context, rng) -> None:
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     half = {n: w.astype(np.float16) for n, w in weights.items()}
     x = uniform(rng, 2, 6, D_MODEL)
     with make_layer(context, half, 4, 2) as layer:
@@ -244,7 +237,7 @@ def layer_reference_run(context: clattn.Context, weights: Dict[str, np.ndarray],
 def test_bfloat16_weights_as_bits(context, rng) -> None:
     """NumPy has no bfloat16: uint16 bit patterns with weight_dtype="bfloat16"; float32 arrays
     with weight_dtype="bf16" are rounded to the same bits."""
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     bits = {n: to_bf16_bits(w) for n, w in weights.items()}
     values = {n: from_bf16_bits(b) for n, b in bits.items()}
     x = uniform(rng, 2, 5, D_MODEL)
@@ -271,7 +264,7 @@ def test_decode_loop_equals_one_causal_call(context, rng, cache_dtype: str) -> N
     """A prompt of 4 tokens, then one token a step: Y row for row as one causal call over the
     whole sequence (float32 cache: within float32 tolerance; float16 cache: K/V rounded)."""
     heads, kv_heads = 4, 2
-    weights = make_weights(rng, D_MODEL, heads, kv_heads, DQK, DV)
+    weights = make_weights(rng, heads, kv_heads)
     x = uniform(rng, 2, 9, D_MODEL)
     with make_layer(context, weights, heads, kv_heads) as layer:
         whole = layer(x, causal=True)
@@ -293,7 +286,7 @@ def test_decode_loop_equals_one_causal_call(context, rng, cache_dtype: str) -> N
 def test_cache_per_sequence_lengths_and_bias(context, rng) -> None:
     """new_lengths: sequence 1 appends 2 of the 3 rows; its padding row gives Y = b_o. A bias
     over the cache is [B, Hq, N, capacity]."""
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 2, 3, D_MODEL)
     with make_layer(context, weights, 4, 2) as layer, layer.new_cache(2, 8) as cache:
         bias = np.zeros((1, 4, 1, 8), np.float32)
@@ -309,7 +302,7 @@ def test_cache_per_sequence_lengths_and_bias(context, rng) -> None:
 
 def test_cache_of_the_pruned_layer(context, rng) -> None:
     """A pruned layer's cache has the attention's kv heads (info().attention_heads_kv)."""
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 1, 5, D_MODEL)
     keep = [1, 0, 1, 1]
     with make_layer(context, weights, 4, 2, head_mask=keep) as layer, layer.new_cache(1, 8) as cache:
@@ -329,7 +322,7 @@ def test_cache_of_the_pruned_layer(context, rng) -> None:
 
 
 def test_unbatched_strided_and_torch_inputs(context, rng) -> None:
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 2, 6, D_MODEL)
     with make_layer(context, weights, 4, 2) as layer:
         y = layer(x)
@@ -398,7 +391,7 @@ def test_from_torch_cross_attention(torch, context, rng) -> None:
 def test_gqa_matches_torch_sdpa(torch, context, rng) -> None:
     """A GQA layer written with torch: F.linear and F.scaled_dot_product_attention(enable_gqa)."""
     functional = torch.nn.functional
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     w = {n: torch.from_numpy(v).double() for n, v in weights.items()}
     x = torch.from_numpy(uniform(rng, 2, 7, D_MODEL))
 
@@ -419,7 +412,7 @@ def test_gqa_matches_torch_sdpa(torch, context, rng) -> None:
 
 
 def test_errors(context, rng) -> None:
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 1, 4, D_MODEL)
     with pytest.raises(clattn.Error, match=r"w_k has shape \(16, 48\).*must be \[32, 48\]"):
         make_layer(context, {**weights, "w_k": weights["w_k"][:16]}, 4, 2)
@@ -430,7 +423,7 @@ def test_errors(context, rng) -> None:
     with pytest.raises(clattn.Error, match="2-D"):
         make_layer(context, {**weights, "w_o": weights["w_o"].reshape(-1)}, 4, 2)
     with pytest.raises(clattn.Error, match=r"query heads \(4\) must be a multiple of key/value heads \(3\)"):
-        w3 = make_weights(rng, D_MODEL, 4, 3, DQK, DV)
+        w3 = make_weights(rng, 4, 3)
         make_layer(context, w3, 4, 3)
     with pytest.raises(clattn.Error, match="different dtypes"):
         make_layer(context, {**weights, "b_q": weights["b_q"].astype(np.float16)}, 4, 2)
@@ -477,7 +470,7 @@ def test_errors(context, rng) -> None:
             with pytest.raises(clattn.Error, match="another context"):
                 layer(x, kv_cache=foreign)
 
-    cross = make_weights(rng, D_MODEL, 4, 2, DQK, DV, d_kv=24)
+    cross = make_weights(rng, 4, 2, d_kv=24)
     with make_layer(context, cross, 4, 2) as layer:
         with pytest.raises(clattn.Error, match="give X_kv"):
             layer(x)
@@ -488,7 +481,7 @@ def test_errors(context, rng) -> None:
 
 
 def test_life(rng) -> None:
-    weights = make_weights(rng, D_MODEL, 4, 2, DQK, DV)
+    weights = make_weights(rng, 4, 2)
     x = uniform(rng, 1, 3, D_MODEL)
     with clattn.Context() as ctx:
         layer = make_layer(ctx, weights, 4, 2)

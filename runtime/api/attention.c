@@ -168,9 +168,5 @@ static clattn_status attention_host_in_call(clattn_context *ctx, const clattn_at
 clattn_status clattn_attention_host(clattn_context *ctx, const clattn_attention_desc *d,
                                     const void *q, const void *k, const void *v, void *o,
                                     float *lse) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = attention_host_in_call(ctx, d, q, k, v, o, lse);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, attention_host_in_call(ctx, d, q, k, v, o, lse));
 }

@@ -7,20 +7,11 @@
 #include <string.h>
 
 clattn_status clattn_cache_info_init_sized(clattn_cache_info *info, size_t struct_size) {
-    clattn_cache_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 clattn_status clattn_cache_folder(char *path, size_t size) {
-    char dir[4096];
-    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
-    if (strlen(dir) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
-    memcpy(path, dir, strlen(dir) + 1);
-    return CLATTN_SUCCESS;
+    return program_cache_path(NULL, path, size);
 }
 
 clattn_status clattn_cache_info_get(clattn_cache_info *info) {

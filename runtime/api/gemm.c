@@ -40,11 +40,7 @@ clattn_status clattn_context_set_gemm(clattn_context *ctx, clattn_gemm gemm) {
 }
 
 clattn_status clattn_gemm_info_init_sized(clattn_gemm_info *info, size_t struct_size) {
-    clattn_gemm_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 static clattn_status describe_in_call(clattn_context *ctx, clattn_gemm gemm,
@@ -70,11 +66,7 @@ static clattn_status describe_in_call(clattn_context *ctx, clattn_gemm gemm,
 }
 
 clattn_status clattn_gemm_describe(clattn_context *ctx, clattn_gemm gemm, clattn_gemm_info *info) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = describe_in_call(ctx, gemm, info);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, describe_in_call(ctx, gemm, info));
 }
 
 /* ---------------------------------------------------------------- tuning */
@@ -135,11 +127,7 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_gemm gemm,
 
 clattn_status clattn_context_set_gemm_tuning(clattn_context *ctx, clattn_gemm gemm,
                                              const clattn_tuning *params) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = set_tuning_in_call(ctx, gemm, params);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, set_tuning_in_call(ctx, gemm, params));
 }
 
 clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,

@@ -20,11 +20,7 @@ static void from_public(const clattn_tuning *in, tuning_params *out) {
 }
 
 clattn_status clattn_tuning_init_sized(clattn_tuning *params, size_t struct_size) {
-    clattn_tuning local;
-    memset(&local, 0, sizeof local);
-    return struct_init(params, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(params, struct_size, sizeof *params);
 }
 
 unsigned *clattn_tuning_field(clattn_tuning *params, const char *field) {
@@ -83,11 +79,7 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_variant vari
 
 clattn_status clattn_context_set_tuning(clattn_context *ctx, clattn_variant variant,
                                         const clattn_tuning *params) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = set_tuning_in_call(ctx, variant, params);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, set_tuning_in_call(ctx, variant, params));
 }
 
 static clattn_status tuning_save_in_call(clattn_context *ctx, clattn_variant variant,
@@ -105,21 +97,11 @@ static clattn_status tuning_save_in_call(clattn_context *ctx, clattn_variant var
 
 clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,
                                  const clattn_tuning *params) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = tuning_save_in_call(ctx, variant, params);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, tuning_save_in_call(ctx, variant, params));
 }
 
 /* Where the file is, whether or not the folder exists yet (tuning_file_path also asks that it
  * exists and is private, which the lookups and tuning_save need). */
 clattn_status clattn_tuning_file(char *path, size_t size) {
-    char dir[4096], buf[4200];
-    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
-    snprintf(buf, sizeof buf, "%s/tuning.json", dir);
-    if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
-    snprintf(path, size, "%s", buf);
-    return CLATTN_SUCCESS;
+    return program_cache_path("tuning.json", path, size);
 }

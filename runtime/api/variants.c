@@ -37,19 +37,11 @@ static clattn_status variant_supported_in_call(clattn_context *ctx, clattn_varia
 clattn_status clattn_variant_supported(clattn_context *ctx, clattn_variant variant,
                                        const clattn_attention_desc *desc, char *reason,
                                        size_t reason_size) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = variant_supported_in_call(ctx, variant, desc, reason, reason_size);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, variant_supported_in_call(ctx, variant, desc, reason, reason_size));
 }
 
 clattn_status clattn_variant_info_init_sized(clattn_variant_info *info, size_t struct_size) {
-    clattn_variant_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, CLATTN_VARIANT_INFO_BASE_SIZE)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, CLATTN_VARIANT_INFO_BASE_SIZE);
 }
 
 static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_variant variant,
@@ -89,9 +81,5 @@ static clattn_status variant_describe_in_call(clattn_context *ctx, clattn_varian
 
 clattn_status clattn_variant_describe(clattn_context *ctx, clattn_variant variant,
                                       clattn_variant_info *info) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = variant_describe_in_call(ctx, variant, info);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, variant_describe_in_call(ctx, variant, info));
 }

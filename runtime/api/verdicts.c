@@ -11,11 +11,7 @@
 #include <time.h>
 
 clattn_status clattn_verdict_init_sized(clattn_verdict *verdict, size_t struct_size) {
-    clattn_verdict local;
-    memset(&local, 0, sizeof local);
-    return struct_init(verdict, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(verdict, struct_size, sizeof *verdict);
 }
 
 static clattn_status verdict_get_in_call(clattn_context *ctx, clattn_variant variant,
@@ -40,11 +36,7 @@ static clattn_status verdict_get_in_call(clattn_context *ctx, clattn_variant var
 
 clattn_status clattn_verdict_get(clattn_context *ctx, clattn_variant variant,
                                  clattn_verdict *verdict) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = verdict_get_in_call(ctx, variant, verdict);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, verdict_get_in_call(ctx, variant, verdict));
 }
 
 static clattn_status verdict_record_in_call(clattn_context *ctx, clattn_variant variant,
@@ -75,21 +67,11 @@ static clattn_status verdict_record_in_call(clattn_context *ctx, clattn_variant 
 
 clattn_status clattn_verdict_record(clattn_context *ctx, clattn_variant variant,
                                     const clattn_verdict *verdict, const char *file) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = verdict_record_in_call(ctx, variant, verdict, file);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, verdict_record_in_call(ctx, variant, verdict, file));
 }
 
 clattn_status clattn_verdicts_file(char *path, size_t size) {
-    char dir[4096], buf[4200];
-    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
-    snprintf(buf, sizeof buf, "%s/verdicts.json", dir);
-    if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
-    snprintf(path, size, "%s", buf);
-    return CLATTN_SUCCESS;
+    return program_cache_path("verdicts.json", path, size);
 }
 
 clattn_status clattn_verdicts_merge(const char *file, size_t *merged, size_t *ignored, char *why,

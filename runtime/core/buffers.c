@@ -135,11 +135,7 @@ void stats_record_transfers(clattn_context *ctx) {
 }
 
 clattn_status clattn_transfers_init_sized(clattn_transfers *totals, size_t struct_size) {
-    clattn_transfers local;
-    memset(&local, 0, sizeof local);
-    return struct_init(totals, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(totals, struct_size, sizeof *totals);
 }
 
 static clattn_status context_transfers_in_call(clattn_context *ctx, clattn_transfers *totals) {
@@ -154,11 +150,7 @@ static clattn_status context_transfers_in_call(clattn_context *ctx, clattn_trans
 }
 
 clattn_status clattn_context_transfers(clattn_context *ctx, clattn_transfers *totals) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = context_transfers_in_call(ctx, totals);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, context_transfers_in_call(ctx, totals));
 }
 
 clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem *out,

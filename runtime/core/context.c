@@ -151,6 +151,11 @@ void context_leave(clattn_context *ctx) {
     atomic_store(&ctx->in_call, 0);
 }
 
+clattn_status context_left(clattn_context *ctx, clattn_status status) {
+    context_leave(ctx);
+    return status;
+}
+
 /* ---------------------------------------------------------------- lifetime */
 
 /* Whether the device works in host memory (CPUs, integrated GPUs), so that host arrays are best
@@ -296,20 +301,11 @@ static clattn_status context_set_timing_in_call(clattn_context *ctx, int enabled
 }
 
 clattn_status clattn_context_set_timing(clattn_context *ctx, int enabled) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = context_set_timing_in_call(ctx, enabled);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, context_set_timing_in_call(ctx, enabled));
 }
 
 clattn_status clattn_stats_init_sized(clattn_stats *stats, size_t struct_size) {
-    clattn_stats local;
-    memset(&local, 0, sizeof local);
-    return struct_init(stats, struct_size, &local, sizeof local,
-                       offsetof(clattn_stats, tiles_counted))
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(stats, struct_size, offsetof(clattn_stats, tiles_counted));
 }
 
 static clattn_status context_last_stats_in_call(clattn_context *ctx, clattn_stats *stats) {
@@ -327,9 +323,5 @@ static clattn_status context_last_stats_in_call(clattn_context *ctx, clattn_stat
 }
 
 clattn_status clattn_context_last_stats(clattn_context *ctx, clattn_stats *stats) {
-    if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
-    if (context_enter(ctx)) return CLATTN_ERR_INVALID_ARGUMENT;
-    clattn_status status = context_last_stats_in_call(ctx, stats);
-    context_leave(ctx);
-    return status;
+    return IN_CONTEXT(ctx, context_last_stats_in_call(ctx, stats));
 }

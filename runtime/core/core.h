@@ -59,6 +59,10 @@ int struct_write(void *caller, const void *local, size_t local_size, size_t base
  * @return 0, or 1 for NULL or a size below base_size. */
 int struct_init(void *caller, size_t given_size, const void *local, size_t local_size,
                 size_t base_size);
+/* The *_init_sized functions of structs whose defaults are all zero (the info and stats
+ * structs a getter fills): the caller's struct of given_size bytes zeroed, struct_size set.
+ * @return CLATTN_SUCCESS, or CLATTN_ERR_INVALID_ARGUMENT for NULL or a size below base_size. */
+clattn_status struct_init_zeroed(void *caller, size_t given_size, size_t base_size);
 
 /* ---- storage types */
 
@@ -192,6 +196,14 @@ struct clattn_context {
  * CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context); else it returns 0. */
 int context_enter(clattn_context *ctx);
 void context_leave(clattn_context *ctx);
+/* context_leave(ctx), then `status`: the second half of IN_CONTEXT. */
+clattn_status context_left(clattn_context *ctx, clattn_status status);
+/* A public call's work on a context, as an expression: CLATTN_ERR_INVALID_ARGUMENT for a NULL
+ * ctx or one another thread is inside, else `call` (giving the call's clattn_status) evaluated
+ * between context_enter and context_leave:
+ *     return IN_CONTEXT(ctx, describe_in_call(ctx, gemm, info)); */
+#define IN_CONTEXT(ctx, call)                                                                      \
+    ((!(ctx) || context_enter(ctx)) ? CLATTN_ERR_INVALID_ARGUMENT : context_left((ctx), (call)))
 
 /* Records the message on ctx (ctx may be NULL) and returns `status`. */
 clattn_status ctx_error(clattn_context *ctx, clattn_status status, const char *fmt, ...)
@@ -238,6 +250,11 @@ void program_cache_release(clattn_context *ctx);
 uint64_t kernel_sources_hash(void);
 /* The cache folder in use, or NULL when disabled ($CLATTN_CACHE_DIR=off). Writes into buf. */
 const char *program_cache_dir(char *buf, size_t size);
+/* The path of file `name` in the cache folder (NULL: the folder itself), whether or not it
+ * exists, into the caller's buffer, as clattn_cache_folder, clattn_tuning_file and
+ * clattn_verdicts_file give it. @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED when the folder
+ * is off, or CLATTN_ERR_INVALID_ARGUMENT for no buffer or one too short. */
+clattn_status program_cache_path(const char *name, char *path, size_t size);
 /* The cache folder when it may be read (and, with `create`, written): enabled, made 0700 when
  * `create`, and private (folder_is_private). NULL otherwise; a folder refused is also said once
  * per process on stderr, with why. */

@@ -272,11 +272,7 @@ const char *clattn_device_discovery_summary(void) {
 }
 
 clattn_status clattn_device_info_init_sized(clattn_device_info *info, size_t struct_size) {
-    clattn_device_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 clattn_status clattn_device_get_info(size_t index, clattn_device_info *info) {

@@ -477,11 +477,7 @@ void drivers_prepare(void) {
 /* ---------------------------------------------------------------- public */
 
 clattn_status clattn_driver_info_init_sized(clattn_driver_info *info, size_t struct_size) {
-    clattn_driver_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 clattn_status clattn_driver_count(size_t *count) {

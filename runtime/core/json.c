@@ -1,4 +1,4 @@
-/* The small JSON reader (json.h). */
+/* The small JSON reader and writer (json.h). */
 #include "core/json.h"
 #include "core/core.h"
 
@@ -70,6 +70,21 @@ void json_next_item(json_reader *r) {
     json_skip_space(r);
 }
 
+void json_read_object(json_reader *r,
+                      void (*read_value)(json_reader *r, const char *key, void *target),
+                      void *target) {
+    if (!json_expect(r, '{')) return;
+    json_skip_space(r);
+    while (!r->failed && r->at < r->end && *r->at != '}') {
+        char key[64];
+        if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
+        json_skip_space(r);
+        read_value(r, key, target);
+        json_next_item(r);
+    }
+    json_expect(r, '}');
+}
+
 /* The array's entries, from its '[' on, appended to *entries. */
 static void read_array(json_reader *r, size_t entry_size,
                        void (*read_entry)(json_reader *r, void *entry), void **entries,
@@ -87,25 +102,59 @@ static void read_array(json_reader *r, size_t entry_size,
     json_expect(r, ']');
 }
 
+/* What json_read_entries reads into: the entries array, and how to read one entry. */
+typedef struct entries_target {
+    size_t entry_size;
+    void (*read_entry)(json_reader *r, void *entry);
+    void *entries;
+    size_t count;
+} entries_target;
+
+static void read_file_value(json_reader *r, const char *key, void *target) {
+    entries_target *t = target;
+    if (strcmp(key, "entries") == 0)
+        read_array(r, t->entry_size, t->read_entry, &t->entries, &t->count);
+    else
+        json_skip_value(r, 1);
+}
+
 void *json_read_entries(const char *text, size_t size, size_t entry_size,
                         void (*read_entry)(json_reader *r, void *entry), size_t *count,
                         const char *what) {
     json_reader r = {text, text + size, 0};
-    void *entries = NULL;
-    *count = 0;
-    if (!json_expect(&r, '{')) return NULL;
-    json_skip_space(&r);
-    while (!r.failed && r.at < r.end && *r.at != '}') {
-        char key[64];
-        if (!json_read_string(&r, key, sizeof key) || !json_expect(&r, ':')) break;
-        if (strcmp(key, "entries") == 0)
-            read_array(&r, entry_size, read_entry, &entries, count);
-        else
-            json_skip_value(&r, 1);
-        json_next_item(&r);
-    }
+    entries_target t = {entry_size, read_entry, NULL, 0};
+    json_read_object(&r, read_file_value, &t);
     if (r.failed)
         log_msg("%s: malformed near byte %zu; entries after it ignored", what,
                 (size_t)(r.at - text));
-    return entries;
+    *count = t.count;
+    return t.entries;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+void json_write_string(FILE *f, const char *text) {
+    fputc('"', f);
+    for (const char *c = text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c >= 0x20)
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+char *json_format_entries(const char *format, const void *entries, size_t count, size_t entry_size,
+                          void (*write_entry)(FILE *f, const void *entry), size_t *size) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, size);
+    if (!f) return NULL;
+    fprintf(f, "{\"%s\": 1, \"written_by\": \"clattn " CLATTN_VERSION_STRING "\", \"entries\": [\n",
+            format);
+    for (size_t i = 0; i < count; i++) {
+        write_entry(f, (const char *)entries + i * entry_size);
+        fputs(i + 1 < count ? ",\n" : "\n", f);
+    }
+    fputs("]}\n", f);
+    return fclose(f) == 0 ? text : (free(text), NULL);
 }

@@ -171,6 +171,19 @@ const char *program_cache_dir(char *buf, size_t size) {
     return buf;
 }
 
+clattn_status program_cache_path(const char *name, char *path, size_t size) {
+    char dir[4096], buf[4200];
+    if (!path || size == 0) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!program_cache_dir(dir, sizeof dir)) return CLATTN_ERR_UNSUPPORTED;
+    if (name)
+        snprintf(buf, sizeof buf, "%s/%s", dir, name);
+    else
+        snprintf(buf, sizeof buf, "%s", dir);
+    if (strlen(buf) >= size) return CLATTN_ERR_INVALID_ARGUMENT;
+    memcpy(path, buf, strlen(buf) + 1);
+    return CLATTN_SUCCESS;
+}
+
 /* The files of the cache folder: kernel binaries (16 hex digits, ".clbin", cache_entry_init),
  * tuning.json (plan/tuning.c) and verdicts.json (plan/verdicts.c). */
 static int is_cache_file(const char *name, size_t len) {

@@ -38,3 +38,10 @@ int struct_init(void *caller, size_t given_size, const void *local, size_t local
     memcpy(caller, &given_size, sizeof given_size); /* struct_size comes first */
     return 0;
 }
+
+clattn_status struct_init_zeroed(void *caller, size_t given_size, size_t base_size) {
+    if (!caller || given_size < base_size) return CLATTN_ERR_INVALID_ARGUMENT;
+    memset(caller, 0, given_size);
+    memcpy(caller, &given_size, sizeof given_size); /* struct_size comes first */
+    return CLATTN_SUCCESS;
+}

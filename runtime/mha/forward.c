@@ -493,11 +493,7 @@ clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc
 #define MHA_STATS_BASE_SIZE offsetof(clattn_mha_stats, projection_gemm)
 
 clattn_status clattn_mha_stats_init_sized(clattn_mha_stats *stats, size_t struct_size) {
-    clattn_mha_stats local;
-    memset(&local, 0, sizeof local);
-    return struct_init(stats, struct_size, &local, sizeof local, MHA_STATS_BASE_SIZE)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(stats, struct_size, MHA_STATS_BASE_SIZE);
 }
 
 clattn_status clattn_mha_last_stats(const clattn_mha *m, clattn_mha_stats *stats) {

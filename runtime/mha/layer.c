@@ -215,11 +215,7 @@ clattn_status clattn_mha_set_head_mask(clattn_mha *m, const uint8_t *head_mask) 
 }
 
 clattn_status clattn_mha_info_init_sized(clattn_mha_info *info, size_t struct_size) {
-    clattn_mha_info local;
-    memset(&local, 0, sizeof local);
-    return struct_init(info, struct_size, &local, sizeof local, sizeof local)
-               ? CLATTN_ERR_INVALID_ARGUMENT
-               : CLATTN_SUCCESS;
+    return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
 clattn_status clattn_mha_get_info(const clattn_mha *m, clattn_mha_info *info) {

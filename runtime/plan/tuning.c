@@ -48,33 +48,29 @@ static void set_param(user_entry *e, const char *key, unsigned long value) {
         }
 }
 
+/* A key of an entry: the device, driver or variant string, a field's number, or skipped. */
+static void read_value(json_reader *r, const char *key, void *entry) {
+    user_entry *e = entry;
+    char *target = strcmp(key, "device") == 0    ? e->device
+                   : strcmp(key, "driver") == 0  ? e->driver
+                   : strcmp(key, "variant") == 0 ? e->variant
+                                                 : NULL;
+    if (target) {
+        json_read_string(r, target,
+                         strcmp(key, "variant") == 0 ? sizeof e->variant : sizeof e->device);
+    } else if (r->at < r->end && isdigit((unsigned char)*r->at)) {
+        char *stop = NULL;
+        set_param(e, key, strtoul(r->at, &stop, 10));
+        r->at = stop;
+    } else {
+        json_skip_value(r, 1);
+    }
+}
+
 /* One {"key": value, ...} of the entries array. */
 static void read_entry(json_reader *r, void *entry) {
-    user_entry *e = entry;
-    memset(e, 0, sizeof *e);
-    if (!json_expect(r, '{')) return;
-    json_skip_space(r);
-    while (!r->failed && r->at < r->end && *r->at != '}') {
-        char key[64];
-        if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
-        json_skip_space(r);
-        char *target = strcmp(key, "device") == 0    ? e->device
-                       : strcmp(key, "driver") == 0  ? e->driver
-                       : strcmp(key, "variant") == 0 ? e->variant
-                                                     : NULL;
-        if (target) {
-            json_read_string(r, target,
-                             strcmp(key, "variant") == 0 ? sizeof e->variant : sizeof e->device);
-        } else if (r->at < r->end && isdigit((unsigned char)*r->at)) {
-            char *stop = NULL;
-            set_param(e, key, strtoul(r->at, &stop, 10));
-            r->at = stop;
-        } else {
-            json_skip_value(r, 1);
-        }
-        json_next_item(r);
-    }
-    json_expect(r, '}');
+    memset(entry, 0, sizeof(user_entry));
+    json_read_object(r, read_value, entry);
 }
 
 /* The process's copy of the file, re-read when its size or modification time changes. */
@@ -145,45 +141,19 @@ static int apply_user_entry(const clattn_device_info *device, const tuning_subje
 
 /* ---------------------------------------------------------------- writing the user's file */
 
-/* A JSON string: quotes and backslashes escaped, control characters dropped. */
-static void put_json_string(FILE *f, const char *text) {
-    fputc('"', f);
-    for (const char *c = text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if ((unsigned char)*c >= 0x20)
-            fputc(*c, f);
-    }
-    fputc('"', f);
-}
-
-static void put_entry(FILE *f, const user_entry *e) {
+/* An entry as one object: its device, driver and variant, then the fields it sets. */
+static void write_entry(FILE *f, const void *entry) {
+    const user_entry *e = entry;
     fputs("  {\"device\": ", f);
-    put_json_string(f, e->device);
+    json_write_string(f, e->device);
     fputs(", \"driver\": ", f);
-    put_json_string(f, e->driver);
+    json_write_string(f, e->driver);
     fputs(", \"variant\": ", f);
-    put_json_string(f, e->variant);
+    json_write_string(f, e->variant);
     for (size_t i = 0; i < ARRAY_LEN(param_names); i++)
         if (e->set & (1u << i))
             fprintf(f, ", \"%s\": %u", param_names[i], param_value(&e->params, i));
     fputc('}', f);
-}
-
-/* The file's text: the entries, each on a line. malloc'ed; NULL when out of memory. */
-static char *format_entries(const user_entry *entries, size_t count, size_t *size) {
-    char *text = NULL;
-    FILE *f = open_memstream(&text, size);
-    if (!f) return NULL;
-    fputs("{\"clattn_tuning\": 1, \"written_by\": \"clattn " CLATTN_VERSION_STRING
-          "\", \"entries\": [\n",
-          f);
-    for (size_t i = 0; i < count; i++) {
-        put_entry(f, &entries[i]);
-        fputs(i + 1 < count ? ",\n" : "\n", f);
-    }
-    fputs("]}\n", f);
-    return fclose(f) == 0 ? text : (free(text), NULL);
 }
 
 /* The file's entries but the one for (device, driver, variant), then `added`. malloc'ed. */
@@ -225,7 +195,9 @@ clattn_status tuning_save(const clattn_device_info *device, const char *variant,
     reload_if_changed(path);
     size_t count = 0, size = 0;
     user_entry *all = entries_with(&added, &count);
-    char *text = all ? format_entries(all, count, &size) : NULL;
+    char *text =
+        all ? json_format_entries("clattn_tuning", all, count, sizeof *all, write_entry, &size)
+            : NULL;
     int e = !text ? ENOMEM : write_file_atomic(path, text, size);
     free(all);
     free(text);

@@ -54,24 +54,19 @@ clattn_verdict_kind verdict_kind_of(const char *name) {
 
 /* ---------------------------------------------------------------- reading */
 
+/* A key of an entry: a field's string, or skipped. */
+static void read_value(json_reader *r, const char *key, void *entry) {
+    size_t i = 0;
+    while (i < ARRAY_LEN(fields) && strcmp(key, fields[i].name) != 0) i++;
+    if (i < ARRAY_LEN(fields) && r->at < r->end && *r->at == '"')
+        json_read_string(r, field_of(entry, i), fields[i].size);
+    else
+        json_skip_value(r, 1);
+}
+
 static void read_entry(json_reader *r, void *entry) {
-    verdict_entry *e = entry;
-    memset(e, 0, sizeof *e);
-    if (!json_expect(r, '{')) return;
-    json_skip_space(r);
-    while (!r->failed && r->at < r->end && *r->at != '}') {
-        char key[64];
-        size_t i = 0;
-        if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
-        while (i < ARRAY_LEN(fields) && strcmp(key, fields[i].name) != 0) i++;
-        json_skip_space(r);
-        if (i < ARRAY_LEN(fields) && r->at < r->end && *r->at == '"')
-            json_read_string(r, field_of(e, i), fields[i].size);
-        else
-            json_skip_value(r, 1);
-        json_next_item(r);
-    }
-    json_expect(r, '}');
+    memset(entry, 0, sizeof(verdict_entry));
+    json_read_object(r, read_value, entry);
 }
 
 /* A file's entries (none when it does not exist). @return 0, or an errno. */
@@ -140,34 +135,13 @@ int verdict_find(verdict_entry *e) {
 
 /* ---------------------------------------------------------------- writing */
 
-static void put_string(FILE *f, const char *text) {
-    fputc('"', f);
-    for (const char *c = text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if ((unsigned char)*c >= 0x20)
-            fputc(*c, f);
+/* An entry as one object, its fields in order. */
+static void write_entry(FILE *f, const void *entry) {
+    for (size_t k = 0; k < ARRAY_LEN(fields); k++) {
+        fprintf(f, "%s\"%s\": ", k ? ", " : "  {", fields[k].name);
+        json_write_string(f, field_value(entry, k));
     }
-    fputc('"', f);
-}
-
-/* The file's text, an entry a line. malloc'ed; NULL when out of memory. */
-static char *format_entries(const verdict_entry *entries, size_t count, size_t *size) {
-    char *text = NULL;
-    FILE *f = open_memstream(&text, size);
-    if (!f) return NULL;
-    fputs("{\"clattn_verdicts\": 1, \"written_by\": \"clattn " CLATTN_VERSION_STRING
-          "\", \"entries\": [\n",
-          f);
-    for (size_t i = 0; i < count; i++) {
-        for (size_t k = 0; k < ARRAY_LEN(fields); k++) {
-            fprintf(f, "%s\"%s\": ", k ? ", " : "  {", fields[k].name);
-            put_string(f, field_value(&entries[i], k));
-        }
-        fputs(i + 1 < count ? "},\n" : "}\n", f);
-    }
-    fputs("]}\n", f);
-    return fclose(f) == 0 ? text : (free(text), NULL);
+    fputc('}', f);
 }
 
 /* Writes `entries` with each of `added` put in place of the entry with its key (or at the end). */
@@ -184,7 +158,7 @@ static int write_with(const char *path, verdict_entry *entries, size_t count,
     }
     for (size_t a = 0; a < num_added; a++) all[n++] = added[a];
     size_t size = 0;
-    char *text = format_entries(all, n, &size);
+    char *text = json_format_entries("clattn_verdicts", all, n, sizeof *all, write_entry, &size);
     int e = text ? write_file_atomic(path, text, size) : ENOMEM;
     free(text);
     free(all);
