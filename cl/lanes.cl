@@ -500,11 +500,12 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
 }
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
- * or the tile of listed rows (row_mode 1). */
+ * or the tile of listed rows (row_mode 1), the global-row pass's tiles first (PASS_PARAMS). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 attention_lanes(ATTENTION_KERNEL_ARGS) {
+    __constant attn_params *P = PASS_PARAMS(P_window, P_rows, row_tiles);
+    const long tile = PASS_TILE(row_tiles), bh = get_group_id(1);
     query_tile t;
-    const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
     t.b = div_rem(bh, P->heads_q, &t.h);
     t.kv_bh = t.b * P->heads_kv + t.h / (P->heads_q / P->heads_kv);

@@ -12,11 +12,11 @@
 
 /* One work-item's row and its running softmax state. */
 typedef struct row_state {
-    long i;           /* query row, or -1 past the end */
-    long lo, hi;      /* class-local key range in the current pass */
-    float q[DQK_PAD]; /* pre-scaled by scale */
-    float o[DV_PAD];  /* O row so far, normalised: the weighted mean of the V rows seen */
-    float max, sum;   /* running maximum and sum of exp(score - max) */
+    long i;                     /* query row, or -1 past the end */
+    long lo, hi;                /* class-local key range in the current pass */
+    float q[DQK_PAD];           /* pre-scaled by scale */
+    float o[DV_PAD];            /* O row so far, normalised: the weighted mean of the V rows seen */
+    float max, sum;             /* running maximum and sum of exp(score - max) */
     __global const IN_T *q_src; /* the row of Q unscaled (q_src + q_row), for rescore */
     long q_row;
     float scale;
@@ -30,8 +30,8 @@ ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, 
 
 /* Score c of the tile again, without overflow on the way (common.cl, rescored): a score that
  * came out non-finite from the pre-scaled q. NaN or an infinity in the inputs stays so. */
-ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st,
-                            __local const float *kt, int c) {
+ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st, __local const float *kt,
+                            int c) {
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++) {
         const float q = LOAD_IN(st->q_src, st->q_row + d) * RESCORE_DOWN;
@@ -157,7 +157,8 @@ __kernel __attribute__((reqd_work_group_size(BLOCK_M, 1, 1))) void
 attention_rowwise(ATTENTION_KERNEL_ARGS) {
     __local float kt[DQK_PAD * BLOCK_N]; /* K^T tile */
     __local float vt[BLOCK_N * DV_PAD];  /* V tile */
-    const long tile = get_group_id(0), bh = get_group_id(1);
+    __constant attn_params *P = PASS_PARAMS(P_window, P_rows, row_tiles);
+    const long tile = PASS_TILE(row_tiles), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* the whole group: a class's spare tile */
     long h;
     const long b = div_rem(bh, P->heads_q, &h);

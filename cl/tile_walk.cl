@@ -51,13 +51,25 @@
 
 /* The arguments of both variants' kernels, in the order runtime/kernels/packed.c sets them. */
 #define ATTENTION_KERNEL_ARGS                                                                      \
-    __constant attn_params *P, __global const IN_T *Q, __global const float *Kp,                   \
-        __global const float *Vp, __global const uchar *Vbad, __global const float *Kt,            \
-        __global const float *Vt, __global const float *Kg, __global const float *Vg,              \
-        __global const uchar *Vbad_g, __global const int *gpos, __global OUT_T *O,                 \
-        __global float *LSE, __global const float *bias, __global const uchar *is_global,          \
-        __global const uchar *layout, __global const int *tile_ptr, __global const int *tile_idx,  \
-        __global const int *row_list, float q_scale TILE_COUNTER_ARG
+    __constant attn_params *P_window, __constant attn_params *P_rows, long row_tiles,              \
+        __global const IN_T *Q, __global const float *Kp, __global const float *Vp,                \
+        __global const uchar *Vbad, __global const float *Kt, __global const float *Vt,            \
+        __global const float *Kg, __global const float *Vg, __global const uchar *Vbad_g,          \
+        __global const int *gpos, __global OUT_T *O, __global float *LSE,                          \
+        __global const float *bias, __global const uchar *is_global, __global const uchar *layout, \
+        __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
+        float q_scale TILE_COUNTER_ARG
+
+/* One launch runs both passes: its first row_tiles work-groups are the global-row pass's (P_rows,
+ * row_mode 1), the rest the window pass's (P_window). The few long walks of the global rows
+ * then start first and the many short ones fill the cores around them, where a launch of their
+ * own would leave all but B*Hq work-items' cores idle. The pass's parameters, and the
+ * work-group's tile within it: */
+#define PASS_PARAMS(P_window, P_rows, row_tiles)                                                   \
+    ((long)get_group_id(0) < (row_tiles) ? (P_rows) : (P_window))
+#define PASS_TILE(row_tiles)                                                                       \
+    ((long)get_group_id(0) < (row_tiles) ? (long)get_group_id(0)                                   \
+                                         : (long)get_group_id(0) - (row_tiles))
 
 #define PASS_WINDOW      0
 #define PASS_GLOBAL_KEYS 1

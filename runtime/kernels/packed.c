@@ -281,14 +281,19 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const pa
     return kernel_launch(ctx, kernel, 2, global, NULL, NULL, "fused: packing K and V");
 }
 
+/* Both passes in one launch (tile_walk.cl's PASS_PARAMS): row_tiles work-groups of the
+ * global-row pass, then window_tiles of the window pass, for each of the `heads`. */
 static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, const packed_state *st,
                                       const packed_buffers *fb, const attn_buffers *buf,
-                                      cl_mem params, size_t tiles, size_t heads, float q_scale,
-                                      cl_event *event) {
+                                      size_t row_tiles, size_t window_tiles, size_t heads,
+                                      float q_scale, cl_event *event) {
     cl_mem lse = buf->lse ? buf->lse : fb->set.placeholder;
     cl_mem bias = buf->bias ? buf->bias : fb->set.placeholder;
+    cl_long rows_arg = (cl_long)row_tiles;
     kernel_args a = {kernel, 0, CL_SUCCESS};
-    KARG(a, params);
+    KARG(a, fb->params);
+    KARG(a, fb->params_rows);
+    KARG(a, rows_arg);
     KARG(a, buf->q);
     KARG(a, fb->kp);
     KARG(a, fb->vp);
@@ -310,7 +315,8 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     KARG(a, q_scale);
     if (fb->tile_count) KARG(a, fb->tile_count);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: attention arguments");
-    size_t global[2] = {tiles * st->group_size, heads}, local[2] = {st->group_size, 1};
+    size_t global[2] = {(row_tiles + window_tiles) * st->group_size, heads};
+    size_t local[2] = {st->group_size, 1};
     return kernel_launch(ctx, kernel, 2, global, local, event, "fused: attention");
 }
 
@@ -337,20 +343,16 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
     cl_kernel pack = NULL, attention = NULL;
     clattn_status status = get_kernels(ctx, pb, st, &pack, &attention);
     const tile_geometry *g = &st->geometry;
-    int global_rows = g->globals_matter && st->lists->host->num_rows > 0;
-    size_t heads = pb->batch * pb->heads_q;
+    size_t heads = pb->batch * pb->heads_q, row_tiles = 0; /* tiles of the global-row pass */
+    if (g->globals_matter) row_tiles = (st->lists->host->num_rows + g->block_m - 1) / g->block_m;
     if (!status) status = pack_keys(ctx, pack, pb, st, fb, buf);
     if (!status && P->global_slots > 0)
         status = launch_pack(ctx, pack, fb, buf, pb, PACK_GLOBALS, P->global_slots, fb->kg, fb->vg,
                              fb->vbad_g);
     if (!status)
-        status = launch_attention(ctx, attention, st, fb, buf, fb->params,
-                                  (size_t)(g->classes * g->tiles_per_class), heads, pb->scale,
-                                  global_rows ? NULL : event);
-    if (!status && global_rows)
-        status = launch_attention(ctx, attention, st, fb, buf, fb->params_rows,
-                                  (st->lists->host->num_rows + g->block_m - 1) / g->block_m, heads,
-                                  pb->scale, event);
+        status =
+            launch_attention(ctx, attention, st, fb, buf, row_tiles,
+                             (size_t)(g->classes * g->tiles_per_class), heads, pb->scale, event);
     return status;
 }
 

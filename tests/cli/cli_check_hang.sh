@@ -56,9 +56,9 @@ EOF
 
 # ---- a crash: the rowwise kernel stores to an address that is no buffer's (SIGSEGV)
 cp -r "$top/cl" crash
-sed -i 's|^attention_rowwise(ATTENTION_KERNEL_ARGS) {|&\n    *(__global volatile int *)(P->q_offset + 16) = 1;|' \
+sed -i 's|^attention_rowwise(ATTENTION_KERNEL_ARGS) {|&\n    *(__global volatile int *)(P_window->q_offset + 16) = 1;|' \
   crash/rowwise.cl
-grep -q "volatile int \*)(P->q_offset + 16)" crash/rowwise.cl ||
+grep -q "volatile int \*)(P_window->q_offset + 16)" crash/rowwise.cl ||
   fail "the wild store no longer applies to cl/rowwise.cl's kernel: update this test"
 # (under AddressSanitizer the signal is left to the process, not reported as ASan's SEGV)
 CLATTN_KERNEL_DIR="$work/crash" CLATTN_CACHE_DIR="$work/spin-cache" \
