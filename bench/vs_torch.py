@@ -582,6 +582,7 @@ class Sparse:
             return torch.rand(s["b"], h, s["n"], s["d"], generator=g) * 2 - 1
 
         q, k, v = make(s["hq"]), make(s["hkv"]), make(s["hkv"])
+        torch._dynamo.reset()  # a compile of its own: past 8 masks dynamo would run flex eagerly
         flex = torch.compile(flex_attention)
         extra = {"enable_gqa": True} if s["hq"] != s["hkv"] else {}
         if s["pattern"] == "full":
