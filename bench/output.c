@@ -194,3 +194,23 @@ int bench_write_tables(const char *csv, const char *json, const char *dir, const
     if (!rc && dir) printf("wrote %s and %s\n", csv, json);
     return rc;
 }
+
+/* See sweeps.h. */
+void bench_print_curve(const bench_record *records, size_t count) {
+    size_t shown = 0;
+    curve_figures f;
+    for (size_t i = 0; i < count; i++) {
+        if (!bench_curve_figures(records, count, i, &f)) continue;
+        if (shown++ == 0)
+            printf("\nagainst full attention (same device, path, variant, dtype, layout, shape):\n"
+                   "%-6s %-24s %6s %8s %9s %9s %9s %8s\n",
+                   "path", "pattern", "Nq", "density", "ms med", "speedup", "ideal", "fraction");
+        printf("%-6s %-24.24s %6zu %8.4f %9.2f %8.2fx %8.2fx %8.3f\n",
+               bench_path_name(records[i].path), records[i].pattern, records[i].nq, f.density,
+               records[i].ms_median, f.speedup, f.ideal, f.fraction);
+    }
+    if (!shown)
+        printf("\nno full-attention record of the same device, path, variant, dtype, layout and "
+               "shape: no speed-ups to show (add full to --pattern)\n");
+    fflush(stdout);
+}
