@@ -203,9 +203,10 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
     const float cap = P->softcap != 0 ? as_float((uint)P->softcap) : 0.0f;
     const float inv_cap = cap != 0.0f ? 1.0f / cap : 0.0f;
     float slope = 0.0f;
-    if (P->alibi != 0)
-        slope = params_extras(
-            P)[(P->has_sinks ? P->heads_q : 0) + (P->alibi == 2 ? t->b * P->heads_q : 0) + t->h];
+    if (P->alibi != 0) { /* the extras: the sinks [Hq] if any, then the slopes [Hq] or [B][Hq] */
+        const long at = (P->has_sinks ? P->heads_q : 0) + (P->alibi == 2 ? t->b * P->heads_q : 0);
+        slope = params_extras(P)[at + t->h];
+    }
     /* a bound on every |p - j|, in float: an integer |offset| compiles to llvm.abs, which
        oclgrind's LLVM does not know */
     const float widest = (float)P->len_k + (float)P->len_q + fabs((float)P->offset);
