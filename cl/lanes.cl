@@ -164,10 +164,12 @@ ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_
 }
 
 /* Whether mask_global_keys can mask a global-key tile: no block layout, no dilation, and
- * positions small enough that every p - j fits an int lane. */
+ * positions small enough that every p - j fits an int lane. (No |offset|: an integer absolute
+ * value compiles to llvm.abs, which oclgrind's LLVM does not know.) */
 ALWAYS_INLINE int global_keys_in_vectors(__constant attn_params *P) {
-    const long widest = P->len_k + P->len_q + (P->offset < 0 ? -P->offset : P->offset);
-    return !P->has_layout && P->dilation == 1 && widest < (1L << 30);
+    const long limit = 1L << 29;
+    return !P->has_layout && P->dilation == 1 && P->len_k < limit && P->len_q < limit &&
+           P->offset > -limit && P->offset < limit;
 }
 
 /* -inf where the global-key pass does not own (row, key) (tile_walk.cl's pass_owns), on whole
