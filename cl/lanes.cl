@@ -89,7 +89,9 @@ typedef struct query_tile {
 
 /* Where a key tile lies: BLOCK_N rows of K from k, k_step floats apart, and of V from v, v_step
  * apart; each row holds DQK_PAD (or DV_PAD) floats. The steps are the packed rows' DQK_PAD and
- * DV_PAD, or the caller's row strides for keys read in place. */
+ * DV_PAD, or the caller's row strides for keys read in place. Passed by pointer: a struct
+ * passed or returned by value to an inlined function leaves LLVM's noalias scope declarations,
+ * which oclgrind cannot run. */
 typedef struct key_rows {
     __global const float *k, *v;
     long k_step, v_step;
@@ -124,22 +126,22 @@ ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows
 
 /* Score (j, m) again without overflow on the way (common.cl, rescored): for a score that came
  * out non-finite from the pre-scaled Q^T. NaN or an infinity in the inputs stays so. */
-ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, key_rows rows, int j,
-                            int m) {
+ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, const key_rows *rows,
+                            int j, int m) {
     const long i = t->row_i[m];
     if (i < 0) return 0.0f;
     const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(LOAD_IN(t->Q, row + d) * RESCORE_DOWN, rows.k[j * rows.k_step + d] * RESCORE_DOWN,
-                  dot);
+        dot = fma(LOAD_IN(t->Q, row + d) * RESCORE_DOWN,
+                  rows->k[j * rows->k_step + d] * RESCORE_DOWN, dot);
     return rescored(dot, t->scale);
 }
 
 /* Rescores the tile's non-finite scores: rare (huge inputs, or NaN and infinities in them), so
  * one vector test per score vector, and plain code past it. */
-ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t, key_rows rows,
-                                     float16 s_t[BLOCK_N][GROUPS]) {
+ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t,
+                                     const key_rows *rows, float16 s_t[BLOCK_N][GROUPS]) {
     int16 bad = (int16)0;
     for (int j = 0; j < BLOCK_N; j++)
         for (int g = 0; g < GROUPS; g++) bad |= isinf(s_t[j][g]) | isnan(s_t[j][g]);
@@ -324,11 +326,11 @@ ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float16 p_t[BLOC
  * keys; careful: the V tile holds a NaN or an infinity. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
                                __global const float *bias, __global const int *gpos, query_tile *t,
-                               int pass, int kind, long k0, key_rows rows, int careful) {
+                               int pass, int kind, long k0, const key_rows *rows, int careful) {
     float16 s_t[BLOCK_N][GROUPS]; /* S^T, then P^T: [BLOCK_N][BLOCK_M] */
     float16 keep[GROUPS];
     COUNT_TILE(t->tile_count);
-    tile_scores(t, rows.k, rows.k_step, s_t);
+    tile_scores(t, rows->k, rows->k_step, s_t);
     rescore_overflows(P, t, rows, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
     if (kind == TILE_GENERAL || P->has_bias || MODIFIES_SCORES(P)) {
@@ -346,9 +348,9 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     }
     softmax_update(t, s_t, keep);
     if (careful)
-        tile_accumulate_careful(t, s_t, rows.v, rows.v_step, keep);
+        tile_accumulate_careful(t, s_t, rows->v, rows->v_step, keep);
     else
-        tile_accumulate(t, s_t, rows.v, rows.v_step, keep);
+        tile_accumulate(t, s_t, rows->v, rows->v_step, keep);
 }
 
 /* 16 values down column `col` of a [rows][BLOCK_M] float array from row r0 on, written and
@@ -399,9 +401,10 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
 /* The K and V rows of the key tile at class index k0 of class r: packed ones, or (IN_PLACE) the
  * caller's own (class r's keys are every classes-th row from key r), but for a class's last
  * partial tile, which is packed alone in Kt, Vt. */
-ALWAYS_INLINE key_rows tile_rows(__constant attn_params *P, __global const float *Kp,
-                                 __global const float *Vp, __global const float *Kt,
-                                 __global const float *Vt, const query_tile *t, long r, long k0) {
+ALWAYS_INLINE void tile_rows(__constant attn_params *P, __global const float *Kp,
+                             __global const float *Vp, __global const float *Kt,
+                             __global const float *Vt, const query_tile *t, long r, long k0,
+                             key_rows *out) {
     key_rows rows = {0, 0, DQK_PAD, DV_PAD};
 #if IN_PLACE
     const long kv_h = t->kv_bh - t->b * P->heads_kv, j = r + k0 * P->classes; /* first key */
@@ -419,7 +422,7 @@ ALWAYS_INLINE key_rows tile_rows(__constant attn_params *P, __global const float
     rows.k = Kp + slot * DQK_PAD;
     rows.v = Vp + slot * DV_PAD;
 #endif
-    return rows;
+    *out = rows;
 }
 
 /* Walks the key tiles of class r for a pass (the tile list when the planner made one). */
@@ -446,8 +449,9 @@ ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *K
         long k0;
         const int kind =
             tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
-        const key_rows rows = tile_rows(P, Kp, Vp, Kt, Vt, t, r, k0);
-        attend_tile(P, layout, bias, 0, t, pass, kind, k0, rows,
+        key_rows rows;
+        tile_rows(P, Kp, Vp, Kt, Vt, t, r, k0, &rows);
+        attend_tile(P, layout, bias, 0, t, pass, kind, k0, &rows,
                     tile_has_bad_values(Vbad + base + k0));
     }
 }
@@ -465,7 +469,7 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
         if (P->causal && gpos[k0] > last_p) break;
         const key_rows rows = {Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD, DQK_PAD,
                                DV_PAD};
-        attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, rows,
+        attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, &rows,
                     tile_has_bad_values(Vbad_g + base + k0));
     }
 }
