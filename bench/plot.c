@@ -107,7 +107,7 @@ static int run_gnuplot(const textbuf *commands) {
     interrupt_section section; /* the child is known to the handler from its start */
     interrupt_defer_begin(&section);
     int e = posix_spawnp(&pid, "gnuplot", &actions, &attr, argv, environ);
-    if (e == 0) interrupt_child(pid);
+    if (e == 0) interrupt_child_add(pid);
     interrupt_defer_end(&section);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
@@ -121,7 +121,7 @@ static int run_gnuplot(const textbuf *commands) {
     int status = 0;
     while (e == 0 && waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) e = errno;
-    interrupt_child(0);
+    if (pid > 0) interrupt_child_remove(pid);
     if (e == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) e = -1;
     return e;
 }

@@ -166,6 +166,27 @@ inline void store_bf16x16(float16 x, __global ushort *ptr, long index) {
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #endif
 
+/* O of the attention kernels, whose storage (a clattn_dtype) is chosen at run time: O is stored
+ * once per value, after the keys, so one program serves every output storage instead of one
+ * program each (bench/README.md, "Build less"). */
+ALWAYS_INLINE void store_o(int dtype, float value, __global void *O, long index) {
+    if (dtype == DTYPE_F16)
+        vstore_half(value, index, (__global half *)O);
+    else if (dtype == DTYPE_BF16)
+        ((__global ushort *)O)[index] = float_to_bf16(value);
+    else
+        ((__global float *)O)[index] = value;
+}
+
+ALWAYS_INLINE void store16_o(int dtype, float16 value, __global void *O, long index) {
+    if (dtype == DTYPE_F16)
+        vstore_half16(value, 0, (__global half *)O + index);
+    else if (dtype == DTYPE_BF16)
+        store_bf16x16(value, (__global ushort *)O, index);
+    else
+        vstore16(value, 0, (__global float *)O + index);
+}
+
 /*
  * The parameter block attn_params comes from "attn_params.cl", generated at build time from the
  * one list of its fields (runtime/plan/params.h), and the mask rules from "mask_rules.h"

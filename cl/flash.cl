@@ -402,7 +402,7 @@ ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk
 
 /* O = o (normalised already) and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
-                              __global const uchar *is_global, __global OUT_T *O,
+                              __global const uchar *is_global, __global void *O,
                               __global float *LSE) {
     __constant attn_params *P = f->P;
     for (int r = 0; r < TILE_M; r++) {
@@ -412,11 +412,12 @@ ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
         const int empty = st->m[r] == -INFINITY && st->l[r] == 0.0f;
         float top = st->m[r], sum = st->l[r]; /* with the head's sink, if any */
         const float keep = sink_fold(P, f->h, &top, &sum);
-        __global OUT_T *row =
-            O + P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
+        const long row =
+            P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
         for (int e = 0; e < DV_COLS; e++) {
             const int col = f->lane + e * TEAM;
-            if (col < P->dim_v) STORE_OUT(empty ? 0.0f : st->o[r][e] * keep, row, col);
+            if (col < P->dim_v)
+                store_o(P->out_dtype, empty ? 0.0f : st->o[r][e] * keep, O, row + col);
         }
         if (f->lane == 0)
             store_lse(P, LSE, (f->b * P->heads_q + f->h) * P->len_q + i, top, sum,
@@ -443,7 +444,7 @@ ALWAYS_INLINE void init_rows(const flash_ctx *f, __global const float *bias,
 /* Work-group (tile, b*Hq + h) of GROUP_SIZE work-items. */
 __kernel __attribute__((reqd_work_group_size(GROUP_SIZE, 1, 1))) SUBGROUP_SIZE_ATTRIBUTE void
 attention_flash(__constant attn_params *P, __global const IN_T *Q, __global const IN_T *K,
-                __global const IN_T *V, __global OUT_T *O, __global float *LSE,
+                __global const IN_T *V, __global void *O, __global float *LSE,
                 __global const float *bias, __global const int *gpos,
                 __global const uchar *is_global, __global const uchar *layout,
                 __global const int *tile_ptr, __global const int *tile_idx,

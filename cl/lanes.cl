@@ -478,7 +478,7 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
  * row; a row of NaN scores has max -inf but sum NaN and stays NaN); a sink joins the sum
  * (sink_fold). */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *is_global,
-                              __global OUT_T *O, __global float *LSE, const query_tile *t) {
+                              __global void *O, __global float *LSE, const query_tile *t) {
     const float *row_max = (const float *)t->row_max, *row_sum = (const float *)t->row_sum;
     const float *row_bound = (const float *)t->row_bound;
     for (int m = 0; m < BLOCK_M; m++) {
@@ -494,11 +494,11 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
             const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
             if (d0 + 16 <= P->dim_v) {
-                STORE16_OUT(o, O, row + d0);
+                store16_o(P->out_dtype, o, O, row + d0);
             } else {
                 float lanes[16];
                 vstore16(o, 0, lanes);
-                for (int d = d0; d < P->dim_v; d++) STORE_OUT(lanes[d - d0], O, row + d);
+                for (int d = d0; d < P->dim_v; d++) store_o(P->out_dtype, lanes[d - d0], O, row + d);
             }
         }
         store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, top, sum,

@@ -139,7 +139,7 @@ ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const fl
 
 /* O = o (normalised already) and LSE = max + log(sum); an empty row gets O = 0, LSE = -inf. */
 ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is_global,
-                             __global OUT_T *O, __global float *LSE, long b, long h,
+                             __global void *O, __global float *LSE, long b, long h,
                              const row_state *st) {
     if (st->i < 0 || row_left_to_global_pass(P, is_global, st->i)) return;
     /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
@@ -147,7 +147,8 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
     float top = st->max, sum = st->sum; /* with the head's sink, if any */
     const float keep = sink_fold(P, h, &top, &sum);
     const long row = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + st->i * P->o_stride_s;
-    for (int e = 0; e < P->dim_v; e++) STORE_OUT(empty ? 0.0f : st->o[e] * keep, O, row + e);
+    for (int e = 0; e < P->dim_v; e++)
+        store_o(P->out_dtype, empty ? 0.0f : st->o[e] * keep, O, row + e);
     store_lse(P, LSE, (b * P->heads_q + h) * P->len_q + st->i, top, sum,
               top == -INFINITY && sum == 0.0f);
 }

@@ -22,7 +22,7 @@
  * sum overflowed on the way is summed again with scaled operands (rescore); exp(x) is
  * exp2((x - max) * log2 e).
  *
- * Built after common.cl. Q is IN_DTYPE, K and V KV_DTYPE, O OUT_DTYPE. DQK_PAD and DV_PAD are
+ * Built after common.cl. Q is IN_DTYPE, K and V KV_DTYPE, O P->out_dtype. DQK_PAD and DV_PAD are
  * multiples of 16 at least the head dims.
  */
 #ifndef BLOCK_R
@@ -304,7 +304,7 @@ ALWAYS_INLINE void chunk_keys(__constant attn_params *P, const row_block *t, lon
  * LSE = -inf; a row of NaN scores stays NaN. */
 ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, long c,
                               __global float *O_part, __global float *LSE_part,
-                              __global OUT_T *O, __global float *LSE) {
+                              __global void *O, __global float *LSE) {
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++) {
         if (t->at[r] < 0 || (t->i[r] < 0 && P->chunks > 1)) continue; /* merge_chunks does */
@@ -323,7 +323,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, lon
         }
         const long at = P->o_offset + t->b * P->o_stride_b + t->h[r] * P->o_stride_h +
                         t->at[r] * P->o_stride_s;
-        for (int d = 0; d < P->dim_v; d++) STORE_OUT(o[d], O, at + d);
+        for (int d = 0; d < P->dim_v; d++) store_o(P->out_dtype, o[d], O, at + d);
         store_lse(P, LSE, row, top, sum, t->i[r] < 0 || (top == -INFINITY && sum == 0.0f));
     }
 }
@@ -334,7 +334,7 @@ attention_split(__constant attn_params *P, __global const IN_T *Q, __global cons
                 __global const KV_T *V, __global const int *seq_len, __global const int *q_len,
                 __global const int *block_table, __global const float *bias,
                 __global const uchar *is_global, __global const uchar *layout,
-                __global float *O_part, __global float *LSE_part, __global OUT_T *O,
+                __global float *O_part, __global float *LSE_part, __global void *O,
                 __global float *LSE, float scale) {
     row_block t;
     const long rb = get_global_id(0) / P->chunks, c = get_global_id(0) % P->chunks;
@@ -352,7 +352,7 @@ attention_split(__constant attn_params *P, __global const IN_T *Q, __global cons
  * past a sequence's valid queries (never written by attention_split) get O = 0, LSE = -inf. */
 __kernel void merge_chunks(__constant attn_params *P, __global const int *q_len,
                            __global const float *O_part, __global const float *LSE_part,
-                           __global OUT_T *O, __global float *LSE) {
+                           __global void *O, __global float *LSE) {
     const long d = get_global_id(0), row = get_global_id(1);
     const long i = row % P->len_q, bh = row / P->len_q, b = bh / P->heads_q, h = bh % P->heads_q;
     const long queries = P->per_sequence ? q_len[b] : P->len_q;
@@ -377,6 +377,6 @@ __kernel void merge_chunks(__constant attn_params *P, __global const int *q_len,
     const long at = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + i * P->o_stride_s;
     float top = nan ? NAN : m, total = sum; /* with the head's sink, once for all chunks */
     const float keep = i < queries ? sink_fold(P, h, &top, &total) : 1.0f;
-    STORE_OUT(empty ? 0.0f : nan ? NAN : o / sum * keep, O, at + d);
+    store_o(P->out_dtype, empty ? 0.0f : nan ? NAN : o / sum * keep, O, at + d);
     if (d == 0) store_lse(P, LSE, row, top, total, top == -INFINITY && total == 0.0f);
 }

@@ -55,7 +55,7 @@
         __global const IN_T *Q, __global const float *Kp, __global const float *Vp,                \
         __global const uchar *Vbad, __global const float *Kt, __global const float *Vt,            \
         __global const float *Kg, __global const float *Vg, __global const uchar *Vbad_g,          \
-        __global const int *gpos, __global OUT_T *O, __global float *LSE,                          \
+        __global const int *gpos, __global void *O, __global float *LSE,                          \
         __global const float *bias, __global const uchar *is_global, __global const uchar *layout, \
         __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
         float q_scale TILE_COUNTER_ARG

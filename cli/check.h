@@ -87,6 +87,7 @@ typedef struct check_plan {
     double timeout_s;      /* --timeout; 0: the default, scaled to the sweep */
     int child_fd;          /* a child running one row: where it reports; else -1 */
     int in_process;        /* --in-process: every row here, without a time limit */
+    size_t jobs;           /* --jobs: rows run at once, each in its own process */
     int record;            /* record the rows' verdicts in the store (not --no-record) */
     const char *report;    /* --report FILE: also write them there (at the end) */
     char report_tmp[4200]; /* where they gather until then */
@@ -112,9 +113,14 @@ void check_case_name(const sweep *s, long index, char *out, size_t size);
 /* Whether rows can run in child processes here (the program can find its own file). */
 int check_children_possible(void);
 
-/* Runs a row in a child process: `clattn check` again, for that row only, with --child-fd.
- * Fills row->cases, counts, outcome; failures count in plan->failures (a timed-out or crashed
- * row is one more), and says on stderr how a row that did not complete stopped. */
-void check_run_row_child(check_plan *plan, const sweep *s, run_row *row);
+/* Called as each row ends, in the order the rows end. */
+typedef void (*check_row_done)(void *arg, run_row *row);
+
+/* Runs rows[0..n) in child processes, `jobs` at once: `clattn check` again, for one row each,
+ * with --child-fd. Fills each row's cases, counts and outcome; failures count in
+ * plan->failures (a timed-out or crashed row is one more), and says on stderr how a row that
+ * did not complete stopped. */
+void check_run_rows_children(check_plan *plan, const sweep *s, run_row *rows, size_t n,
+                             size_t jobs, check_row_done done, void *arg);
 
 #endif

@@ -1,10 +1,12 @@
 /*
- * `clattn check`'s rows in child processes: the program runs itself again for one (device,
- * path, variant) row (`clattn check --child-fd 3 ...`), reads the row's case lines from a pipe
- * (check.h), shows which case runs on a terminal, and kills the child when the row's time
- * limit passes. A driver that never returns from a build or a kernel, or that crashes, ends
- * one row; the others still run. Linux finds the program through /proc/self/exe; where it
- * cannot, rows run in the parent's process without a limit (cmd_check.c).
+ * `clattn check`'s rows in child processes: the program runs itself again for each (device,
+ * path, variant) row (`clattn check --child-fd 3 ...`), several rows at once (--jobs), reads
+ * each row's case lines from its pipe (check.h), shows which cases run on a terminal, and kills
+ * a child when its row's time limit passes. A driver that never returns from a build or a
+ * kernel, or that crashes, ends one row; the others still run. Most of a cold check is the
+ * driver compiling kernels, one program at a time in each process: rows at once keep every
+ * core busy. Linux finds the program through /proc/self/exe; where it cannot, rows run in the
+ * parent's process without a limit (cmd_check.c).
  */
 #include "check.h"
 #include "common.h"
@@ -83,7 +85,7 @@ static int spawn_child(const check_plan *plan, const run_row *row, int write_end
     interrupt_section section; /* the child is known to the handler from its start */
     interrupt_defer_begin(&section);
     int e = posix_spawn(pid, a.exe, &actions, &attr, a.argv, environ);
-    if (e == 0) interrupt_child(*pid);
+    if (e == 0) interrupt_child_add(*pid);
     interrupt_defer_end(&section);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
@@ -92,84 +94,86 @@ static int spawn_child(const check_plan *plan, const run_row *row, int write_end
 
 /* ---------------------------------------------------------------- the child's lines */
 
-typedef struct row_reader {
-    check_plan *plan;
-    const sweep *s;
+/* A row whose child runs: its pipe, and what its lines said so far. */
+typedef struct row_child {
     run_row *row;
+    pid_t pid;
+    int fd;       /* the pipe's read end; -1 once the row has ended */
     long running; /* the case started and not ended, or -1 */
-    int progress; /* a terminal: show the running case */
-    double t0;
+    double t0, deadline;
     char line[256];
     size_t len;
-} row_reader;
+} row_child;
 
-static void show_progress(const row_reader *r) {
-    if (!r->progress || r->running < 0) return;
-    fprintf(stderr, "\rdevice %zu %s %s: case %ld (%zu of %zu run) %.0f s ", r->row->device,
-            check_path_name(r->row->path), clattn_variant_name(r->row->variant), r->running,
-            r->row->passed + r->row->failed + 1, check_cases_run(r->plan, r->s),
-            seconds_now() - r->t0);
-}
-
-static void clear_progress(const row_reader *r) {
-    if (r->progress) fprintf(stderr, "\r%70s\r", "");
-}
-
-static void take_line(row_reader *r, const char *line) {
+static void take_line(check_plan *plan, const sweep *s, row_child *c, const char *line) {
     long i = -1, failures = 0;
     int ok = 0;
     float worst = 0, ms = 0;
-    if (sscanf(line, "start %ld", &i) == 1 && i >= 0 && (size_t)i < r->s->count) {
-        r->running = i;
+    run_row *row = c->row;
+    if (sscanf(line, "start %ld", &i) == 1 && i >= 0 && (size_t)i < s->count) {
+        c->running = i;
     } else if (sscanf(line, "end %ld %d %f %f", &i, &ok, &worst, &ms) == 4 && i >= 0 &&
-               (size_t)i < r->s->count) {
-        case_record *c = &r->row->cases[i];
-        c->outcome = ok ? CASE_PASSED : CASE_FAILED, c->worst = worst, c->ms = ms;
+               (size_t)i < s->count) {
+        case_record *r = &row->cases[i];
+        r->outcome = ok ? CASE_PASSED : CASE_FAILED, r->worst = worst, r->ms = ms;
         if (ok)
-            r->row->passed++;
+            row->passed++;
         else
-            r->row->failed++, r->plan->failures++;
-        if (worst > r->row->worst) r->row->worst = worst;
-        r->running = -1;
+            row->failed++, plan->failures++;
+        if (worst > row->worst) row->worst = worst;
+        c->running = -1;
     } else if (sscanf(line, "dump-failures %ld", &failures) == 1 && failures > 0) {
-        r->plan->dump_failures += (size_t)failures;
+        plan->dump_failures += (size_t)failures;
     }
 }
 
 /* Takes what the pipe has. @return 0, or 1 at its end. */
-static int read_lines(row_reader *r, int fd) {
+static int read_lines(check_plan *plan, const sweep *s, row_child *c) {
     char buf[512];
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = read(c->fd, buf, sizeof buf);
     if (n < 0) return errno == EINTR || errno == EAGAIN ? 0 : 1;
     if (n == 0) return 1;
     for (ssize_t k = 0; k < n; k++) {
         if (buf[k] != '\n') {
-            if (r->len < sizeof r->line - 1) r->line[r->len++] = buf[k];
+            if (c->len < sizeof c->line - 1) c->line[c->len++] = buf[k];
             continue;
         }
-        r->line[r->len] = '\0';
-        take_line(r, r->line);
-        r->len = 0;
+        c->line[c->len] = '\0';
+        take_line(plan, s, c, c->line);
+        c->len = 0;
     }
     return 0;
 }
 
-/* Reads until the pipe ends or the time runs out. @return 1 when it ran out. */
-static int follow_child(row_reader *r, int fd) {
-    double deadline = r->t0 + r->row->timeout_s;
-    for (;;) {
-        double left = deadline - seconds_now();
-        if (left <= 0) return 1;
-        struct pollfd p = {fd, POLLIN, 0};
-        int wait_ms = left > 1.0 ? 1000 : (int)(left * 1000) + 1;
-        int ready = poll(&p, 1, wait_ms);
-        if (ready < 0 && errno != EINTR) return 0;
-        if (ready > 0 && read_lines(r, fd)) return 0;
-        show_progress(r);
-    }
+/* ---------------------------------------------------------------- progress on a terminal */
+
+/* One line: the first running row's case and count, how many more rows run, and the seconds
+ * since that row started. */
+static void show_progress(const check_plan *plan, const sweep *s, const row_child *children,
+                          size_t n) {
+    const row_child *first = NULL;
+    size_t others = 0;
+    for (size_t i = 0; i < n; i++)
+        if (children[i].fd >= 0 && !first)
+            first = &children[i];
+        else if (children[i].fd >= 0)
+            others++;
+    if (!first || first->running < 0) return;
+    const run_row *row = first->row;
+    fprintf(stderr, "\rdevice %zu %s %s: case %ld (%zu of %zu run) %.0f s", row->device,
+            check_path_name(row->path), clattn_variant_name(row->variant), first->running,
+            row->passed + row->failed + 1, check_cases_run(plan, s), seconds_now() - first->t0);
+    if (others)
+        fprintf(stderr, ", %zu more rows running ", others);
+    else
+        fputc(' ', stderr);
 }
 
-/* ---------------------------------------------------------------- the row's end */
+static void clear_progress(void) {
+    fprintf(stderr, "\r%120s\r", "");
+}
+
+/* ---------------------------------------------------------------- a row's start and end */
 
 static void say_stopped(const sweep *s, const run_row *row, const char *how) {
     char where[600];
@@ -203,17 +207,18 @@ static void row_ended(check_plan *plan, const sweep *s, run_row *row, long runni
     say_stopped(s, row, how);
 }
 
-void check_run_row_child(check_plan *plan, const sweep *s, run_row *row) {
+/* Starts the row's child. @return 0, or -1 when it could not start (the row is broken). */
+static int start_row(check_plan *plan, const sweep *s, run_row *row, row_child *c) {
     size_t cases = check_cases_run(plan, s);
     row->timeout_s = plan->timeout_s > 0 ? plan->timeout_s
                                          : ROW_SECONDS_FIXED + ROW_SECONDS_PER_CASE * (double)cases;
     row->stopped_in = -1;
-    row_reader r = {plan,          s,  row, -1, isatty(STDERR_FILENO) && !plan->verbose,
-                    seconds_now(), "", 0};
+    memset(c, 0, sizeof *c);
+    c->row = row, c->fd = -1, c->running = -1;
+    c->t0 = seconds_now(), c->deadline = c->t0 + row->timeout_s;
     int fds[2];
-    pid_t pid = 0;
     fflush(stdout), fflush(stderr); /* the child writes to them too */
-    int e = pipe(fds);
+    int e = pipe(fds) == 0 ? 0 : errno;
     if (e == 0) {
         fcntl(fds[0], F_SETFD, FD_CLOEXEC), fcntl(fds[1], F_SETFD, FD_CLOEXEC);
         if (fds[1] == CHILD_FD) { /* dup2 onto itself would keep FD_CLOEXEC */
@@ -221,28 +226,85 @@ void check_run_row_child(check_plan *plan, const sweep *s, run_row *row) {
             close(fds[1]);
             fds[1] = moved;
         }
-        e = spawn_child(plan, row, fds[1], &pid);
+        e = spawn_child(plan, row, fds[1], &c->pid);
         close(fds[1]);
         if (e != 0) close(fds[0]);
-    } else {
-        e = errno;
     }
     if (e != 0) {
         row->outcome = ROW_BROKEN, row->exit_status = -1, plan->failures++;
         fprintf(stderr, "clattn check: cannot start a process for device %zu, variant %s: %s\n",
                 row->device, clattn_variant_name(row->variant), strerror(e));
-        return;
+        return -1;
     }
-    int timed_out = follow_child(&r, fds[0]);
-    if (timed_out) kill(pid, SIGKILL);
+    c->fd = fds[0];
+    return 0;
+}
+
+/* Reaps the row's child (killed first when it ran out of time) and fills in how it ended. */
+static void end_row(check_plan *plan, const sweep *s, row_child *c, int timed_out) {
+    if (timed_out) kill(c->pid, SIGKILL);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
     }
-    interrupt_child(0);
-    while (!timed_out && read_lines(&r, fds[0]) == 0) { /* what is left in the pipe */
+    interrupt_child_remove(c->pid);
+    while (!timed_out && read_lines(plan, s, c) == 0) { /* what is left in the pipe */
     }
-    close(fds[0]);
-    clear_progress(&r);
-    row->ms = (seconds_now() - r.t0) * 1e3;
-    row_ended(plan, s, row, r.running, timed_out, status);
+    close(c->fd);
+    c->fd = -1;
+    c->row->ms = (seconds_now() - c->t0) * 1e3;
+    row_ended(plan, s, c->row, c->running, timed_out, status);
+}
+
+/* ---------------------------------------------------------------- the rows at once */
+
+/* Waits up to a second for lines, then takes them and ends the rows whose pipe closed or whose
+ * time ran out. @return the rows that ended. */
+static size_t follow_children(check_plan *plan, const sweep *s, row_child *children, size_t n,
+                              check_row_done done, void *arg) {
+    struct pollfd polls[MAX_RUNS];
+    size_t at[MAX_RUNS], polled = 0, ended = 0;
+    double now = seconds_now(), wait_s = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        if (children[i].fd < 0) continue;
+        polls[polled] = (struct pollfd){children[i].fd, POLLIN, 0};
+        at[polled++] = i;
+        if (children[i].deadline - now < wait_s) wait_s = children[i].deadline - now;
+    }
+    int ready = poll(polls, polled, wait_s > 0 ? (int)(wait_s * 1000) + 1 : 0);
+    if (ready < 0 && errno != EINTR) ready = 0;
+    for (size_t p = 0; p < polled; p++) {
+        row_child *c = &children[at[p]];
+        int finished = ready > 0 && polls[p].revents && read_lines(plan, s, c);
+        int timed_out = !finished && seconds_now() >= c->deadline;
+        if (!finished && !timed_out) continue;
+        end_row(plan, s, c, timed_out);
+        done(arg, c->row);
+        ended++;
+    }
+    return ended;
+}
+
+void check_run_rows_children(check_plan *plan, const sweep *s, run_row *rows, size_t n,
+                             size_t jobs, check_row_done done, void *arg) {
+    static row_child children[MAX_RUNS];
+    int progress = isatty(STDERR_FILENO) && !plan->verbose;
+    size_t started = 0, running = 0;
+    if (jobs < 1) jobs = 1;
+    while (started < n || running > 0) {
+        while (started < n && running < jobs) {
+            if (start_row(plan, s, &rows[started], &children[started]) == 0)
+                running++;
+            else
+                done(arg, &rows[started]);
+            started++;
+        }
+        if (running == 0) continue;
+        size_t ended = follow_children(plan, s, children, started, done, arg);
+        running -= ended;
+        if (progress && ended)
+            clear_progress(); /* for the rows printed now */
+        else if (progress)
+            show_progress(plan, s, children, started);
+    }
+    if (progress) clear_progress();
 }

@@ -39,6 +39,7 @@ static const cli_option check_options[] = {
     {"verbose", NULL, "print every case"},
     {"timeout", "S",
      "seconds a (device, variant) row may take before it is stopped (default: 300 + 15 a case)"},
+    {"jobs", "N", "rows run at once, each in its own process (default: the cores)"},
     {"in-process", NULL,
      "run every row in this process, without a time limit (for tools that follow one process)"},
     {"no-record", NULL, "do not record the rows' verdicts in this machine's verdict store"},
@@ -252,6 +253,10 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         if (parse_size(args, "child-fd", 3, &fd) != 0) return EXIT_USAGE;
         plan->child_fd = (int)fd;
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    plan->jobs = cores > 0 ? (size_t)cores : 1;
+    if (!rc && args_has(args, "jobs") && parse_size(args, "jobs", 1, &plan->jobs) != 0)
+        return EXIT_USAGE;
     plan->record = !args_has(args, "no-record");
     plan->in_process = args_has(args, "in-process");
     plan->report = args_get(args, "report");
@@ -476,15 +481,39 @@ static void record_row(check_plan *plan, clattn_context *ctx, const sweep *s, co
     }
 }
 
-/* Runs a row: in a child process with a time limit where one can be started, else here; then
- * records its verdict. */
-static void run_row_somewhere(check_plan *plan, clattn_context *ctx, const sweep *s, run_row *row) {
-    if (!plan->in_process && check_children_possible())
-        check_run_row_child(plan, s, row);
-    else
-        run_row_cases(plan, ctx, s, row);
-    print_row(row);
-    record_row(plan, ctx, s, row);
+/* The rows of one device as they end: each is printed and recorded once the rows before it
+ * have been, so the table keeps their order. */
+typedef struct device_rows {
+    check_plan *plan;
+    clattn_context *ctx;
+    const sweep *s;
+    run_row *first;
+    size_t count, shown;
+    int ended[MAX_RUNS];
+} device_rows;
+
+static void row_done(void *arg, run_row *row) {
+    device_rows *d = arg;
+    d->ended[row - d->first] = 1;
+    for (; d->shown < d->count && d->ended[d->shown]; d->shown++) {
+        print_row(&d->first[d->shown]);
+        record_row(d->plan, d->ctx, d->s, &d->first[d->shown]);
+    }
+    fflush(stdout);
+}
+
+/* Runs the rows: in child processes with a time limit, --jobs at once, where they can be
+ * started; else here, one after another. */
+static void run_rows(device_rows *d) {
+    check_plan *plan = d->plan;
+    if (!plan->in_process && check_children_possible()) {
+        check_run_rows_children(plan, d->s, d->first, d->count, plan->jobs, row_done, d);
+        return;
+    }
+    for (size_t i = 0; i < d->count; i++) {
+        run_row_cases(plan, d->ctx, d->s, &d->first[i]);
+        row_done(d, &d->first[i]);
+    }
 }
 
 /* Every chosen row of the variant table on one device (the variants numbered from 1 while
@@ -498,6 +527,8 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
         return 1;
     }
     int ran[MAX_VARIANTS] = {0};
+    static device_rows rows;
+    rows = (device_rows){plan, ctx, s, &plan->rows[plan->num_rows], 0, 0, {0}};
     for (size_t p = 0; p < plan->num_paths; p++)
         for (int v = 1; v < MAX_VARIANTS && strcmp(variant_name(v), "unknown") != 0; v++) {
             clattn_variant_info info;
@@ -516,8 +547,9 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
             run_row *row = &plan->rows[plan->num_rows++];
             memset(row, 0, sizeof *row);
             row->device = device, row->path = info.path, row->variant = info.variant;
-            run_row_somewhere(plan, ctx, s, row);
+            rows.count++;
         }
+    run_rows(&rows);
     fflush(stdout); /* the table before the lines on stderr */
     note_required_not_run(plan, ctx, device, ran);
     clattn_context_destroy(ctx);

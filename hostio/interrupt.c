@@ -24,7 +24,7 @@ static struct tracked {
 } tracked[MAX_TRACKED];
 
 static atomic_int sections; /* sections in progress, or EXITING */
-static atomic_int child;    /* interrupt_child's process, 0 when none */
+static atomic_int children[MAX_CHILDREN]; /* interrupt_child_add's processes; 0: a free slot */
 static atomic_int caught;   /* the first signal received; 0 before */
 
 /* AddressSanitizer precedes a call to a function that does not return (_exit) with one into
@@ -41,8 +41,10 @@ static atomic_int caught;   /* the first signal received; 0 before */
 NOT_INSTRUMENTED static void exit_now(int sig) {
     static const char interrupted[] = "clattn: interrupted (SIGINT)\n";
     static const char terminated[] = "clattn: terminated (SIGTERM)\n";
-    pid_t writer = (pid_t)atomic_load(&child);
-    if (writer > 0 && kill(writer, SIGKILL) == 0) waitpid(writer, NULL, 0); /* no more writes */
+    for (size_t i = 0; i < MAX_CHILDREN; i++) { /* no more writes */
+        pid_t pid = (pid_t)atomic_load(&children[i]);
+        if (pid > 0 && kill(pid, SIGKILL) == 0) waitpid(pid, NULL, 0);
+    }
     for (size_t i = 0; i < MAX_TRACKED; i++)
         if (atomic_load(&tracked[i].state) == SLOT_LIVE) unlink(tracked[i].path);
     const char *line = sig == SIGINT ? interrupted : terminated;
@@ -99,8 +101,19 @@ void interrupt_defer_end(const interrupt_section *section) {
     pthread_sigmask(SIG_SETMASK, &section->saved, NULL); /* a pending signal arrives now */
 }
 
-void interrupt_child(pid_t pid) {
-    atomic_store(&child, (int)pid);
+int interrupt_child_add(pid_t pid) {
+    for (size_t i = 0; i < MAX_CHILDREN; i++) {
+        int free_slot = 0;
+        if (atomic_compare_exchange_strong(&children[i], &free_slot, (int)pid)) return 0;
+    }
+    return -1;
+}
+
+void interrupt_child_remove(pid_t pid) {
+    for (size_t i = 0; i < MAX_CHILDREN; i++) {
+        int known = (int)pid;
+        if (atomic_compare_exchange_strong(&children[i], &known, 0)) return;
+    }
 }
 
 int interrupt_track(const char *path) {

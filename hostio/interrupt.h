@@ -29,9 +29,13 @@ void interrupt_defer_begin(interrupt_section *section);
 /* Ends it; after the last section, a signal received during it ends the process now. */
 void interrupt_defer_end(const interrupt_section *section);
 
-/* A child process writing one of the temporaries (gnuplot drawing a plot): the handler stops
- * it with SIGKILL and reaps it before removing them. 0: none. */
-void interrupt_child(pid_t pid);
+/* Child processes (gnuplot writing one of the temporaries, `clattn check`'s rows): the handler
+ * stops each with SIGKILL and reaps it before removing the temporaries. Add a child while the
+ * signals are deferred (a section), so that none starts unknown to the handler; remove it once
+ * it is reaped. @return 0, or -1 when MAX_CHILDREN are known already (then it is not). */
+#define MAX_CHILDREN 16
+int interrupt_child_add(pid_t pid);
+void interrupt_child_remove(pid_t pid);
 
 /* Registers a temporary file for the handler to remove; call it before creating the file.
  * @return its registration (>= 0), or -1 when the path is too long or the registry full (then

@@ -279,11 +279,9 @@ static void kernel_defines(const clattn_context *ctx, const attn_problem *pb, co
     unsigned team = team_of(st);
     int n = snprintf(out, size,
                      "-DBLOCK_M=%u -DBLOCK_N=%u -DTILE_M=%u -DTILE_N=%u -DVEC=%u -DSTAGES=%u "
-                     "-DSUBGROUPS=%d -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DOUT_DTYPE=%d "
-                     "-DCOUNT_TILES=%d",
+                     "-DSUBGROUPS=%d -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DCOUNT_TILES=%d",
                      st->block_m, st->block_n, st->tile_m, st->tile_n, st->vector, st->stages,
-                     subgroups, st->dqk_pad, st->dv_pad, (int)pb->dtype, (int)pb->out_dtype,
-                     pb->count_tiles);
+                     subgroups, st->dqk_pad, st->dv_pad, (int)pb->dtype, pb->count_tiles);
     for (unsigned i = 0; subgroups == 1 && i < ctx->device.num_subgroup_sizes; i++)
         if (ctx->device.subgroup_sizes[i] == team) /* Intel: ask for subgroups of a team */
             n += snprintf(out + n, size - (size_t)n, " -DREQD_SUBGROUP_SIZE=%u", team);

@@ -249,8 +249,8 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
              "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKEY_ROWS=%d", st->block_n,
              st->dqk_pad, st->dv_pad, (int)pb->dtype, st->kind->key_rows);
     snprintf(defines, sizeof defines,
-             "%s -DBLOCK_M=%u -DOUT_DTYPE=%d -DCOUNT_TILES=%d -DIN_PLACE=%d", pack_defines,
-             st->block_m, (int)pb->out_dtype, pb->count_tiles, st->in_place);
+             "%s -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d", pack_defines, st->block_m,
+             pb->count_tiles, st->in_place);
     clattn_status status =
         kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
@@ -277,8 +277,13 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const pa
     KARG(a, vp);
     KARG(a, vbad);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: pack arguments");
-    size_t global[2] = {(size_t)slots, pb->batch * pb->heads_kv};
-    return kernel_launch(ctx, kernel, 2, global, NULL, NULL, "fused: packing K and V");
+    /* One work-group size for every call: PoCL compiles the kernel once for each size it
+     * meets, and the size it picks itself follows the number of slots. */
+    enum { PACK_GROUP = 16 };
+    size_t global[2] = {((size_t)slots + PACK_GROUP - 1) / PACK_GROUP * PACK_GROUP,
+                        pb->batch * pb->heads_kv};
+    size_t local[2] = {PACK_GROUP, 1};
+    return kernel_launch(ctx, kernel, 2, global, local, NULL, "fused: packing K and V");
 }
 
 /* Both passes in one launch (tile_walk.cl's PASS_PARAMS): row_tiles work-groups of the

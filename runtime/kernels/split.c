@@ -183,9 +183,8 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
     static const char *const files[] = {ATTN_PRELUDE, "split.cl"};
     char defines[192];
     snprintf(defines, sizeof defines,
-             "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKV_DTYPE=%d -DOUT_DTYPE=%d",
-             p->block_r, p->dqk_pad, p->dv_pad, (int)pb->dtype, (int)pb->kv.dtype,
-             (int)pb->out_dtype);
+             "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKV_DTYPE=%d", p->block_r,
+             p->dqk_pad, p->dv_pad, (int)pb->dtype, (int)pb->kv.dtype);
     clattn_status status =
         kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_split", attention);
     if (status == CLATTN_SUCCESS && p->chunks > 1)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `clattn check` survives a row that hangs or crashes: a copy of cl/ ($CLATTN_KERNEL_DIR) whose
 # rowwise kernel spins for ever makes that row time out (named with its case) while the other
-# rows run to the end, the exit status fails, --json records every case; a kernel that crashes
-# its process is reported with the signal; a terminal shows the running case; and no
-# "no variant N" line comes out of the walk over the variant table.
+# rows run to the end (two at once with --jobs 2), the exit status fails, --json records every
+# case; a kernel that crashes its process is reported with the signal; a terminal shows the
+# running case; and no "no variant N" line comes out of the walk over the variant table.
 # Usage: cli_check_hang.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
@@ -25,12 +25,22 @@ grep -q "volatile int spin" spin/rowwise.cl ||
 mkdir spin-cache
 spin_env=(env CLATTN_KERNEL_DIR="$work/spin" CLATTN_CACHE_DIR="$work/spin-cache")
 
-# ---- a hang: the row times out in case 0, the reference row still runs, the check fails
+# ---- a hang: the row times out in case 0, the reference row still runs (beside it: --jobs 2
+# starts both rows' processes at once), the check fails
 start=$(date +%s)
 "${spin_env[@]}" "$clattn" check --quick --device 0 --variant rowwise,reference --timeout 45 \
-  --json "$work/hang.json" > out 2> err
+  --jobs 2 --json "$work/hang.json" > out 2> err &
+check_pid=$!
+most=0
+while kill -0 "$check_pid" 2> /dev/null; do
+  rows=$(pgrep -P "$check_pid" -f -- "--child-fd" | wc -l)
+  [ "$rows" -gt "$most" ] && most=$rows
+  sleep 0.2
+done
+wait "$check_pid"
 status=$?
 took=$(($(date +%s) - start))
+[ "$most" -eq 2 ] || fail "--jobs 2 ran at most $most rows at once"
 [ "$status" -eq 1 ] || fail "a hanging row: check exited $status, not 1: $(cat err)"
 grep -qE "^clattn check: device 0, path fused, variant rowwise: timed out after 45 s in case 0 \(B=1 " \
   err || fail "the hang is not reported with its case: $(cat err)"

@@ -131,13 +131,18 @@ no_driver=(env OCL_ICD_VENDORS="$work/no-icds" CLATTN_NO_DRIVER_SEARCH=1)
 expect 1 "pocl-opencl-icd" -- "${no_driver[@]}" "$clattn" devices
 expect 1 "pocl-opencl-icd" -- "${no_driver[@]}" "$clattn" "${good[@]}" --out "$out"
 
-# ---- the program cache: a second process finds it warm
-export CLATTN_CACHE_DIR="$work/cache"
+# ---- the program cache: a second process finds it warm. PoCL keeps compiled programs in its
+# own cache, where clattn stores none; with PoCL's off, clattn's holds them.
+export CLATTN_CACHE_DIR="$work/pocl-keeps"
+"$clattn" "${good[@]}" --out "$work/first.npy" --path fused > /dev/null 2>&1 || fail "run with PoCL's cache"
+[ -z "$(ls "$CLATTN_CACHE_DIR" | grep clbin)" ] || fail "clattn kept a program that PoCL keeps: $(ls "$CLATTN_CACHE_DIR")"
+export CLATTN_CACHE_DIR="$work/cache" POCL_KERNEL_CACHE=0
 CLATTN_VERBOSE=1 "$clattn" "${good[@]}" --out "$work/first.npy" --path fused 2> "$work/first.log" > /dev/null
 CLATTN_VERBOSE=1 "$clattn" "${good[@]}" --out "$work/second.npy" --path fused 2> "$work/second.log" > /dev/null
 grep -q "built " "$work/first.log" || fail "the first process did not build: $(cat "$work/first.log")"
 grep -q "cache hit" "$work/second.log" || fail "the second process missed the cache: $(cat "$work/second.log")"
 grep -q "built " "$work/second.log" && fail "the second process rebuilt a program"
 cmp -s "$work/first.npy" "$work/second.npy" || fail "the cached program computed something else"
+unset POCL_KERNEL_CACHE
 
 finish cli_run
