@@ -82,7 +82,7 @@ typedef struct query_tile {
     float16 row_max[GROUPS];       /* running maximum of the scores */
     float16 row_sum[GROUPS];       /* running sum of exp(score - row_max) */
     float16 row_bound[GROUPS];     /* what O^T is divided by: >= row_sum, < row_sum + BLOCK_N */
-    __global const IN_T *Q;        /* Q and the scale, for rescore */
+    __global const void *Q;        /* Q and the scale, for rescore */
     float scale;
     __global uint *tile_count; /* COUNT_TILES: the key tiles visited, counted */
 } query_tile;
@@ -133,7 +133,7 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, cons
     const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(LOAD_IN(t->Q, row + d) * RESCORE_DOWN,
+        dot = fma(load_q(P->q_dtype, t->Q, row + d) * RESCORE_DOWN,
                   rows->k[j * rows->k_step + d] * RESCORE_DOWN, dot);
     return rescored(dot, t->scale);
 }
@@ -377,7 +377,7 @@ ALWAYS_INLINE float16 load_column16(const float *a, int r0, int col) {
  * a transposing store is 16 scalar stores, which would fill the store buffer between the row
  * loads and keep their cache misses from overlapping (6% of a (128,128) window's time on
  * [B, N, H, D] rows). */
-ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *Q, float q_scale,
+ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *Q, float q_scale,
                                 query_tile *t) {
     float16 rows[BLOCK_M][DQK_PAD / 16]; /* the tile's Q rows [BLOCK_M][DQK_PAD] */
     for (int m = 0; m < BLOCK_M; m++) {
@@ -385,7 +385,7 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const IN_T *
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
                          (i < 0 ? 0 : i) * P->q_stride_s;
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
-            rows[m][d0 / 16] = load_row16(Q, row, d0, P->dim_qk, i >= 0);
+            rows[m][d0 / 16] = load_q_row16(P->q_dtype, Q, row, d0, P->dim_qk, i >= 0);
     }
     for (int m = 0; m < BLOCK_M; m++)
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)

@@ -26,6 +26,15 @@
 #define KEY_ROWS 0
 #endif
 
+/* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
+ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim, int present) {
+    if (!present || d0 >= dim) return (float16)0.0f;
+    if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
+    float lanes[16];
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_IN(x, row + d0 + e) : 0.0f;
+    return vload16(0, lanes);
+}
+
 #define PACK_CLASSES 0
 #define PACK_GLOBALS 1
 #define PACK_FLAGS   2

@@ -52,7 +52,7 @@
 /* The arguments of both variants' kernels, in the order runtime/kernels/packed.c sets them. */
 #define ATTENTION_KERNEL_ARGS                                                                      \
     __constant attn_params *P_window, __constant attn_params *P_rows, long row_tiles,              \
-        __global const IN_T *Q, __global const float *Kp, __global const float *Vp,                \
+        __global const void *Q, __global const float *Kp, __global const float *Vp,                \
         __global const uchar *Vbad, __global const float *Kt, __global const float *Vt,            \
         __global const float *Kg, __global const float *Vg, __global const uchar *Vbad_g,          \
         __global const int *gpos, __global void *O, __global float *LSE,                          \
@@ -82,12 +82,26 @@
 
 #define NO_KEY (-1L)
 
-/* 16 values of a row from d0 on, zero past `dim` and for a missing key. */
-ALWAYS_INLINE float16 load_row16(__global const IN_T *x, long row, long d0, long dim, int present) {
+/* Q of the packed variants, whose K and V are packed to float32 first (or are float32 read in
+ * place): its storage, P->q_dtype, is chosen at run time, as a tile reads its query rows once,
+ * so one program serves every storage of Q. */
+ALWAYS_INLINE float load_q(int dtype, __global const void *Q, long index) {
+    if (dtype == DTYPE_F16) return vload_half(index, (__global const half *)Q);
+    if (dtype == DTYPE_BF16) return bf16_to_float(((__global const ushort *)Q)[index]);
+    return ((__global const float *)Q)[index];
+}
+
+/* load_row16 for Q. */
+ALWAYS_INLINE float16 load_q_row16(int dtype, __global const void *Q, long row, long d0, long dim,
+                                   int present) {
     if (!present || d0 >= dim) return (float16)0.0f;
-    if (d0 + 16 <= dim) return LOAD16_IN(x, row + d0);
+    if (d0 + 16 <= dim && dtype == DTYPE_F16)
+        return vload_half16(0, (__global const half *)Q + row + d0);
+    if (d0 + 16 <= dim && dtype == DTYPE_BF16)
+        return bf16x16_to_float16(vload16(0, (__global const ushort *)Q + row + d0));
+    if (d0 + 16 <= dim) return vload16(0, (__global const float *)Q + row + d0);
     float lanes[16];
-    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? LOAD_IN(x, row + d0 + e) : 0.0f;
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? load_q(dtype, Q, row + d0 + e) : 0.0f;
     return vload16(0, lanes);
 }
 

@@ -244,13 +244,14 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
     const char *pack_files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl"};
     const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", st->kind->kernel_file};
-    char pack_defines[160], defines[288];
-    snprintf(pack_defines, sizeof pack_defines,
-             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKEY_ROWS=%d", st->block_n,
-             st->dqk_pad, st->dv_pad, (int)pb->dtype, st->kind->key_rows);
-    snprintf(defines, sizeof defines,
-             "%s -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d", pack_defines, st->block_m,
-             pb->count_tiles, st->in_place);
+    char shape[128], pack_defines[160], defines[288];
+    snprintf(shape, sizeof shape, "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DKEY_ROWS=%d",
+             st->block_n, st->dqk_pad, st->dv_pad, st->kind->key_rows);
+    /* K and V in their storage for the packing; the attention kernel reads float32 K and V and
+     * takes Q's storage from the parameters (P->q_dtype) */
+    snprintf(pack_defines, sizeof pack_defines, "%s -DIN_DTYPE=%d", shape, (int)pb->dtype);
+    snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d", shape,
+             st->block_m, pb->count_tiles, st->in_place);
     clattn_status status =
         kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
