@@ -84,6 +84,8 @@ static int cache_info(const cli_args *args) {
            info.other_version_entries, (double)info.other_version_bytes / 1048576.0);
     printf("last used   oldest %s, newest %s\n", oldest, newest);
     printf("limit       %.1f MiB ($CLATTN_CACHE_MAX_MB)\n", (double)info.limit_bytes / 1048576.0);
+    printf("PoCL        keeps its devices' compiled kernels in its own cache, not here, unless\n"
+           "            POCL_KERNEL_CACHE=0 (docs/kernel-cache.md)\n");
     return 0;
 }
 

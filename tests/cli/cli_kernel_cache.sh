@@ -2,8 +2,10 @@
 # clattn cache (docs/kernel-cache.md), on a cache folder of its own: info counting entries and the
 # entries of other clattn versions; trim removing other versions first, then the least recently
 # used; clear keeping tuning.json and foreign files; the $CLATTN_CACHE_MAX_MB bound kept while
-# real programs are built; warm in two processes storing what a second warm only loads; and the
-# usage errors. Usage: cli_kernel_cache.sh PATH/TO/clattn
+# real programs are built; warm in two processes storing what a second warm only loads; warm
+# filling PoCL's own cache instead when PoCL keeps one; and the usage errors. PoCL's cache is off
+# for the rest (POCL_KERNEL_CACHE=0), which makes clattn's folder keep the programs.
+# Usage: cli_kernel_cache.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
@@ -43,6 +45,7 @@ echo notes > "$CLATTN_CACHE_DIR/notes.txt"
 [ "$(field other_version_entries)" = 3 ] || fail "info: other versions $(field other_version_entries)"
 [ "$(field bytes)" = 614400 ] || fail "info: bytes $(field bytes), expected 614400"
 "$clattn" cache info | grep -q "6 compiled programs" || fail "info's text: $("$clattn" cache info)"
+"$clattn" cache info | grep -q "^PoCL .* its own cache" || fail "info does not say where PoCL keeps its kernels"
 
 # 307200 bytes (0.29296875 MiB): the other version's three go, though they were used last
 "$clattn" cache trim --max-mb 0.29296875 > "$work/out" || fail "trim: $(cat "$work/out")"
@@ -78,6 +81,15 @@ CLATTN_VERBOSE=1 "$clattn" cache warm --dtypes f32 --head-dims 32,64 --jobs 1 > 
   fail "second warm: $(cat "$work/out")"
 grep -q "cache hit" "$work/out" || fail "the second warm loaded nothing: $(cat "$work/out")"
 grep -q "^clattn: built " "$work/out" && fail "the second warm built again: $(grep "^clattn: built " "$work/out")"
+
+# ---- PoCL's own cache, as PoCL runs by default: warm fills it, and clattn's folder stays empty
+pocl_dir="$work/pocl-kcache"
+mkdir -p "$pocl_dir"
+env -u POCL_KERNEL_CACHE POCL_CACHE_DIR="$pocl_dir" CLATTN_CACHE_DIR="$work/pocl-keeps" \
+  "$clattn" cache warm --dtypes f32 --head-dims 64 --jobs 2 > "$work/out" 2>&1 ||
+  fail "warm with PoCL's cache: $(cat "$work/out")"
+[ -n "$(find "$pocl_dir" -name '*.so' | head -n 1)" ] || fail "warm compiled nothing into PoCL's cache"
+[ -z "$(find "$work/pocl-keeps" -name '*.clbin')" ] || fail "clattn kept programs that PoCL keeps"
 
 # ---- usage errors and a disabled cache
 expect 2 "name an action" -- "$clattn" cache
