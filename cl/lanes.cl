@@ -197,15 +197,45 @@ ALWAYS_INLINE void mask_global_keys(__constant attn_params *P, const query_tile 
     }
 }
 
+/* cap * tanh(x / cap) on whole vectors, k = -2 log2(e) / cap: sign(x) * cap * (1 - e) / (1 + e)
+ * with e = e^(-2|x| / cap) = 2^z, z = k |x| held at -64 and above (e is 0 to float32 there
+ * already), and 2^z = 2^n 2^f with f in [-0.5, 0.5] of degree 5 (2.4e-7 relative). The library's
+ * tanh is several times slower on whole vectors; the error near 0, a few float32 ulps of 1 times
+ * cap, is far inside the tolerances. NaN and -inf come out finite: the caller keeps them. */
+ALWAYS_INLINE float16 soft_cap(float16 x, float cap, float k) {
+    float16 z = fabs(x) * k;
+    z = select(z, (float16)(-64.0f), z < (float16)(-64.0f));
+    const float16 shifted = z + (float16)12582912.0f; /* 1.5 * 2^23: n in the low bits */
+    const float16 f = z - (shifted - (float16)12582912.0f);
+    float16 e = (float16)1.3276502722874284e-3f;
+    e = fma(e, f, (float16)9.675541892647743e-3f);
+    e = fma(e, f, (float16)5.550713092088699e-2f);
+    e = fma(e, f, (float16)2.4022120237350464e-1f);
+    e = fma(e, f, (float16)6.931469440460205e-1f);
+    e = fma(e, f, (float16)1.0f);
+    e = as_float16(as_int16(e) + (as_int16(shifted) << 23)); /* times 2^n */
+    const float16 magnitude = fma((float16)(-cap), e, (float16)cap) / ((float16)1.0f + e);
+    return as_float16(as_int16(magnitude) | (as_int16(x) & (int16)INT_MIN));
+}
+
+/* Soft-capping alone on a tile's S^T, which needs no key positions. */
+ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N][GROUPS]) {
+    const float cap = as_float((uint)P->softcap), k = -2.0f * M_LOG2E_F / cap;
+    for (int j = 0; j < BLOCK_N; j++)
+        for (int g = 0; g < GROUPS; g++) {
+            const float16 x = s_t[j][g];
+            s_t[j][g] = select(soft_cap(x, cap, k), x, !(x > (float16)(-INFINITY))); /* NaN, -inf */
+        }
+}
+
 /* Soft-capping and ALiBi (common.cl's modified_score) on whole vectors of S^T, for tiles whose
  * every slot holds a key (full and bounded ones; a bounded tile's masked lanes stay -inf):
- * cap * tanh(s / cap), then s - slope * |p - j| with the rows' positions p in the lanes. tanh
- * comes from exp2_nonpositive (the library call is several times slower on whole vectors): its
- * error near 0, a few float32 ulps of 1 times cap, is far inside the tolerances. */
+ * cap * tanh(s / cap) (soft_cap), then s - slope * |p - j| with the rows' positions p in the
+ * lanes. A NaN or -inf score stays as it was. */
 ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, const long *kpos,
                                float16 s_t[BLOCK_N][GROUPS]) {
     const float cap = P->softcap != 0 ? as_float((uint)P->softcap) : 0.0f;
-    const float inv_cap = cap != 0.0f ? 1.0f / cap : 0.0f;
+    const float cap_exponent = cap != 0.0f ? -2.0f * M_LOG2E_F / cap : 0.0f; /* soft_cap's k */
     float slope = 0.0f;
     if (P->alibi != 0) { /* the extras: the sinks [Hq] if any, then the slopes [Hq] or [B][Hq] */
         const long at = (P->has_sinks ? P->heads_q : 0) + (P->alibi == 2 ? t->b * P->heads_q : 0);
@@ -223,11 +253,7 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
         for (int j = 0; j < BLOCK_N; j++) {
             const float16 x = s_t[j][g];
             float16 y = x;
-            if (cap != 0.0f) { /* tanh from the kernel's exp2: (1 - e) / (1 + e), e = e^(-2|u|) */
-                const float16 u = x * inv_cap;
-                const float16 e = exp2_nonpositive(fabs(u) * (float16)(-2.0f * M_LOG2E_F));
-                y = cap * copysign(native_divide((float16)1.0f - e, (float16)1.0f + e), u);
-            }
+            if (cap != 0.0f) y = soft_cap(x, cap, cap_exponent);
             if (P->alibi != 0) {
                 const float16 term = -(slope * fabs(p - (float16)(float)kpos[j]));
                 const float16 sum = y + term; /* saturating, as add_saturating, unless no term */
@@ -235,7 +261,7 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
                                 : select(sum, copysign((float16)FLT_MAX, sum),
                                          isinf(sum) & isfinite(y) & isfinite(term));
             }
-            s_t[j][g] = select(y, x, x == (float16)(-INFINITY));
+            s_t[j][g] = select(y, x, !(x > (float16)(-INFINITY))); /* NaN, -inf */
         }
     }
 }
@@ -333,7 +359,9 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     tile_scores(t, rows->k, rows->k_step, s_t);
     rescore_overflows(P, t, rows, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
-    if (kind == TILE_GENERAL || P->has_bias || MODIFIES_SCORES(P)) {
+    const int positions = kind == TILE_GENERAL || P->has_bias || P->alibi != 0;
+    if (!positions && P->softcap != 0) soft_cap_tile(P, s_t);
+    if (positions) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);
         if (kind == TILE_GENERAL && pass == PASS_GLOBAL_KEYS && global_keys_in_vectors(P)) {

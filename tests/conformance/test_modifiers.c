@@ -21,6 +21,9 @@ Test(modifiers, each_alone_and_composed_matches_the_reference) {
     attn_case *c = &cases[n++]; /* soft-capping, with a scale that pushes scores past the cap */
     case_init(c, 2, 4, 2, 33, 47, 64, 64);
     c->softcap = 2.0f, c->scale = 1.0f;
+    c = &cases[n++]; /* soft-capping of finite scores near 1e30, far past where tanh is 1 */
+    case_init(c, 1, 2, 2, 40, 64, 32, 32);
+    c->softcap = 4.0f, c->scale = 1e30f;
     c = &cases[n++]; /* ALiBi, causal, GQA */
     case_init(c, 1, 8, 2, 40, 40, 32, 32);
     c->alibi = 1, c->causal = 1;
