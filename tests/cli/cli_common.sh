@@ -9,6 +9,17 @@ top="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# Under AddressSanitizer (scripts/test.sh): PoCL leaks inside its own passes when it compiles a
+# kernel that its disk cache does not hold (a fresh cache folder, POCL_KERNEL_CACHE=0); those
+# leaks are suppressed by name (tests/lsan-pocl.supp), which needs the slow unwinder to see
+# PoCL's frames. Call it before the commands that compile.
+suppress_pocl_compile_leaks() {
+  if [ -n "${ASAN_OPTIONS:-}" ]; then
+    export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+    export LSAN_OPTIONS="suppressions=$top/tests/lsan-pocl.supp"
+  fi
+}
+
 # finish NAME: a script's last line. Prints "NAME: all passed" or the count of failures and
 # exits 0 or 1; never `exit "$failures"`, since an exit status keeps 8 bits and 256 failures
 # would read as success.

@@ -13,6 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 shared="${CLATTN_CACHE_DIR:-}" # the suite's shared folder: only ever read here
 export CLATTN_CACHE_DIR="$work/cache"
 export POCL_KERNEL_CACHE=0 # PoCL's own cache off: clattn's keeps the programs (docs/kernel-cache.md)
+suppress_pocl_compile_leaks
 version=$("$clattn" --version | awk '{print $2}')
 
 # fake_entry NAME VERSION AGE: an entry of 102400 bytes whose key starts "clattn VERSION",

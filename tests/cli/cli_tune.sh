@@ -8,13 +8,7 @@
 set -uo pipefail
 clattn="$(realpath "$1")"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
-# Under AddressSanitizer (scripts/test.sh): tune builds dozens of kernels in a fresh cache folder,
-# and PoCL leaks inside its own passes while building them; those leaks are suppressed by name
-# (tests/lsan-pocl.supp), which needs the slow unwinder to see PoCL's frames.
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-  export LSAN_OPTIONS="suppressions=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../lsan-pocl.supp"
-fi
+suppress_pocl_compile_leaks # tune builds dozens of kernels in a fresh cache folder
 export CLATTN_CACHE_DIR="$work/cache"
 mkdir -p "$CLATTN_CACHE_DIR"
 json="$CLATTN_CACHE_DIR/tuning.json"
