@@ -109,7 +109,13 @@ class AttentionDesc(Structure):
 
 
 class AttentionExtents(Structure):
-    _fields_ = _members(c_size_t, "q k v o lse bias")
+    """Bytes each tensor of a call spans in its buffer, from its offset to its last element."""
+
+    _fields_ = [
+        *_members(c_size_t, "q k v o"),
+        ("lse", c_size_t),  # float32 [B, Hq, Nq]
+        ("bias", c_size_t),  # 0 when the desc has no bias
+    ]
 
 
 class Stats(Structure):

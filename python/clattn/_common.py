@@ -11,7 +11,7 @@ import functools
 import inspect
 import operator
 import typing
-from typing import Any, Callable, Optional, Type, TypeVar
+from typing import Any, Callable, Mapping, Optional, Type, TypeVar
 
 from . import _capi
 from .errors import check
@@ -55,6 +55,11 @@ def record(record_type: Type[_Record], struct: Any, **given: Any) -> _Record:
 def attribute(name: str, doc: Optional[str] = None) -> Any:
     """A read-only property that returns the attribute `name` of its object."""
     return property(operator.attrgetter(name), doc=doc)
+
+
+def named_attribute(name: str, names: Mapping[int, str], doc: str) -> Any:
+    """A read-only property that returns the name in `names` of the code in attribute `name`."""
+    return property(lambda self: names[getattr(self, name)], doc=doc)
 
 
 def keyword_groups(**groups: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _capi, _checks
 from ._capi import float_pointer, int32_pointer
-from ._common import attribute, keyword_groups, new_struct
+from ._common import attribute, keyword_groups, named_attribute, new_struct
 from ._tensors import (
     DTYPE_NAMES,
     STORAGE_TYPES,
@@ -178,10 +178,9 @@ class KVCache(_OwnedHandle):
     dim_v = attribute("_dim_v", "Dv, the head dim of V.")
     capacity = attribute("_capacity", "The rows a sequence may hold.")
 
-    @property
-    def dtype(self) -> str:
-        """The storage of K and V: "float32", "float16", "bfloat16", "q8_0" or "q4_0"."""
-        return _CACHE_DTYPE_NAMES[self._dtype]
+    dtype = named_attribute(
+        "_dtype", _CACHE_DTYPE_NAMES, 'The storage of K and V: "float32", "float16", "bfloat16", "q8_0" or "q4_0".'
+    )
 
     layout = attribute("_layout", 'The order of the storage and of the arrays the cache takes: "bshd" or "bhsd".')
 

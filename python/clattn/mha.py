@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _capi, _checks, _opencl
 from ._capi import int32_pointer
-from ._common import attribute, fetch, keyword_groups, new_struct, record
+from ._common import attribute, fetch, keyword_groups, named_attribute, new_struct, record
 from ._tensors import (
     DTYPE_NAMES,
     STORAGE_TYPES,
@@ -370,14 +370,13 @@ class MultiheadAttention(_OwnedHandle):
     dim_v = attribute("_dim_v", "Dv, the head dim of V.")
 
     @property
-    def weight_dtype(self) -> str:
-        """The storage of the weights as given: "float32", "float16" or "bfloat16"."""
-        return DTYPE_NAMES[self._weight_dtype]
-
-    @property
     def head_mask(self) -> np.ndarray:
         """bool [heads]: the heads kept (a copy)."""
         return self._mask.copy()
+
+    weight_dtype = named_attribute(
+        "_weight_dtype", DTYPE_NAMES, 'The storage of the weights as given: "float32", "float16" or "bfloat16".'
+    )
 
     def info(self) -> LayerInfo:
         """@return the layer as it stands (heads kept, the kv heads a KV cache needs, ...)."""

@@ -58,15 +58,8 @@ def sliding(
 
 
 def bigbird(
-    len_q: int,
-    len_k: int,
-    block_size: BlockSize,
-    *,
-    window: int = 3,
-    num_global: int = 1,
-    num_random: int = 1,
-    seed: int = 0,
-    causal: bool = False,
+    len_q: int, len_k: int, block_size: BlockSize, *, window: int = 3, num_global: int = 1,
+    num_random: int = 1, seed: int = 0, causal: bool = False
 ) -> np.ndarray:
     """BigBird (Zaheer et al. 2020): the sliding band of `window` blocks, the first `num_global`
     block rows and columns dense, and `num_random` random blocks a row (seeded: the same seed
@@ -83,13 +76,8 @@ def bigbird(
 
 
 def longformer(
-    len_q: int,
-    len_k: int,
-    block_size: BlockSize,
-    *,
-    window: int,
-    global_blocks: Sequence[int] = (),
-    causal: bool = False,
+    len_q: int, len_k: int, block_size: BlockSize, *, window: int, global_blocks: Sequence[int] = (),
+    causal: bool = False
 ) -> np.ndarray:
     """Longformer (Beltagy et al. 2020): the sliding band of `window` blocks, and the rows and
     columns of the blocks `global_blocks` dense. @return uint8 [ceil(len_q/BQ), ceil(len_k/BK)]."""
