@@ -133,7 +133,7 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, cons
     const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(load_q(P->q_dtype, t->Q, row + d) * RESCORE_DOWN,
+        dot = fma(load_as(P->q_dtype, t->Q, row + d) * RESCORE_DOWN,
                   rows->k[j * rows->k_step + d] * RESCORE_DOWN, dot);
     return rescored(dot, t->scale);
 }
@@ -413,7 +413,7 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
                          (i < 0 ? 0 : i) * P->q_stride_s;
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
-            rows[m][d0 / 16] = load_q_row16(P->q_dtype, Q, row, d0, P->dim_qk, i >= 0);
+            rows[m][d0 / 16] = load_row16_as(P->q_dtype, Q, row, d0, P->dim_qk, i >= 0);
     }
     for (int m = 0; m < BLOCK_M; m++)
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)

@@ -34,7 +34,7 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st, __lo
                             int c) {
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++) {
-        const float q = load_q(P->q_dtype, st->q_src, st->q_row + d) * RESCORE_DOWN;
+        const float q = load_as(P->q_dtype, st->q_src, st->q_row + d) * RESCORE_DOWN;
         dot = fma(q, kt[d * BLOCK_N + c] * RESCORE_DOWN, dot);
     }
     return rescored(dot, st->scale);
@@ -170,7 +170,7 @@ attention_rowwise(ATTENTION_KERNEL_ARGS) {
     const long q_row =
         P->q_offset + b * P->q_stride_b + h * P->q_stride_h + (st.i < 0 ? 0 : st.i) * P->q_stride_s;
     for (int d = 0; d < DQK_PAD; d++)
-        st.q[d] = (st.i >= 0 && d < P->dim_qk) ? load_q(P->q_dtype, Q, q_row + d) * q_scale : 0.0f;
+        st.q[d] = (st.i >= 0 && d < P->dim_qk) ? load_as(P->q_dtype, Q, q_row + d) * q_scale : 0.0f;
     st.q_src = Q;
     st.q_row = q_row;
     st.scale = q_scale;

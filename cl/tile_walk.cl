@@ -82,26 +82,27 @@
 
 #define NO_KEY (-1L)
 
-/* Q of the packed variants, whose K and V are packed to float32 first (or are float32 read in
- * place): its storage, P->q_dtype, is chosen at run time, as a tile reads its query rows once,
- * so one program serves every storage of Q. */
-ALWAYS_INLINE float load_q(int dtype, __global const void *Q, long index) {
-    if (dtype == DTYPE_F16) return vload_half(index, (__global const half *)Q);
-    if (dtype == DTYPE_BF16) return bf16_to_float(((__global const ushort *)Q)[index]);
-    return ((__global const float *)Q)[index];
+/* Element `index` of x, stored as `dtype` (float32, float16 or bfloat16), chosen at run time:
+ * Q of the packed variants (P->q_dtype), whose tiles read their query rows once, and K and V in
+ * the packing (P->kv_dtype), which reads each value once; one program serves every storage. */
+ALWAYS_INLINE float load_as(int dtype, __global const void *x, long index) {
+    if (dtype == DTYPE_F16) return vload_half(index, (__global const half *)x);
+    if (dtype == DTYPE_BF16) return bf16_to_float(((__global const ushort *)x)[index]);
+    return ((__global const float *)x)[index];
 }
 
-/* load_row16 for Q. */
-ALWAYS_INLINE float16 load_q_row16(int dtype, __global const void *Q, long row, long d0, long dim,
-                                   int present) {
+/* 16 values of a row of x (stored as `dtype`) from d0 on, zero past `dim` and where the row is
+ * not `present`. */
+ALWAYS_INLINE float16 load_row16_as(int dtype, __global const void *x, long row, long d0, long dim,
+                                    int present) {
     if (!present || d0 >= dim) return (float16)0.0f;
     if (d0 + 16 <= dim && dtype == DTYPE_F16)
-        return vload_half16(0, (__global const half *)Q + row + d0);
+        return vload_half16(0, (__global const half *)x + row + d0);
     if (d0 + 16 <= dim && dtype == DTYPE_BF16)
-        return bf16x16_to_float16(vload16(0, (__global const ushort *)Q + row + d0));
-    if (d0 + 16 <= dim) return vload16(0, (__global const float *)Q + row + d0);
+        return bf16x16_to_float16(vload16(0, (__global const ushort *)x + row + d0));
+    if (d0 + 16 <= dim) return vload16(0, (__global const float *)x + row + d0);
     float lanes[16];
-    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? load_q(dtype, Q, row + d0 + e) : 0.0f;
+    for (int e = 0; e < 16; e++) lanes[e] = d0 + e < dim ? load_as(dtype, x, row + d0 + e) : 0.0f;
     return vload16(0, lanes);
 }
 

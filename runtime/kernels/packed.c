@@ -244,16 +244,16 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
     const char *pack_files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl"};
     const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", st->kind->kernel_file};
-    char shape[128], pack_defines[160], defines[288];
-    snprintf(shape, sizeof shape, "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DKEY_ROWS=%d",
-             st->block_n, st->dqk_pad, st->dv_pad, st->kind->key_rows);
-    /* K and V in their storage for the packing; the attention kernel reads float32 K and V and
-     * takes Q's storage from the parameters (P->q_dtype) */
-    snprintf(pack_defines, sizeof pack_defines, "%s -DIN_DTYPE=%d", shape, (int)pb->dtype);
-    snprintf(defines, sizeof defines, "%s -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d", shape,
-             st->block_m, pb->count_tiles, st->in_place);
+    char defines[288];
+    /* the attention kernel reads float32 K and V and takes Q's storage from the parameters
+     * (P->q_dtype); the packing takes everything at run time (one program) */
+    snprintf(defines, sizeof defines,
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DKEY_ROWS=%d -DBLOCK_M=%u -DCOUNT_TILES=%d "
+             "-DIN_PLACE=%d",
+             st->block_n, st->dqk_pad, st->dv_pad, st->kind->key_rows, st->block_m, pb->count_tiles,
+             st->in_place);
     clattn_status status =
-        kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), pack_defines, "pack_keys", pack);
+        kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), "", "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
 }
@@ -261,11 +261,12 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
 /* What pack_keys makes (cl/pack.cl's modes). */
 enum pack_mode { PACK_CLASSES, PACK_GLOBALS, PACK_FLAGS, PACK_TAIL };
 
-static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const packed_buffers *fb,
-                                 const attn_buffers *buf, const attn_problem *pb,
-                                 enum pack_mode mode, int64_t slots, cl_mem kp, cl_mem vp,
-                                 cl_mem vbad) {
-    cl_int mode_arg = mode;
+static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const packed_state *st,
+                                 const packed_buffers *fb, const attn_buffers *buf,
+                                 const attn_problem *pb, enum pack_mode mode, int64_t slots,
+                                 cl_mem kp, cl_mem vp, cl_mem vbad) {
+    cl_int mode_arg = mode, block_n = (cl_int)st->block_n, dqk_pad = (cl_int)st->dqk_pad;
+    cl_int dv_pad = (cl_int)st->dv_pad, key_rows = st->kind->key_rows;
     cl_long count = slots;
     kernel_args a = {kernel, 0, CL_SUCCESS};
     KARG(a, fb->params);
@@ -274,6 +275,10 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const pa
     KARG(a, fb->gpos);
     KARG(a, mode_arg);
     KARG(a, count);
+    KARG(a, block_n);
+    KARG(a, dqk_pad);
+    KARG(a, dv_pad);
+    KARG(a, key_rows);
     KARG(a, kp);
     KARG(a, vp);
     KARG(a, vbad);
@@ -334,12 +339,13 @@ static clattn_status pack_keys(clattn_context *ctx, cl_kernel pack, const attn_p
     const tile_geometry *g = &st->geometry;
     int64_t slots = g->classes * g->class_slots;
     if (!st->in_place)
-        return launch_pack(ctx, pack, fb, buf, pb, PACK_CLASSES, slots, fb->kp, fb->vp, fb->vbad);
+        return launch_pack(ctx, pack, st, fb, buf, pb, PACK_CLASSES, slots, fb->kp, fb->vp,
+                           fb->vbad);
     clattn_status status =
-        launch_pack(ctx, pack, fb, buf, pb, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
+        launch_pack(ctx, pack, st, fb, buf, pb, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
     if (!status)
-        status = launch_pack(ctx, pack, fb, buf, pb, PACK_TAIL, g->classes * st->block_n, fb->kt,
-                             fb->vt, fb->vbad);
+        status = launch_pack(ctx, pack, st, fb, buf, pb, PACK_TAIL, g->classes * st->block_n,
+                             fb->kt, fb->vt, fb->vbad);
     return status;
 }
 
@@ -353,8 +359,8 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
     if (g->globals_matter) row_tiles = (st->lists->host->num_rows + g->block_m - 1) / g->block_m;
     if (!status) status = pack_keys(ctx, pack, pb, st, fb, buf);
     if (!status && P->global_slots > 0)
-        status = launch_pack(ctx, pack, fb, buf, pb, PACK_GLOBALS, P->global_slots, fb->kg, fb->vg,
-                             fb->vbad_g);
+        status = launch_pack(ctx, pack, st, fb, buf, pb, PACK_GLOBALS, P->global_slots, fb->kg,
+                             fb->vg, fb->vbad_g);
     if (!status)
         status =
             launch_attention(ctx, attention, st, fb, buf, row_tiles,

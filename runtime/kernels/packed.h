@@ -20,7 +20,7 @@ struct packed_state;
 typedef struct packed_kind {
     const char *kernel_file; /* "lanes.cl" */
     const char *kernel_name; /* "attention_lanes" */
-    int key_rows;            /* K packed as rows like V (cl/pack.cl KEY_ROWS), not as K^T tiles */
+    int key_rows;            /* K packed as rows like V (cl/pack.cl key_rows), not as K^T tiles */
     /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
      * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or
      * INVALID_ARGUMENT for a tuning entry the kernel cannot take) with the reason on ctx when

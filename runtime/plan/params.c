@@ -58,6 +58,7 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p) 
     p->has_sinks = pb->sinks != NULL;
     p->alibi = pb->alibi_slopes ? (pb->alibi_per_batch ? 2 : 1) : 0;
     p->q_dtype = pb->dtype;
+    p->kv_dtype = pb->kv.dtype;
     p->out_dtype = pb->out_dtype;
 }
 

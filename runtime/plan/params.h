@@ -74,7 +74,8 @@
     X(softcap, "float32 bits of the soft cap in the low 32 bits, 0 off (docs/semantics.md 8)")     \
     X(has_sinks, "sinks[Hq] follow the block (params_extras)")                                     \
     X(alibi, "0 none, 1 slopes[Hq], 2 slopes[B][Hq] after the sinks")                             \
-    X(q_dtype, "Q's storage, a clattn_dtype (read by lanes and rowwise: tile_walk.cl's load_q)")  \
+    X(q_dtype, "Q's storage, a clattn_dtype (read by lanes and rowwise: tile_walk.cl's load_as)") \
+    X(kv_dtype, "K's and V's storage, a clattn_dtype (read by the packing: pack.cl)")            \
     X(out_dtype, "O's storage, a clattn_dtype (common.cl's store_o)")
 
 /* The sources that every attention kernel program starts with, in this order: the parameter
