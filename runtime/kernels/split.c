@@ -39,6 +39,9 @@ extern const attn_variant variant_split; /* the row, at the end of the file */
 #define SPLIT_MAX_HEAD_DIM 576
 #define SPLIT_WIDE_ROWS    2
 
+/* auto's limit: query rows a kv head (the packed variants' tiles hold 16 or 32) */
+#define SPLIT_AUTO_ROWS 16
+
 static unsigned head_dim_bucket(size_t dim) {
     if (dim <= TILES_MAX_HEAD_DIM) return tiles_head_dim_bucket(dim);
     return dim <= SPLIT_MAX_HEAD_DIM ? (unsigned)((dim + 63) / 64 * 64) : 0;
@@ -53,12 +56,10 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
 
 /* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else for head dims
  * past the other fused variants' (gemm the only other path: 3.6x to 92x slower on a CPU at
- * 576/512, bench/README.md) and while a kv head has at most the tuning entry's block_m query
- * rows, where the fused variants' query tiles would leave most of the device idle, unless the
- * device's compiler builds it only slowly (kernels/compilers.c). */
+ * 576/512, bench/README.md) and while a kv head has at most SPLIT_AUTO_ROWS query rows, where
+ * the fused variants' query tiles would leave most of the device idle, unless the device's
+ * compiler builds it only slowly (kernels/compilers.c). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    tuning_params tuning;
-    variant_tuning_on(device, &variant_split, &tuning);
     int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype));
     char slow[256];
     if (!only_split && compiler_is_slow(device, "split", slow, sizeof slow)) {
@@ -67,11 +68,11 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
         return 0;
     }
     int wide = pb && (pb->dim_qk > TILES_MAX_HEAD_DIM || pb->dim_v > TILES_MAX_HEAD_DIM);
-    if (!pb || only_split || wide || pb->len_q * pb->group <= tuning.block_m) return 1;
+    if (!pb || only_split || wide || pb->len_q * pb->group <= SPLIT_AUTO_ROWS) return 1;
     snprintf(why, size,
              "auto uses it over KV caches, for q8_0 and q4_0 K/V, for head dims past %d and for "
-             "at most %u query rows a kv head (this call has %zu)",
-             TILES_MAX_HEAD_DIM, tuning.block_m, pb->len_q * pb->group);
+             "at most %d query rows a kv head (this call has %zu)",
+             TILES_MAX_HEAD_DIM, SPLIT_AUTO_ROWS, pb->len_q * pb->group);
     return 0;
 }
 
@@ -266,10 +267,12 @@ static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn
     return status;
 }
 
-/* Up to block_m query rows a work-item (also the most a kv head may have for auto to pick it),
- * chunks of at least block_n keys, wg_size work-items a compute unit. */
+/* Up to block_m query rows a work-item, chunks of at least block_n keys, wg_size work-items a
+ * compute unit. 8 rows rather than 16: on PoCL (AVX-512) 16 rows' scores and accumulators no
+ * longer fit the registers, so a kv head's 16 rows ran no faster in one work-item than in two,
+ * and its kernel took half as long again to compile (bench/README.md, issue 31). */
 static const tuning_default defaults[] = {
-    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 16, .block_n = 256, .wg_size = 4, .vector = 16}},
+    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 8, .block_n = 256, .wg_size = 4, .vector = 16}},
 };
 
 const attn_variant variant_split = {
