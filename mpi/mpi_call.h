@@ -6,7 +6,7 @@
 #ifndef CLATTN_MPI_CALL_H
 #define CLATTN_MPI_CALL_H
 
-#include "link.h"
+#include "rank_link.h"
 
 typedef struct mpi_call {
     clattn_context *ctx;

@@ -1,6 +1,6 @@
 /* Shard arrays: row maps, dense strides, copies between strided arrays, and what must be equal
- * on every rank (link.h). */
-#include "link.h"
+ * on every rank (rank_link.h). */
+#include "rank_link.h"
 
 #include <stdlib.h>
 #include <string.h>

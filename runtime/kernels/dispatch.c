@@ -76,8 +76,8 @@ static clattn_status probe_host_memory(clattn_context *ctx, const variant_plan *
 }
 
 /* Plans and runs one row. */
-static clattn_status run_row(clattn_context *ctx, const attn_variant *row, const attn_problem *pb,
-                             const attn_buffers *b, cl_event *event) {
+static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *row,
+                                  const attn_problem *pb, const attn_buffers *b, cl_event *event) {
     char why[256] = "";
     if (!row->supports(ctx, pb, why, sizeof why))
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "%s: %s", row->name, why);
@@ -221,10 +221,10 @@ static clattn_status run_auto(clattn_context *ctx, const attn_problem *pb, const
     if (m == 0 && vs.policy == CLATTN_VERIFY_REQUIRE) return refuse(ctx, c, n, &vs, "");
     for (size_t k = 0; k < m; k++) {
         candidate *t = &c[order[k]];
-        status = run_row(ctx, t->row, pb, b, event);
+        status = plan_and_run(ctx, t->row, pb, b, event);
         if (status == CLATTN_SUCCESS) note_choice(ctx, c, order[k], &vs);
         if (status != CLATTN_ERR_UNSUPPORTED && status != CLATTN_ERR_BUILD) return status;
-        t->tried = 1; /* the error without the "NAME: " run_row puts before it */
+        t->tried = 1; /* the error without the "NAME: " plan_and_run puts before it */
         size_t name = strlen(t->row->name);
         const char *text = ctx->error.text;
         if (strncmp(text, t->row->name, name) == 0 && strncmp(text + name, ": ", 2) == 0)
@@ -253,7 +253,7 @@ static clattn_status run_named(clattn_context *ctx, const attn_variant *row, con
     }
     if (c.verdict == CLATTN_VERDICT_FAILED || c.verdict == CLATTN_VERDICT_TIMED_OUT)
         log_msg("%s runs as the caller named it, although it %s", row->name, c.why);
-    clattn_status status = run_row(ctx, row, pb, b, event);
+    clattn_status status = plan_and_run(ctx, row, pb, b, event);
     if (status == CLATTN_SUCCESS) ctx->stats.verdict = (int)c.verdict;
     return status;
 }

@@ -5,8 +5,8 @@
  * every collective failure goes through, and the copies between shard arrays and whole or
  * packed ones.
  */
-#ifndef CLATTN_MPI_LINK_H
-#define CLATTN_MPI_LINK_H
+#ifndef CLATTN_MPI_RANK_LINK_H
+#define CLATTN_MPI_RANK_LINK_H
 
 #include "clattn_mpi.h"
 

@@ -1,5 +1,5 @@
-/* Transfers with a time limit, the collective agreement and shard copies (link.h). */
-#include "link.h"
+/* Transfers with a time limit, the collective agreement and shard copies (rank_link.h). */
+#include "rank_link.h"
 
 #include <stdarg.h>
 #include <stdio.h>
