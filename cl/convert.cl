@@ -8,7 +8,10 @@
  * A tensor is seen as groups of rows: group g is (b, h) = (g / heads, g % heads), and row r of
  * it starts at element offset + b*stride_b + h*stride_h + r*stride_s (the head-dim stride is 1).
  * A launch covers the groups [group0, group0 + G) and rows [row0, row0 + R) of each; scratch is
- * dense float [G][R][dim]. One work-item per element: global size (dim, R, G).
+ * dense float [G][R][dim]. One work-item per element: global size (dim, R, G). The kernels
+ * after widen_rows and narrow_rows have dimension 0 rounded up to whole work-groups
+ * (kernel_launch_padded), so they take their size along it as an argument and skip the
+ * work-items past it.
  *
  * The last four kernels keep NaN and inf in V where docs/semantics.md section 1 wants them (see
  * their section below).
@@ -61,9 +64,10 @@ __kernel void narrow_rows(__global OUT_T *dst, long offset, long stride_b, long 
 /* flags[g][r] = 1 when row r of group g holds a NaN or an infinity, else 0: one pass over V.
  * One work-item per row: global size (len, G). */
 __kernel void flag_nonfinite_rows(__global const float *src, long offset, long stride_b,
-                                  long stride_h, long stride_s, long heads, long dim,
+                                  long stride_h, long stride_s, long heads, long dim, long len,
                                   __global uchar *flags) {
-    const long r = get_global_id(0), g = get_global_id(1), len = get_global_size(0);
+    const long r = get_global_id(0), g = get_global_id(1);
+    if (r >= len) return;
     const long at = strided_index(offset, stride_b, stride_h, stride_s, heads, 0, 0, g, r, 0);
     int bad = 0;
     for (long x = 0; x < dim; x++) bad |= !isfinite(src[at + x]);
@@ -73,9 +77,10 @@ __kernel void flag_nonfinite_rows(__global const float *src, long offset, long s
 /* dst[k][x] = the listed row rows[k] of src: [count][dim] copies of the flagged rows, taken
  * before zero_flagged_rows clears them. Global size (dim, count). */
 __kernel void gather_rows(__global const float *src, long offset, long stride_b, long stride_h,
-                          long stride_s, long heads, long len, __global const uint *rows,
+                          long stride_s, long heads, long len, long dim, __global const uint *rows,
                           __global float *dst) {
-    const long x = get_global_id(0), k = get_global_id(1), dim = get_global_size(0);
+    const long x = get_global_id(0), k = get_global_id(1);
+    if (x >= dim) return;
     const long row = rows[k];
     const long at =
         strided_index(offset, stride_b, stride_h, stride_s, heads, 0, 0, row / len, row % len, x);
@@ -86,10 +91,11 @@ __kernel void gather_rows(__global const float *src, long offset, long stride_b,
  * float32 [G][len][dim]. dst may be src itself when src is that dense scratch: each
  * work-item reads and writes only its own element. Global size (dim, len, G). */
 __kernel void zero_flagged_rows(__global const float *src, long offset, long stride_b,
-                                long stride_h, long stride_s, long heads,
+                                long stride_h, long stride_s, long heads, long dim,
                                 __global const uchar *flags, __global float *dst) {
     const long x = get_global_id(0), r = get_global_id(1), g = get_global_id(2);
-    const long dim = get_global_size(0), len = get_global_size(1);
+    const long len = get_global_size(1);
+    if (x >= dim) return;
     const long at = strided_index(offset, stride_b, stride_h, stride_s, heads, 0, 0, g, r, x);
     const long row = g * len + r;
     dst[row * dim + x] = flags[row] ? 0.0f : src[at];
@@ -110,12 +116,14 @@ __kernel void zero_flagged_rows(__global const float *src, long offset, long str
  * One work-item per output element: global size (dim, R, G).
  */
 __kernel void add_flagged_keys(__global const float *scores, long group0, long key0, long keys,
-                               long heads_q, long heads_kv, long len, __global const uint *start,
-                               __global const uint *rows, __global const float *values,
-                               __global float *o, long o_offset, long o_stride_b, long o_stride_h,
-                               long o_stride_s, long o_heads, long o_group0, long o_row0) {
+                               long heads_q, long heads_kv, long len, long dim,
+                               __global const uint *start, __global const uint *rows,
+                               __global const float *values, __global float *o, long o_offset,
+                               long o_stride_b, long o_stride_h, long o_stride_s, long o_heads,
+                               long o_group0, long o_row0) {
     const long x = get_global_id(0), r = get_global_id(1), g = get_global_id(2);
-    const long dim = get_global_size(0), R = get_global_size(1);
+    const long R = get_global_size(1);
+    if (x >= dim) return;
     const long group = group0 + g, b = group / heads_q, h = group % heads_q;
     const long kv = b * heads_kv + h / (heads_q / heads_kv);
     __global const float *p = scores + (g * R + r) * keys; /* p[c] is key key0 + c */

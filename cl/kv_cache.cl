@@ -10,7 +10,8 @@
  * each block quantised as clattn_convert does it (ggml's reference quantisers, bit for bit):
  * work-item (block, t, b * Hkv + kvh) over (max(Dqk, Dv) / 32, len, B * Hkv). check_rows runs
  * first on the same work-items: a block whose float16 scale would overflow refuses the whole
- * append.
+ * append. The first dimension is rounded up to whole work-groups (kernel_launch_padded): the
+ * work-items past Dqk (or Dv) write nothing of K (or V).
  */
 #if KV_DTYPE == DTYPE_Q8_0 || KV_DTYPE == DTYPE_Q4_0
 /* Sums and products below are each rounded to float32, as the host's quantiser rounds them: a

@@ -30,8 +30,9 @@ inline float2 lse_at(__global const float *LSE, long index, int parts) {
 
 __kernel void merge_partials(__global float *O, __global float *LSE, __global const float *O_part,
                              __global const float *LSE_part, long16 at, long heads, long len,
-                             long dim, int parts) {
+                             long dim, int parts, long rows) {
     const long row = get_global_id(0);
+    if (row >= rows) return; /* rounded up to whole work-groups (kernel_launch_padded) */
     const long b = row / (heads * len), h = (row / len) % heads, i = row % len;
     const long lse_index = merge_index(at, 1, b, h, i);
     const float2 mine = lse_at(LSE, lse_index, parts);

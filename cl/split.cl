@@ -348,12 +348,14 @@ attention_split(__constant attn_params *P, __global const IN_T *Q, __global cons
     store_rows(P, &t, c, O_part, LSE_part, O, LSE);
 }
 
-/* The chunks of every row merged: work-item (d, row) with row = (b * Hq + h) * Nq + i. Rows
- * past a sequence's valid queries (never written by attention_split) get O = 0, LSE = -inf. */
+/* The chunks of every row merged: work-item (d, row) with row = (b * Hq + h) * Nq + i, d
+ * rounded up to whole work-groups (kernel_launch_padded). Rows past a sequence's valid queries
+ * (never written by attention_split) get O = 0, LSE = -inf. */
 __kernel void merge_chunks(__constant attn_params *P, __global const int *q_len,
                            __global const float *O_part, __global const float *LSE_part,
                            __global void *O, __global float *LSE) {
     const long d = get_global_id(0), row = get_global_id(1);
+    if (d >= P->dim_v) return;
     const long i = row % P->len_q, bh = row / P->len_q, b = bh / P->heads_q, h = bh % P->heads_q;
     const long queries = P->per_sequence ? q_len[b] : P->len_q;
     float m = -INFINITY; /* the row's largest score, over the chunks' (parts: max, sum) */

@@ -394,7 +394,7 @@ static clattn_status launch_append(clattn_kv_cache *c, const clattn_kv_rows *r, 
     KARG(call.args, c->v);
     if (call.args.err != CL_SUCCESS)
         return ctx_cl_error(c->ctx, call.args.err, "kv cache append: arguments");
-    return kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append");
+    return kernel_launch_padded(c->ctx, call.kernel, 3, call.global, NULL, "kv cache append");
 }
 
 /* ---------------------------------------------------------------- q8_0, q4_0: blocks they cannot
@@ -469,7 +469,7 @@ static clattn_status check_device_rows(clattn_kv_cache *c, const clattn_kv_rows 
     KARG(call.args, flag);
     if (call.args.err != CL_SUCCESS)
         return ctx_cl_error(c->ctx, call.args.err, "kv cache append check: arguments");
-    s = kernel_launch(c->ctx, call.kernel, 3, call.global, NULL, NULL, "kv cache append check");
+    s = kernel_launch_padded(c->ctx, call.kernel, 3, call.global, NULL, "kv cache append check");
     if (!s)
         s = buffer_read(c->ctx, flag, 0, sizeof overflow, &overflow,
                         "kv cache append check: its flag");

@@ -97,6 +97,18 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
     return CLATTN_SUCCESS;
 }
 
+clattn_status kernel_launch_padded(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
+                                   const size_t *global, cl_event *event, const char *what) {
+    kernel_limits limits;
+    kernel_limits_get(ctx, kernel, &limits);
+    if (limits.work_group_size < LAUNCH_GROUP_X)
+        return kernel_launch(ctx, kernel, dims, global, NULL, event, what);
+    size_t padded[3] = {1, 1, 1}, local[3] = {LAUNCH_GROUP_X, 1, 1};
+    for (cl_uint d = 0; d < dims && d < 3; d++) padded[d] = global[d];
+    padded[0] = (global[0] + LAUNCH_GROUP_X - 1) / LAUNCH_GROUP_X * LAUNCH_GROUP_X;
+    return kernel_launch(ctx, kernel, dims, padded, local, event, what);
+}
+
 /* Waits for the kept events, sums their execution times (ms) and releases them. */
 static double timing_sum(clattn_context *ctx) {
     double total_ns = 0;

@@ -348,6 +348,18 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                             const size_t *global, const size_t *local, cl_event *event,
                             const char *what);
 
+/* kernel_launch with work-groups of LAUNCH_GROUP_X work-items along dimension 0 (1 along the
+ * others) and dimension 0 rounded up to whole groups, for the helper kernels that would leave
+ * the size to the driver: PoCL compiles a kernel once for each work-group size it meets, and the
+ * size it picks itself follows the global size, so each new length would compile the kernel
+ * again. The kernel skips the work-items past its own size along dimension 0. A kernel that
+ * allows fewer work-items a group is launched with the size left to the driver. (Groups of
+ * 64 x 8 made the gemm path's row flagging 5 % slower on PoCL; widen_rows and narrow_rows
+ * stay with the driver's size, which ran them faster than 64 x 1.) */
+#define LAUNCH_GROUP_X 64
+clattn_status kernel_launch_padded(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
+                                   const size_t *global, cl_event *event, const char *what);
+
 /* Keeps an event of the current attention call for timing_finish (no-op unless timing, and
  * outside clattn_attention: clattn_softmax's kernels are not an attention call's); a full list is
  * waited for and summed first, so a call may launch any number of kernels. */

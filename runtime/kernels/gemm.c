@@ -651,16 +651,17 @@ static clattn_status find_bad_keys(clattn_context *ctx, gemm_call *call) {
     const attn_problem *pb = call->pb;
     size_t kv = pb->batch * pb->heads_kv, bytes = kv * pb->len_k;
     float_tensor v = v_as_float(call);
-    cl_long dim = (cl_long)pb->dim_v;
+    cl_long dim = (cl_long)pb->dim_v, len = (cl_long)pb->len_k;
     kernel_args a = {call->kernels.flag, 0, CL_SUCCESS};
     KARG(a, v.buffer);
     karg_tensor(&a, &v);
     KARG(a, dim);
+    KARG(a, len);
     KARG(a, call->gb->flags);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: flagging V: arguments");
     size_t global[2] = {pb->len_k, kv};
-    clattn_status status = kernel_launch(ctx, call->kernels.flag, 2, global, NULL, NULL,
-                                         "gemm: flagging the rows of V with NaN or inf");
+    clattn_status status = kernel_launch_padded(ctx, call->kernels.flag, 2, global, NULL,
+                                                "gemm: flagging the rows of V with NaN or inf");
     unsigned char *flags = status ? NULL : malloc(bytes);
     if (!status && !flags)
         status = ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "gemm: %zu flags of V", bytes);
@@ -679,15 +680,17 @@ static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kern
     const bad_keys *bad = &call->bad;
     float_tensor v = v_as_float(call);
     cl_mem dst = call->p->in_16bit ? call->gb->v32 : bad->v0;
-    cl_long len = (cl_long)pb->len_k;
+    cl_long len = (cl_long)pb->len_k, dim = (cl_long)pb->dim_v;
     kernel_args g = {gather, 0, CL_SUCCESS}, z = {zero, 0, CL_SUCCESS};
     KARG(g, v.buffer);
     karg_tensor(&g, &v);
     KARG(g, len);
+    KARG(g, dim);
     KARG(g, bad->rows_buf);
     KARG(g, bad->values);
     KARG(z, v.buffer);
     karg_tensor(&z, &v);
+    KARG(z, dim);
     KARG(z, call->gb->flags);
     KARG(z, dst);
     if (g.err != CL_SUCCESS || z.err != CL_SUCCESS)
@@ -695,9 +698,9 @@ static clattn_status clean_v(clattn_context *ctx, const gemm_call *call, cl_kern
     size_t rows[2] = {pb->dim_v, bad->count};
     size_t all[3] = {pb->dim_v, pb->len_k, pb->batch * pb->heads_kv};
     clattn_status status =
-        kernel_launch(ctx, gather, 2, rows, NULL, NULL, "gemm: keeping the bad rows of V");
+        kernel_launch_padded(ctx, gather, 2, rows, NULL, "gemm: keeping the bad rows of V");
     if (status == CLATTN_SUCCESS)
-        status = kernel_launch(ctx, zero, 3, all, NULL, NULL, "gemm: zeroing the bad rows of V");
+        status = kernel_launch_padded(ctx, zero, 3, all, NULL, "gemm: zeroing the bad rows of V");
     return status;
 }
 
@@ -736,6 +739,7 @@ static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, co
     float_tensor caller = {call->buf->o, pb->o, pb->heads_q};
     cl_long group0 = (cl_long)c->group0, key0 = (cl_long)c->key0, keys = (cl_long)c->keys;
     cl_long hq = (cl_long)pb->heads_q, hkv = (cl_long)pb->heads_kv, len = (cl_long)pb->len_k;
+    cl_long dim = (cl_long)pb->dim_v;
     cl_long o_group0 = dense ? 0 : group0, o_row0 = dense ? 0 : (cl_long)c->row0;
     kernel_args a = {bad->add, 0, CL_SUCCESS};
     KARG(a, call->gb->scores);
@@ -745,6 +749,7 @@ static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, co
     KARG(a, hq);
     KARG(a, hkv);
     KARG(a, len);
+    KARG(a, dim);
     KARG(a, bad->start_buf);
     KARG(a, bad->rows_buf);
     KARG(a, bad->values);
@@ -755,7 +760,7 @@ static clattn_status add_bad_keys(clattn_context *ctx, const gemm_call *call, co
     KARG(a, o_row0);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "gemm: adding bad keys: arguments");
     size_t global[3] = {pb->dim_v, c->rows, c->groups};
-    return kernel_launch(ctx, bad->add, 3, global, NULL, NULL, "gemm: adding the bad keys of V");
+    return kernel_launch_padded(ctx, bad->add, 3, global, NULL, "gemm: adding the bad keys of V");
 }
 
 static clattn_status run_chunk(clattn_context *ctx, gemm_call *call, const gemm_chunk *c) {

@@ -83,6 +83,8 @@ static clattn_status merge_launch(clattn_context *ctx, const clattn_merge_desc *
     }
     cl_long heads = (cl_long)d->heads, len = (cl_long)d->len, dim = (cl_long)d->dim;
     cl_int parts = d->lse_parts != 0;
+    size_t rows = d->batch * d->heads * d->len;
+    cl_long rows_arg = (cl_long)rows;
     kernel_args a = {kernel, 0, CL_SUCCESS};
     for (int i = 0; i < 4; i++) KARG(a, mem[i]);
     KARG(a, at);
@@ -90,9 +92,9 @@ static clattn_status merge_launch(clattn_context *ctx, const clattn_merge_desc *
     KARG(a, len);
     KARG(a, dim);
     KARG(a, parts);
+    KARG(a, rows_arg);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "merge: kernel arguments");
-    size_t rows = d->batch * d->heads * d->len;
-    return kernel_launch(ctx, kernel, 1, &rows, NULL, event, "merge: launch");
+    return kernel_launch_padded(ctx, kernel, 1, &rows, event, "merge: launch");
 }
 
 clattn_status clattn_attention_merge(clattn_context *ctx, const clattn_merge_desc *given, cl_mem o,

@@ -283,13 +283,8 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const pa
     KARG(a, vp);
     KARG(a, vbad);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: pack arguments");
-    /* One work-group size for every call: PoCL compiles the kernel once for each size it
-     * meets, and the size it picks itself follows the number of slots. */
-    enum { PACK_GROUP = 16 };
-    size_t global[2] = {((size_t)slots + PACK_GROUP - 1) / PACK_GROUP * PACK_GROUP,
-                        pb->batch * pb->heads_kv};
-    size_t local[2] = {PACK_GROUP, 1};
-    return kernel_launch(ctx, kernel, 2, global, local, NULL, "fused: packing K and V");
+    size_t global[2] = {(size_t)slots, pb->batch * pb->heads_kv};
+    return kernel_launch_padded(ctx, kernel, 2, global, NULL, "fused: packing K and V");
 }
 
 /* Both passes in one launch (tile_walk.cl's PASS_PARAMS): row_tiles work-groups of the

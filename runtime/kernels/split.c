@@ -232,7 +232,7 @@ static clattn_status launch_merge(clattn_context *ctx, cl_kernel kernel, const a
     KARG(a, lse);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "split: merge arguments");
     size_t global[2] = {pb->dim_v, pb->batch * pb->heads_q * pb->len_q};
-    return kernel_launch(ctx, kernel, 2, global, NULL, event, "split: merging the chunks");
+    return kernel_launch_padded(ctx, kernel, 2, global, event, "split: merging the chunks");
 }
 
 static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn_buffers *buf,
