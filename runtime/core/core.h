@@ -353,9 +353,9 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
  * the size to the driver: PoCL compiles a kernel once for each work-group size it meets, and the
  * size it picks itself follows the global size, so each new length would compile the kernel
  * again. The kernel skips the work-items past its own size along dimension 0. A kernel that
- * allows fewer work-items a group is launched with the size left to the driver. (Groups of
- * 64 x 8 made the gemm path's row flagging 5 % slower on PoCL; widen_rows and narrow_rows
- * stay with the driver's size, which ran them faster than 64 x 1.) */
+ * allows fewer work-items a group is launched with the size left to the driver. (Not used for
+ * convert.cl's widen_rows and narrow_rows: padded, with their bounds test, they made a float16
+ * gemm call 5 % slower on PoCL; bench/README.md.) */
 #define LAUNCH_GROUP_X 64
 clattn_status kernel_launch_padded(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                                    const size_t *global, cl_event *event, const char *what);
