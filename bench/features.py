@@ -1,7 +1,7 @@
 """Issue 33's costs on this machine: soft-capping, ALiBi and sinks over plain attention on a
-fused variant, head dims 576/512 fused (split) against gemm. Wall time of clattn.attention (NumPy inputs, host arrays: the
-copies are in every row alike) after warm-up: the least of interleaved rounds for the modifiers,
-the median for the head dims.
+fused variant, head dims 576/512 on lanes, split and gemm. Wall time of clattn.attention (NumPy
+inputs, host arrays: the copies are in every row alike) after warm-up, the least of interleaved
+rounds.
 
     python bench/features.py [--variant lanes] [--n 1024] [--repeat 7]
 """
@@ -9,22 +9,11 @@ the median for the head dims.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
 
 import clattn
-
-
-def median_ms(call, repeat: int) -> float:
-    call()  # build and warm up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def interleaved_min_ms(calls, repeat: int):
@@ -65,14 +54,22 @@ def modifiers(args) -> None:
 
 def wide(args) -> None:
     rng = np.random.default_rng(1)
-    print("head dims 576/512 (DeepSeek MLA shape, MQA 16:1), fused (split) vs gemm")
-    for nq, nk in ((1, 4096), (16, 4096), (256, 1024)):
+    print("head dims 576/512 (DeepSeek MLA shape, MQA 16:1, causal): lanes, split and gemm "
+          f"(least of {args.repeat} interleaved rounds), and the row auto runs")
+    for nq, nk in ((1, 4096), (16, 4096), (64, 4096), (256, 1024), (1024, 1024)):
         q = rng.uniform(-1, 1, (1, 16, nq, 576)).astype(np.float32)
         k = rng.uniform(-1, 1, (1, 1, nk, 576)).astype(np.float32)
         v = rng.uniform(-1, 1, (1, 1, nk, 512)).astype(np.float32)
-        fused = median_ms(lambda: clattn.attention(q, k, v, causal=True, path="fused"), args.repeat)
-        gemm = median_ms(lambda: clattn.attention(q, k, v, causal=True, path="gemm"), args.repeat)
-        print(f"  Nq={nq:4d} Nk={nk}: fused {fused:9.2f} ms  gemm {gemm:9.2f} ms  ({gemm / fused:.2f}x)")
+        calls = {
+            "lanes": lambda: clattn.attention(q, k, v, causal=True, variant="lanes"),
+            "split": lambda: clattn.attention(q, k, v, causal=True, variant="split"),
+            "gemm": lambda: clattn.attention(q, k, v, causal=True, path="gemm"),
+        }
+        best = interleaved_min_ms(calls, args.repeat)
+        clattn.attention(q, k, v, causal=True)
+        ran = clattn.default_context().last_stats().variant
+        print(f"  Nq={nq:4d} Nk={nk}: lanes {best['lanes']:8.2f} ms  split {best['split']:8.2f} ms"
+              f"  gemm {best['gemm']:8.2f} ms  auto runs {ran}")
 
 
 if __name__ == "__main__":

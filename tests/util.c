@@ -127,6 +127,20 @@ size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *o
     return n;
 }
 
+int auto_uses(clattn_context *ctx, clattn_variant variant) {
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, variant, &vi), CLATTN_SUCCESS);
+    return vi.supported && vi.used_by_auto;
+}
+
+clattn_variant auto_row_for_wide(clattn_context *ctx, size_t queries) {
+    int split = auto_uses(ctx, CLATTN_VARIANT_SPLIT);
+    if (split && queries <= 11) return CLATTN_VARIANT_SPLIT;
+    if (auto_uses(ctx, CLATTN_VARIANT_LANES)) return CLATTN_VARIANT_LANES;
+    return split ? CLATTN_VARIANT_SPLIT : CLATTN_VARIANT_GEMM;
+}
+
 size_t gemm_rows_on(clattn_context *ctx, clattn_gemm *out, size_t cap) {
     size_t n = 0;
     for (int g = 1; n < cap; g++) {

@@ -82,12 +82,13 @@ static const clattn_tuning_axis axes[] = {
     TUNING_AXIS(block_n, 16, 32, 64),
 };
 
-static const packed_kind lanes_kind = {"lanes.cl", "attention_lanes", 1, fit_lanes};
+static const packed_kind lanes_kind = {"lanes.cl", "attention_lanes", 1, TILES_MAX_WIDE_HEAD_DIM,
+                                       fit_lanes};
 
 /* Not where the device's compiler does not finish the kernel (kernels/compilers.c). */
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (compiler_refuses(&ctx->device, "lanes", why, size)) return 0;
-    return packed_supports(pb, why, size);
+    return packed_supports(pb, &lanes_kind, why, size);
 }
 
 /* CPU devices whose compiler wants vectors (a preferred float width above 1), which is what

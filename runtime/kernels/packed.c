@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int packed_supports(const attn_problem *pb, char *why, size_t size) {
+int packed_supports(const attn_problem *pb, const packed_kind *kind, char *why, size_t size) {
     if (pb && problem_is_cache(pb)) {
         snprintf(why, size, "packs K and V per call: not over a KV cache (the split variant is)");
         return 0;
@@ -17,8 +17,8 @@ int packed_supports(const attn_problem *pb, char *why, size_t size) {
                  dtype_name(pb->kv.dtype));
         return 0;
     }
-    if (!pb || (pb->dim_qk <= TILES_MAX_HEAD_DIM && pb->dim_v <= TILES_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", TILES_MAX_HEAD_DIM,
+    if (!pb || (pb->dim_qk <= kind->max_head_dim && pb->dim_v <= kind->max_head_dim)) return 1;
+    snprintf(why, size, "head dims up to %u are compiled (Dqk=%zu, Dv=%zu)", kind->max_head_dim,
              pb->dim_qk, pb->dim_v);
     return 0;
 }
@@ -104,8 +104,8 @@ clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_
                          "%s: the tuning entry's tiles (block_m %u, block_n %u) are out of range "
                          "(block_m 1 to %d, block_n a multiple of 16)",
                          plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
-    st->dqk_pad = tiles_head_dim_bucket(pb->dim_qk);
-    st->dv_pad = tiles_head_dim_bucket(pb->dim_v);
+    st->dqk_pad = tiles_wide_head_dim_bucket(pb->dim_qk); /* supports() bounded them */
+    st->dv_pad = tiles_wide_head_dim_bucket(pb->dim_v);
     clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);

@@ -6,7 +6,8 @@
  *
  * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
  * keys and flags; where the kernel reads K and V in place (lanes, float32 rows that are already
- * the packed layout), only each head's last partial key tile and the V flags; the tile lists are the context's (tile_cache.h), built once per pattern.
+ * the packed layout), only each head's last partial key tile and the V flags; the tile lists are
+ * the context's (tile_cache.h), built once per pattern.
  * Nothing grows with Nq*Nk except a block layout's tile list.
  */
 #ifndef CLATTN_PACKED_H
@@ -21,6 +22,7 @@ typedef struct packed_kind {
     const char *kernel_file; /* "lanes.cl" */
     const char *kernel_name; /* "attention_lanes" */
     int key_rows;            /* K packed as rows like V (cl/pack.cl key_rows), not as K^T tiles */
+    unsigned max_head_dim;   /* TILES_MAX_HEAD_DIM, or TILES_MAX_WIDE_HEAD_DIM (plan/tiles.h) */
     /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
      * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or
      * INVALID_ARGUMENT for a tuning entry the kernel cannot take) with the reason on ctx when
@@ -41,8 +43,9 @@ typedef struct packed_state {
     const device_lists *lists;
 } packed_state;
 
-/* Head dims the fused kernels serve (up to 256); writes why not. */
-int packed_supports(const attn_problem *pb, char *why, size_t size);
+/* Whether the kind's kernel serves the call (float K and V, no KV cache, head dims up to its
+ * max_head_dim); writes why not. */
+int packed_supports(const attn_problem *pb, const packed_kind *kind, char *why, size_t size);
 clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_kind *kind);
 clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
                          cl_event *event, clattn_stats *stats);

@@ -53,7 +53,8 @@ static const clattn_tuning_axis axes[] = {
     TUNING_AXIS(block_n, 16, 32, 64),
 };
 
-static const packed_kind rowwise_kind = {"rowwise.cl", "attention_rowwise", 0, fit_rowwise};
+static const packed_kind rowwise_kind = {"rowwise.cl", "attention_rowwise", 0, TILES_MAX_HEAD_DIM,
+                                         fit_rowwise};
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (ctx->device.max_work_group_size < 8) {
@@ -61,7 +62,7 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
                  ctx->device.max_work_group_size);
         return 0;
     }
-    return packed_supports(pb, why, size);
+    return packed_supports(pb, &rowwise_kind, why, size);
 }
 
 /* GPUs, and CPU devices that run work-items in SIMD lanes as GPUs do (a preferred float

@@ -32,33 +32,43 @@ typedef struct split_plan {
 /* ---------------------------------------------------------------- the row */
 
 extern const attn_variant variant_split; /* the row, at the end of the file */
+extern const attn_variant variant_lanes; /* takes long wide calls on the devices it serves */
 
-/* Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512): a work-item
- * holds its rows' q and O in private memory (no local memory), BLOCK_R capped at
- * SPLIT_WIDE_ROWS, in buckets of 64. */
-#define SPLIT_MAX_HEAD_DIM 576
-#define SPLIT_WIDE_ROWS    2
+/* Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512,
+ * tiles_wide_head_dim_bucket): a work-item holds its rows' q and O in private memory (no local
+ * memory), BLOCK_R capped at SPLIT_WIDE_ROWS. */
+#define SPLIT_WIDE_ROWS 2
 
 /* auto's limit: query rows a kv head (the packed variants' tiles hold 16 or 32) */
 #define SPLIT_AUTO_ROWS 16
 
-static unsigned head_dim_bucket(size_t dim) {
-    if (dim <= TILES_MAX_HEAD_DIM) return tiles_head_dim_bucket(dim);
-    return dim <= SPLIT_MAX_HEAD_DIM ? (unsigned)((dim + 63) / 64 * 64) : 0;
-}
+/* auto's limit past head dim 256 where lanes serves the device: query rows a head. From 12 on,
+ * lanes' 16-row tiles of each head beat split's rows of a kv head (at 576/512: 12 rows 30 against
+ * 45 ms, 8 rows 35 against 24 ms, bench/README.md). */
+#define SPLIT_WIDE_AUTO_QUERIES 11
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
-    if (!pb || (pb->dim_qk <= SPLIT_MAX_HEAD_DIM && pb->dim_v <= SPLIT_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", SPLIT_MAX_HEAD_DIM,
-             pb->dim_qk, pb->dim_v);
+    if (!pb || (pb->dim_qk <= TILES_MAX_WIDE_HEAD_DIM && pb->dim_v <= TILES_MAX_WIDE_HEAD_DIM))
+        return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)",
+             TILES_MAX_WIDE_HEAD_DIM, pb->dim_qk, pb->dim_v);
     return 0;
 }
 
-/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them); else for head dims
- * past the other fused variants' (gemm the only other path: 3.6x to 92x slower on a CPU at
- * 576/512, bench/README.md) and while a kv head has at most SPLIT_AUTO_ROWS query rows, where
- * the fused variants' query tiles would leave most of the device idle, unless the device's
- * compiler builds it only slowly (kernels/compilers.c). */
+/* Whether the lanes variant takes a call with head dims past 256 on this device: where it
+ * serves the device and its compiler builds it. The tiled GPU variants stop at 256, so elsewhere
+ * split keeps them. */
+static int lanes_takes_wide(const clattn_device_info *device, const attn_problem *pb) {
+    char why[256];
+    return !compiler_refuses(device, "lanes", why, sizeof why) &&
+           variant_lanes.suits(device, pb, why, sizeof why);
+}
+
+/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them). Else, unless the
+ * device's compiler builds it only slowly (kernels/compilers.c): up to head dim 256 while a kv
+ * head has at most SPLIT_AUTO_ROWS query rows, where the fused variants' query tiles would leave
+ * most of the device idle; past it, while a head has at most SPLIT_WIDE_AUTO_QUERIES rows, and
+ * always on devices that lanes does not serve (the tiled GPU variants stop at 256). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype));
     char slow[256];
@@ -67,12 +77,16 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
                  slow);
         return 0;
     }
-    int wide = pb && (pb->dim_qk > TILES_MAX_HEAD_DIM || pb->dim_v > TILES_MAX_HEAD_DIM);
-    if (!pb || only_split || wide || pb->len_q * pb->group <= SPLIT_AUTO_ROWS) return 1;
+    if (!pb || only_split) return 1;
+    int wide = pb->dim_qk > TILES_MAX_HEAD_DIM || pb->dim_v > TILES_MAX_HEAD_DIM;
+    if (!wide && pb->len_q * pb->group <= SPLIT_AUTO_ROWS) return 1;
+    if (wide && (pb->len_q <= SPLIT_WIDE_AUTO_QUERIES || !lanes_takes_wide(device, pb))) return 1;
     snprintf(why, size,
-             "auto uses it over KV caches, for q8_0 and q4_0 K/V, for head dims past %d and for "
-             "at most %d query rows a kv head (this call has %zu)",
-             TILES_MAX_HEAD_DIM, SPLIT_AUTO_ROWS, pb->len_q * pb->group);
+             "auto uses it over KV caches, for q8_0 and q4_0 K/V, for at most %d query rows a kv "
+             "head, and past head dim %d for at most %d query rows a head or where lanes does not "
+             "serve (this call has %zu rows a head, %zu a kv head)",
+             SPLIT_AUTO_ROWS, TILES_MAX_HEAD_DIM, SPLIT_WIDE_AUTO_QUERIES, pb->len_q,
+             pb->len_q * pb->group);
     return 0;
 }
 
@@ -93,8 +107,8 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
                          "split: the tuning entry's block_m %u (rows a work-item, 1 to 16) or "
                          "block_n %u (least keys a chunk, 16 or more) is out of range",
                          tune->block_m, tune->block_n);
-    p->dqk_pad = head_dim_bucket(pb->dim_qk);
-    p->dv_pad = head_dim_bucket(pb->dim_v);
+    p->dqk_pad = tiles_wide_head_dim_bucket(pb->dim_qk);
+    p->dv_pad = tiles_wide_head_dim_bucket(pb->dim_v);
     p->rows = pb->len_q * pb->group;
     int wide = p->dqk_pad > TILES_MAX_HEAD_DIM || p->dv_pad > TILES_MAX_HEAD_DIM;
     p->block_r = pow2_at_least(p->rows, wide && tune->block_m > SPLIT_WIDE_ROWS ? SPLIT_WIDE_ROWS

@@ -13,6 +13,11 @@ unsigned tiles_head_dim_bucket(size_t dim) {
     return 0;
 }
 
+unsigned tiles_wide_head_dim_bucket(size_t dim) {
+    if (dim <= TILES_MAX_HEAD_DIM) return tiles_head_dim_bucket(dim);
+    return dim <= TILES_MAX_WIDE_HEAD_DIM ? (unsigned)((dim + 63) / 64 * 64) : 0;
+}
+
 void tiles_plan_geometry(const attn_problem *pb, unsigned block_m, unsigned block_n,
                          tile_geometry *g) {
     const mask_spec *m = &pb->mask;

@@ -21,6 +21,11 @@
 #define TILES_MAX_HEAD_DIM 256
 unsigned tiles_head_dim_bucket(size_t dim);
 
+/* Head dims of the kernels that hold a tile's query rows in private memory (lanes, split):
+ * past TILES_MAX_HEAD_DIM in buckets of 64, up to DeepSeek's MLA (Dqk 576, Dv 512); 0 above. */
+#define TILES_MAX_WIDE_HEAD_DIM 576
+unsigned tiles_wide_head_dim_bucket(size_t dim);
+
 /* The most rows a query tile may have (the planners stay below it). */
 #define TILES_MAX_BLOCK_M 1024
 

@@ -1,8 +1,8 @@
 /*
  * Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512), on the fused
- * path: the split variant serves them (lanes, rowwise and flash refuse them by name, and auto
- * finds split), with float32, float16 and bfloat16 storage, with masks and the score
- * modifiers, and with q8_0 and q4_0 K/V, against the reference on every device.
+ * path: the split and lanes variants serve them (rowwise and flash refuse them by name, and auto
+ * finds split or lanes), with float32, float16 and bfloat16 storage, with masks and the score
+ * modifiers, and (split) with q8_0 and q4_0 K/V, against the reference on every device.
  */
 #include <criterion/criterion.h>
 
@@ -34,11 +34,10 @@ Test(wide, head_dims_576_512_on_the_fused_path_match_the_reference) {
                  "auto: failing cases are listed above");
 }
 
-Test(wide, tiled_variants_refuse_them_by_name) {
+Test(wide, rowwise_and_flash_refuse_them_by_name) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
-    static const clattn_variant tiled[] = {CLATTN_VARIANT_LANES, CLATTN_VARIANT_ROWWISE,
-                                           CLATTN_VARIANT_FLASH};
+    static const clattn_variant tiled[] = {CLATTN_VARIANT_ROWWISE, CLATTN_VARIANT_FLASH};
     for (size_t i = 0; i < COUNT(tiled); i++) {
         clattn_variant_info info;
         clattn_variant_info_init(&info);
@@ -55,6 +54,66 @@ Test(wide, tiled_variants_refuse_them_by_name) {
         cr_expect(strstr(clattn_context_last_error(ctxs[0]), "head dims") != NULL, "%s",
                   clattn_context_last_error(ctxs[0]));
         free(buf), free(o);
+    }
+}
+
+/* Head dims past 256 (DeepSeek's MLA is 576/512) on the lanes variant, which holds a tile's
+ * rows in private memory: masks, GQA, 16-bit storage, strided layouts, globals and modifiers
+ * against the reference. A device where lanes is not supported refuses them. */
+Test(wide, lanes_serves_them) {
+    attn_case cases[6];
+    case_init(&cases[0], 1, 4, 1, 70, 93, 576, 512);
+    cases[0].causal = 1;
+    case_init(&cases[1], 1, 2, 2, 45, 61, 320, 64);
+    cases[1].left = 8, cases[1].right = 3, cases[1].layout = CLATTN_LAYOUT_BHSD;
+    case_init(&cases[2], 2, 2, 1, 33, 40, 64, 300);
+    cases[2].dtype = CLATTN_F16, cases[2].out_dtype = CLATTN_F16;
+    case_init(&cases[3], 1, 2, 1, 50, 80, 576, 512);
+    cases[3].dtype = CLATTN_BF16, cases[3].dilation = 2, cases[3].left = cases[3].right = 12;
+    case_init(&cases[4], 1, 2, 2, 60, 60, 448, 448);
+    cases[4].num_globals = 2, cases[4].globals[0] = 3, cases[4].globals[1] = 41;
+    cases[4].left = cases[4].right = 5, cases[4].offset = 7;
+    case_init(&cases[5], 1, 2, 1, 40, 70, 576, 512);
+    cases[5].causal = 1, cases[5].softcap = 20.0f, cases[5].alibi = 1, cases[5].sinks = 1;
+    cases[5].bias = BIAS_BROADCAST;
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++) {
+        clattn_variant_info vi;
+        clattn_variant_info_init(&vi);
+        cr_assert_eq(clattn_variant_describe(ctxs[dev], CLATTN_VARIANT_LANES, &vi), CLATTN_SUCCESS);
+        for (size_t i = 0; i < COUNT(cases); i++) {
+            cases[i].seed = 60 + i;
+            case_result r;
+            case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
+            if (!vi.supported) {
+                cr_expect_eq(r.status, CLATTN_ERR_UNSUPPORTED, "device %zu case %zu: %s", dev, i,
+                             r.message);
+                continue;
+            }
+            cr_expect(r.status == CLATTN_SUCCESS && r.mismatches == 0,
+                      "device %zu case %zu (Dqk=%zu Dv=%zu): %s (%zu of %zu values off)", dev, i,
+                      cases[i].dqk, cases[i].dv, r.message, r.mismatches, r.checked);
+            cr_expect_eq(r.stats.variant, CLATTN_VARIANT_LANES);
+        }
+        /* auto, in the table's order (verdicts aside): split for a few query rows a head
+           (decoding), lanes from 12 on where it serves the device */
+        cr_assert_eq(clattn_context_set_verify(ctxs[dev], CLATTN_VERIFY_TRUST, 0), CLATTN_SUCCESS);
+        attn_case few = cases[0], many = cases[0];
+        few.nq = 4, many.nq = 12;
+        const attn_case *calls[] = {&few, &many};
+        const clattn_variant wanted[] = {auto_row_for_wide(ctxs[dev], few.nq),
+                                         auto_row_for_wide(ctxs[dev], many.nq)};
+        for (size_t i = 0; i < COUNT(calls); i++) {
+            case_result r;
+            case_run(ctxs[dev], calls[i], CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO, &r);
+            cr_expect(r.status == CLATTN_SUCCESS && r.mismatches == 0, "auto, Nq=%zu: %s",
+                      calls[i]->nq, r.message);
+            cr_expect_eq(r.stats.variant, wanted[i], "auto, Nq=%zu: ran %s (%s)", calls[i]->nq,
+                         clattn_variant_name(r.stats.variant), r.stats.fallback);
+        }
+        cr_assert_eq(clattn_context_set_verify(ctxs[dev], CLATTN_VERIFY_FROM_ENV, 0),
+                     CLATTN_SUCCESS);
     }
 }
 
