@@ -7,7 +7,7 @@
  *
  *   S^T tile [BLOCK_N][BLOCK_M] = K tile [BLOCK_N][DQK_PAD] x Q^T [DQK_PAD][BLOCK_M]
  *       KEY_BLOCK keys x GROUPS vectors of accumulators at a time: per head-dim index, GROUPS
- *       vector loads of Q^T and KEY_BLOCK broadcasts from the K rows (pack.cl's KEY_ROWS);
+ *       vector loads of Q^T and KEY_BLOCK broadcasts from the K rows (pack.cl's key_rows);
  *   online softmax down each lane (q is pre-scaled by scale; scores stay in the natural domain,
  *   so that a finite score is never -inf, and exp(x) is exp2((x - max) * log2(e)) with a
  *   polynomial exp2 on whole vectors); P is scaled by 1 / bound, an upper bound of the new row

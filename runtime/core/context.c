@@ -52,42 +52,40 @@ void kernel_arg(kernel_args *args, size_t size, const void *value) {
     args->next++;
 }
 
-/* Whether the kernel can run work-groups of `local` on the device; else says why on ctx. The
- * planners fit their tiles to these limits first (launch_limits_narrow), so this refuses only
- * what a planner let through, before the driver fails the launch. */
-static clattn_status check_kernel_limits(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
-                                         const size_t *local, const char *what) {
-    kernel_limits k;
+/* Whether a kernel with limits k can run work-groups of `local` on the device; else says why
+ * on ctx. The planners fit their tiles to these limits first (launch_limits_narrow), so this
+ * refuses only what a planner let through, before the driver fails the launch. */
+static clattn_status limits_allow(clattn_context *ctx, const kernel_limits *k, cl_uint dims,
+                                  const size_t *local, const char *what) {
     size_t group = 1;
     for (cl_uint d = 0; local && d < dims; d++) group *= local[d];
-    kernel_limits_get(ctx, kernel, &k);
-    if (group > k.work_group_size)
+    if (group > k->work_group_size)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "%s: work-groups of %zu work-items exceed this kernel's limit of %zu on "
                          "the device (CL_KERNEL_WORK_GROUP_SIZE; it uses %llu bytes of private "
                          "memory a work-item)",
-                         what, group, k.work_group_size, (unsigned long long)k.private_mem_bytes);
-    if (k.local_mem_bytes > ctx->device.local_mem_bytes)
+                         what, group, k->work_group_size, (unsigned long long)k->private_mem_bytes);
+    if (k->local_mem_bytes > ctx->device.local_mem_bytes)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "%s: the kernel uses %llu bytes of local memory, the device has %llu "
                          "(CL_KERNEL_LOCAL_MEM_SIZE)",
-                         what, (unsigned long long)k.local_mem_bytes,
+                         what, (unsigned long long)k->local_mem_bytes,
                          (unsigned long long)ctx->device.local_mem_bytes);
     return CLATTN_SUCCESS;
 }
 
-clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
-                            const size_t *global, const size_t *local, cl_event *event,
-                            const char *what) {
+/* kernel_launch once the kernel's limits k are known (read once a launch). */
+static clattn_status launch_within(clattn_context *ctx, const kernel_limits *k, cl_kernel kernel,
+                                   cl_uint dims, const size_t *global, const size_t *local,
+                                   cl_event *event, const char *what) {
     if (event) *event = NULL;
-    clattn_status status = check_kernel_limits(ctx, kernel, dims, local, what);
+    clattn_status status = limits_allow(ctx, k, dims, local, what);
     if (status != CLATTN_SUCCESS) return status;
     cl_event done = NULL;
     launch_lock(ctx);
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL,
                                         event || ctx->timing ? &done : NULL);
     launch_unlock(ctx);
-    if (event) *event = NULL;
     if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
     timing_track(ctx, done);
     if (event)
@@ -97,16 +95,24 @@ clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
     return CLATTN_SUCCESS;
 }
 
+clattn_status kernel_launch(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
+                            const size_t *global, const size_t *local, cl_event *event,
+                            const char *what) {
+    kernel_limits k;
+    kernel_limits_get(ctx, kernel, &k);
+    return launch_within(ctx, &k, kernel, dims, global, local, event, what);
+}
+
 clattn_status kernel_launch_padded(clattn_context *ctx, cl_kernel kernel, cl_uint dims,
                                    const size_t *global, cl_event *event, const char *what) {
-    kernel_limits limits;
-    kernel_limits_get(ctx, kernel, &limits);
-    if (limits.work_group_size < LAUNCH_GROUP_X)
-        return kernel_launch(ctx, kernel, dims, global, NULL, event, what);
+    kernel_limits k;
+    kernel_limits_get(ctx, kernel, &k);
+    if (k.work_group_size < LAUNCH_GROUP_X)
+        return launch_within(ctx, &k, kernel, dims, global, NULL, event, what);
     size_t padded[3] = {1, 1, 1}, local[3] = {LAUNCH_GROUP_X, 1, 1};
     for (cl_uint d = 0; d < dims && d < 3; d++) padded[d] = global[d];
     padded[0] = (global[0] + LAUNCH_GROUP_X - 1) / LAUNCH_GROUP_X * LAUNCH_GROUP_X;
-    return kernel_launch(ctx, kernel, dims, padded, local, event, what);
+    return launch_within(ctx, &k, kernel, dims, padded, local, event, what);
 }
 
 /* Waits for the kept events, sums their execution times (ms) and releases them. */

@@ -248,10 +248,8 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
     /* the attention kernel reads float32 K and V and takes Q's storage from the parameters
      * (P->q_dtype); the packing takes everything at run time (one program) */
     snprintf(defines, sizeof defines,
-             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DKEY_ROWS=%d -DBLOCK_M=%u -DCOUNT_TILES=%d "
-             "-DIN_PLACE=%d",
-             st->block_n, st->dqk_pad, st->dv_pad, st->kind->key_rows, st->block_m, pb->count_tiles,
-             st->in_place);
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d",
+             st->block_n, st->dqk_pad, st->dv_pad, st->block_m, pb->count_tiles, st->in_place);
     clattn_status status =
         kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), "", "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
