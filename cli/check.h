@@ -6,7 +6,8 @@
  * (cmd_check.c) and reports each one to the parent on a pipe, one line a case:
  *
  *     start I            case I begins (the parent's progress, and where a hang is)
- *     end I OK WORST MS  case I ended: OK is 1 or 0, WORST its largest |error| / tolerance
+ *     end I OK WORST MS  case I ended: OK is 1 (passed), 0 (failed) or 2 (not served), WORST
+ *                        its largest |error| / tolerance
  *     dump-failures N    at the end: inputs --dump could not write
  */
 #ifndef CLATTN_CLI_CHECK_H
@@ -37,7 +38,9 @@ typedef enum case_outcome {
     CASE_PASSED,
     CASE_FAILED,
     CASE_TIMED_OUT, /* running when the row's time ran out */
-    CASE_CRASHED    /* running when the row's process died */
+    CASE_CRASHED,   /* running when the row's process died */
+    CASE_NOT_SERVED /* the variant refused it (CLATTN_ERR_UNSUPPORTED: head dims or features it
+                       does not take, no tile that fits the device), as auto then passes it by */
 } case_outcome;
 
 typedef struct case_record {
@@ -56,7 +59,7 @@ typedef struct run_row {
     size_t device;
     clattn_path path;
     clattn_variant variant;
-    size_t passed, failed;
+    size_t passed, failed, not_served;
     double worst, ms;
     row_outcome outcome;
     int signal;       /* ROW_CRASHED: the signal */

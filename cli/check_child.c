@@ -115,8 +115,11 @@ static void take_line(check_plan *plan, const sweep *s, row_child *c, const char
     } else if (sscanf(line, "end %ld %d %f %f", &i, &ok, &worst, &ms) == 4 && i >= 0 &&
                (size_t)i < s->count) {
         case_record *r = &row->cases[i];
-        r->outcome = ok ? CASE_PASSED : CASE_FAILED, r->worst = worst, r->ms = ms;
-        if (ok)
+        r->outcome = ok == 2 ? CASE_NOT_SERVED : ok ? CASE_PASSED : CASE_FAILED;
+        r->worst = worst, r->ms = ms;
+        if (ok == 2)
+            row->not_served++;
+        else if (ok)
             row->passed++;
         else
             row->failed++, plan->failures++;

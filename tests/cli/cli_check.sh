@@ -68,16 +68,16 @@ grep -q "all passed" out && fail "check said all passed with lanes required and 
   fail "--require reference with --path reference: $(cat out)"
 grep -q "^all passed" out || fail "every required variant ran, yet not all passed: $(cat out)"
 
-# ---- a variant the device refuses (PoCL's work-groups limited below the gpu variant's 8)
+# ---- a variant the device refuses (PoCL's work-groups limited below the rowwise variant's 8)
 small=(env POCL_MAX_WORK_GROUP_SIZE=4)
-if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +gpu +no '; then
-  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference > out 2>&1 ||
+if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +rowwise +no '; then
+  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant rowwise,reference > out 2>&1 ||
     fail "a refused variant that is not required fails the check: $(cat out)"
   grep -qE "^0 +fused +rowwise +not run: work-groups of 4 work-items" out ||
     fail "the refused variant is not listed with its reason: $(cat out)"
   grep -q "^passed where run: 0 failing runs, not run: 1 (required: 0)" out ||
     fail "the summary does not say a variant was not run: $(tail -n 1 out)"
-  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant gpu,reference \
+  "${small[@]}" "$clattn" check --quick --case 0 --device 0 --variant rowwise,reference \
     --require rowwise --json "$work/check.json" > out 2> err
   status=$?
   [ "$status" -eq 1 ] || fail "--require rowwise, refused by the device, exited $status, not 1"
@@ -87,8 +87,28 @@ if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +gpu +n
     fail "--require rowwise, refused: the summary does not fail: $(tail -n 1 out)"
   grep -q '"required_not_run": 1' check.json || fail "--json lacks required_not_run: $(cat check.json)"
 else
-  echo "cli_check: POCL_MAX_WORK_GROUP_SIZE=4 does not make device 0 refuse the gpu variant" \
+  echo "cli_check: POCL_MAX_WORK_GROUP_SIZE=4 does not make device 0 refuse the rowwise variant" \
     "(not PoCL?): the refused variant is not checked"
+fi
+
+# ---- head dims past 256: lanes and split serve them (checked against the reference), flash
+# does not claim them (CLATTN_ERR_UNSUPPORTED): "not served", which neither fails its row nor
+# earns it a verdict, nor keeps "all passed" from being said
+wide=$("$clattn" check --list | grep -m1 -F "Dqk=576 Dv=512" | awk '{print $1}')
+if [ -z "$wide" ]; then
+  fail "the full sweep has no case of head dims 576/512: $("$clattn" check --list | tail -n 3)"
+else
+  "$clattn" check --case "$wide" --device 0 --variant lanes,split,flash --verbose --no-record \
+    --json "$work/wide.json" > out 2>&1 || fail "check --case $wide (576/512) failed: $(cat out)"
+  grep -qE "^0 +.* fused +lanes +1 +0 " out || fail "lanes did not pass the 576/512 case: $(cat out)"
+  grep -qE "^0 +.* fused +split +1 +0 " out || fail "split did not pass the 576/512 case: $(cat out)"
+  grep -qE "^0 +.* fused +flash +0 +0 .* 1 not served" out ||
+    fail "flash's row does not say the 576/512 case was not served: $(cat out)"
+  grep -qE "^    not served: .*flash: head dims up to 256" out ||
+    fail "--verbose does not say why flash does not serve it: $(cat out)"
+  grep -q "^all passed" out || fail "a case not served kept 'all passed' from being said: $(cat out)"
+  grep -q '"not_served": 1' wide.json && grep -q '"result": "not served"' wide.json ||
+    fail "--json lacks the case not served: $(cat wide.json)"
 fi
 
 finish cli_check
