@@ -185,6 +185,18 @@ def test_paths_and_variants(context, rng, path: str, variant: str, ran: str) -> 
         assert stats.variant == ran
 
 
+@pytest.mark.parametrize("variant", ["lanes", "split", None])
+@pytest.mark.parametrize("nq", [3, 20])
+def test_head_dims_of_deepseek_mla(context, rng, variant: str, nq: int) -> None:
+    """Head dims 576/512 (MQA 4:1, causal) on the two fused variants that take them and on auto
+    (split for a few query rows a head, lanes from 12 on where it serves the device)."""
+    q, k, v = make_inputs(rng, (1, 4, 1, nq, 50, 576, 512), "bhsd")
+    o = clattn.attention(q, k, v, causal=True, variant=variant, context=context)
+    assert o.shape == (1, 4, nq, 512)
+    assert_close(o, attention_reference(q, k, v, layout="bhsd", causal=True)[0], "float32")
+    assert context.last_stats().variant in ({variant} if variant else {"lanes", "split"})
+
+
 def test_strided_views_are_read_in_place(context, rng) -> None:
     """Transposed and sliced views (last stride 1) go to the library without a copy."""
     base = uniform(rng, 2, 40, 4, 3 * 32)  # [B, N, H, 3*D]: a fused QKV projection
