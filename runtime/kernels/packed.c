@@ -259,18 +259,30 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
 /* What pack_keys makes (cl/pack.cl's modes). */
 enum pack_mode { PACK_CLASSES, PACK_GLOBALS, PACK_FLAGS, PACK_TAIL };
 
-static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const packed_state *st,
-                                 const packed_buffers *fb, const attn_buffers *buf,
-                                 const attn_problem *pb, enum pack_mode mode, int64_t slots,
-                                 cl_mem kp, cl_mem vp, cl_mem vbad) {
+/* What every packing launch of a call shares: the kernel, the tile shape and the inputs, over
+ * kv_heads = B * Hkv (b, kv head) pairs. */
+typedef struct pack_call {
+    clattn_context *ctx;
+    cl_kernel kernel;
+    const packed_state *st;
+    const packed_buffers *fb;
+    const attn_buffers *buf;
+    size_t kv_heads;
+} pack_call;
+
+/* One pass of pack_keys over `slots` key slots a (b, kv head), into K rows kp, V rows vp and V
+ * flags vbad. */
+static clattn_status launch_pack(const pack_call *c, enum pack_mode mode, int64_t slots, cl_mem kp,
+                                 cl_mem vp, cl_mem vbad) {
+    const packed_state *st = c->st;
     cl_int mode_arg = mode, block_n = (cl_int)st->block_n, dqk_pad = (cl_int)st->dqk_pad;
     cl_int dv_pad = (cl_int)st->dv_pad, key_rows = st->kind->key_rows;
     cl_long count = slots;
-    kernel_args a = {kernel, 0, CL_SUCCESS};
-    KARG(a, fb->params);
-    KARG(a, buf->k);
-    KARG(a, buf->v);
-    KARG(a, fb->gpos);
+    kernel_args a = {c->kernel, 0, CL_SUCCESS};
+    KARG(a, c->fb->params);
+    KARG(a, c->buf->k);
+    KARG(a, c->buf->v);
+    KARG(a, c->fb->gpos);
     KARG(a, mode_arg);
     KARG(a, count);
     KARG(a, block_n);
@@ -280,9 +292,9 @@ static clattn_status launch_pack(clattn_context *ctx, cl_kernel kernel, const pa
     KARG(a, kp);
     KARG(a, vp);
     KARG(a, vbad);
-    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: pack arguments");
-    size_t global[2] = {(size_t)slots, pb->batch * pb->heads_kv};
-    return kernel_launch_padded(ctx, kernel, 2, global, NULL, "fused: packing K and V");
+    if (a.err != CL_SUCCESS) return ctx_cl_error(c->ctx, a.err, "fused: pack arguments");
+    size_t global[2] = {(size_t)slots, c->kv_heads};
+    return kernel_launch_padded(c->ctx, c->kernel, 2, global, NULL, "fused: packing K and V");
 }
 
 /* Both passes in one launch (tile_walk.cl's PASS_PARAMS): row_tiles work-groups of the
@@ -326,19 +338,15 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
 
 /* The class-grouped keys packed with their V flags, or (in place) the V flags alone and each
  * class's last partial tile (packed whole, whether or not the class has one). */
-static clattn_status pack_keys(clattn_context *ctx, cl_kernel pack, const attn_problem *pb,
-                               const packed_state *st, const packed_buffers *fb,
-                               const attn_buffers *buf) {
+static clattn_status pack_keys(const pack_call *c) {
+    const packed_state *st = c->st;
+    const packed_buffers *fb = c->fb;
     const tile_geometry *g = &st->geometry;
     int64_t slots = g->classes * g->class_slots;
-    if (!st->in_place)
-        return launch_pack(ctx, pack, st, fb, buf, pb, PACK_CLASSES, slots, fb->kp, fb->vp,
-                           fb->vbad);
-    clattn_status status =
-        launch_pack(ctx, pack, st, fb, buf, pb, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
+    if (!st->in_place) return launch_pack(c, PACK_CLASSES, slots, fb->kp, fb->vp, fb->vbad);
+    clattn_status status = launch_pack(c, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
     if (!status)
-        status = launch_pack(ctx, pack, st, fb, buf, pb, PACK_TAIL, g->classes * st->block_n,
-                             fb->kt, fb->vt, fb->vbad);
+        status = launch_pack(c, PACK_TAIL, g->classes * st->block_n, fb->kt, fb->vt, fb->vbad);
     return status;
 }
 
@@ -350,10 +358,10 @@ static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
     const tile_geometry *g = &st->geometry;
     size_t heads = pb->batch * pb->heads_q, row_tiles = 0; /* tiles of the global-row pass */
     if (g->globals_matter) row_tiles = (st->lists->host->num_rows + g->block_m - 1) / g->block_m;
-    if (!status) status = pack_keys(ctx, pack, pb, st, fb, buf);
+    const pack_call packing = {ctx, pack, st, fb, buf, pb->batch * pb->heads_kv};
+    if (!status) status = pack_keys(&packing);
     if (!status && P->global_slots > 0)
-        status = launch_pack(ctx, pack, st, fb, buf, pb, PACK_GLOBALS, P->global_slots, fb->kg,
-                             fb->vg, fb->vbad_g);
+        status = launch_pack(&packing, PACK_GLOBALS, P->global_slots, fb->kg, fb->vg, fb->vbad_g);
     if (!status)
         status =
             launch_attention(ctx, attention, st, fb, buf, row_tiles,
