@@ -4,21 +4,18 @@
  *   clear  removes every compiled kernel (tuning.json and verdicts.json stay);
  *   trim   removes the least recently used down to a size (other clattn versions first);
  *   warm   builds ahead what `auto` runs for some dtypes and head dimensions, several
- *          programs at once: one child process per job, each with its own context (PoCL
- *          compiles on one thread per process, and concurrent context creation within one
- *          process is not safe on every driver).
+ *          programs at once: one child process per job, each with its own context (jobs.h).
  * Failures exit 1, usage errors 2.
  */
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "jobs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #define MAX_WARM_ITEMS 16
 
@@ -144,21 +141,30 @@ static int warm_items(const cli_args *args, warm_item *items, size_t *count) {
     return 0;
 }
 
-/* Warms items job, job + jobs, ... on its own context. @return the exit status. */
-static int warm_share(const char *spec, const warm_item *items, size_t count, size_t job,
-                      size_t jobs) {
+/* What the warming jobs share. */
+typedef struct warm_list {
+    const char *spec;
+    const warm_item *items;
+    size_t count;
+} warm_list;
+
+/* Warms items job, job + jobs, ... on its own context (a job_share). @return the exit status. */
+static int warm_share(void *arg, size_t job, size_t jobs) {
+    const warm_list *list = arg;
     clattn_context *ctx = NULL;
-    int rc = cli_open_context("cache", spec, &ctx);
-    for (size_t i = job; rc == 0 && i < count; i += jobs) {
+    int rc = cli_open_context("cache", list->spec, &ctx);
+    for (size_t i = job; rc == 0 && i < list->count; i += jobs) {
+        const warm_item *item = &list->items[i];
         double start = seconds_now();
-        clattn_status status = clattn_cache_warm(ctx, items[i].dtype, items[i].head_dim);
+        clattn_status status = clattn_cache_warm(ctx, item->dtype, item->head_dim);
         char what[64];
-        snprintf(what, sizeof what, "%s D=%zu", dtype_names[items[i].dtype], items[i].head_dim);
+        snprintf(what, sizeof what, "%s D=%zu", dtype_names[item->dtype], item->head_dim);
         if (status != CLATTN_SUCCESS) {
             cli_report("cache", what, status, ctx);
             rc = 1;
         } else {
-            printf("[%zu/%zu] %-12s ready in %.1f s\n", i + 1, count, what, seconds_now() - start);
+            printf("[%zu/%zu] %-12s ready in %.1f s\n", i + 1, list->count, what,
+                   seconds_now() - start);
             fflush(stdout);
         }
     }
@@ -166,56 +172,17 @@ static int warm_share(const char *spec, const warm_item *items, size_t count, si
     return rc;
 }
 
-/* Checks the device spec in a child process, so that a bad spec is said once before the jobs
- * start, and this process, which forks them, never starts the OpenCL driver (a driver's
- * threads do not survive a fork: a child of an initialised process can wait forever on a lock
- * that one of them held). @return 0 or 1. */
-static int check_device_apart(const char *spec) {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        size_t index = 0, found = 0;
-        _exit(cli_select_devices("cache", spec, &index, 1, &found));
-    }
-    int wstatus = 0;
-    if (pid < 0 || waitpid(pid, &wstatus, 0) != pid) return 0; /* the jobs will say it */
-    return !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0;
-}
-
-/* Runs warm_share in `jobs` child processes and waits for them all. @return 0 or 1. */
-static int warm_in_children(const char *spec, const warm_item *items, size_t count, size_t jobs) {
-    int rc = 0;
-    size_t started = 0;
-    fflush(stdout);
-    for (; started < jobs; started++) {
-        pid_t pid = fork();
-        if (pid == 0) _exit(warm_share(spec, items, count, started, jobs));
-        if (pid < 0) {
-            cli_error("cache", "cannot start a build process; building the rest here");
-            rc = warm_share(spec, items, count, started, jobs);
-            break;
-        }
-    }
-    for (size_t i = 0; i < started; i++) {
-        int wstatus = 0;
-        if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) rc = 1;
-    }
-    return rc;
-}
-
 static int cache_warm(const cli_args *args) {
     warm_item items[MAX_WARM_ITEMS];
-    size_t count = 0, jobs = (size_t)sysconf(_SC_NPROCESSORS_ONLN);
+    size_t count = 0, jobs = jobs_default();
     int rc = warm_items(args, items, &count);
     if (rc != 0) return rc;
     if (args_get(args, "jobs") && parse_size(args, "jobs", 1, &jobs) != 0) return EXIT_USAGE;
-    const char *spec = args_get(args, "device");
-    if (jobs < 1) jobs = 1;
-    if (jobs > count) jobs = count;
-    if (jobs > 1 && check_device_apart(spec) != 0) return 1;
+    warm_list list = {args_get(args, "device"), items, count};
+    if (jobs > count) jobs = count > 0 ? count : 1;
+    if (jobs > 1 && jobs_check_device("cache", list.spec) != 0) return 1;
     double start = seconds_now();
-    rc = jobs == 1 ? warm_share(spec, items, count, 0, 1)
-                   : warm_in_children(spec, items, count, jobs);
+    rc = jobs == 1 ? warm_share(&list, 0, 1) : jobs_run("cache", warm_share, &list, jobs);
     printf("warmed %zu kinds of call in %.1f s with %zu jobs%s\n", count, seconds_now() - start,
            jobs, rc ? "; some failed (above)" : "");
     return rc;

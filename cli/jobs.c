@@ -1,0 +1,45 @@
+/* Work spread over child processes (jobs.h). */
+#include "jobs.h"
+
+#include "commands.h"
+
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int jobs_check_device(const char *command, const char *spec) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        size_t index = 0, found = 0;
+        _exit(cli_select_devices(command, spec, &index, 1, &found));
+    }
+    int wstatus = 0;
+    if (pid < 0 || waitpid(pid, &wstatus, 0) != pid) return 0; /* the jobs will say it */
+    return !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0;
+}
+
+int jobs_run(const char *command, job_share share, void *arg, size_t jobs) {
+    int rc = 0;
+    size_t started = 0;
+    fflush(stdout);
+    for (; started < jobs; started++) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(share(arg, started, jobs));
+        if (pid < 0) {
+            cli_error(command, "cannot start a build process; building the rest here");
+            for (size_t job = started; job < jobs; job++) rc |= share(arg, job, jobs) != 0;
+            break;
+        }
+    }
+    for (size_t i = 0; i < started; i++) {
+        int wstatus = 0;
+        if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) rc = 1;
+    }
+    return rc;
+}
+
+size_t jobs_default(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 1 ? (size_t)cores : 1;
+}
