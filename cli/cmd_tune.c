@@ -10,7 +10,9 @@
  * its values, a candidate kept when it is correct on every shape (checked against the CPU
  * reference with docs/semantics.md section 4's tolerances) and at least 2% faster (geometric mean
  * over the shapes of its median kernel time, from OpenCL profiling events), rounds until nothing
- * improves or --time runs out (a candidate is never started after that).
+ * improves or --time runs out (a candidate is never started after that). Before the search,
+ * --jobs child processes build the first round's candidates into the cache folder, several at
+ * once (jobs.h), so that the search mostly finds its kernels built.
  *
  * --gemm NAME tunes a row of the GEMM table instead (clattn_gemm_info's axes; the panels row's
  * micro-tile and blocks, or CLBlast's Xgemm parameters through CLBlastOverrideParameters) on
@@ -24,6 +26,7 @@
 #include "commands.h"
 #include "conformance.h"
 #include "interrupt.h"
+#include "jobs.h"
 #include "tune_layer.h"
 
 #include <math.h>
@@ -43,6 +46,8 @@ static const cli_option tune_options[] = {
     {"time", "SECONDS", "time budget of the search (default 120); no candidate starts after it"},
     {"n", "N", "sequence length of the shapes (default 1024; --gemm: 512)"},
     {"repeat", "N", "timed runs a candidate and shape, after one warm-up (default 3)"},
+    {"jobs", "N",
+     "programs built at once ahead of the search, in child processes (default: the cores)"},
     {"dry-run", NULL, "search and print, but write nothing"},
     {"verbose", NULL, "print every candidate"},
     {"help", NULL, "show this help"},
@@ -101,9 +106,10 @@ static int reference_of(tune_shape *s, const void *q, const void *k, const void 
     return 0;
 }
 
-/* Inputs, device buffers and the reference of one shape (BHSD, so O is the reference's order). */
+/* Inputs, device buffers and (with_reference) the reference of one shape (BHSD, so O is the
+ * reference's order). */
 static int shape_setup(clattn_context *ctx, tune_shape *s, size_t hq, size_t hkv, size_t n,
-                       size_t d, clattn_dtype dtype, int causal) {
+                       size_t d, clattn_dtype dtype, int causal, int with_reference) {
     clattn_attention_desc_init(&s->desc, CLATTN_LAYOUT_BHSD, 1, hq, hkv, n, n, d, d);
     s->desc.dtype = s->desc.out_dtype = dtype;
     s->desc.causal = causal;
@@ -118,7 +124,7 @@ static int shape_setup(clattn_context *ctx, tune_shape *s, size_t hq, size_t hkv
     s->o_bytes = q_count * size;
     void *q = random_tensor(q_count, dtype, 1), *k = random_tensor(kv_count, dtype, 2);
     void *v = random_tensor(kv_count, dtype, 3);
-    int failed = !q || !k || !v || reference_of(s, q, k, v);
+    int failed = !q || !k || !v || (with_reference && reference_of(s, q, k, v));
     if (!failed) {
         s->q = device_copy(ctx, q_count * size, q), s->k = device_copy(ctx, kv_count * size, k);
         s->v = device_copy(ctx, kv_count * size, v), s->o = device_copy(ctx, s->o_bytes, NULL);
@@ -315,21 +321,22 @@ static void print_table(const tuner *t, const char *before, const char *after) {
 typedef struct tune_options_values {
     const char *device;
     clattn_variant variant;
-    clattn_gemm gemm; /* CLATTN_GEMM_AUTO: none given */
-    double seconds;
-    size_t n, repeat;
+    clattn_gemm gemm;                         /* CLATTN_GEMM_AUTO: none given */
+    double seconds, deadline, build_deadline; /* no candidate starts after them */
+    size_t n, repeat, jobs;
     int dry_run, verbose;
 } tune_options_values;
 
 static int parse_tune(const cli_args *args, tune_options_values *o) {
     size_t seconds = 120;
     o->device = args_get(args, "device");
-    o->n = 1024, o->repeat = 3;
+    o->n = 1024, o->repeat = 3, o->jobs = jobs_default();
     o->variant = CLATTN_VARIANT_FLASH;
     if ((args_has(args, "variant") && parse_variant(args, "variant", &o->variant)) ||
         (args_has(args, "time") && parse_size(args, "time", 1, &seconds)) ||
         (args_has(args, "n") && parse_size(args, "n", 1, &o->n)) ||
-        (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)))
+        (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)) ||
+        (args_has(args, "jobs") && parse_size(args, "jobs", 1, &o->jobs)))
         return EXIT_USAGE;
     o->gemm = CLATTN_GEMM_AUTO;
     if (args_has(args, "gemm")) {
@@ -346,6 +353,8 @@ static int parse_tune(const cli_args *args, tune_options_values *o) {
         if (!args_has(args, "n")) o->n = 512;
     }
     o->seconds = (double)seconds;
+    o->deadline = seconds_now() + o->seconds;
+    o->build_deadline = o->deadline - o->seconds / 2; /* building ahead: half the budget */
     o->dry_run = args_has(args, "dry-run");
     o->verbose = args_has(args, "verbose");
     return 0;
@@ -364,11 +373,11 @@ static int setup_layers(tuner *t, size_t n) {
 }
 
 /* The representative shapes: MHA, causal GQA, and a float16 causal call with D=128. */
-static int setup_shapes(tuner *t, size_t n) {
+static int setup_shapes(tuner *t, size_t n, int with_reference) {
     if (t->gemm) return setup_layers(t, n);
-    return shape_setup(t->ctx, &t->shapes[0], 8, 8, n, 64, CLATTN_F32, 0) ||
-           shape_setup(t->ctx, &t->shapes[1], 8, 2, n, 64, CLATTN_F32, 1) ||
-           shape_setup(t->ctx, &t->shapes[2], 4, 4, n, 128, CLATTN_F16, 1);
+    return shape_setup(t->ctx, &t->shapes[0], 8, 8, n, 64, CLATTN_F32, 0, with_reference) ||
+           shape_setup(t->ctx, &t->shapes[1], 8, 2, n, 64, CLATTN_F32, 1, with_reference) ||
+           shape_setup(t->ctx, &t->shapes[2], 4, 4, n, 128, CLATTN_F16, 1, with_reference);
 }
 
 /* The axes' middle values over `from`: where a search starts when `from` is not on the axes. */
@@ -392,6 +401,32 @@ static void tuning_in_effect(const tuner *t, clattn_tuning *before, clattn_tunin
         clattn_device_gemm_tuning(t->device.index, t->gemm, before, source);
     else
         clattn_device_tuning(t->device.index, t->variant, before, source);
+}
+
+/* Appends c to list[*n] unless it is there already or the list is full. */
+static void add_candidate(clattn_tuning *list, size_t *n, size_t cap, const clattn_tuning *c) {
+    for (size_t i = 0; i < *n; i++)
+        if (memcmp(&list[i], c, sizeof *c) == 0) return;
+    if (*n < cap) list[(*n)++] = *c;
+}
+
+/* The candidates the search tries first: the parameters in effect, the axes' middle when
+ * those are off the axes (the search then starts there), and each field of the start through
+ * its values. @return how many (at most cap), none twice. */
+static size_t first_round(const clattn_tuning *before, const clattn_tuning_axis *axes,
+                          size_t num_axes, clattn_tuning *out, size_t cap) {
+    clattn_tuning start;
+    size_t n = 0;
+    if (!off_the_axes(before, axes, num_axes, &start)) start = *before;
+    add_candidate(out, &n, cap, before);
+    add_candidate(out, &n, cap, &start);
+    for (size_t a = 0; a < num_axes; a++)
+        for (size_t v = 0; v < axes[a].count; v++) {
+            clattn_tuning c = start;
+            *field_of(&c, &axes[a]) = axes[a].values[v];
+            add_candidate(out, &n, cap, &c);
+        }
+    return n;
 }
 
 /* Measures the parameters in effect, searches, prints; *best receives the winner. */
@@ -498,6 +533,84 @@ static int subject_check(tuner *t, clattn_tuning_axis *axes, size_t *num_axes) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- building ahead */
+
+/* The tuner a job or the search works with: its context on the device, the subject's axes and
+ * the shapes. @return 0, or the exit status after saying why not. */
+static int tuner_open(tuner *t, const tune_options_values *o, clattn_tuning_axis *axes,
+                      size_t *num_axes, int with_reference) {
+    int rc = cli_open_context("tune", o->device, &t->ctx);
+    if (rc) return rc;
+    clattn_device_info_init(&t->device);
+    clattn_context_device_info(t->ctx, &t->device);
+    t->variant = o->variant, t->gemm = o->gemm, t->repeat = o->repeat, t->verbose = o->verbose;
+    t->deadline = o->deadline;
+    rc = subject_check(t, axes, num_axes);
+    if (!rc && (clattn_context_set_timing(t->ctx, 1) != CLATTN_SUCCESS ||
+                (t->gemm && clattn_context_set_gemm(t->ctx, t->gemm) != CLATTN_SUCCESS) ||
+                setup_shapes(t, o->n, with_reference))) {
+        cli_error("tune", "cannot set up the shapes on %s (out of memory?)", t->device.name);
+        rc = 1;
+    }
+    return rc;
+}
+
+static void tuner_close(tuner *t) {
+    for (size_t i = 0; i < TUNE_SHAPES; i++) tune_layer_free(&t->layers[i]);
+    for (size_t i = 0; i < TUNE_SHAPES; i++) shape_free(&t->shapes[i]);
+    clattn_context_destroy(t->ctx);
+}
+
+/* A job's share of the first round (a job_share): each candidate run once on every shape, which
+ * builds its kernels into the cache folder, none started past half the budget (the search has
+ * the rest); a line each. Errors are left to the search, which says them once. */
+static int build_share(void *arg, size_t job, size_t jobs) {
+    const tune_options_values *o = arg;
+    static tuner t; /* this process's own */
+    if (!freopen("/dev/null", "w", stderr)) return 1;
+    clattn_tuning_axis axes[8];
+    size_t num_axes = 0;
+    int rc = tuner_open(&t, o, axes, &num_axes, 0);
+    clattn_tuning before, round[64];
+    clattn_tuning_source source;
+    size_t count = 0;
+    if (!rc) {
+        tuning_in_effect(&t, &before, &source);
+        count = first_round(&before, axes, num_axes, round, ARRAY_LEN(round));
+    }
+    for (size_t i = job; i < count && seconds_now() < o->build_deadline; i += jobs) {
+        if (clattn_context_set_tuning(t.ctx, t.variant, &round[i]) != CLATTN_SUCCESS) continue;
+        double start = seconds_now();
+        for (size_t s = 0; s < TUNE_SHAPES; s++) {
+            tune_shape *shape = &t.shapes[s];
+            shape->desc.variant = t.variant;
+            clattn_attention(t.ctx, &shape->desc, shape->q, shape->k, shape->v, shape->o, NULL,
+                             NULL);
+        }
+        char params[256];
+        format_params(&round[i], axes, num_axes, params, sizeof params);
+        printf("  [%zu/%zu] %s: built in %.1f s\n", i + 1, count, params, seconds_now() - start);
+        fflush(stdout);
+    }
+    tuner_close(&t);
+    return rc;
+}
+
+/* Builds the first round ahead in --jobs processes, where that can help: a variant's kernels
+ * (CLBlast keeps its own in memory only), a cache folder to keep them in, and more than one
+ * job. @return 0, or 1 when the device spec matches no device. */
+static int build_ahead(const tune_options_values *o) {
+    char folder[4096];
+    if (o->gemm || o->jobs < 2 || clattn_cache_folder(folder, sizeof folder) != CLATTN_SUCCESS)
+        return 0;
+    if (jobs_check_device("tune", o->device)) return 1;
+    double start = seconds_now();
+    jobs_run("tune", build_share, (void *)o, o->jobs); /* a failed job: the search says why */
+    double seconds = seconds_now() - start;
+    printf("built the first round's kernels ahead in %.1f s with %zu jobs\n", seconds, o->jobs);
+    return 0;
+}
+
 int cmd_tune(int argc, char **argv) {
     const size_t n = ARRAY_LEN(tune_options);
     cli_args args;
@@ -509,30 +622,17 @@ int cmd_tune(int argc, char **argv) {
     }
     static tuner t; /* large: keep it off the stack */
     tune_options_values o;
-    if (rc || (rc = parse_tune(&args, &o)) || (rc = cli_open_context("tune", o.device, &t.ctx)))
-        return rc;
-    clattn_device_info_init(&t.device);
-    clattn_context_device_info(t.ctx, &t.device);
-    t.variant = o.variant, t.gemm = o.gemm, t.repeat = o.repeat, t.verbose = o.verbose;
-    t.deadline = seconds_now() + o.seconds;
-    const char *subject = t.gemm ? clattn_gemm_name(t.gemm) : clattn_variant_name(o.variant);
+    if (rc || (rc = parse_tune(&args, &o)) || (rc = build_ahead(&o))) return rc;
+    const char *subject = o.gemm ? clattn_gemm_name(o.gemm) : clattn_variant_name(o.variant);
     clattn_tuning_axis axes[8];
     size_t num_axes = 0;
-    rc = subject_check(&t, axes, &num_axes);
-    if (!rc && (clattn_context_set_timing(t.ctx, 1) != CLATTN_SUCCESS ||
-                (t.gemm && clattn_context_set_gemm(t.ctx, t.gemm) != CLATTN_SUCCESS) ||
-                setup_shapes(&t, o.n))) {
-        cli_error("tune", "cannot set up the shapes on %s (out of memory?)", t.device.name);
-        rc = 1;
-    }
+    rc = tuner_open(&t, &o, axes, &num_axes, 1);
     if (!rc)
         printf("tuning %s%s on %s (driver %s), %.0f s budget, N=%zu\n", t.gemm ? "the GEMM " : "",
                subject, t.device.name, t.device.driver_version, o.seconds, o.n);
     clattn_tuning best;
     if (!rc) rc = run_search(&t, axes, num_axes, &best);
     if (!rc) rc = save_winner(&t, &o, &best);
-    for (size_t i = 0; i < TUNE_SHAPES; i++) tune_layer_free(&t.layers[i]);
-    for (size_t i = 0; i < TUNE_SHAPES; i++) shape_free(&t.shapes[i]);
-    clattn_context_destroy(t.ctx);
+    tuner_close(&t);
     return rc;
 }

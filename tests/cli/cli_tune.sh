@@ -4,6 +4,7 @@
 # is tuned, the variant listing takes its parameters from tuning.json, a `clattn run` builds the
 # kernel with exactly the saved values, and a second tune keeps the other entries of the file;
 # tune --gemm panels writes the GEMM row's entry, which the layer's GEMMs then take.
+# Child processes build the first round of candidates ahead (--jobs), not for --gemm.
 # Bad options are usage errors. Usage: cli_tune.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
@@ -15,8 +16,10 @@ json="$CLATTN_CACHE_DIR/tuning.json"
 printf '{"entries": [{"device": "another device", "variant": "flash", "block_m": 2}]}\n' > "$json"
 
 # ---- a brief search writes the entry
-"$clattn" tune --device 0 --time 3 --n 48 --repeat 1 > "$work/tune.txt" 2>&1 ||
+"$clattn" tune --device 0 --time 3 --n 48 --repeat 1 --jobs 2 > "$work/tune.txt" 2>&1 ||
   fail "clattn tune failed: $(cat "$work/tune.txt")"
+grep -qE "^built the first round's kernels ahead in [0-9.]+ s with 2 jobs" "$work/tune.txt" ||
+  fail "tune --jobs 2 did not build ahead: $(cat "$work/tune.txt")"
 grep -q "before ms" "$work/tune.txt" || fail "no before/after table: $(cat "$work/tune.txt")"
 grep -q "^wrote the flash entry" "$work/tune.txt" ||
   fail "no entry written: $(cat "$work/tune.txt")"
@@ -48,6 +51,7 @@ grep -qF "$expected" "$work/run.txt" ||
 grep -q "^tuning the GEMM panels" "$work/gemm.txt" && grep -q "layer d=1024" "$work/gemm.txt" ||
   fail "tune --gemm: $(cat "$work/gemm.txt")"
 grep -q "^wrote the panels entry" "$work/gemm.txt" || fail "no panels entry: $(cat "$work/gemm.txt")"
+grep -q "ahead" "$work/gemm.txt" && fail "tune --gemm built ahead: $(cat "$work/gemm.txt")"
 grep -q '"variant": "flash"' "$json" || fail "tune --gemm dropped the flash entry: $(cat "$json")"
 "$clattn" devices --variants | grep -E "^ +panels +yes +[a-z]+ +tuning.json" > /dev/null ||
   fail "variants after tune --gemm: $("$clattn" devices --variants)"
@@ -64,5 +68,6 @@ expect 2 "--gemm and --variant" -- "$clattn" tune --gemm panels --variant flash
 expect 2 "--gemm: expected clblast or panels" -- "$clattn" tune --gemm auto
 expect 2 "--variant" -- "$clattn" tune --variant cuda
 expect 2 "--time" -- "$clattn" tune --time 0
+expect 2 "--jobs" -- "$clattn" tune --jobs 0
 expect 1 "no device matches" -- "$clattn" tune --device no-such-device
 finish cli_tune
