@@ -182,7 +182,7 @@ static int cache_warm(const cli_args *args) {
     if (jobs > count) jobs = count > 0 ? count : 1;
     if (jobs > 1 && jobs_check_device("cache", list.spec) != 0) return 1;
     double start = seconds_now();
-    rc = jobs == 1 ? warm_share(&list, 0, 1) : jobs_run("cache", warm_share, &list, jobs);
+    rc = jobs == 1 ? warm_share(&list, 0, 1) : jobs_run("cache", warm_share, &list, jobs, 0);
     printf("warmed %zu kinds of call in %.1f s with %zu jobs%s\n", count, seconds_now() - start,
            jobs, rc ? "; some failed (above)" : "");
     return rc;

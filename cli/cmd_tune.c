@@ -563,11 +563,10 @@ static void tuner_close(tuner *t) {
 
 /* A job's share of the first round (a job_share): each candidate run once on every shape, which
  * builds its kernels into the cache folder, none started past half the budget (the search has
- * the rest); a line each. Errors are left to the search, which says them once. */
+ * the rest); a line each. Its jobs run quiet: the search says what goes wrong, once. */
 static int build_share(void *arg, size_t job, size_t jobs) {
     const tune_options_values *o = arg;
     static tuner t; /* this process's own */
-    if (!freopen("/dev/null", "w", stderr)) return 1;
     clattn_tuning_axis axes[8];
     size_t num_axes = 0;
     int rc = tuner_open(&t, o, axes, &num_axes, 0);
@@ -605,7 +604,7 @@ static int build_ahead(const tune_options_values *o) {
         return 0;
     if (jobs_check_device("tune", o->device)) return 1;
     double start = seconds_now();
-    jobs_run("tune", build_share, (void *)o, o->jobs); /* a failed job: the search says why */
+    jobs_run("tune", build_share, (void *)o, o->jobs, 1); /* a failed job: the search says why */
     double seconds = seconds_now() - start;
     printf("built the first round's kernels ahead in %.1f s with %zu jobs\n", seconds, o->jobs);
     return 0;

@@ -19,13 +19,19 @@ int jobs_check_device(const char *command, const char *spec) {
     return !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0;
 }
 
-int jobs_run(const char *command, job_share share, void *arg, size_t jobs) {
+/* A child's share, its stderr silenced first when quiet. */
+static int child_share(job_share share, void *arg, size_t job, size_t jobs, int quiet) {
+    if (quiet && !freopen("/dev/null", "w", stderr)) return 1;
+    return share(arg, job, jobs);
+}
+
+int jobs_run(const char *command, job_share share, void *arg, size_t jobs, int quiet) {
     int rc = 0;
     size_t started = 0;
     fflush(stdout);
     for (; started < jobs; started++) {
         pid_t pid = fork();
-        if (pid == 0) _exit(share(arg, started, jobs));
+        if (pid == 0) _exit(child_share(share, arg, started, jobs, quiet));
         if (pid < 0) {
             cli_error(command, "cannot start a build process; building the rest here");
             for (size_t job = started; job < jobs; job++) rc |= share(arg, job, jobs) != 0;

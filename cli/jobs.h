@@ -20,8 +20,10 @@ typedef int (*job_share)(void *arg, size_t job, size_t jobs);
 int jobs_check_device(const char *command, const char *spec);
 
 /* Runs share(arg, j, jobs) for every j < jobs in child processes and waits for them all; a
- * share whose process cannot start runs in this one. @return 0, or 1 when a share failed. */
-int jobs_run(const char *command, job_share share, void *arg, size_t jobs);
+ * share whose process cannot start runs in this one. With quiet, the children's stderr goes to
+ * /dev/null (this process says what goes wrong itself); this one's never does. @return 0, or 1
+ * when a share failed. */
+int jobs_run(const char *command, job_share share, void *arg, size_t jobs, int quiet);
 
 /* The cores online (at least 1): the default number of jobs. */
 size_t jobs_default(void);
