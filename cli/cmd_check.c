@@ -161,12 +161,25 @@ static void add_wide_cases(sweep *s, int quick) {
     c->left = 20, c->right = 3, c->dtype = c->out_dtype = CLATTN_F16;
 }
 
+/* K and V in ggml's q4_0 and q8_0 blocks, which split reads and the other variants refuse
+ * ("not served"): a query block with a window and sinks, and decoding with GQA over a causal
+ * cache. Each block type is a split program of its own (about 6 s to build here), so the
+ * quick sweep takes q4_0 only. */
+static void add_quantised_cases(sweep *s, int quick) {
+    attn_case *c = add_case(s, 1, 4, 1, 9, 100, 64, 64);
+    c->left = 30, c->right = 0, c->sinks = 1, c->kv_quant = CLATTN_Q4_0;
+    if (quick) return;
+    c = add_case(s, 2, 4, 2, 3, 77, 64, 64);
+    c->causal = 1, c->kv_quant = CLATTN_Q8_0;
+}
+
 static void build_sweep(sweep *s, int quick) {
     s->count = 0;
     add_dense_cases(s, quick);
     add_sparse_cases(s, quick);
     add_modifier_cases(s, quick);
     add_wide_cases(s, quick);
+    add_quantised_cases(s, quick);
 }
 
 /* ---------------------------------------------------------------- what to run */

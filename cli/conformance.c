@@ -25,6 +25,14 @@ void layer_tolerance(clattn_dtype y_dtype, const double *ref, size_t n, double *
     *atol *= top;
 }
 
+/* The loosest of the case's storage types': Q, K and V's, quantised K and V's, and O's. */
+static void case_tolerance(const attn_case *c, double *atol, double *rtol) {
+    tolerance_for(c->dtype, c->out_dtype, atol, rtol);
+    double kv_atol, kv_rtol;
+    tolerance_for(c->kv_quant, c->out_dtype, &kv_atol, &kv_rtol);
+    *atol = fmax(*atol, kv_atol), *rtol = fmax(*rtol, kv_rtol);
+}
+
 int npy_dtype_of(clattn_dtype dtype) {
     return dtype == CLATTN_F16 ? NPY_F16 : dtype == CLATTN_BF16 ? NPY_U16 : NPY_F32;
 }
@@ -34,6 +42,7 @@ typedef struct case_data {
     clattn_attention_desc desc;
     clattn_attention_extents ext;
     void *q, *k, *v, *o;
+    void *k_blocks, *v_blocks; /* K and V quantised (attn_case.kv_quant), or NULL */
     float *bias, *lse;
     float *slopes, *sinks; /* ALiBi slopes, sinks (section 8) */
     uint8_t *layout;
@@ -62,6 +71,7 @@ void case_init(attn_case *c, size_t b, size_t hq, size_t hkv, size_t nq, size_t 
 
 static void case_free(case_data *data) {
     free(data->q), free(data->k), free(data->v), free(data->o);
+    free(data->k_blocks), free(data->v_blocks);
     free(data->bias), free(data->lse), free(data->layout);
     free(data->slopes), free(data->sinks);
     free(data->ref_o), free(data->ref_lse);
@@ -69,7 +79,17 @@ static void case_free(case_data *data) {
 }
 
 static const char *dtype_text(clattn_dtype dtype) {
-    return dtype == CLATTN_F16 ? "f16" : dtype == CLATTN_BF16 ? "bf16" : "f32";
+    static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"}; /* enum order */
+    return names[dtype];
+}
+
+/* What the call reads as K and V: their blocks when the case quantises them. */
+static const void *k_input(const case_data *data) {
+    return data->k_blocks ? data->k_blocks : data->k;
+}
+
+static const void *v_input(const case_data *data) {
+    return data->v_blocks ? data->v_blocks : data->v;
 }
 
 static size_t dtype_bytes(clattn_dtype dtype) {
@@ -107,7 +127,7 @@ static clattn_status reference_outputs(const attn_case *c, case_data *data) {
     float *o = malloc(rows * c->dv * sizeof *o), *lse = malloc(rows * sizeof *lse);
     if (status == CLATTN_SUCCESS && (!o || !lse)) status = CLATTN_ERR_OUT_OF_MEMORY;
     if (status == CLATTN_SUCCESS)
-        status = clattn_attention_reference(&ref, data->q, data->k, data->v, o, lse);
+        status = clattn_attention_reference(&ref, data->q, k_input(data), v_input(data), o, lse);
     for (size_t i = 0; status == CLATTN_SUCCESS && i < rows * c->dv; i++) data->ref_o[i] = o[i];
     for (size_t r = 0; status == CLATTN_SUCCESS && r < rows; r++) data->ref_lse[r] = lse[r];
     free(o);
@@ -206,6 +226,24 @@ static clattn_status setup_modifiers(const attn_case *c, case_data *data) {
     return CLATTN_SUCCESS;
 }
 
+/* K and V as c->kv_quant blocks of their values, which stay in data->k and data->v for the
+ * dumps (`clattn run --kv-storage` quantises them alike); the desc then says so. */
+static clattn_status quantise_kv(const attn_case *c, case_data *data) {
+    clattn_attention_desc *d = &data->desc;
+    const size_t k_values = data->ext.k / dtype_bytes(c->dtype);
+    const size_t v_values = data->ext.v / dtype_bytes(c->dtype);
+    d->kv_q8_0 = c->kv_quant == CLATTN_Q8_0, d->kv_q4_0 = c->kv_quant == CLATTN_Q4_0;
+    clattn_attention_extents blocks;
+    clattn_status status = clattn_attention_desc_check(d, &blocks, NULL, 0);
+    if (status != CLATTN_SUCCESS) return status;
+    data->k_blocks = malloc(blocks.k), data->v_blocks = malloc(blocks.v);
+    if (!data->k_blocks || !data->v_blocks) return CLATTN_ERR_OUT_OF_MEMORY;
+    status = clattn_convert(c->dtype, data->k, c->kv_quant, data->k_blocks, k_values);
+    if (status == CLATTN_SUCCESS)
+        status = clattn_convert(c->dtype, data->v, c->kv_quant, data->v_blocks, v_values);
+    return status;
+}
+
 static clattn_status case_setup(const attn_case *c, case_data *data) {
     memset(data, 0, sizeof *data);
     clattn_attention_desc *d = &data->desc;
@@ -240,7 +278,8 @@ static clattn_status case_setup(const attn_case *c, case_data *data) {
     if (c->bad_value && c->nk > 1)                                    /* V[b=0, kvh=0, j=1, 0] */
         store_value(data->v, c->dtype, d->v.offset + d->v.stride_seq,
                     c->bad_value == 1 ? NAN : INFINITY);
-    return reference_outputs(c, data);
+    if (c->kv_quant != CLATTN_F32) status = quantise_kv(c, data);
+    return status == CLATTN_SUCCESS ? reference_outputs(c, data) : status;
 }
 
 static int value_ok(double got, double ref, double tolerance) {
@@ -306,7 +345,8 @@ clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path
         data.desc.path = path;
         data.desc.variant = variant;
         double t0 = seconds_now();
-        status = clattn_attention_host(ctx, &data.desc, data.q, data.k, data.v, data.o, data.lse);
+        status = clattn_attention_host(ctx, &data.desc, data.q, k_input(&data), v_input(&data),
+                                       data.o, data.lse);
         result->ms = (seconds_now() - t0) * 1e3;
         if (status != CLATTN_SUCCESS)
             snprintf(result->message, sizeof result->message, "%s: %s", clattn_status_name(status),
@@ -314,7 +354,7 @@ clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path
     }
     if (status == CLATTN_SUCCESS) {
         double atol, rtol;
-        tolerance_for(c->dtype, c->out_dtype, &atol, &rtol);
+        case_tolerance(c, &atol, &rtol);
         size_t rows = c->b * c->hq * c->nq;
         float *got = dense_output(&data);
         compare_values("O", got, data.ref_o, rows * c->dv, atol, rtol, result);
@@ -360,6 +400,7 @@ void case_describe(const attn_case *c, char *out, size_t size) {
     if (c->softcap > 0.0f) append(out, size, " softcap=%g", (double)c->softcap);
     if (c->alibi) append(out, size, c->alibi == 2 ? " alibi=per-batch" : " alibi");
     if (c->sinks) append(out, size, " sinks");
+    if (c->kv_quant != CLATTN_F32) append(out, size, " kv=%s", dtype_text(c->kv_quant));
     if (c->bad_value) append(out, size, c->bad_value == 1 ? " nan-value" : " inf-value");
     if (c->gemm_budget_bytes) append(out, size, " gemm-budget=%zu", c->gemm_budget_bytes);
     append(out, size, " seed=%llu", (unsigned long long)c->seed);
@@ -433,6 +474,7 @@ static void replay_command(const attn_case *c, const char *dir, const char *path
     if (c->alibi == 1) append(cmd, size, " --alibi");
     if (c->alibi == 2) append(cmd, size, " --alibi-slopes %s/alibi.npy", dir);
     if (c->sinks) append(cmd, size, " --sinks %s/sinks.npy", dir);
+    if (c->kv_quant != CLATTN_F32) append(cmd, size, " --kv-storage %s", dtype_text(c->kv_quant));
 }
 
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,

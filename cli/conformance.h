@@ -51,6 +51,9 @@ typedef struct attn_case {
     float softcap;            /* desc->softcap (0: off) */
     int alibi;                /* 0 none, 1 the standard slopes [Hq], 2 seeded slopes [B][Hq] */
     int sinks;                /* seeded sinks [Hq] in [-2, 2] (head 0's 8: above every score) */
+    clattn_dtype kv_quant;    /* CLATTN_Q8_0 or CLATTN_Q4_0: K and V are passed as ggml's blocks
+                                 (desc->kv_q8_0, kv_q4_0), quantised from their seeded values
+                                 in dtype (dense, no offset); CLATTN_F32 (0): as dtype */
     uint64_t seed;
 } attn_case;
 

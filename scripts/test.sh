@@ -69,9 +69,10 @@ if [ -f /etc/OpenCL/vendors/rusticl.icd ]; then
   "${rusticl[@]}" build/clattn check --quick --device 0 --no-record \
     --variant lanes,rowwise,flash,gemm,reference --require rowwise,gemm,reference
   # split on cases of the quick sweep: decoding (Nq=1), float16 storage, a per-head block
-  # layout with causality, a full bias (each new head dim or dtype costs minutes of Mesa's
-  # compiler, so GQA is left to the other implementations)
-  for case in 0 17 25 27; do
+  # layout with causality, a full bias, K and V in q4_0 blocks with a window and sinks (each
+  # new head dim or dtype costs a minute or more of Mesa's compiler, so GQA is left to the
+  # other implementations)
+  for case in 0 17 25 27 38; do
     "${rusticl[@]}" build/clattn check --quick --device 0 --no-record --variant split \
       --require split --case "$case" --timeout 900
   done

@@ -111,4 +111,31 @@ else
     fail "--json lacks the case not served: $(cat wide.json)"
 fi
 
+# ---- K and V in ggml's blocks: the quick sweep has a q4_0 case, the full one a q8_0 case too;
+# split reads them (against the reference of the dequantised values), lanes does not serve them,
+# and a split whose q4_0 codes are off by one step fails the case
+quantised=$("$clattn" check --quick --list | grep -m1 -F "kv=q4_0" | awk '{print $1}')
+[ -n "$quantised" ] || fail "the quick sweep has no q4_0 case: $("$clattn" check --quick --list | tail -n 3)"
+"$clattn" check --list | grep -qF "kv=q8_0" || fail "the full sweep has no q8_0 case"
+if [ -n "$quantised" ]; then
+  "$clattn" check --quick --case "$quantised" --device 0 --variant split,lanes --verbose \
+    --no-record > out 2>&1 || fail "check --quick --case $quantised (q4_0) failed: $(cat out)"
+  grep -qE "^0 +.* fused +split +1 +0 " out || fail "split did not pass the q4_0 case: $(cat out)"
+  grep -qE "^    not served: .*lanes: .*not q4_0" out ||
+    fail "--verbose does not say why lanes does not serve the q4_0 case: $(cat out)"
+  if [ -f "$top/cl/common.cl" ]; then
+    rm -rf planted-q4 && cp -r "$top/cl" planted-q4
+    sed -i 's/as_char16(codes) - (char16)8/as_char16(codes) - (char16)7/' planted-q4/common.cl
+    if cmp -s "$top/cl/common.cl" planted-q4/common.cl; then
+      fail "the planted q4_0 bug no longer applies to cl/common.cl: update this test"
+    else
+      mkdir -p planted-q4-cache
+      CLATTN_KERNEL_DIR="$work/planted-q4" CLATTN_CACHE_DIR="$work/planted-q4-cache" \
+        "$clattn" check --quick --case "$quantised" --device 0 --variant split --no-record \
+        > out 2>&1 && fail "check passed a split that reads q4_0 codes one step off: $(cat out)"
+      grep -qE "^0 +.* fused +split +0 +1 " out || fail "the planted q4_0 bug's row: $(cat out)"
+    fi
+  fi
+fi
+
 finish cli_check
