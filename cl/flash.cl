@@ -393,9 +393,8 @@ ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk
     __constant attn_params *P = f->P;
     if (P->row_mode == 1) return class_walk(f, st, PASS_GLOBAL_ROWS, n, 0, w);
     if (n == 1) return global_key_walk(f, w);
-    const long list_row =
-        (P->layout_per_head ? f->h : 0) * P->classes * P->tiles_per_class + f->tile;
-    return class_walk(f, st, PASS_WINDOW, tile_class(P, f->tile), list_row, w);
+    return class_walk(f, st, PASS_WINDOW, tile_class(P, f->tile), tile_list_row(P, f->h, f->tile),
+                      w);
 }
 
 /* ---------------------------------------------------------------- the kernel */

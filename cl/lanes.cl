@@ -534,7 +534,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
     }
 }
 
-/* Work-group (tile, b*Hq + h) of one work-item: tile = class*tiles_per_class + t (row_mode 0)
+/* Work-group (tile, b*Hq + h) of one work-item: tile = t*classes + class (row_mode 0)
  * or the tile of listed rows (row_mode 1), the global-row pass's tiles first (PASS_PARAMS). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 attention_lanes(ATTENTION_KERNEL_ARGS) {
@@ -554,10 +554,8 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
             walk_class(P, Kp, Vp, Vbad, Kt, Vt, layout, bias, tile_ptr, tile_idx, row_list, tile, 0,
                        &t, PASS_GLOBAL_ROWS, c);
     } else {
-        const long list_row =
-            (P->layout_per_head ? t.h : 0) * P->classes * P->tiles_per_class + tile;
         walk_class(P, Kp, Vp, Vbad, Kt, Vt, layout, bias, tile_ptr, tile_idx, row_list, tile,
-                   list_row, &t, PASS_WINDOW, tile_class(P, tile));
+                   tile_list_row(P, t.h, tile), &t, PASS_WINDOW, tile_class(P, tile));
         if (P->has_global)
             walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, &t);
     }

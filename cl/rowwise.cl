@@ -182,7 +182,7 @@ attention_rowwise(ATTENTION_KERNEL_ARGS) {
             walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b, h,
                        kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
     } else {
-        const long list_row = (P->layout_per_head ? h : 0) * P->classes * P->tiles_per_class + tile;
+        const long list_row = tile_list_row(P, h, tile);
         walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b,
                    h, kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
         if (P->has_global)
