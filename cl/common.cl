@@ -126,6 +126,23 @@ inline float16 quant_load16_row(__global const uchar *x, long row, int d0) {
     return quant_scale(x, block) * values;
 }
 #define LOAD16_KV_ROW(ptr, row, d0) quant_load16_row((ptr), (row), (d0))
+
+/* The 32 values of a row from d0 on, d0 a multiple of 32: one whole block, one scale. */
+inline void quant_load32_row(__global const uchar *x, long row, int d0, float16 *lo,
+                             float16 *hi) {
+    const long block = (row >> 5) + (d0 >> 5);
+    __global const uchar *q = x + block * QBLOCK_BYTES + 2;
+    const float16 scale = (float16)quant_scale(x, block);
+#if KV_DTYPE == DTYPE_Q8_0
+    *lo = scale * convert_float16(vload16(0, (__global const char *)q));
+    *hi = scale * convert_float16(vload16(1, (__global const char *)q));
+#else
+    const uchar16 bytes = vload16(0, q);
+    *lo = scale * convert_float16(as_char16(bytes & (uchar16)15) - (char16)8);
+    *hi = scale * convert_float16(as_char16(bytes >> (uchar16)4) - (char16)8);
+#endif
+}
+#define LOAD32_KV_ROW(ptr, row, d0, lo, hi) quant_load32_row((ptr), (row), (d0), (lo), (hi))
 #else
 #define KV_T                  float
 #define LOAD_KV(ptr, index)   ((ptr)[(index)])
@@ -134,6 +151,10 @@ inline float16 quant_load16_row(__global const uchar *x, long row, int d0) {
 
 #ifndef LOAD16_KV_ROW /* 16 values of a K or V row (element index `row`) from d0 on */
 #define LOAD16_KV_ROW(ptr, row, d0) LOAD16_KV((ptr), (row) + (d0))
+#endif
+#ifndef LOAD32_KV_ROW /* 32 values from d0 on, as two vectors of 16 */
+#define LOAD32_KV_ROW(ptr, row, d0, lo, hi) \
+    (*(lo) = LOAD16_KV_ROW((ptr), (row), (d0)), *(hi) = LOAD16_KV_ROW((ptr), (row), (d0) + 16))
 #endif
 
 /* 16 values narrowed to bfloat16 and stored from `index` on. */

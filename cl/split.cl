@@ -76,6 +76,22 @@ ALWAYS_INLINE float16 load_kv16(__global const KV_T *x, long row, int d0, long d
     return vload16(0, lanes);
 }
 
+/* n 16-wide vectors of a K or V row from value 16 * v0 on (v0 even), zero past `dim`: whole
+ * pairs at once, so that a quantised block's scale is widened once. */
+ALWAYS_INLINE void load_kv_vectors(__global const KV_T *x, long row, int v0, int n, long dim,
+                                   float16 *out) {
+    #pragma unroll
+    for (int v = 0; v < n; v += 2) {
+        const int d0 = (v0 + v) * 16;
+        if (v + 1 < n && d0 + 32 <= dim) {
+            LOAD32_KV_ROW(x, row, d0, &out[v], &out[v + 1]);
+            continue;
+        }
+        out[v] = load_kv16(x, row, d0, dim);
+        if (v + 1 < n) out[v + 1] = load_kv16(x, row, d0 + 16, dim);
+    }
+}
+
 /* The block's rows, their key ranges and pre-scaled queries; returns 0 when none is valid. */
 ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
                             __global const int *seq_len, __global const int *q_len, long rb,
@@ -174,14 +190,15 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
         float16 k[NQK];
         const long row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
                                 P->k_stride_s, t->b, t->kvh, j0 + min(c, n - 1));
+        load_kv_vectors(K, row, 0, NQK, P->dim_qk, k);
         #pragma unroll
-        for (int v = 0; v < NQK; v++) k[v] = load_kv16(K, row, v * 16, P->dim_qk);
-        #pragma unroll
-        for (int r = 0; r < BLOCK_R; r++) {
-            float16 dot = (float16)0.0f;
+        for (int r = 0; r < BLOCK_R; r++) { /* two chains of fma, half as long */
+            float16 even = (float16)0.0f, odd = (float16)0.0f;
             #pragma unroll
-            for (int v = 0; v < NQK; v++) dot = fma(t->q[r][v], k[v], dot);
-            dots[r][c] = dot;
+            for (int v = 0; v + 1 < NQK; v += 2)
+                even = fma(t->q[r][v], k[v], even), odd = fma(t->q[r][v + 1], k[v + 1], odd);
+            if (NQK % 2) even = fma(t->q[r][NQK - 1], k[NQK - 1], even);
+            dots[r][c] = even + odd;
         }
     }
     const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -203,6 +220,7 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
                                                 ((key < (int16)lo) | (key > (int16)hi)));
         x = select(x, (float16)(-INFINITY), out);
         vstore16(x, 0, s[r]);
+        if (simple && !MODIFIES_SCORES(P) && !P->has_bias) continue; /* nothing key by key */
         for (int c = 0; c < n; c++) {
             if (!simple && !pair_allowed(P, is_global, layout, t, r, j0 + c)) {
                 s[r][c] = -INFINITY;
@@ -240,11 +258,12 @@ ALWAYS_INLINE void tile_weights(row_block *t, float s[BLOCK_R][KEY_TILE], float 
 /* Whether a valid row gives one of the tile's first n keys a zero weight: such a key must add
  * nothing (not 0 * an infinite or NaN value), so the update goes key by key. */
 ALWAYS_INLINE int has_zero_weight(const row_block *t, float s[BLOCK_R][KEY_TILE], int n) {
-    int zero = 0;
+    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int16 zero = (int16)0;
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++)
-        for (int c = 0; c < n; c++) zero |= t->i[r] >= 0 && s[r][c] == 0.0f;
-    return zero;
+        if (t->i[r] >= 0) zero |= (vload16(0, s[r]) == (float16)0.0f) & (key < (int16)n);
+    return any(zero);
 }
 
 /* One tile of keys [j0, j0 + n), n <= 16. */
@@ -269,9 +288,7 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const KV_T *K
             for (int v = 0; v < V_GROUP; v++) acc[r][v] = t->acc[r][g + v] * keep[r];
         for (int c = 0; c < n; c++) {
             float16 vv[V_GROUP];
-            #pragma unroll
-            for (int v = 0; v < V_GROUP; v++)
-                vv[v] = load_kv16(V, row[c], (g + v) * 16, P->dim_v);
+            load_kv_vectors(V, row[c], g, V_GROUP, P->dim_v, vv);
             #pragma unroll
             for (int r = 0; r < BLOCK_R; r++) {
                 if (by_key && s[r][c] == 0.0f) continue;
