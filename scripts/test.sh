@@ -72,7 +72,7 @@ if [ -f /etc/OpenCL/vendors/rusticl.icd ]; then
   # layout with causality, a full bias, K and V in q4_0 blocks with a window and sinks (each
   # new head dim or dtype costs a minute or more of Mesa's compiler, so GQA is left to the
   # other implementations)
-  for case in 0 17 25 27 38; do
+  for case in 0 17 25 27 39; do
     "${rusticl[@]}" build/clattn check --quick --device 0 --no-record --variant split \
       --require split --case "$case" --timeout 900
   done

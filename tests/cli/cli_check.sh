@@ -94,6 +94,8 @@ fi
 # ---- head dims past 256: lanes and split serve them (checked against the reference), flash
 # does not claim them (CLATTN_ERR_UNSUPPORTED): "not served", which neither fails its row nor
 # earns it a verdict, nor keeps "all passed" from being said
+"$clattn" check --quick --list | grep -qF "Dqk=576 Dv=512" ||
+  fail "the quick sweep has no case of head dims 576/512: $("$clattn" check --quick --list | tail -n 3)"
 wide=$("$clattn" check --list | grep -m1 -F "Dqk=576 Dv=512" | awk '{print $1}')
 if [ -z "$wide" ]; then
   fail "the full sweep has no case of head dims 576/512: $("$clattn" check --list | tail -n 3)"
