@@ -94,7 +94,7 @@ fi
 # ---- head dims past 256: lanes and split serve them (checked against the reference), flash
 # does not claim them (CLATTN_ERR_UNSUPPORTED): "not served", which neither fails its row nor
 # earns it a verdict, nor keeps "all passed" from being said
-"$clattn" check --quick --list | grep -qF "Dqk=576 Dv=512" ||
+"$clattn" check --quick --list | grep -F "Dqk=576 Dv=512" > /dev/null ||
   fail "the quick sweep has no case of head dims 576/512: $("$clattn" check --quick --list | tail -n 3)"
 wide=$("$clattn" check --list | grep -m1 -F "Dqk=576 Dv=512" | awk '{print $1}')
 if [ -z "$wide" ]; then
@@ -118,7 +118,7 @@ fi
 # and a split whose q4_0 codes are off by one step fails the case
 quantised=$("$clattn" check --quick --list | grep -m1 -F "kv=q4_0" | awk '{print $1}')
 [ -n "$quantised" ] || fail "the quick sweep has no q4_0 case: $("$clattn" check --quick --list | tail -n 3)"
-"$clattn" check --list | grep -qF "kv=q8_0" || fail "the full sweep has no q8_0 case"
+"$clattn" check --list | grep -F "kv=q8_0" > /dev/null || fail "the full sweep has no q8_0 case"
 if [ -n "$quantised" ]; then
   "$clattn" check --quick --case "$quantised" --device 0 --variant split,lanes --verbose \
     --no-record > out 2>&1 || fail "check --quick --case $quantised (q4_0) failed: $(cat out)"

@@ -47,7 +47,7 @@ cmp -s <(grep '"variant"' cache/verdicts.json) <(grep '"variant"' report.json) |
   fail "--report differs from what was recorded: $(cat report.json)"
 
 # the inputs of a case with empty rows (causal, Nq > Nk)
-"$clattn" check --quick --list | grep -q "^3  .*Nq=203 Nk=1 .*causal" ||
+"$clattn" check --quick --list | grep "^3  .*Nq=203 Nk=1 .*causal" > /dev/null ||
   fail "case 3 of the quick sweep is no longer causal with Nq > Nk: $("$clattn" check --quick --list | sed -n 4p)"
 "$clattn" check --quick --case 3 --device 0 --path reference --dump inputs --no-record > /dev/null
 run=(--q inputs/case-3/q.npy --k inputs/case-3/k.npy --v inputs/case-3/v.npy --causal --device 0)
