@@ -34,6 +34,9 @@
 #ifndef DV_PAD
 #define DV_PAD 64
 #endif
+#ifndef GROUP
+#define GROUP 1 /* work-items a work-group: 1, or a power of two for attention_split_group */
+#endif
 #define KEY_TILE 16
 /* 16-wide columns of O a pass over a tile's V rows keeps in registers (with BLOCK_R rows) */
 #define V_GROUP (NDV % 4 == 0 ? 4 : NDV % 2 == 0 ? 2 : 1)
@@ -92,10 +95,10 @@ ALWAYS_INLINE void load_kv_vectors(__global const KV_T *x, long row, int v0, int
     }
 }
 
-/* The block's rows, their key ranges and pre-scaled queries; returns 0 when none is valid. */
-ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
-                            __global const int *seq_len, __global const int *q_len, long rb,
-                            long bkv, float scale, row_block *t) {
+/* The block's rows and their key ranges (not their queries); returns 0 when none is valid. */
+ALWAYS_INLINE int locate_rows(__constant attn_params *P, __global const IN_T *Q,
+                              __global const int *seq_len, __global const int *q_len, long rb,
+                              long bkv, float scale, row_block *t) {
     t->b = bkv / P->heads_kv, t->kvh = bkv % P->heads_kv;
     t->keys = P->per_sequence ? seq_len[t->b] : P->len_k;
     t->queries = P->per_sequence ? q_len[t->b] : P->len_q;
@@ -111,8 +114,24 @@ ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
         if (t->i[k] >= 0)
             mask_class_range(i + t->offset, 0, 1, t->keys, P->left, P->right, (int)P->causal,
                              !P->has_global, &t->lo[k], &t->hi[k]);
-        const long row = P->q_offset + t->b * P->q_stride_b + t->h[k] * P->q_stride_h +
-                         (t->i[k] < 0 ? 0 : t->i[k]) * P->q_stride_s;
+        valid |= t->i[k] >= 0;
+    }
+    return valid;
+}
+
+/* Where row k's query starts in Q (row 0's when the row is not valid). */
+ALWAYS_INLINE long query_start(__constant attn_params *P, const row_block *t, int k) {
+    return P->q_offset + t->b * P->q_stride_b + t->h[k] * P->q_stride_h +
+           (t->i[k] < 0 ? 0 : t->i[k]) * P->q_stride_s;
+}
+
+/* The block's rows, their key ranges and pre-scaled queries; returns 0 when none is valid. */
+ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
+                            __global const int *seq_len, __global const int *q_len, long rb,
+                            long bkv, float scale, row_block *t) {
+    const int valid = locate_rows(P, Q, seq_len, q_len, rb, bkv, scale, t);
+    for (int k = 0; k < BLOCK_R; k++) {
+        const long row = query_start(P, t, k);
         float lanes[DQK_PAD];
         for (int d = 0; d < DQK_PAD; d++)
             lanes[d] = t->i[k] >= 0 && d < P->dim_qk ? LOAD_IN(Q, row + d) * scale : 0.0f;
@@ -121,7 +140,6 @@ ALWAYS_INLINE int load_rows(__constant attn_params *P, __global const IN_T *Q,
         #pragma unroll
         for (int v = 0; v < NDV; v++) t->acc[k][v] = (float16)0.0f;
         t->max[k] = -INFINITY, t->sum[k] = 0.0f;
-        valid |= t->i[k] >= 0;
     }
     return valid;
 }
@@ -137,6 +155,20 @@ ALWAYS_INLINE int pair_allowed(__constant attn_params *P, __global const uchar *
     const int row_global = is_global_position(P, is_global, p);
     return mask_combine(mask_causal_ok(P->causal, p, j), layout_ok(P, layout, t->h[k], i, j),
                         window_ok(P, p, j), key_global, row_global);
+}
+
+/* Score x of (row r, key j) with what applies key by key: the mask past the row's [lo, hi]
+ * (dilation, globals, a layout; not when `simple`), the score modifiers and the bias. */
+ALWAYS_INLINE float keyed_score(__constant attn_params *P, __global const float *bias,
+                                __global const uchar *is_global, __global const uchar *layout,
+                                const row_block *t, int r, long j, float x, int simple) {
+    if (!simple && !pair_allowed(P, is_global, layout, t, r, j)) return -INFINITY;
+    if (MODIFIES_SCORES(P) && x != -INFINITY)
+        x = modified_score(P, x, t->b, t->h[r], t->i[r] + t->offset, j);
+    if (P->has_bias && x != -INFINITY)
+        x = add_saturating(x, bias[P->bias_offset + t->b * P->bias_stride_b +
+                                   t->h[r] * P->bias_stride_h + t->i[r] * P->bias_stride_s + j]);
+    return x;
 }
 
 /* Lane c of the result is the sum of the 16 lanes of x[c]: four rounds of pairwise sums, each
@@ -168,8 +200,7 @@ ALWAYS_INLINE float16 sum_lanes16x16(const float16 x[KEY_TILE]) {
  * that came out non-finite from the pre-scaled q. NaN or an infinity in the inputs stays so. */
 ALWAYS_INLINE float rescore(__constant attn_params *P, __global const KV_T *K,
                             __global const int *block_table, const row_block *t, int r, long j) {
-    const long q_row = P->q_offset + t->b * P->q_stride_b + t->h[r] * P->q_stride_h +
-                       t->i[r] * P->q_stride_s;
+    const long q_row = query_start(P, t, r);
     const long k_row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
                               P->k_stride_s, t->b, t->kvh, j);
     float dot = 0.0f;
@@ -221,18 +252,8 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
         x = select(x, (float16)(-INFINITY), out);
         vstore16(x, 0, s[r]);
         if (simple && !MODIFIES_SCORES(P) && !P->has_bias) continue; /* nothing key by key */
-        for (int c = 0; c < n; c++) {
-            if (!simple && !pair_allowed(P, is_global, layout, t, r, j0 + c)) {
-                s[r][c] = -INFINITY;
-                continue;
-            }
-            if (MODIFIES_SCORES(P) && s[r][c] != -INFINITY)
-                s[r][c] = modified_score(P, s[r][c], t->b, t->h[r], t->i[r] + t->offset, j0 + c);
-            if (P->has_bias && s[r][c] != -INFINITY)
-                s[r][c] = add_saturating(s[r][c], bias[P->bias_offset + t->b * P->bias_stride_b +
-                                                       t->h[r] * P->bias_stride_h +
-                                                       t->i[r] * P->bias_stride_s + j0 + c]);
-        }
+        for (int c = 0; c < n; c++)
+            s[r][c] = keyed_score(P, bias, is_global, layout, t, r, j0 + c, s[r][c], simple);
     }
 }
 
@@ -345,6 +366,7 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, lon
     }
 }
 
+#if GROUP == 1
 /* Work-item (rb * chunks + c, b * Hkv + kvh). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 attention_split(__constant attn_params *P, __global const IN_T *Q, __global const KV_T *K,
@@ -364,6 +386,162 @@ attention_split(__constant attn_params *P, __global const IN_T *Q, __global cons
                     (int)min((long)KEY_TILE, end - j0));
     store_rows(P, &t, c, O_part, LSE_part, O, LSE);
 }
+#else
+/* ---------------------------------------------------------------- the work-group form (GPUs)
+ *
+ * GROUP work-items share a row block and a chunk: a tile is GROUP keys, one a work-item, whose
+ * scores it computes for every row (its K row read whole, the queries from local memory); the
+ * tile's maxima and sums are reduced across the group in local memory, and the weights shared
+ * there; then work-item l accumulates the columns d = l + GROUP * u of every row's O over the
+ * tile's keys, so that a V row is read by consecutive work-items. Every work-item keeps the same
+ * running maxima and sums. Same semantics as attention_split, key for key. */
+#define GROUP_COLS ((DV_PAD + GROUP - 1) / GROUP) /* O columns a work-item holds a row */
+
+/* x[r] becomes its maximum (or sum) over the work-group, for each row r. */
+ALWAYS_INLINE void group_reduce(float x[BLOCK_R], int take_max, __local float (*scratch)[GROUP]) {
+    const int l = get_local_id(0);
+    for (int r = 0; r < BLOCK_R; r++) scratch[r][l] = x[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int width = GROUP / 2; width > 0; width /= 2) {
+        if (l < width)
+            for (int r = 0; r < BLOCK_R; r++)
+                scratch[r][l] = take_max ? fmax(scratch[r][l], scratch[r][l + width])
+                                         : scratch[r][l] + scratch[r][l + width];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int r = 0; r < BLOCK_R; r++) x[r] = scratch[r][0];
+    barrier(CLK_LOCAL_MEM_FENCE); /* scratch is written again next */
+}
+
+/* Every row's score of key j (-inf past the chunk's end, or where the pair is masked). */
+ALWAYS_INLINE void key_scores(__constant attn_params *P, __global const KV_T *K,
+                              __global const int *block_table, __global const float *bias,
+                              __global const uchar *is_global, __global const uchar *layout,
+                              const row_block *t, __local float (*q)[DQK_PAD], long j, long end,
+                              float s[BLOCK_R]) {
+    float dots[BLOCK_R];
+    for (int r = 0; r < BLOCK_R; r++) dots[r] = 0.0f;
+    const long row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
+                            P->k_stride_s, t->b, t->kvh, min(j, end - 1));
+    for (int v = 0; v < NQK; v += 2) { /* pairs of 16 values: a quantised block's scale once */
+        float16 k[2];
+        if (v + 1 < NQK) load_kv_vectors(K, row, v, 2, P->dim_qk, k);
+        else load_kv_vectors(K, row, v, 1, P->dim_qk, k);
+        for (int w = 0; w < 2 && v + w < NQK; w++)
+            for (int r = 0; r < BLOCK_R; r++) dots[r] += hsum16(vload16(v + w, q[r]) * k[w]);
+    }
+    const int simple = !P->has_global && !P->has_layout && P->dilation == 1;
+    for (int r = 0; r < BLOCK_R; r++) {
+        s[r] = -INFINITY;
+        if (j >= end || t->i[r] < 0 || (simple && (j < t->lo[r] || j > t->hi[r]))) continue;
+        const float x = isfinite(dots[r]) ? dots[r] : rescore(P, K, block_table, t, r, j);
+        s[r] = keyed_score(P, bias, is_global, layout, t, r, j, x, simple);
+    }
+}
+
+/* The chunk's results, as store_rows writes them; work-item l writes the columns it holds. */
+ALWAYS_INLINE void group_store(__constant attn_params *P, const row_block *t, long c,
+                               float acc[BLOCK_R][GROUP_COLS], const float max[BLOCK_R],
+                               const float sum[BLOCK_R], __global float *O_part,
+                               __global float *LSE_part, __global void *O, __global float *LSE) {
+    const int l = get_local_id(0);
+    for (int r = 0; r < BLOCK_R; r++) {
+        if (t->at[r] < 0 || (t->i[r] < 0 && P->chunks > 1)) continue; /* merge_chunks does */
+        const int empty = t->i[r] < 0 || (max[r] == -INFINITY && sum[r] == 0.0f);
+        float top = max[r], total = sum[r]; /* one chunk: with the head's sink, if any */
+        const float keep =
+            P->chunks > 1 || t->i[r] < 0 ? 1.0f : sink_fold(P, t->h[r], &top, &total);
+        const long row = (t->b * P->heads_q + t->h[r]) * P->len_q + t->at[r];
+        const long at = P->o_offset + t->b * P->o_stride_b + t->h[r] * P->o_stride_h +
+                        t->at[r] * P->o_stride_s;
+        for (int u = 0; u < GROUP_COLS; u++) {
+            const int d = l + GROUP * u;
+            const float o = empty ? 0.0f : acc[r][u] * keep;
+            if (d < P->dim_v && P->chunks > 1) O_part[(row * P->chunks + c) * P->dim_v + d] = o;
+            else if (d < P->dim_v) store_o(P->out_dtype, o, O, at + d);
+        }
+        if (l > 0) continue;
+        if (P->chunks > 1) {
+            LSE_part[2 * (row * P->chunks + c)] = empty ? -INFINITY : max[r];
+            LSE_part[2 * (row * P->chunks + c) + 1] = empty ? 0.0f : sum[r];
+        } else {
+            store_lse(P, LSE, row, top, total, t->i[r] < 0 || (top == -INFINITY && total == 0.0f));
+        }
+    }
+}
+
+/* Work-group (rb * chunks + c, b * Hkv + kvh) of GROUP work-items. */
+__kernel __attribute__((reqd_work_group_size(GROUP, 1, 1))) void
+attention_split_group(__constant attn_params *P, __global const IN_T *Q, __global const KV_T *K,
+                      __global const KV_T *V, __global const int *seq_len,
+                      __global const int *q_len, __global const int *block_table,
+                      __global const float *bias, __global const uchar *is_global,
+                      __global const uchar *layout, __global float *O_part,
+                      __global float *LSE_part, __global void *O, __global float *LSE,
+                      float scale) {
+    __local float q[BLOCK_R][DQK_PAD];     /* the rows' queries, pre-scaled, zero past dim_qk */
+    __local float weights[BLOCK_R][GROUP]; /* the tile's weights, key by key */
+    __local float scratch[BLOCK_R][GROUP];
+    const int l = get_local_id(0);
+    const long rb = get_group_id(0) / P->chunks, c = get_group_id(0) % P->chunks;
+    row_block t;
+    /* the same for the whole group: with one chunk, rows past a sequence's queries are written
+     * empty below */
+    if (!locate_rows(P, Q, seq_len, q_len, rb, get_global_id(1), scale, &t) && P->chunks > 1)
+        return;
+    for (int x = l; x < BLOCK_R * DQK_PAD; x += GROUP) {
+        const int r = x / DQK_PAD, d = x % DQK_PAD;
+        q[r][d] = t.i[r] >= 0 && d < P->dim_qk ? LOAD_IN(Q, query_start(P, &t, r) + d) * scale
+                                               : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float acc[BLOCK_R][GROUP_COLS], max[BLOCK_R], sum[BLOCK_R];
+    for (int r = 0; r < BLOCK_R; r++) {
+        max[r] = -INFINITY, sum[r] = 0.0f;
+        for (int u = 0; u < GROUP_COLS; u++) acc[r][u] = 0.0f;
+    }
+    long first, end;
+    chunk_keys(P, &t, c, &first, &end);
+    for (long j0 = first; j0 < end; j0 += GROUP) {
+        float s[BLOCK_R], top[BLOCK_R], total[BLOCK_R], keep[BLOCK_R];
+        key_scores(P, K, block_table, bias, is_global, layout, &t, q, j0 + l, end, s);
+        for (int r = 0; r < BLOCK_R; r++) top[r] = s[r];
+        group_reduce(top, 1, scratch);
+        for (int r = 0; r < BLOCK_R; r++) { /* the normalised update, as tile_weights */
+            const float new_max = fmax(max[r], top[r]);
+            const float base = new_max == -INFINITY ? 0.0f : new_max;
+            keep[r] = exp2((max[r] - base) * M_LOG2E_F);
+            total[r] = s[r] = exp2((s[r] - base) * M_LOG2E_F);
+            max[r] = new_max;
+        }
+        group_reduce(total, 0, scratch);
+        for (int r = 0; r < BLOCK_R; r++) {
+            const float new_sum = sum[r] * keep[r] + total[r];
+            const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
+            keep[r] = sum[r] * keep[r] * inv;
+            weights[r][l] = s[r] * inv;
+            sum[r] = new_sum;
+            for (int u = 0; u < GROUP_COLS; u++) acc[r][u] *= keep[r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int n = (int)min((long)GROUP, end - j0);
+        for (int k = 0; k < n; k++) {
+            const long row = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h,
+                                    P->v_stride_s, t.b, t.kvh, j0 + k);
+            for (int u = 0; u < GROUP_COLS; u++) {
+                const int d = l + GROUP * u;
+                const float v = d < P->dim_v ? LOAD_KV(V, row + d) : 0.0f;
+                for (int r = 0; r < BLOCK_R; r++) { /* a zero weight adds nothing, not 0 * inf */
+                    const float w = weights[r][k];
+                    if (w != 0.0f) acc[r][u] = fma(w, v, acc[r][u]);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* weights is written again next */
+    }
+    group_store(P, &t, c, acc, max, sum, O_part, LSE_part, O, LSE);
+}
+#endif
 
 /* The chunks of every row merged: work-item (d, row) with row = (b * Hq + h) * Nq + i, d
  * rounded up to whole work-groups (kernel_launch_padded). Rows past a sequence's valid queries

@@ -6,10 +6,15 @@
  * few query rows a kv head (decoding, speculative decoding), where the fused variants, which
  * parallelise over query tiles and pack K and V first, leave the device idle.
  *
- * Planning: BLOCK_R, the rows a work-item holds, from the tuning entry (block_m) and the rows a
- * kv head has; the chunk count so that the work-items fill the device (the entry's `split`, or
- * `wg_size` work-items a compute unit by default) without chunks shorter than block_n keys, which
- * keeps the merge small.
+ * Two forms of the kernel, by the tuning entry's wg_size: 1, a work-item a row block and chunk
+ * (attention_split: CPUs, where a work-item's 16-wide vectors are the parallelism); a power of two,
+ * a work-group of that many work-items a row block and chunk, a key each, sharing the scores
+ * through local memory (attention_split_group: GPUs, whose lanes would sit idle in the first).
+ *
+ * Planning: BLOCK_R, the rows a work-item (or work-group) holds, from the tuning entry (block_m)
+ * and the rows a kv head has; the chunk count so that the device is full (the entry's `split`,
+ * or SPLIT_ITEMS_PER_UNIT work-items or SPLIT_GROUPS_PER_UNIT work-groups a compute unit by
+ * default) without chunks shorter than block_n keys, which keeps the merge small.
  */
 #include "kernels/compilers.h"
 #include "kernels/variant.h"
@@ -21,7 +26,8 @@
 #include <string.h>
 
 typedef struct split_plan {
-    unsigned block_r;         /* query rows a work-item: a power of two */
+    unsigned block_r;         /* query rows a work-item (work-group): a power of two */
+    unsigned group;           /* work-items a work-group: 1, or attention_split_group's */
     unsigned dqk_pad, dv_pad; /* head-dim buckets */
     size_t rows;              /* query rows a (b, kv head): Nq * group */
     size_t row_blocks;        /* ceil(rows / block_r) */
@@ -38,6 +44,12 @@ extern const attn_variant variant_lanes; /* takes long wide calls on the devices
  * tiles_wide_head_dim_bucket): a work-item holds its rows' q and O in private memory (no local
  * memory), BLOCK_R capped at SPLIT_WIDE_ROWS. */
 #define SPLIT_WIDE_ROWS 2
+
+/* The default chunk count fills each compute unit with this many work-items (the work-item form)
+ * or work-groups (the work-group form: enough warps to keep loads in flight on a GPU). */
+#define SPLIT_ITEMS_PER_UNIT  4
+#define SPLIT_GROUPS_PER_UNIT 8
+#define SPLIT_MAX_GROUP       256
 
 /* auto's limit: query rows a kv head (the packed variants' tiles hold 16 or 32) */
 #define SPLIT_AUTO_ROWS 16
@@ -96,17 +108,36 @@ static unsigned pow2_at_least(size_t n, unsigned cap) {
     return p;
 }
 
+/* Local memory of the work-group form: the queries, and the weights and scratch of a tile. */
+static size_t group_local_bytes(const split_plan *p) {
+    return ((size_t)p->block_r * p->dqk_pad + 2 * (size_t)p->block_r * p->group) * sizeof(float);
+}
+
+/* The work-group size: the entry's, halved while the device cannot take it (down to 32); the
+ * work-item form where even that does not fit. */
+static void fit_group(const clattn_device_info *device, split_plan *p, unsigned wanted) {
+    p->group = wanted;
+    while (p->group > 32 && (p->group > device->max_work_group_size ||
+                             group_local_bytes(p) > device->local_mem_bytes))
+        p->group /= 2;
+    if (p->group > device->max_work_group_size || group_local_bytes(p) > device->local_mem_bytes)
+        p->group = 1;
+}
+
 static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     const attn_problem *pb = vp->problem;
     const tuning_params *tune = &vp->tuning;
     split_plan *p = calloc(1, sizeof *p);
     if (!p) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "split: plan");
     vp->state = p;
-    if (tune->block_m < 1 || tune->block_m > 16 || tune->block_n < 16)
+    unsigned wg = tune->wg_size;
+    if (tune->block_m < 1 || tune->block_m > 16 || tune->block_n < 16 || wg < 1 ||
+        wg > SPLIT_MAX_GROUP || (wg & (wg - 1)) != 0)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "split: the tuning entry's block_m %u (rows a work-item, 1 to 16) or "
-                         "block_n %u (least keys a chunk, 16 or more) is out of range",
-                         tune->block_m, tune->block_n);
+                         "split: the tuning entry's block_m %u (rows a work-item, 1 to 16), "
+                         "block_n %u (least keys a chunk, 16 or more) or wg_size %u (1 or a power "
+                         "of two up to %d) is out of range",
+                         tune->block_m, tune->block_n, wg, SPLIT_MAX_GROUP);
     p->dqk_pad = tiles_wide_head_dim_bucket(pb->dim_qk);
     p->dv_pad = tiles_wide_head_dim_bucket(pb->dim_v);
     p->rows = pb->len_q * pb->group;
@@ -114,6 +145,7 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     p->block_r = pow2_at_least(p->rows, wide && tune->block_m > SPLIT_WIDE_ROWS ? SPLIT_WIDE_ROWS
                                                                                 : tune->block_m);
     p->row_blocks = (p->rows + p->block_r - 1) / p->block_r;
+    fit_group(&ctx->device, p, wg);
     p->max_keys = pb->len_k; /* the call's keys, or the longest sequence of a cache */
     if (pb->kv.seq_len) {
         p->max_keys = 1;
@@ -121,9 +153,9 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
             if ((size_t)pb->kv.seq_len[b] > p->max_keys) p->max_keys = (size_t)pb->kv.seq_len[b];
     }
     size_t items = p->row_blocks * pb->batch * pb->heads_kv;
-    size_t want = tune->split
-                      ? tune->split
-                      : ((size_t)ctx->device.compute_units * tune->wg_size + items - 1) / items;
+    size_t per_unit = p->group > 1 ? SPLIT_GROUPS_PER_UNIT : SPLIT_ITEMS_PER_UNIT;
+    size_t want = tune->split ? tune->split
+                              : ((size_t)ctx->device.compute_units * per_unit + items - 1) / items;
     size_t most = (p->max_keys + tune->block_n - 1) / tune->block_n; /* chunks of block_n keys */
     p->chunks = want < 1 ? 1 : want > most ? most : want;
     if (p->chunks < 1) p->chunks = 1;
@@ -198,10 +230,10 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb, co
     static const char *const files[] = {ATTN_PRELUDE, "split.cl"};
     char defines[192];
     snprintf(defines, sizeof defines,
-             "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DKV_DTYPE=%d", p->block_r,
-             p->dqk_pad, p->dv_pad, (int)pb->dtype, (int)pb->kv.dtype);
-    clattn_status status =
-        kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_split", attention);
+             "-DBLOCK_R=%u -DDQK_PAD=%u -DDV_PAD=%u -DGROUP=%u -DIN_DTYPE=%d -DKV_DTYPE=%d",
+             p->block_r, p->dqk_pad, p->dv_pad, p->group, (int)pb->dtype, (int)pb->kv.dtype);
+    const char *name = p->group > 1 ? "attention_split_group" : "attention_split";
+    clattn_status status = kernel_get(ctx, files, ARRAY_LEN(files), defines, name, attention);
     if (status == CLATTN_SUCCESS && p->chunks > 1)
         status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "merge_chunks", merge);
     return status;
@@ -229,7 +261,8 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     KARG(a, lse);
     KARG(a, pb->scale);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "split: attention arguments");
-    size_t global[2] = {p->row_blocks * p->chunks, pb->batch * pb->heads_kv}, local[2] = {1, 1};
+    size_t global[2] = {p->row_blocks * p->chunks * p->group, pb->batch * pb->heads_kv};
+    size_t local[2] = {p->group, 1};
     return kernel_launch(ctx, kernel, 2, global, local, event, "split: attention");
 }
 
@@ -273,20 +306,23 @@ static clattn_status run(clattn_context *ctx, const variant_plan *vp, const attn
         stats->block_n = (unsigned)p->chunk_len;
         stats->chunks = (unsigned)p->chunks;
         stats->device_bytes = sb.set.bytes;
-        snprintf(stats->kernel, sizeof stats->kernel, "split r%u x%zu chunks of %zu d%u/%u %s/%s",
-                 p->block_r, p->chunks, p->chunk_len, p->dqk_pad, p->dv_pad, dtype_name(pb->dtype),
+        snprintf(stats->kernel, sizeof stats->kernel,
+                 "split r%u g%u x%zu chunks of %zu d%u/%u %s/%s", p->block_r, p->group, p->chunks,
+                 p->chunk_len, p->dqk_pad, p->dv_pad, dtype_name(pb->dtype),
                  dtype_name(pb->kv.dtype));
     }
     buffer_set_release(&sb.set);
     return status;
 }
 
-/* Up to block_m query rows a work-item, chunks of at least block_n keys, wg_size work-items a
- * compute unit. 8 rows rather than 16: on PoCL (AVX-512) 16 rows' scores and accumulators no
- * longer fit the registers, so a kv head's 16 rows ran no faster in one work-item than in two,
- * and its kernel took half as long again to compile (bench/README.md, issue 31). */
+/* Up to block_m query rows a work-item (work-group), chunks of at least block_n keys, wg_size
+ * work-items a work-group. CPUs: the work-item form; 8 rows rather than 16: on PoCL (AVX-512) 16
+ * rows' scores and accumulators no longer fit the registers, so a kv head's 16 rows ran no faster
+ * in one work-item than in two, and its kernel took half as long again to compile
+ * (bench/README.md, issue 31). GPUs: work-groups of 128, a tile of 128 keys. */
 static const tuning_default defaults[] = {
-    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 8, .block_n = 256, .wg_size = 4, .vector = 16}},
+    {CL_DEVICE_TYPE_GPU, "", "", {.block_m = 8, .block_n = 128, .wg_size = 128, .vector = 1}},
+    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 8, .block_n = 256, .wg_size = 1, .vector = 16}},
 };
 
 const attn_variant variant_split = {

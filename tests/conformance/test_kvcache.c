@@ -2,9 +2,9 @@
  * The KV cache (docs/semantics.md section 6) on every device: appending token by token and
  * attending at each step equals one causal call over the whole sequence; paged storage with
  * scrambled pages is bit-identical to contiguous storage; sequences of different lengths (0 and
- * capacity among them) and query lengths; every chunk count of the split variant, chunks without an
- * allowed key included; masks over a cache; and refused calls that leave the cache byte for byte as
- * it was.
+ * capacity among them) and query lengths; every chunk count of the split variant in both its
+ * forms (a work-item or a work-group a chunk), chunks without an allowed key included; masks over
+ * a cache; and refused calls that leave the cache byte for byte as it was.
  */
 #include <criterion/criterion.h>
 
@@ -192,13 +192,14 @@ Test(kvcache, paged_is_bit_identical_to_contiguous_and_lengths_differ) {
 
 static char tuning_dir[64];
 
-/* A tuning.json (in a scratch cache folder) that makes the split variant use `chunks`. */
-static void force_chunks(const clattn_device_info *info, unsigned chunks) {
+/* A tuning.json (in a scratch cache folder) that makes the split variant use `chunks`, in
+ * work-groups of `group` work-items (1: the work-item form). */
+static void force_chunks(const clattn_device_info *info, unsigned chunks, unsigned group) {
     char text[1024];
     snprintf(text, sizeof text,
              "{\"entries\": [{\"device\": \"%s\", \"variant\": \"split\", \"block_n\": 16, "
-             "\"split\": %u}]}",
-             info->name, chunks);
+             "\"split\": %u, \"wg_size\": %u}]}",
+             info->name, chunks, group);
     write_tuning_json(tuning_dir, text);
 }
 
@@ -213,9 +214,10 @@ static void remove_tuning_dir(void) {
 static float the_bias[B * HQ * 4 * CAP]; /* [B][Hq][Nq][capacity], for with_bias */
 
 /* One call over a cache of B sequences of CAP rows (lengths CAP and CAP - 9), checked against
- * the reference; returns how many chunks ran. */
+ * the reference, in work-groups of `group` work-items; returns how many chunks ran. */
 static unsigned check_masked_call(clattn_context *ctx, clattn_kv_cache *cache,
-                                  void (*mask)(clattn_attention_desc *), const char *what) {
+                                  void (*mask)(clattn_attention_desc *), const char *what,
+                                  unsigned group) {
     enum { NQ = 4 };
     void *q = random_tensor(B * NQ * HQ * D, CLATTN_F32, 40);
     float o[B * NQ * HQ * D], ref[B * NQ * HQ * D], lse[B * HQ * NQ], lref[B * HQ * NQ];
@@ -228,6 +230,10 @@ static unsigned check_masked_call(clattn_context *ctx, clattn_kv_cache *cache,
     clattn_stats s;
     clattn_stats_init(&s);
     ASSERT_OK(ctx, clattn_context_last_stats(ctx, &s));
+    char form[16];
+    snprintf(form, sizeof form, " g%u ", group);
+    cr_expect(strstr(s.kernel, form) != NULL, "%s: ran %s, expected work-groups of %u", what,
+              s.kernel, group);
     ASSERT_OK(ctx, clattn_kv_cache_reference(cache, &d, q, NULL, ref, lref));
     double ref64[COUNT(ref)], lref64[COUNT(lref)];
     for (size_t x = 0; x < COUNT(ref); x++) ref64[x] = ref[x];
@@ -279,11 +285,13 @@ Test(kvcache, every_chunk_count_and_mask_agrees_with_the_reference, .init = make
         void *k = random_tensor(B * CAP * HKV * D, CLATTN_F32, 50);
         void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 51);
         ASSERT_OK(ctxs[dev], clattn_kv_cache_append_host(cache, k, v, CAP, fill));
-        for (unsigned chunks = 1; chunks <= CAP / 16; chunks++) {
-            force_chunks(&info, chunks);
-            for (size_t m = 0; m < COUNT(masks); m++)
-                cr_expect_eq(check_masked_call(ctxs[dev], cache, masks[m], names[m]), chunks);
-        }
+        for (unsigned group = 1; group <= 32; group *= 32) /* both forms of the kernel */
+            for (unsigned chunks = 1; chunks <= CAP / 16; chunks++) {
+                force_chunks(&info, chunks, group);
+                for (size_t m = 0; m < COUNT(masks); m++)
+                    cr_expect_eq(
+                        check_masked_call(ctxs[dev], cache, masks[m], names[m], group), chunks);
+            }
         clattn_kv_cache_destroy(cache);
         free(k), free(v);
     }
