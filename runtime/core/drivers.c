@@ -79,6 +79,7 @@ typedef struct registry {
     size_t count;
     char icd_name[MAX_REGISTERED][256];
     char library[MAX_REGISTERED][PATH_SIZE];
+    int loads[MAX_REGISTERED]; /* 0: an entry for a driver the search knows that does not open */
 } registry;
 
 typedef struct found_driver {
@@ -123,10 +124,36 @@ static int read_first_line(const char *path, char *out, size_t size) {
     return out[0] == '\0';
 }
 
+/* Whether file name `name` is `library` or a versioned file of it ("libpocl.so.2.10.0" for
+ * "libpocl.so.2"). */
+static int names_library(const char *name, const char *library) {
+    size_t len = strlen(library);
+    return strncmp(name, library, len) == 0 && (name[len] == '\0' || name[len] == '.');
+}
+
+/* Whether the loader can open an entry that names a driver the search knows (others are not its
+ * business: 1). ocl-icd skips an entry that does not open without a word, so such an entry
+ * registers nothing, and the search goes on to look for the driver: GPU containers register
+ * NVIDIA's library by a bare name that the dynamic linker's cache may not hold. The library is
+ * opened lazily and kept open (the loader opens it next anyway). */
+static int entry_loads(const char *library) {
+    for (size_t k = 0; k < ARRAY_LEN(driver_kinds); k++) {
+        if (!names_library(base_name(library), driver_kinds[k].library)) continue;
+        dlerror();
+        if (dlopen(library, RTLD_LAZY | RTLD_LOCAL)) return 1;
+        const char *error = dlerror();
+        log_msg("driver search: a registered %s does not load (%s); looking for it elsewhere",
+                library, error ? error : "dlopen failed");
+        return 0;
+    }
+    return 1;
+}
+
 static void registry_add(registry *reg, const char *icd_name, const char *library) {
     if (reg->count == MAX_REGISTERED || !*library) return;
     snprintf(reg->icd_name[reg->count], sizeof reg->icd_name[0], "%s", icd_name);
     snprintf(reg->library[reg->count], sizeof reg->library[0], "%s", library);
+    reg->loads[reg->count] = entry_loads(library);
     reg->count++;
 }
 
@@ -180,18 +207,11 @@ static int registry_read(registry *reg) {
     return 0;
 }
 
-/* Whether file name `name` is `library` or a versioned file of it ("libpocl.so.2.10.0" for
- * "libpocl.so.2"). */
-static int names_library(const char *name, const char *library) {
-    size_t len = strlen(library);
-    return strncmp(name, library, len) == 0 && (name[len] == '\0' || name[len] == '.');
-}
-
-/* Whether an entry of the loader names a library called `library` (a file name), so that the
- * search need not look for it. */
+/* Whether an entry of the loader that opens names a library called `library` (a file name), so
+ * that the search need not look for it. */
 static int registry_names(const registry *reg, const char *library) {
     for (size_t i = 0; i < reg->count; i++)
-        if (names_library(base_name(reg->library[i]), library)) return 1;
+        if (reg->loads[i] && names_library(base_name(reg->library[i]), library)) return 1;
     return 0;
 }
 
@@ -202,6 +222,7 @@ static int registry_holds(const registry *reg, const char *path) {
     const char *real_name = realpath(path, real) ? base_name(real) : base_name(path);
     for (size_t i = 0; i < reg->count; i++) {
         const char *entry = reg->library[i];
+        if (!reg->loads[i]) continue;
         if (names_library(base_name(entry), base_name(path)) ||
             names_library(base_name(entry), real_name))
             return 1;

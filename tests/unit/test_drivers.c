@@ -1,7 +1,7 @@
 /* The driver search (runtime/core/drivers.c): a driver no .icd file registers is found and
  * handed to the ICD loader, once; the environment is left as it was and the private vendors
- * folder removed; a registered driver is not handed twice; CLATTN_NO_DRIVER_SEARCH and an
- * $OCL_ICD_VENDORS naming one ICD turn it off. Criterion runs each test in its own process, so
+ * folder removed; a registered driver is not handed twice, but one whose entry does not load is
+ * looked for; CLATTN_NO_DRIVER_SEARCH and an $OCL_ICD_VENDORS naming one ICD turn it off. Criterion runs each test in its own process, so
  * each sets what the search reads before the process's first device call. */
 #define _GNU_SOURCE /* dlinfo */
 
@@ -142,6 +142,27 @@ Test(drivers, a_driver_registered_under_another_path_is_not_handed_twice) {
     cr_assert_eq(symlink(real, link), 0);
     check_registered_pocl_is_left_alone(vendors, link);
     unlink(link);
+    rmdir(vendors);
+}
+
+/* .icd files naming PoCL by a path to nothing and by a name the linker does not find register
+ * nothing (the loader skips them without a word): the search goes on, finds PoCL where the
+ * linker has it and hands it to the loader. (NVIDIA's containers register its library by a
+ * bare name that the linker's cache may not hold.) */
+Test(drivers, a_registered_driver_that_does_not_load_is_looked_for) {
+    char vendors[64], real[PATH_MAX], missing[128], unknown[128];
+    if (!pocl_file(real, sizeof real)) cr_skip_test("no PoCL on this machine");
+    make_folder(vendors, sizeof vendors, "vendors");
+    write_icd(missing, sizeof missing, vendors, "pocl-moved.icd", "/nonexistent/libpocl.so.2");
+    write_icd(unknown, sizeof unknown, vendors, "pocl-unknown.icd", "libpocl.so.2.999.0");
+    search_environment(vendors, NULL);
+    size_t devices = 0;
+    cr_assert_eq(clattn_device_count(&devices), CLATTN_SUCCESS);
+    clattn_driver_info info;
+    cr_assert(found_pocl(&info), "the search did not look for PoCL: %s",
+              clattn_driver_search_summary());
+    cr_assert_geq(devices, 1, "the PoCL it found gave no device");
+    unlink(missing), unlink(unknown);
     rmdir(vendors);
 }
 
