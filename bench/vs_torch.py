@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""clattn's fused attention against PyTorch's scaled_dot_product_attention, on the same CPU.
+"""clattn's fused attention against PyTorch's scaled_dot_product_attention, on the same device.
 
-Two modes. The default (prefill) one: for each shape (B=1, Nq = Nk = N, Dqk = Dv = D, float32,
-Q, K, V and O laid out as [B][N][H][D]) the script alternates, round after round, a `clattn
-bench` process (its fused path on an OpenCL device, by default PoCL's CPU device) with timed
-calls of torch.nn.functional.scaled_dot_product_attention on the same [B][N][H][D] tensors
-(viewed as [B][H][N][D], as SDPA takes them) in this process, with
+torch runs on the CPU, or with --torch-device cuda on a GPU (then each timed call waits for the
+GPU); clattn on its --device. --no-torch times clattn alone (no torch needed).
+
+Two modes. The default (prefill) one: for each shape (B=1, Nq = Nk = N, Dqk = Dv = D, float32
+or the --dtypes given, Q, K, V and O laid out as [B][N][H][D]) the script alternates, round
+after round, a `clattn bench` process (its fused path on an OpenCL device, by default PoCL's CPU
+device) with timed calls of torch.nn.functional.scaled_dot_product_attention on the same
+[B][N][H][D] tensors (viewed as [B][H][N][D], as SDPA takes them) in this process, with
 torch.set_num_threads(THREADS). Each side warms up, then repeats; a round's figure is the median
 of its repeats. It reports per shape the minimum and median time of each side over all rounds,
 the speed ratio (torch time / clattn time: above 1 means clattn is faster; the median of the
@@ -90,6 +93,7 @@ DEFAULT_SIZES = "1024,4096,16384"
 DEFAULT_DIMS = "64,128"
 DEFAULT_PATTERNS = "full,causal"
 DEFAULT_HEADS = "8:8,32:8"  # MHA and GQA (Hq:Hkv)
+DEFAULT_DTYPES = "f32"
 DEFAULT_MAX_REPEAT = 20
 
 # --decode: the shape of issue 12.
@@ -143,8 +147,8 @@ def parse_args():
     p.add_argument("--patterns", help=f"prefill: full and/or causal (default {DEFAULT_PATTERNS}); "
                    f"sparse: clattn bench patterns (default {SPARSE_PATTERNS})")
     p.add_argument("--nk", help=f"decode: cache lengths Nk (default {DECODE_NK})")
-    p.add_argument("--dtypes", help=f"decode: f32, f16, bf16, q8_0 (default {DECODE_DTYPES}; "
-                   "q8_0 is clattn only)")
+    p.add_argument("--dtypes", help=f"prefill: f32, f16, bf16 (default {DEFAULT_DTYPES}); decode: "
+                   f"f32, f16, bf16, q8_0 (default {DECODE_DTYPES}; q8_0 is clattn only)")
     p.add_argument("--dims", help=f"head dims D, Dqk = Dv (default {DEFAULT_DIMS}; "
                    f"decode: {DECODE_DIMS})")
     p.add_argument("--heads",
@@ -156,9 +160,17 @@ def parse_args():
     p.add_argument("--max-repeat", type=int,
                    help=f"most timed calls per round (default {DEFAULT_MAX_REPEAT}; "
                    f"decode: {DECODE_MAX_REPEAT}, at most {CLATTN_MAX_REPEAT})")
+    p.add_argument("--min-repeat", type=int, default=1,
+                   help="fewest timed calls per round (a GPU runs far faster than the repeats "
+                   "--min-time assumes)")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="torch threads (PoCL's CPU device uses every core; default: all)")
     p.add_argument("--device", default=None, help="clattn --device SPEC (default: clattn's)")
+    p.add_argument("--torch-device", default="cpu",
+                   help="torch's device: cpu (default) or cuda (then each timed call is "
+                   "followed by torch.cuda.synchronize())")
+    p.add_argument("--no-torch", action="store_true",
+                   help="time clattn only (e.g. --sparse without flex_attention's compiles)")
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--json", help="write the results and the setup as JSON")
     args = p.parse_args()
@@ -166,13 +178,14 @@ def parse_args():
         p.error("--layer, --decode and --sparse are separate modes")
     if not args.layer and (args.shapes is not None or args.gemm is not None):
         p.error("--shapes and --gemm belong to the --layer mode")
-    other = ("sizes", "patterns") if args.decode else ("nk", "dtypes")
+    other = ("sizes", "patterns") if args.decode else ("nk",) if not args.layer + args.sparse \
+        else ("nk", "dtypes")
     for name in other:
         if getattr(args, name) is not None:
             p.error(f"--{name} belongs to the {'prefill' if args.decode else '--decode'} mode")
     defaults = {"sizes": SPARSE_SIZES if args.sparse else DEFAULT_SIZES,
                 "patterns": SPARSE_PATTERNS if args.sparse else DEFAULT_PATTERNS,
-                "nk": DECODE_NK, "dtypes": DECODE_DTYPES,
+                "nk": DECODE_NK, "dtypes": DECODE_DTYPES if args.decode else DEFAULT_DTYPES,
                 "dims": DECODE_DIMS if args.decode else SPARSE_DIMS if args.sparse
                 else DEFAULT_DIMS,
                 "heads": DECODE_HEADS if args.decode else SPARSE_HEADS if args.sparse
@@ -183,8 +196,8 @@ def parse_args():
             setattr(args, name, value)
     if args.layer:
         args.max_repeat = min(args.max_repeat, LAYER_MAX_REPEAT)
-    if args.rounds < 1 or args.max_repeat < 1:
-        p.error("--rounds and --max-repeat must be at least 1")
+    if args.rounds < 1 or args.min_repeat < 1 or args.max_repeat < args.min_repeat:
+        p.error("--rounds and --min-repeat must be at least 1, --max-repeat at least --min-repeat")
     if args.decode and args.max_repeat > CLATTN_MAX_REPEAT:
         p.error(f"--max-repeat: clattn's decode preset times at most {CLATTN_MAX_REPEAT} calls")
     return args
@@ -200,7 +213,7 @@ def head_pairs(args):
 
 def repeats_for(seconds, args):
     """Timed calls per round: about --min-time seconds for calls of `seconds` each."""
-    return max(1, min(args.max_repeat, int(args.min_time / seconds + 0.999)))
+    return max(args.min_repeat, min(args.max_repeat, int(args.min_time / seconds + 0.999)))
 
 
 def fmt(value, spec):
@@ -224,8 +237,11 @@ class Prefill:
                     for pattern in args.patterns.split(","):
                         if pattern not in ("full", "causal"):
                             sys.exit(f"vs_torch: pattern '{pattern}': expected full or causal")
-                        yield {"b": args.batch, "hq": hq, "hkv": hkv, "n": n, "d": d,
-                               "pattern": pattern}
+                        for dtype in args.dtypes.split(","):
+                            if dtype not in TORCH_DTYPES:
+                                sys.exit(f"vs_torch: dtype '{dtype}': expected f32, f16 or bf16")
+                            yield {"b": args.batch, "hq": hq, "hkv": hkv, "n": n, "d": d,
+                                   "pattern": pattern, "dtype": dtype}
 
     @staticmethod
     def pairs(s):
@@ -247,7 +263,7 @@ class Prefill:
         out = os.path.join(tmp, "bench.csv")
         return ["bench", "--path", "fused", "--b", str(s["b"]), "--hq", str(s["hq"]),
                 "--hkv", str(s["hkv"]), "--nq", str(s["n"]), "--d", str(s["d"]),
-                "--pattern", s["pattern"], "--dtype", "f32", "--warmup", "1",
+                "--pattern", s["pattern"], "--dtype", s["dtype"], "--warmup", "1",
                 "--repeat", str(repeat), "--csv", out], out
 
     @staticmethod
@@ -256,16 +272,17 @@ class Prefill:
         row = rows[0]
         if int(row["pairs"]) != Prefill.pairs(s):
             sys.exit(f"vs_torch: clattn counted {row['pairs']} pairs, expected {Prefill.pairs(s)}")
-        return row, {}
+        return row, {"clattn_kernel": row["kernel"]}
 
     @staticmethod
-    def torch_call(torch, s):
+    def torch_call(torch, s, device):
         """SDPA on [B][N][H][D] tensors (clattn's layout) viewed as [B][H][N][D], no copies."""
         g = torch.Generator().manual_seed(42)
+        dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
 
         def make(h):
             x = torch.rand(s["b"], s["n"], h, s["d"], generator=g, dtype=torch.float32) * 2 - 1
-            return x.transpose(1, 2)
+            return x.to(device=device, dtype=dtype).transpose(1, 2)
 
         q, k, v = make(s["hq"]), make(s["hkv"]), make(s["hkv"])
         extra = {"enable_gqa": True} if s["hq"] != s["hkv"] else {}
@@ -280,11 +297,13 @@ class Prefill:
     @staticmethod
     def rates(r):
         flops = Prefill.flops(r)
+        torch_ms = r["torch_ms_median"]
         return {"clattn_gflops": flops / r["clattn_ms_median"] / 1e6,
-                "torch_gflops": flops / r["torch_ms_median"] / 1e6}
+                "torch_gflops": torch_ms and flops / torch_ms / 1e6}
 
     columns = [("N", lambda r: str(r["n"])), ("D", lambda r: str(r["d"])),
-               ("Hq:Hkv", lambda r: f"{r['hq']}:{r['hkv']}"), ("pattern", lambda r: r["pattern"])]
+               ("Hq:Hkv", lambda r: f"{r['hq']}:{r['hkv']}"), ("pattern", lambda r: r["pattern"]),
+               ("dtype", lambda r: r["dtype"]), ("kernel", lambda r: r["clattn_kernel"])]
     rate_columns = [("clattn GFLOP/s", lambda r: fmt(r["clattn_gflops"], "{:.0f}")),
                     ("torch GFLOP/s", lambda r: fmt(r["torch_gflops"], "{:.0f}"))]
     ms_format = "{:.2f}"
@@ -292,7 +311,7 @@ class Prefill:
     @staticmethod
     def describe(setup, r):
         """The header's shape line, and further lines."""
-        return f"float32, B={setup['batch']}", []
+        return f"B={setup['batch']}", []
 
 
 # ---------------------------------------------------------------- decode: Nq = 1 over a cache
@@ -346,7 +365,7 @@ class Decode:
         return row, {"clattn_kernel": row["kernel"], "clattn_copy_gbs": float(row["copy_gbs"])}
 
     @staticmethod
-    def torch_call(torch, s):
+    def torch_call(torch, s, device):
         """SDPA with q [B][Hq][1][D] and contiguous k, v [B][Hkv][Nk][D]; None for q8_0."""
         if s["dtype"] not in TORCH_DTYPES:
             return None
@@ -355,7 +374,7 @@ class Decode:
 
         def make(h, n):
             x = torch.rand(s["b"], h, n, s["d"], generator=g, dtype=torch.float32) * 2 - 1
-            return x.to(dtype)
+            return x.to(device=device, dtype=dtype)
 
         q, k, v = make(s["hq"], 1), make(s["hkv"], s["nk"]), make(s["hkv"], s["nk"])
         sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -443,7 +462,7 @@ class Layer:
                      "clattn_output_ms": float(row["output_ms"])}
 
     @staticmethod
-    def torch_call(torch, s):
+    def torch_call(torch, s, device):
         """F.linear, SDPA on [B][H][N][D] views, F.linear; bf16 weights: all in bfloat16."""
         dtype = torch.bfloat16 if s["wtype"] == "bf16" else torch.float32
         g = torch.Generator().manual_seed(42)
@@ -451,7 +470,8 @@ class Layer:
         nk = s["nk"] or s["n"]
 
         def make(*shape, scale=1.0):
-            return ((torch.rand(*shape, generator=g) * 2 - 1) * scale).to(dtype)
+            x = (torch.rand(*shape, generator=g) * 2 - 1) * scale
+            return x.to(device=device, dtype=dtype)
 
         x = make(s["b"], s["n"], dm)
         x_kv = make(s["b"], nk, dm) if s["nk"] else x
@@ -505,7 +525,7 @@ class Layer:
 # ---------------------------------------------------------------- sparse: flex_attention
 
 
-def flex_mask_mod(torch, pattern, n, args):
+def flex_mask_mod(torch, pattern, n, args, device):
     """The allowed set of a clattn bench pattern (bench/pattern.c) as a flex_attention mask_mod
     over N queries and keys (Nq = Nk: no offset), and the block size of its block mask."""
     name, _, numbers = pattern.partition(":")
@@ -529,7 +549,7 @@ def flex_mask_mod(torch, pattern, n, args):
             if run.returncode != 0:
                 sys.exit(f"vs_torch: {' '.join(cmd)} failed:\n{run.stderr}")
             import numpy
-            layout = torch.from_numpy(numpy.load(path).astype("bool"))
+            layout = torch.from_numpy(numpy.load(path).astype("bool")).to(device)
         return lambda b, h, q, k: layout[q // block, k // block], block
     sys.exit(f"vs_torch: --sparse: pattern '{pattern}' has no flex_attention mask here")
 
@@ -573,13 +593,13 @@ class Sparse:
                      "clattn_kernel": row["kernel"]}
 
     @staticmethod
-    def torch_call(torch, s):
+    def torch_call(torch, s, device):
         """Compiled flex_attention on contiguous [B][H][N][D] tensors (the first call compiles)."""
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         g = torch.Generator().manual_seed(42)
 
         def make(h):
-            return torch.rand(s["b"], h, s["n"], s["d"], generator=g) * 2 - 1
+            return (torch.rand(s["b"], h, s["n"], s["d"], generator=g) * 2 - 1).to(device)
 
         q, k, v = make(s["hq"]), make(s["hkv"]), make(s["hkv"])
         torch._dynamo.reset()  # a compile of its own: past 8 masks dynamo would run flex eagerly
@@ -587,8 +607,8 @@ class Sparse:
         extra = {"enable_gqa": True} if s["hq"] != s["hkv"] else {}
         if s["pattern"] == "full":
             return lambda: flex(q, k, v, **extra)
-        mask_mod, block = flex_mask_mod(torch, s["pattern"], s["n"], s["args"])
-        mask = create_block_mask(mask_mod, None, None, s["n"], s["n"], device="cpu",
+            mask_mod, block = flex_mask_mod(torch, s["pattern"], s["n"], s["args"], device)
+        mask = create_block_mask(mask_mod, None, None, s["n"], s["n"], device=device,
                                  BLOCK_SIZE=block)
         return lambda: flex(q, k, v, block_mask=mask, **extra)
 
@@ -630,7 +650,8 @@ def add_fractions(records):
         full = next((f for f in records if f["pattern"] == "full" and
                      all(f[key] == r[key] for key in ("b", "hq", "hkv", "n", "d"))), None)
         for side in ("clattn", "torch"):
-            speedup = full and full[f"{side}_ms_median"] / r[f"{side}_ms_median"]
+            ms = f"{side}_ms_median"
+            speedup = full[ms] / r[ms] if full and full[ms] and r[ms] else None
             r[f"{side}_speedup"] = speedup
             r[f"{side}_fraction_of_ideal"] = speedup and speedup * r["density"]
 
@@ -671,13 +692,16 @@ def clattn_round(mode, s, repeat, args, env):
 
 
 def torch_round(torch, call, repeat):
-    """Warm-up, then `repeat` timed calls. Returns (min, median) ms."""
+    """Warm-up, then `repeat` timed calls, each waited for on a GPU. Returns (min, median) ms."""
+    sync = torch.cuda.synchronize if torch.cuda.is_initialized() else lambda: None
     times = []
     with torch.inference_mode():
         call()
+        sync()
         for _ in range(repeat):
             t0 = time.perf_counter()
             call()
+            sync()
             times.append((time.perf_counter() - t0) * 1e3)
     return min(times), statistics.median(times)
 
@@ -686,7 +710,7 @@ def measure(torch, mode, s, args, env):
     """Alternates the two sides for --rounds rounds; torch's figures are None where it has no
     counterpart (q8_0)."""
     repeat = mode.repeats(s, args)
-    call = mode.torch_call(torch, s)
+    call = None if args.no_torch else mode.torch_call(torch, s, args.torch_device)
     torch_repeat = repeat
     if call is not None and mode.own_torch_repeat:  # from one call after a warm-up
         torch_repeat = repeats_for(torch_round(torch, call, 1)[0] / 1e3, args)
@@ -736,8 +760,9 @@ def columns(mode):
 
 def print_header(setup, mode, r):
     print(f"# {setup['date']}  clattn device: {setup['clattn_device']}")
-    print(f"# torch {setup['torch']} ({setup['torch_threads']} threads), python "
-          f"{setup['python']}, cpu: {setup['cpu']}")
+    side = (f"torch {setup['torch']} on {setup['torch_device']} ({setup['torch_threads']} "
+            "threads)" if setup["torch_threads"] else "torch: not measured (--no-torch)")
+    print(f"# {side}, python {setup['python']}, cpu: {setup['cpu']}")
     shape, notes = mode.describe(setup, r)
     print(f"# {shape}, times in ms (min and median over {setup['rounds']} "
           "rounds); speed ratio = torch time / clattn time (median of the rounds' ratios)")
@@ -780,19 +805,26 @@ def main():
 
         return generate.main(sys.argv[1:])
     args = parse_args()
+    torch = None
     try:
         import torch
     except ImportError:
-        sys.exit("vs_torch: PyTorch is not installed in this Python; see the top of this file")
+        if not args.no_torch:
+            sys.exit("vs_torch: PyTorch is not installed in this Python; see the top of this file "
+                     "(--no-torch times clattn alone)")
     if not os.access(args.clattn, os.X_OK):
         sys.exit(f"vs_torch: {args.clattn} is not an executable; run ./scripts/build.sh first")
     mode = Decode if args.decode else Layer if args.layer else Sparse if args.sparse else Prefill
-    torch.set_num_threads(args.threads)
+    if torch:
+        torch.set_num_threads(args.threads)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     setup = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode.name,
-             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+             "torch": torch.__version__ if torch else "-",
+             "torch_threads": torch.get_num_threads() if torch and not args.no_torch else 0,
              "python": platform.python_version(), "cpu": cpu_name(), "batch": args.batch,
-             "rounds": args.rounds, "clattn_device": "?"}
+             "rounds": args.rounds, "clattn_device": "?", "torch_device": args.torch_device}
+    if torch and not args.no_torch and args.torch_device.startswith("cuda"):
+        setup["torch_device"] = torch.cuda.get_device_name(args.torch_device)
     records = []
     for s in mode.shapes(args):
         r, setup["clattn_device"] = measure(torch, mode, s, args, env)

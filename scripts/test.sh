@@ -25,7 +25,9 @@
 #     not start under ThreadSanitizer), on both PoCL devices; any report fails the run;
 #  7. clattn's kernels under oclgrind (scripts/oclgrind-check.sh);
 #  8. the bundle (scripts/bundle.sh), unpacked and run with an empty ICD vendors folder, so that
-#     PoCL comes from the driver search (tests/install/bundle.sh).
+#     PoCL comes from the driver search (tests/install/bundle.sh); then the GPU report
+#     (scripts/gpu-report.sh --quick) from it on PoCL, with the Python stage's torch on the CPU
+#     (tests/install/gpu_report.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
@@ -139,5 +141,7 @@ section "the bundle, as a machine with an unregistered driver runs it"
 ./scripts/bundle.sh build-bundle
 version="$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' build-bundle/CMakeCache.txt)"
 bash tests/install/bundle.sh "dist/clattn-$version-linux-$(uname -m).tar.gz"
+bash tests/install/gpu_report.sh "dist/clattn-$version-linux-$(uname -m).tar.gz" \
+  build-python/venv-torch/bin/python build/test-kernel-cache
 
 section "all tests passed"
