@@ -18,7 +18,10 @@
 #     every case gets a fresh process;
 #  5. flash's subgroup path on the quick sweep in one process (oclgrind has no subgroups: the
 #     test build's emulation, CLATTN_TEST_FLASH_SUBGROUPS=emulate, which only the test copy of
-#     the program reads: BUILD/tests/clattn-testing).
+#     the program reads: BUILD/tests/clattn-testing);
+#  6. split's work-item form (the CPUs'; oclgrind's device is a GPU, whose default is the
+#     work-group form that the steps above run) on five quick cases: decoding, float16, a
+#     layout, a bias, q4_0 K/V with a window and sinks, through a tuning.json with wg_size 1.
 # Usage: oclgrind-check.sh PATH/TO/clattn [PATH/TO/clattn-testing]
 set -euo pipefail
 clattn="$(realpath "$1")"
@@ -103,5 +106,21 @@ if ! CLATTN_TEST_FLASH_SUBGROUPS=emulate oclgrind --data-races --check-api \
   failed=1
 fi
 report "$logs/subgroups.log" "flash's emulated subgroup path"
+
+echo "-- split's work-item form on five quick cases (memory, races, API)"
+mkdir "$logs/work-items" # a fresh cache folder: its tuning.json, and no other configuration's binaries
+device=$(oclgrind "$clattn" devices | awk 'NR == 2 {sub(/^ *[0-9]+ +[0-9:]+ +[a-z]+ +/, ""); sub(/  +[0-9].*/, ""); print}')
+echo "{\"entries\": [{\"device\": \"$device\", \"variant\": \"split\", \"wg_size\": 1}]}" \
+  > "$logs/work-items/tuning.json"
+for i in 0 17 25 27 39; do
+  if ! CLATTN_CACHE_DIR="$logs/work-items" oclgrind --data-races --check-api \
+       --log "$logs/work-items-$i.log" "$clattn" check --quick --device 0 --path fused \
+       --variant split --require split --case "$i" --in-process --no-record > "$logs/out" 2>&1; then
+    echo "case $i (split's work-item form) failed on the simulator:"
+    cat "$logs/out"
+    failed=1
+  fi
+  report "$logs/work-items-$i.log" "case $i (split's work-item form)"
+done
 [ "$failed" -eq 0 ] && echo "oclgrind: no reports"
 exit $((failed != 0))
