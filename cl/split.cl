@@ -4,6 +4,9 @@
  * the caller's tensors or a cache's storage (contiguous, or pages through a block table), with a
  * length per sequence: nothing is packed, so a decode step costs one pass over the cache.
  *
+ * Two forms: GROUP == 1 (CPUs) is attention_split below, GROUP > 1 (GPUs) attention_split_group
+ * at the end of the file, which shares a row block and chunk among GROUP work-items.
+ *
  * Work-item (row block rb, chunk c) x (b, kv head): it owns BLOCK_R query rows of one (b, kv
  * head) - the rows r = i * group + g of its group of query heads, so that a key is read once
  * for every head that shares it (GQA) - and the keys [c * chunk_len, (c + 1) * chunk_len) of
