@@ -89,13 +89,13 @@ torch_side=(--torch-device "$torch_device")
 cat "$out/env.txt"
 
 vs_torch=("$python" "$here/bench/vs_torch.py" --clattn "$clattn" --device "$device"
-          "${torch_side[@]}" --min-time 0.3 --min-repeat 10)
+          "${torch_side[@]}" --min-time 0.3)
 if [ $quick -eq 1 ]; then
-  check=(--quick) tune_time=20 rounds=(--rounds 2)
+  check=(--quick) tune_time=20 rounds=(--rounds 2 --min-repeat 3) # a CPU's torch f16 is slow
   big=(--sizes 1024 --dims 64 --heads 8:8) wide=(--sizes 1024 --dims 128 --heads 16:16)
   decode_nk=4096 sparse_n=2048
 else
-  check=() tune_time=60 rounds=(--rounds 3)
+  check=() tune_time=60 rounds=(--rounds 3 --min-repeat 10)
   big=(--sizes 16384 --dims 64 --heads 8:8) wide=(--sizes 4096 --dims 128 --heads 16:16)
   decode_nk=32768 sparse_n=16384
 fi
