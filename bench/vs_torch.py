@@ -178,11 +178,12 @@ def parse_args():
         p.error("--layer, --decode and --sparse are separate modes")
     if not args.layer and (args.shapes is not None or args.gemm is not None):
         p.error("--shapes and --gemm belong to the --layer mode")
-    other = ("sizes", "patterns") if args.decode else ("nk",) if not args.layer + args.sparse \
-        else ("nk", "dtypes")
+    mode = ("--decode" if args.decode else "--layer" if args.layer else "--sparse" if args.sparse
+            else "prefill")
+    other = {"--decode": ("sizes", "patterns"), "prefill": ("nk",)}.get(mode, ("nk", "dtypes"))
     for name in other:
         if getattr(args, name) is not None:
-            p.error(f"--{name} belongs to the {'prefill' if args.decode else '--decode'} mode")
+            p.error(f"--{name} does not belong to the {mode} mode")
     defaults = {"sizes": SPARSE_SIZES if args.sparse else DEFAULT_SIZES,
                 "patterns": SPARSE_PATTERNS if args.sparse else DEFAULT_PATTERNS,
                 "nk": DECODE_NK, "dtypes": DECODE_DTYPES if args.decode else DEFAULT_DTYPES,
@@ -607,7 +608,7 @@ class Sparse:
         extra = {"enable_gqa": True} if s["hq"] != s["hkv"] else {}
         if s["pattern"] == "full":
             return lambda: flex(q, k, v, **extra)
-            mask_mod, block = flex_mask_mod(torch, s["pattern"], s["n"], s["args"], device)
+        mask_mod, block = flex_mask_mod(torch, s["pattern"], s["n"], s["args"], device)
         mask = create_block_mask(mask_mod, None, None, s["n"], s["n"], device=device,
                                  BLOCK_SIZE=block)
         return lambda: flex(q, k, v, block_mask=mask, **extra)
