@@ -55,8 +55,8 @@ if [ -z "$clattn" ]; then
 fi
 [ -x "$clattn" ] || { echo "gpu-report.sh: no clattn program (give --clattn PATH)" >&2; exit 2; }
 clattn="$(realpath "$clattn")"
-mkdir -p "$out" && [ -z "$(ls -A "$out")" ] ||
-  { echo "gpu-report.sh: $out is not an empty folder" >&2; exit 2; }
+mkdir -p "$out" 2> /dev/null || { echo "gpu-report.sh: cannot create the folder $out" >&2; exit 2; }
+[ -z "$(ls -A "$out")" ] || { echo "gpu-report.sh: $out is not an empty folder" >&2; exit 2; }
 out="$(realpath "$out")"
 export OPENBLAS_NUM_THREADS=1
 failed=0 started=$SECONDS
