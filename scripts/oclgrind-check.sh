@@ -108,8 +108,9 @@ fi
 report "$logs/subgroups.log" "flash's emulated subgroup path"
 
 echo "-- split's work-item form on five quick cases (memory, races, API)"
-mkdir "$logs/work-items" # a fresh cache folder: its tuning.json, and no other configuration's binaries
-device=$(oclgrind "$clattn" devices | awk 'NR == 2 {sub(/^ *[0-9]+ +[0-9:]+ +[a-z]+ +/, ""); sub(/  +[0-9].*/, ""); print}')
+mkdir "$logs/work-items" # a fresh cache folder: its tuning.json, no other configuration's binaries
+device=$(oclgrind "$clattn" devices |
+  awk 'NR == 2 {sub(/^ *[0-9]+ +[0-9:]+ +[a-z]+ +/, ""); sub(/  +[0-9].*/, ""); print}')
 echo "{\"entries\": [{\"device\": \"$device\", \"variant\": \"split\", \"wg_size\": 1}]}" \
   > "$logs/work-items/tuning.json"
 for i in 0 17 25 27 39; do

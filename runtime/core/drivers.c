@@ -133,9 +133,9 @@ static int names_library(const char *name, const char *library) {
 
 /* Whether the loader can open an entry that names a driver the search knows (others are not its
  * business: 1). ocl-icd skips an entry that does not open without a word, so such an entry
- * registers nothing, and the search goes on to look for the driver: GPU containers register
- * NVIDIA's library by a bare name that the dynamic linker's cache may not hold. The library is
- * opened lazily and kept open (the loader opens it next anyway). */
+ * registers nothing, and the search goes on to look for the driver (on an H100 machine an entry
+ * for NVIDIA's library that the loader did not load kept the GPU out). The library is opened
+ * lazily and kept open (the loader opens it next anyway). */
 static int entry_loads(const char *library) {
     for (size_t k = 0; k < ARRAY_LEN(driver_kinds); k++) {
         if (!names_library(base_name(library), driver_kinds[k].library)) continue;

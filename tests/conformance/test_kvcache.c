@@ -289,8 +289,8 @@ Test(kvcache, every_chunk_count_and_mask_agrees_with_the_reference, .init = make
             for (unsigned chunks = 1; chunks <= CAP / 16; chunks++) {
                 force_chunks(&info, chunks, group);
                 for (size_t m = 0; m < COUNT(masks); m++)
-                    cr_expect_eq(
-                        check_masked_call(ctxs[dev], cache, masks[m], names[m], group), chunks);
+                    cr_expect_eq(check_masked_call(ctxs[dev], cache, masks[m], names[m], group),
+                                 chunks);
             }
         clattn_kv_cache_destroy(cache);
         free(k), free(v);

@@ -1,8 +1,9 @@
 /* The driver search (runtime/core/drivers.c): a driver no .icd file registers is found and
  * handed to the ICD loader, once; the environment is left as it was and the private vendors
  * folder removed; a registered driver is not handed twice, but one whose entry does not load is
- * looked for; CLATTN_NO_DRIVER_SEARCH and an $OCL_ICD_VENDORS naming one ICD turn it off. Criterion runs each test in its own process, so
- * each sets what the search reads before the process's first device call. */
+ * looked for; CLATTN_NO_DRIVER_SEARCH and an $OCL_ICD_VENDORS naming one ICD turn it off.
+ * Criterion runs each test in its own process, so each sets what the search reads before the
+ * process's first device call. */
 #define _GNU_SOURCE /* dlinfo */
 
 #include <criterion/criterion.h>
@@ -147,8 +148,8 @@ Test(drivers, a_driver_registered_under_another_path_is_not_handed_twice) {
 
 /* .icd files naming PoCL by a path to nothing and by a name the linker does not find register
  * nothing (the loader skips them without a word): the search goes on, finds PoCL where the
- * linker has it and hands it to the loader. (NVIDIA's containers register its library by a
- * bare name that the linker's cache may not hold.) */
+ * linker has it and hands it to the loader. (On an H100 machine an entry for NVIDIA's library
+ * that the loader did not load kept the search from looking for it.) */
 Test(drivers, a_registered_driver_that_does_not_load_is_looked_for) {
     char vendors[64], real[PATH_MAX], missing[128], unknown[128];
     if (!pocl_file(real, sizeof real)) cr_skip_test("no PoCL on this machine");
