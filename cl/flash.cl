@@ -95,11 +95,10 @@ typedef struct flash_rows {
     float o[TILE_M][DV_COLS];               /* O so far, normalised: columns lane + e*TEAM */
 } flash_rows;
 
-/* One walk over key tiles: a class of a pass, or the global keys. */
+/* One walk over key tiles (tile_walk.cl's key_walk): a class of a pass, or the global keys. */
 typedef struct walk_state {
-    int pass, listed;
-    long r, classes, keys; /* class r of `classes` (1 for global keys), keys it holds */
-    long first, count, list_row, full_lo, full_hi; /* as tile_walk_at takes them */
+    key_walk k;
+    long classes;               /* class k.r of `classes` (1 for global keys) */
     int lo[TILE_M], hi[TILE_M]; /* per row, the class-local keys it may see (TILE_BOUNDED) */
 } walk_state;
 
@@ -121,7 +120,7 @@ ALWAYS_INLINE void load_raw(__global const KV_T *row, int d, int dim, KV_T *out)
 ALWAYS_INLINE __global const KV_T *key_row(const flash_ctx *f, const walk_state *w,
                                            __global const KV_T *base, __global const KV_T *tile,
                                            long stride, int step, long k0, int c) {
-    if (w->pass == PASS_GLOBAL_KEYS) return base + (long)f->gpos[k0 + c] * stride;
+    if (w->k.pass == PASS_GLOBAL_KEYS) return base + (long)f->gpos[k0 + c] * stride;
     return tile + c * step;
 }
 
@@ -131,7 +130,7 @@ ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, 
                               int flag) {
     __constant attn_params *P = f->P;
     const int lid = get_local_id(0);
-    const long first_key = w->pass == PASS_GLOBAL_KEYS ? 0 : w->r + k0 * w->classes;
+    const long first_key = w->k.pass == PASS_GLOBAL_KEYS ? 0 : w->k.r + k0 * w->classes;
     __global const KV_T *k_tile = f->k + first_key * P->k_stride_s;
     __global const KV_T *v_tile = f->v + first_key * P->v_stride_s;
     const int k_step = (int)(w->classes * P->k_stride_s);
@@ -140,7 +139,7 @@ ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, 
     __local KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD);
     for (int at = lid; at < BLOCK_N * (DQK_PAD / VEC); at += GROUP_SIZE) {
         const int c = at / (DQK_PAD / VEC), d = at % (DQK_PAD / VEC) * VEC;
-        const int present = k0 + c < w->keys;
+        const int present = k0 + c < w->k.keys;
         KV_T x[VEC];
         load_raw(present ? key_row(f, w, f->k, k_tile, P->k_stride_s, k_step, k0, c) : k_tile, d,
                  present ? (int)P->dim_qk : 0, x);
@@ -149,7 +148,7 @@ ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, 
     int bad = 0;
     for (int at = lid; at < BLOCK_N * (DV_PAD / VEC); at += GROUP_SIZE) {
         const int c = at / (DV_PAD / VEC), d = at % (DV_PAD / VEC) * VEC;
-        const int present = k0 + c < w->keys;
+        const int present = k0 + c < w->k.keys;
         KV_T x[VEC];
         load_raw(present ? key_row(f, w, f->v, v_tile, P->v_stride_s, v_step, k0, c) : v_tile, d,
                  present ? (int)P->dim_v : 0, x);
@@ -213,8 +212,8 @@ ALWAYS_INLINE void tile_scores(const flash_ctx *f, const flash_rows *st, int buf
 
 /* The key position of walk index m (class-local, or into the global keys), or NO_KEY. */
 ALWAYS_INLINE int key_position(const flash_ctx *f, const walk_state *w, int m) {
-    if (m >= w->keys) return (int)NO_KEY;
-    return w->pass == PASS_GLOBAL_KEYS ? f->gpos[m] : (int)w->r + m * (int)w->classes;
+    if (m >= w->k.keys) return (int)NO_KEY;
+    return w->k.pass == PASS_GLOBAL_KEYS ? f->gpos[m] : (int)w->k.r + m * (int)w->classes;
 }
 
 /* Scores in the natural domain: -inf where the walk does not own the pair (by the tile's kind)
@@ -233,7 +232,8 @@ ALWAYS_INLINE void mask_scores(const flash_ctx *f, const walk_state *w, const fl
             if (kind == TILE_BOUNDED && (m < w->lo[r] || m > w->hi[r]))
                 x = -INFINITY;
             else if (kind == TILE_GENERAL &&
-                     (j == NO_KEY || !pass_owns(P, f->layout, w->pass, f->h, max(st->i[r], 0), j)))
+                     (j == NO_KEY ||
+                      !pass_owns(P, f->layout, w->k.pass, f->h, max(st->i[r], 0), j)))
                 x = -INFINITY;
             if (j != NO_KEY && x != -INFINITY && MODIFIES_SCORES(P)) /* not onto a mask */
                 x = modified_score(P, x, f->b, f->h, max(st->i[r], 0) + P->offset, j);
@@ -297,30 +297,23 @@ ALWAYS_INLINE void accumulate_pv(const flash_ctx *f, flash_rows *st, int buf, in
 
 /* ---------------------------------------------------------------- walks */
 
-/* The n-th tile of a walk: its first walk index (*k0) and kind. */
-ALWAYS_INLINE int walk_tile_at(const flash_ctx *f, const walk_state *w, long n, long *k0) {
-    if (w->pass == PASS_GLOBAL_KEYS) {
-        *k0 = n * BLOCK_N;
-        return TILE_GENERAL;
-    }
-    return tile_walk_at(f->P, f->tile_ptr, f->tile_idx, w->list_row, w->listed, w->first, n,
-                        w->full_lo, w->full_hi, k0);
-}
-
 /* Every tile of a walk. Buffers and V flags alternate with the step's parity; with STAGES=2
  * step n + 1 is staged between the P tile's barrier and P V of step n. */
 ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_rows *st) {
     const int lid = get_local_id(0);
     long k0 = 0, k0_next = 0;
-    if (w->count <= 0) return; /* the same in every work-item */
+    if (w->k.count <= 0) return; /* the same in every work-item */
     if (lid == 0) f->bad[0] = f->bad[1] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    int kind = walk_tile_at(f, w, 0, &k0);
+    const long count = w->k.count;
+    int kind = key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, 0, &k0);
     stage_tile(f, w, k0, 0, 0);
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (long n = 0; n < w->count; n++) {
-        const int parity = (int)(n & 1), buf = STAGES == 2 ? parity : 0, more = n + 1 < w->count;
-        const int next_kind = more ? walk_tile_at(f, w, n + 1, &k0_next) : TILE_FULL;
+    for (long n = 0; n < count; n++) {
+        const int parity = (int)(n & 1), buf = STAGES == 2 ? parity : 0, more = n + 1 < count;
+        const int next_kind =
+            more ? key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, n + 1, &k0_next)
+                 : TILE_FULL;
         if (lid == 0) {
             f->bad[parity ^ 1] = 0; /* for step n + 1; last read by step n - 1 */
             COUNT_TILE(f->tile_count);
@@ -345,56 +338,21 @@ ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_row
     }
 }
 
-/* Class r's key tiles in a pass (the window pass, or the global-row pass over every class).
- * @return 0 when the tile's rows see none of its keys. */
-ALWAYS_INLINE int class_walk(const flash_ctx *f, const flash_rows *st, int pass, long r,
-                             long list_row, walk_state *w) {
+/* Sets up walk n of the work-group (tile_walk.cl's key_walk), with each row's class-local key
+ * range. @return 0 when it has no tile. */
+ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk_state *w) {
     __constant attn_params *P = f->P;
-    long last;
-    if (!tile_key_span(P, f->row_list, f->tile, pass, r, &w->first, &last, &w->full_lo,
-                       &w->full_hi))
-        return 0;
-    w->pass = pass;
-    w->r = r;
-    w->classes = P->classes;
-    w->keys = class_keys(P, r);
-    w->listed = P->use_tile_list && pass == PASS_WINDOW;
-    w->list_row = list_row;
-    w->count = tile_walk_count(f->tile_ptr, list_row, w->listed, w->first, last);
+    key_walk_begin(P, f->row_list, f->tile_ptr, f->gpos, f->tile, f->h, n, &w->k);
+    const int global_keys = w->k.pass == PASS_GLOBAL_KEYS;
+    w->classes = global_keys ? 1 : P->classes;
     for (int m = 0; m < TILE_M; m++) {
         long lo = 0, hi = -1;
-        if (st->i[m] >= 0) row_key_range(P, pass, r, st->i[m] + P->offset, &lo, &hi);
+        if (st->i[m] >= 0 && !global_keys)
+            row_key_range(P, w->k.pass, w->k.r, st->i[m] + P->offset, &lo, &hi);
         w->lo[m] = (int)min(lo, (long)INT_MAX); /* class-local: within [0, keys) when not empty */
         w->hi[m] = (int)max(hi, -1L);
     }
-    return 1;
-}
-
-/* The global keys (gathered through gpos), up to the first tile past every row's causal
- * limit: the pairs outside the window that the global keys add. */
-ALWAYS_INLINE int global_key_walk(const flash_ctx *f, walk_state *w) {
-    __constant attn_params *P = f->P;
-    const long last_p = tile_last_position(P, f->row_list, f->tile);
-    w->pass = PASS_GLOBAL_KEYS;
-    w->listed = 0;
-    w->r = 0;
-    w->classes = 1;
-    w->keys = P->num_global;
-    w->first = w->list_row = w->full_lo = w->full_hi = 0;
-    w->count = 0;
-    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N, w->count++)
-        if (P->causal && f->gpos[k0] > last_p) break;
-    return 1;
-}
-
-/* Walk n of the work-group: row_mode 1, class n of the global-row pass; row_mode 0, the window
- * pass (n = 0), then the global keys (n = 1). @return 0 when it has no tile. */
-ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk_state *w) {
-    __constant attn_params *P = f->P;
-    if (P->row_mode == 1) return class_walk(f, st, PASS_GLOBAL_ROWS, n, 0, w);
-    if (n == 1) return global_key_walk(f, w);
-    return class_walk(f, st, PASS_WINDOW, tile_class(P, f->tile), tile_list_row(P, f->h, f->tile),
-                      w);
+    return w->k.count > 0;
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -477,8 +435,7 @@ attention_flash(__constant attn_params *P, __global const IN_T *Q, __global cons
     stage_queries(&f, rows);
     flash_rows st;
     init_rows(&f, bias, rows, &st);
-    const long walks = P->row_mode == 1 ? P->classes : P->has_global ? 2 : 1;
-    for (long n = 0; n < walks; n++) { /* one call site, so the walk is compiled once */
+    for (long n = 0; n < key_walks(P); n++) { /* one call site, so the walk is compiled once */
         walk_state w;
         if (walk_at(&f, &st, n, &w)) walk_tiles(&f, &w, &st);
     }

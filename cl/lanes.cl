@@ -426,79 +426,54 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *
     }
 }
 
-/* The K and V rows of the key tile at class index k0 of class r: packed ones, or (IN_PLACE) the
- * caller's own (class r's keys are every classes-th row from key r), but for a class's last
- * partial tile, which is packed alone in Kt, Vt. */
-ALWAYS_INLINE void tile_rows(__constant attn_params *P, __global const float *Kp,
-                             __global const float *Vp, __global const float *Kt,
-                             __global const float *Vt, const query_tile *t, long r, long k0,
-                             key_rows *out) {
-    key_rows rows = {0, 0, DQK_PAD, DV_PAD};
-#if IN_PLACE
-    const long kv_h = t->kv_bh - t->b * P->heads_kv, j = r + k0 * P->classes; /* first key */
-    if (k0 + BLOCK_N <= class_keys(P, r)) {
-        rows.k = Kp + P->k_offset + t->b * P->k_stride_b + kv_h * P->k_stride_h + j * P->k_stride_s;
-        rows.v = Vp + P->v_offset + t->b * P->v_stride_b + kv_h * P->v_stride_h + j * P->v_stride_s;
-        rows.k_step = P->classes * P->k_stride_s, rows.v_step = P->classes * P->v_stride_s;
+/* IN_PLACE: the caller's own K and V rows of the key tile at class index k0 of a class walk
+ * (class r's keys are every classes-th row from key r), but for a class's last partial tile,
+ * which is packed alone in Kt, Vt. */
+ALWAYS_INLINE void rows_in_place(__constant attn_params *P, __global const float *K,
+                                 __global const float *V, __global const float *Kt,
+                                 __global const float *Vt, const query_tile *t, const key_walk *w,
+                                 long k0, key_rows *rows) {
+    const long r = w->r, kv_h = t->kv_bh - t->b * P->heads_kv, j = r + k0 * P->classes;
+    if (k0 + BLOCK_N <= w->keys) {
+        rows->k = K + P->k_offset + t->b * P->k_stride_b + kv_h * P->k_stride_h + j * P->k_stride_s;
+        rows->v = V + P->v_offset + t->b * P->v_stride_b + kv_h * P->v_stride_h + j * P->v_stride_s;
+        rows->k_step = P->classes * P->k_stride_s, rows->v_step = P->classes * P->v_stride_s;
     } else {
         const long tail = (t->kv_bh * P->classes + r) * BLOCK_N; /* pack.cl's PACK_TAIL slots */
-        rows.k = Kt + tail * DQK_PAD;
-        rows.v = Vt + tail * DV_PAD;
+        rows->k = Kt + tail * DQK_PAD;
+        rows->v = Vt + tail * DV_PAD;
     }
-#else
-    const long slot = (t->kv_bh * P->classes + r) * P->class_slots + k0;
-    rows.k = Kp + slot * DQK_PAD;
-    rows.v = Vp + slot * DV_PAD;
-#endif
-    *out = rows;
 }
 
-/* Walks the key tiles of class r for a pass (the tile list when the planner made one). */
-ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
-                              __global const float *Vp, __global const uchar *Vbad,
-                              __global const float *Kt, __global const float *Vt,
-                              __global const uchar *layout, __global const float *bias,
-                              __global const int *tile_ptr, __global const int *tile_idx,
-                              __global const int *row_list, long tile, long list_row, query_tile *t,
-                              int pass, long r) {
-    long first, last, full_lo, full_hi;
-    t->r = r;
-    if (!tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)) return;
+/* Walks the key tiles of walk n of the work-item's query tile (tile_walk.cl's key_walk). */
+ALWAYS_INLINE void walk_keys(__constant attn_params *P, __global const float *Kp,
+                             __global const float *Vp, __global const uchar *Vbad,
+                             __global const float *Kt, __global const float *Vt,
+                             __global const float *Kg, __global const float *Vg,
+                             __global const uchar *Vbad_g, __global const int *gpos,
+                             __global const uchar *layout, __global const float *bias,
+                             __global const int *tile_ptr, __global const int *tile_idx,
+                             __global const int *row_list, long tile, long n, query_tile *t) {
+    key_walk w;
+    key_walk_begin(P, row_list, tile_ptr, gpos, tile, t->h, n, &w);
+    const int global_keys = w.pass == PASS_GLOBAL_KEYS;
+    t->r = w.r;
     for (int m = 0; m < BLOCK_M; m++) {
         t->lo[m] = 0;
         t->hi[m] = -1;
-        if (t->row_i[m] >= 0)
-            row_key_range(P, pass, r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
+        if (t->row_i[m] >= 0 && !global_keys)
+            row_key_range(P, w.pass, w.r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
     }
-    const long base = (t->kv_bh * P->classes + r) * P->class_slots; /* first slot of class r */
-    const int listed = P->use_tile_list && pass == PASS_WINDOW;
-    const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
-    for (long n = 0; n < count; n++) {
+    __global const float *K = global_keys ? Kg : Kp, *V = global_keys ? Vg : Vp; /* packed */
+    __global const uchar *bad = global_keys ? Vbad_g : Vbad;
+    const long base = key_walk_slot(P, &w, t->kv_bh);
+    for (long i = 0; i < w.count; i++) {
         long k0;
-        const int kind =
-            tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
-        key_rows rows;
-        tile_rows(P, Kp, Vp, Kt, Vt, t, r, k0, &rows);
-        attend_tile(P, layout, bias, 0, t, pass, kind, k0, &rows,
-                    tile_has_bad_values(Vbad + base + k0));
-    }
-}
-
-/* The global keys, packed like one class: every tile, masked pair by pair. Sorted positions
- * let the walk stop at the first tile past every row's causal limit. */
-ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
-                                    __global const float *Vg, __global const uchar *Vbad_g,
-                                    __global const int *gpos, __global const uchar *layout,
-                                    __global const float *bias, __global const int *row_list,
-                                    long tile, query_tile *t) {
-    const long last_p = tile_last_position(P, row_list, tile);
-    const long base = t->kv_bh * P->global_slots;
-    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
-        if (P->causal && gpos[k0] > last_p) break;
-        const key_rows rows = {Kg + (base + k0) * DQK_PAD, Vg + (base + k0) * DV_PAD, DQK_PAD,
-                               DV_PAD};
-        attend_tile(P, layout, bias, gpos, t, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, &rows,
-                    tile_has_bad_values(Vbad_g + base + k0));
+        const int kind = key_walk_tile(P, tile_ptr, tile_idx, &w, i, &k0);
+        key_rows rows = {K + (base + k0) * DQK_PAD, V + (base + k0) * DV_PAD, DQK_PAD, DV_PAD};
+        if (IN_PLACE && !global_keys) rows_in_place(P, Kp, Vp, Kt, Vt, t, &w, k0, &rows);
+        attend_tile(P, layout, bias, gpos, t, w.pass, kind, k0, &rows,
+                    tile_has_bad_values(bad + base + k0));
     }
 }
 
@@ -535,7 +510,8 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
 }
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = t*classes + class (row_mode 0)
- * or the tile of listed rows (row_mode 1), the global-row pass's tiles first (PASS_PARAMS). */
+ * or the tile of listed rows (row_mode 1), the global-row pass's tiles first (PASS_PARAMS);
+ * its key walks one after another (tile_walk.cl's key_walk). */
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 attention_lanes(ATTENTION_KERNEL_ARGS) {
     __constant attn_params *P = PASS_PARAMS(P_window, P_rows, row_tiles);
@@ -549,15 +525,8 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
     t.scale = q_scale;
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
     load_queries(P, Q, q_scale, &t);
-    if (P->row_mode == 1) {
-        for (long c = 0; c < P->classes; c++)
-            walk_class(P, Kp, Vp, Vbad, Kt, Vt, layout, bias, tile_ptr, tile_idx, row_list, tile, 0,
-                       &t, PASS_GLOBAL_ROWS, c);
-    } else {
-        walk_class(P, Kp, Vp, Vbad, Kt, Vt, layout, bias, tile_ptr, tile_idx, row_list, tile,
-                   tile_list_row(P, t.h, tile), &t, PASS_WINDOW, tile_class(P, tile));
-        if (P->has_global)
-            walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, &t);
-    }
+    for (long n = 0; n < key_walks(P); n++)
+        walk_keys(P, Kp, Vp, Vbad, Kt, Vt, Kg, Vg, Vbad_g, gpos, layout, bias, tile_ptr, tile_idx,
+                  row_list, tile, n, &t);
     store_rows(P, is_global, O, LSE, &t);
 }

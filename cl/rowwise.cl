@@ -87,52 +87,34 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     }
 }
 
-/* Walks the key tiles of class r for a pass; every work-item of the group takes the same
- * tiles, so the barriers are uniform. */
-ALWAYS_INLINE void walk_class(__constant attn_params *P, __global const float *Kp,
-                              __global const float *Vp, __global const uchar *Vbad,
-                              __global const uchar *layout, __global const float *bias,
-                              __global const int *tile_ptr, __global const int *tile_idx,
-                              __global const int *row_list, long tile, long list_row, long b,
-                              long h, long kv_bh, row_state *st, int pass, long r,
-                              __local float *kt, __local float *vt) {
-    long first, last, full_lo, full_hi;
-    if (!tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)) return;
+/* Walks the key tiles of walk n of the group's query tile (tile_walk.cl's key_walk); every
+ * work-item of the group takes the same tiles, so the barriers are uniform. */
+ALWAYS_INLINE void walk_keys(__constant attn_params *P, __global const float *Kp,
+                             __global const float *Vp, __global const uchar *Vbad,
+                             __global const float *Kg, __global const float *Vg,
+                             __global const uchar *Vbad_g, __global const int *gpos,
+                             __global const uchar *layout, __global const float *bias,
+                             __global const int *tile_ptr, __global const int *tile_idx,
+                             __global const int *row_list, long tile, long n, long b, long h,
+                             long kv_bh, row_state *st, __local float *kt, __local float *vt) {
+    key_walk w;
+    key_walk_begin(P, row_list, tile_ptr, gpos, tile, h, n, &w);
+    const int global_keys = w.pass == PASS_GLOBAL_KEYS;
     st->lo = 0;
     st->hi = -1;
-    if (st->i >= 0) row_key_range(P, pass, r, st->i + P->offset, &st->lo, &st->hi);
-    const long base = (kv_bh * P->classes + r) * P->class_slots;
-    const int listed = P->use_tile_list && pass == PASS_WINDOW;
-    const long count = tile_walk_count(tile_ptr, list_row, listed, first, last);
-    for (long n = 0; n < count; n++) {
+    if (st->i >= 0 && !global_keys)
+        row_key_range(P, w.pass, w.r, st->i + P->offset, &st->lo, &st->hi);
+    __global const float *K = global_keys ? Kg : Kp, *V = global_keys ? Vg : Vp;
+    __global const uchar *bad = global_keys ? Vbad_g : Vbad;
+    const long base = key_walk_slot(P, &w, kv_bh);
+    for (long i = 0; i < w.count; i++) {
         long k0;
-        const int kind =
-            tile_walk_at(P, tile_ptr, tile_idx, list_row, listed, first, n, full_lo, full_hi, &k0);
-        copy_to_local(kt, Kp + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
-        copy_to_local(vt, Vp + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
+        const int kind = key_walk_tile(P, tile_ptr, tile_idx, &w, i, &k0);
+        copy_to_local(kt, K + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
+        copy_to_local(vt, V + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
         barrier(CLK_LOCAL_MEM_FENCE);
-        attend_row(P, layout, bias, 0, b, h, r, st, pass, kind, k0, kt, vt,
-                   tile_has_bad_values(Vbad + base + k0));
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
-/* The packed global keys, pair by pair; stops past every row's causal limit. */
-ALWAYS_INLINE void walk_global_keys(__constant attn_params *P, __global const float *Kg,
-                                    __global const float *Vg, __global const uchar *Vbad_g,
-                                    __global const int *gpos, __global const uchar *layout,
-                                    __global const float *bias, __global const int *row_list,
-                                    long tile, long b, long h, long kv_bh, row_state *st,
-                                    __local float *kt, __local float *vt) {
-    const long last_p = tile_last_position(P, row_list, tile);
-    const long base = kv_bh * P->global_slots;
-    for (long k0 = 0; k0 < P->num_global; k0 += BLOCK_N) {
-        if (P->causal && gpos[k0] > last_p) break;
-        copy_to_local(kt, Kg + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
-        copy_to_local(vt, Vg + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        attend_row(P, layout, bias, gpos, b, h, 0, st, PASS_GLOBAL_KEYS, TILE_GENERAL, k0, kt, vt,
-                   tile_has_bad_values(Vbad_g + base + k0));
+        attend_row(P, layout, bias, gpos, b, h, w.r, st, w.pass, kind, k0, kt, vt,
+                   tile_has_bad_values(bad + base + k0));
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
@@ -177,17 +159,8 @@ attention_rowwise(ATTENTION_KERNEL_ARGS) {
     for (int e = 0; e < DV_PAD; e++) st.o[e] = 0.0f;
     st.max = -INFINITY;
     st.sum = 0.0f;
-    if (P->row_mode == 1) {
-        for (long c = 0; c < P->classes; c++)
-            walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, 0, b, h,
-                       kv_bh, &st, PASS_GLOBAL_ROWS, c, kt, vt);
-    } else {
-        const long list_row = tile_list_row(P, h, tile);
-        walk_class(P, Kp, Vp, Vbad, layout, bias, tile_ptr, tile_idx, row_list, tile, list_row, b,
-                   h, kv_bh, &st, PASS_WINDOW, tile_class(P, tile), kt, vt);
-        if (P->has_global)
-            walk_global_keys(P, Kg, Vg, Vbad_g, gpos, layout, bias, row_list, tile, b, h, kv_bh,
-                             &st, kt, vt);
-    }
+    for (long n = 0; n < key_walks(P); n++)
+        walk_keys(P, Kp, Vp, Vbad, Kg, Vg, Vbad_g, gpos, layout, bias, tile_ptr, tile_idx, row_list,
+                  tile, n, b, h, kv_bh, &st, kt, vt);
     store_row(P, is_global, O, LSE, b, h, &st);
 }

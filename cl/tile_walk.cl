@@ -198,6 +198,66 @@ ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *ti
     return needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
 }
 
+/* One run of key tiles that a query tile walks: a class of the window or global-row pass, or the
+ * global keys. A query tile's walks, in order: row_mode 1, every class of the global-row pass;
+ * row_mode 0, its own class of the window pass, then the global keys if there are any. A
+ * kernel loops over key_walks() walks and each walk's tiles, so that its tile code is inlined
+ * once: three copies of it took PoCL twice as long to compile (bench/README.md, "Build less"). */
+typedef struct key_walk {
+    int pass;
+    long r;                       /* the class (0 for the global keys) */
+    long keys;                    /* the keys it holds: class_keys, or the global keys */
+    long count;                   /* how many tiles the walk takes */
+    long first, full_lo, full_hi; /* a class's tile_key_span */
+    long list_row;                /* a class's row of the planner's tile list */
+    int listed;                   /* whether its tiles come from that list */
+} key_walk;
+
+ALWAYS_INLINE long key_walks(__constant attn_params *P) {
+    return P->row_mode == 1 ? P->classes : 1 + (P->has_global != 0);
+}
+
+/* Sets up walk n (0 <= n < key_walks(P)) of query tile `tile` of head h. */
+ALWAYS_INLINE void key_walk_begin(__constant attn_params *P, __global const int *row_list,
+                                  __global const int *tile_ptr, __global const int *gpos, long tile,
+                                  long h, long n, key_walk *w) {
+    if (P->row_mode == 0 && n == 1) { /* the global keys, sorted: stop past every causal limit */
+        const long last_p = tile_last_position(P, row_list, tile);
+        long count = 0;
+        while (count * BLOCK_N < P->num_global && !(P->causal && gpos[count * BLOCK_N] > last_p))
+            count++;
+        *w = (key_walk){PASS_GLOBAL_KEYS, 0, P->num_global, count, 0, 0, -1, 0, 0};
+        return;
+    }
+    const int pass = P->row_mode == 1 ? PASS_GLOBAL_ROWS : PASS_WINDOW;
+    const long r = P->row_mode == 1 ? n : tile_class(P, tile);
+    const long list_row = P->row_mode == 1 ? 0 : tile_list_row(P, h, tile);
+    const int listed = P->use_tile_list && pass == PASS_WINDOW;
+    long first, last, full_lo, full_hi;
+    const long count = tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)
+                           ? tile_walk_count(tile_ptr, list_row, listed, first, last)
+                           : 0;
+    *w = (key_walk){pass, r, class_keys(P, r), count, first, full_lo, full_hi, list_row, listed};
+}
+
+/* The first packed slot of a walk (pack.cl): of class r of K/V head kv_bh (b * Hkv + kv_h), or
+ * of its global keys. */
+ALWAYS_INLINE long key_walk_slot(__constant attn_params *P, const key_walk *w, long kv_bh) {
+    return w->pass == PASS_GLOBAL_KEYS ? kv_bh * P->global_slots
+                                       : (kv_bh * P->classes + w->r) * P->class_slots;
+}
+
+/* Tile n of a walk: its first class (or global-list) index *k0, and its kind. */
+ALWAYS_INLINE int key_walk_tile(__constant attn_params *P, __global const int *tile_ptr,
+                                __global const int *tile_idx, const key_walk *w, long n, long *k0) {
+    if (w->pass == PASS_GLOBAL_KEYS) {
+        *k0 = n * BLOCK_N;
+        return TILE_GENERAL;
+    }
+    return tile_walk_at(P, tile_ptr, tile_idx, w->list_row, w->listed, w->first, n, w->full_lo,
+                        w->full_hi, k0);
+}
+
 /* Whether any key slot of a tile has a non-finite V row (pack.cl's flags). */
 ALWAYS_INLINE int tile_has_bad_values(__global const uchar *vbad) {
     int bad = 0;
