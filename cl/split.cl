@@ -213,6 +213,17 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, __global const KV_T *K,
     return rescored(dot, t->scale);
 }
 
+/* The lanes (keys j0 + c) of row r's tile that are masked before any key-by-key rule: c >= n,
+ * and, when `simple` (no dilation, globals or layout), keys outside the row's [lo, hi]. */
+ALWAYS_INLINE int16 masked_lanes(const row_block *t, int r, long j0, int n, int simple) {
+    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* the row's key range [lo, hi] relative to j0, clamped to the tile */
+    const int lo = t->i[r] < 0 ? 1 : (int)clamp(t->lo[r] - j0, -1L, (long)KEY_TILE);
+    const int hi = t->i[r] < 0 ? 0 : (int)clamp(t->hi[r] - j0, -1L, (long)KEY_TILE);
+    return (key >= (int16)n) |
+           ((int16)(simple ? -1 : 0) & ((key < (int16)lo) | (key > (int16)hi)));
+}
+
 /* Scores of the tile's keys j0 + c (c < n) for every row: scale * q.k (+ bias), -inf where the
  * pair is masked or c >= n. s is [BLOCK_R][KEY_TILE]. */
 ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K,
@@ -235,29 +246,28 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
             dots[r][c] = even + odd;
         }
     }
-    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* The rare and key-by-key paths run once for all rows, not in the unrolled loop: BLOCK_R
+     * copies of them took PoCL twice as long to compile (bench/README.md, "Build less"). */
     const int simple = !P->has_global && !P->has_layout && P->dilation == 1;
+    int rare = 0; /* a valid row's score came out non-finite: huge inputs, NaN or inf */
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++) {
-        float16 x = sum_lanes16x16(dots[r]);
-        if (t->i[r] >= 0 && any(isinf(x) | isnan(x))) { /* rare: huge inputs, NaN or inf */
-            float lanes[KEY_TILE];
-            vstore16(x, 0, lanes);
+        const float16 x = sum_lanes16x16(dots[r]);
+        rare |= t->i[r] >= 0 && any(isinf(x) | isnan(x));
+        vstore16(select(x, (float16)(-INFINITY), masked_lanes(t, r, j0, n, simple)), 0, s[r]);
+    }
+    if (rare)
+        for (int r = 0; r < BLOCK_R; r++) {
+            int masked[KEY_TILE];
+            vstore16(masked_lanes(t, r, j0, n, simple), 0, masked);
             for (int c = 0; c < n; c++)
-                if (!isfinite(lanes[c])) lanes[c] = rescore(P, K, block_table, t, r, j0 + c);
-            x = vload16(0, lanes);
+                if (t->i[r] >= 0 && !masked[c] && !isfinite(s[r][c]))
+                    s[r][c] = rescore(P, K, block_table, t, r, j0 + c);
         }
-        /* the row's key range [lo, hi] relative to j0, clamped to the tile */
-        const int lo = t->i[r] < 0 ? 1 : (int)clamp(t->lo[r] - j0, -1L, (long)KEY_TILE);
-        const int hi = t->i[r] < 0 ? 0 : (int)clamp(t->hi[r] - j0, -1L, (long)KEY_TILE);
-        const int16 out = (key >= (int16)n) | ((int16)(simple ? -1 : 0) &
-                                                ((key < (int16)lo) | (key > (int16)hi)));
-        x = select(x, (float16)(-INFINITY), out);
-        vstore16(x, 0, s[r]);
-        if (simple && !MODIFIES_SCORES(P) && !P->has_bias) continue; /* nothing key by key */
+    if (simple && !MODIFIES_SCORES(P) && !P->has_bias) return; /* nothing key by key */
+    for (int r = 0; r < BLOCK_R; r++)
         for (int c = 0; c < n; c++)
             s[r][c] = keyed_score(P, bias, is_global, layout, t, r, j0 + c, s[r][c], simple);
-    }
 }
 
 /* Online softmax over one tile of scores s[row][key], 16-wide: the new maxima, and s turned
@@ -346,7 +356,7 @@ ALWAYS_INLINE void chunk_keys(__constant attn_params *P, const row_block *t, lon
 ALWAYS_INLINE void store_rows(__constant attn_params *P, const row_block *t, long c,
                               __global float *O_part, __global float *LSE_part,
                               __global void *O, __global float *LSE) {
-    #pragma unroll
+    #pragma unroll 1
     for (int r = 0; r < BLOCK_R; r++) {
         if (t->at[r] < 0 || (t->i[r] < 0 && P->chunks > 1)) continue; /* merge_chunks does */
         const int empty = t->i[r] < 0 || (t->max[r] == -INFINITY && t->sum[r] == 0.0f);
