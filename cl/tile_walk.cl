@@ -1,6 +1,6 @@
 /*
- * What both fused attention variants (lanes.cl, rowwise.cl) share: which query rows a
- * tile owns, the key range each row may see, and the masks.
+ * What the tiled fused variants (lanes.cl, rowwise.cl, flash.cl) share: which query rows a
+ * tile owns, the key walks it takes, the key range each row may see, and the masks.
  *
  * A call runs up to three passes, which together cover the contract's allowed set, each pair once:
  *  - the window pass (row_mode 0): query tiles of one class (common.cl) against the key tiles of
