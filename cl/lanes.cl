@@ -446,16 +446,10 @@ ALWAYS_INLINE void rows_in_place(__constant attn_params *P, __global const float
 }
 
 /* Walks the key tiles of walk n of the work-item's query tile (tile_walk.cl's key_walk). */
-ALWAYS_INLINE void walk_keys(__constant attn_params *P, __global const float *Kp,
-                             __global const float *Vp, __global const uchar *Vbad,
-                             __global const float *Kt, __global const float *Vt,
-                             __global const float *Kg, __global const float *Vg,
-                             __global const uchar *Vbad_g, __global const int *gpos,
-                             __global const uchar *layout, __global const float *bias,
-                             __global const int *tile_ptr, __global const int *tile_idx,
-                             __global const int *row_list, long tile, long n, query_tile *t) {
+ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, long tile, long n,
+                             query_tile *t) {
     key_walk w;
-    key_walk_begin(P, row_list, tile_ptr, gpos, tile, t->h, n, &w);
+    key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, t->h, n, &w);
     const int global_keys = w.pass == PASS_GLOBAL_KEYS;
     t->r = w.r;
     for (int m = 0; m < BLOCK_M; m++) {
@@ -464,16 +458,17 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, __global const float *Kp
         if (t->row_i[m] >= 0 && !global_keys)
             row_key_range(P, w.pass, w.r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
     }
-    __global const float *K = global_keys ? Kg : Kp, *V = global_keys ? Vg : Vp; /* packed */
-    __global const uchar *bad = global_keys ? Vbad_g : Vbad;
-    const long base = key_walk_slot(P, &w, t->kv_bh);
+    __global const float *k, *v;
+    __global const uchar *v_bad;
+    key_walk_rows(P, in, &w, t->kv_bh, &k, &v, &v_bad);
     for (long i = 0; i < w.count; i++) {
         long k0;
-        const int kind = key_walk_tile(P, tile_ptr, tile_idx, &w, i, &k0);
-        key_rows rows = {K + (base + k0) * DQK_PAD, V + (base + k0) * DV_PAD, DQK_PAD, DV_PAD};
-        if (IN_PLACE && !global_keys) rows_in_place(P, Kp, Vp, Kt, Vt, t, &w, k0, &rows);
-        attend_tile(P, layout, bias, gpos, t, w.pass, kind, k0, &rows,
-                    tile_has_bad_values(bad + base + k0));
+        const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, &w, i, &k0);
+        key_rows rows = {k + k0 * DQK_PAD, v + k0 * DV_PAD, DQK_PAD, DV_PAD};
+        if (IN_PLACE && !global_keys)
+            rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, t, &w, k0, &rows);
+        attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, &rows,
+                    tile_has_bad_values(v_bad + k0));
     }
 }
 
@@ -525,8 +520,7 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
     t.scale = q_scale;
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
     load_queries(P, Q, q_scale, &t);
-    for (long n = 0; n < key_walks(P); n++)
-        walk_keys(P, Kp, Vp, Vbad, Kt, Vt, Kg, Vg, Vbad_g, gpos, layout, bias, tile_ptr, tile_idx,
-                  row_list, tile, n, &t);
+    const packed_keys keys = PACKED_KEYS;
+    for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, &t);
     store_rows(P, is_global, O, LSE, &t);
 }

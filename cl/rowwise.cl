@@ -89,32 +89,26 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
 
 /* Walks the key tiles of walk n of the group's query tile (tile_walk.cl's key_walk); every
  * work-item of the group takes the same tiles, so the barriers are uniform. */
-ALWAYS_INLINE void walk_keys(__constant attn_params *P, __global const float *Kp,
-                             __global const float *Vp, __global const uchar *Vbad,
-                             __global const float *Kg, __global const float *Vg,
-                             __global const uchar *Vbad_g, __global const int *gpos,
-                             __global const uchar *layout, __global const float *bias,
-                             __global const int *tile_ptr, __global const int *tile_idx,
-                             __global const int *row_list, long tile, long n, long b, long h,
-                             long kv_bh, row_state *st, __local float *kt, __local float *vt) {
+ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, long tile, long n,
+                             long b, long h, long kv_bh, row_state *st, __local float *kt,
+                             __local float *vt) {
     key_walk w;
-    key_walk_begin(P, row_list, tile_ptr, gpos, tile, h, n, &w);
-    const int global_keys = w.pass == PASS_GLOBAL_KEYS;
+    key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, h, n, &w);
     st->lo = 0;
     st->hi = -1;
-    if (st->i >= 0 && !global_keys)
+    if (st->i >= 0 && w.pass != PASS_GLOBAL_KEYS)
         row_key_range(P, w.pass, w.r, st->i + P->offset, &st->lo, &st->hi);
-    __global const float *K = global_keys ? Kg : Kp, *V = global_keys ? Vg : Vp;
-    __global const uchar *bad = global_keys ? Vbad_g : Vbad;
-    const long base = key_walk_slot(P, &w, kv_bh);
+    __global const float *k, *v;
+    __global const uchar *v_bad;
+    key_walk_rows(P, in, &w, kv_bh, &k, &v, &v_bad);
     for (long i = 0; i < w.count; i++) {
         long k0;
-        const int kind = key_walk_tile(P, tile_ptr, tile_idx, &w, i, &k0);
-        copy_to_local(kt, K + (base + k0) * DQK_PAD, DQK_PAD * BLOCK_N);
-        copy_to_local(vt, V + (base + k0) * DV_PAD, BLOCK_N * DV_PAD);
+        const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, &w, i, &k0);
+        copy_to_local(kt, k + k0 * DQK_PAD, DQK_PAD * BLOCK_N);
+        copy_to_local(vt, v + k0 * DV_PAD, BLOCK_N * DV_PAD);
         barrier(CLK_LOCAL_MEM_FENCE);
-        attend_row(P, layout, bias, gpos, b, h, w.r, st, w.pass, kind, k0, kt, vt,
-                   tile_has_bad_values(bad + base + k0));
+        attend_row(P, in->layout, in->bias, in->gpos, b, h, w.r, st, w.pass, kind, k0, kt, vt,
+                   tile_has_bad_values(v_bad + k0));
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
@@ -159,8 +153,7 @@ attention_rowwise(ATTENTION_KERNEL_ARGS) {
     for (int e = 0; e < DV_PAD; e++) st.o[e] = 0.0f;
     st.max = -INFINITY;
     st.sum = 0.0f;
-    for (long n = 0; n < key_walks(P); n++)
-        walk_keys(P, Kp, Vp, Vbad, Kg, Vg, Vbad_g, gpos, layout, bias, tile_ptr, tile_idx, row_list,
-                  tile, n, b, h, kv_bh, &st, kt, vt);
+    const packed_keys keys = PACKED_KEYS;
+    for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, b, h, kv_bh, &st, kt, vt);
     store_row(P, is_global, O, LSE, b, h, &st);
 }

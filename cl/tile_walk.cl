@@ -60,6 +60,16 @@
         __global const int *tile_ptr, __global const int *tile_idx, __global const int *row_list,  \
         float q_scale TILE_COUNTER_ARG
 
+/* The key side of those arguments, gathered for the kernels' walks (kernel: `const packed_keys
+ * keys = PACKED_KEYS;`). */
+typedef struct packed_keys {
+    __global const float *Kp, *Vp, *Kt, *Vt, *Kg, *Vg, *bias;
+    __global const uchar *Vbad, *Vbad_g, *layout;
+    __global const int *gpos, *tile_ptr, *tile_idx, *row_list;
+} packed_keys;
+#define PACKED_KEYS                                                                                \
+    {Kp, Vp, Kt, Vt, Kg, Vg, bias, Vbad, Vbad_g, layout, gpos, tile_ptr, tile_idx, row_list}
+
 /* One launch runs both passes: its first row_tiles work-groups are the global-row pass's (P_rows,
  * row_mode 1), the rest the window pass's (P_window). The few long walks of the global rows
  * then start first and the many short ones fill the cores around them, where a launch of their
@@ -240,11 +250,18 @@ ALWAYS_INLINE void key_walk_begin(__constant attn_params *P, __global const int 
     *w = (key_walk){pass, r, class_keys(P, r), count, first, full_lo, full_hi, list_row, listed};
 }
 
-/* The first packed slot of a walk (pack.cl): of class r of K/V head kv_bh (b * Hkv + kv_h), or
- * of its global keys. */
-ALWAYS_INLINE long key_walk_slot(__constant attn_params *P, const key_walk *w, long kv_bh) {
-    return w->pass == PASS_GLOBAL_KEYS ? kv_bh * P->global_slots
-                                       : (kv_bh * P->classes + w->r) * P->class_slots;
+/* Where walk w's packed keys (pack.cl) start for K/V head kv_bh (b * Hkv + kv_h): its K and V
+ * rows (DQK_PAD and DV_PAD floats a slot) and V flags, at the first slot of class r or of the
+ * head's global keys. */
+ALWAYS_INLINE void key_walk_rows(__constant attn_params *P, const packed_keys *in,
+                                 const key_walk *w, long kv_bh, __global const float **k,
+                                 __global const float **v, __global const uchar **v_bad) {
+    const int global_keys = w->pass == PASS_GLOBAL_KEYS;
+    const long slot = global_keys ? kv_bh * P->global_slots
+                                  : (kv_bh * P->classes + w->r) * P->class_slots;
+    *k = (global_keys ? in->Kg : in->Kp) + slot * DQK_PAD;
+    *v = (global_keys ? in->Vg : in->Vp) + slot * DV_PAD;
+    *v_bad = (global_keys ? in->Vbad_g : in->Vbad) + slot;
 }
 
 /* Tile n of a walk: its first class (or global-list) index *k0, and its kind. */
