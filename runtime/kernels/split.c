@@ -113,15 +113,18 @@ static size_t group_local_bytes(const split_plan *p) {
     return ((size_t)p->block_r * p->dqk_pad + 2 * (size_t)p->block_r * p->group) * sizeof(float);
 }
 
+/* Whether the device takes the plan's work-group: its size and its local memory. */
+static int group_fits(const clattn_device_info *device, const split_plan *p) {
+    return p->group <= device->max_work_group_size &&
+           group_local_bytes(p) <= device->local_mem_bytes;
+}
+
 /* The work-group size: the entry's, halved while the device cannot take it (down to 32); the
  * work-item form where even that does not fit. */
 static void fit_group(const clattn_device_info *device, split_plan *p, unsigned wanted) {
     p->group = wanted;
-    while (p->group > 32 && (p->group > device->max_work_group_size ||
-                             group_local_bytes(p) > device->local_mem_bytes))
-        p->group /= 2;
-    if (p->group > device->max_work_group_size || group_local_bytes(p) > device->local_mem_bytes)
-        p->group = 1;
+    while (p->group > 32 && !group_fits(device, p)) p->group /= 2;
+    if (!group_fits(device, p)) p->group = 1;
 }
 
 static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
