@@ -133,7 +133,7 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, cons
     const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(load_as(P->q_dtype, t->Q, row + d) * RESCORE_DOWN,
+        dot = fma(load_as(FEATURE(P, q_dtype), t->Q, row + d) * RESCORE_DOWN,
                   rows->k[j * rows->k_step + d] * RESCORE_DOWN, dot);
     return rescored(dot, t->scale);
 }
@@ -170,7 +170,7 @@ ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_
  * value compiles to llvm.abs, which oclgrind's LLVM does not know.) */
 ALWAYS_INLINE int global_keys_in_vectors(__constant attn_params *P) {
     const long limit = 1L << 29;
-    return !P->has_layout && P->dilation == 1 && P->len_k < limit && P->len_q < limit &&
+    return !FEATURE(P, has_layout) && P->dilation == 1 && P->len_k < limit && P->len_q < limit &&
            P->offset > -limit && P->offset < limit;
 }
 
@@ -220,7 +220,7 @@ ALWAYS_INLINE float16 soft_cap(float16 x, float cap, float k) {
 
 /* Soft-capping alone on a tile's S^T, which needs no key positions. */
 ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N][GROUPS]) {
-    const float cap = as_float((uint)P->softcap), k = -2.0f * M_LOG2E_F / cap;
+    const float cap = as_float((uint)FEATURE(P, softcap)), k = -2.0f * M_LOG2E_F / cap;
     for (int j = 0; j < BLOCK_N; j++)
         for (int g = 0; g < GROUPS; g++) {
             const float16 x = s_t[j][g];
@@ -234,11 +234,12 @@ ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N]
  * lanes. A NaN or -inf score stays as it was. */
 ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, const long *kpos,
                                float16 s_t[BLOCK_N][GROUPS]) {
-    const float cap = P->softcap != 0 ? as_float((uint)P->softcap) : 0.0f;
+    const float cap = FEATURE(P, softcap) != 0 ? as_float((uint)FEATURE(P, softcap)) : 0.0f;
     const float cap_exponent = cap != 0.0f ? -2.0f * M_LOG2E_F / cap : 0.0f; /* soft_cap's k */
     float slope = 0.0f;
-    if (P->alibi != 0) { /* the extras: the sinks [Hq] if any, then the slopes [Hq] or [B][Hq] */
-        const long at = (P->has_sinks ? P->heads_q : 0) + (P->alibi == 2 ? t->b * P->heads_q : 0);
+    if (FEATURE(P, alibi) != 0) { /* the extras: the sinks [Hq] if any, then slopes [Hq] or [B][Hq] */
+        const long at = (FEATURE(P, has_sinks) ? P->heads_q : 0) +
+                        (FEATURE(P, alibi) == 2 ? t->b * P->heads_q : 0);
         slope = params_extras(P)[at + t->h];
     }
     /* a bound on every |p - j|, in float: an integer |offset| compiles to llvm.abs, which
@@ -254,7 +255,7 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
             const float16 x = s_t[j][g];
             float16 y = x;
             if (cap != 0.0f) y = soft_cap(x, cap, cap_exponent);
-            if (P->alibi != 0) {
+            if (FEATURE(P, alibi) != 0) {
                 const float16 term = -(slope * fabs(p - (float16)(float)kpos[j]));
                 const float16 sum = y + term; /* saturating, as add_saturating, unless no term */
                 y = small_terms ? sum /* can reach 1e31, half of FLT_MAX's ulp: none overflows */
@@ -359,8 +360,8 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     tile_scores(t, rows->k, rows->k_step, s_t);
     rescore_overflows(P, t, rows, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
-    const int positions = kind == TILE_GENERAL || P->has_bias || P->alibi != 0;
-    if (!positions && P->softcap != 0) soft_cap_tile(P, s_t);
+    const int positions = kind == TILE_GENERAL || FEATURE(P, has_bias) || FEATURE(P, alibi) != 0;
+    if (!positions && FEATURE(P, softcap) != 0) soft_cap_tile(P, s_t);
     if (positions) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);
@@ -370,7 +371,7 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
         }
         const int vector_modify = kind != TILE_GENERAL && MODIFIES_SCORES(P);
         if (vector_modify) modify_tile(P, t, kpos, s_t);
-        if (kind == TILE_GENERAL || P->has_bias)
+        if (kind == TILE_GENERAL || FEATURE(P, has_bias))
             mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M,
                           kpos, !vector_modify, (float *)s_t);
     }
@@ -413,7 +414,7 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
                          (i < 0 ? 0 : i) * P->q_stride_s;
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
-            rows[m][d0 / 16] = load_row16_as(P->q_dtype, Q, row, d0, P->dim_qk, i >= 0);
+            rows[m][d0 / 16] = load_row16_as(FEATURE(P, q_dtype), Q, row, d0, P->dim_qk, i >= 0);
     }
     for (int m = 0; m < BLOCK_M; m++)
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
@@ -492,11 +493,12 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
             const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
             if (d0 + 16 <= P->dim_v) {
-                store16_o(P->out_dtype, o, O, row + d0);
+                store16_o(FEATURE(P, out_dtype), o, O, row + d0);
             } else {
                 float lanes[16];
                 vstore16(o, 0, lanes);
-                for (int d = d0; d < P->dim_v; d++) store_o(P->out_dtype, lanes[d - d0], O, row + d);
+                for (int d = d0; d < P->dim_v; d++)
+                    store_o(FEATURE(P, out_dtype), lanes[d - d0], O, row + d);
             }
         }
         store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, top, sum,

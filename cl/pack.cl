@@ -15,13 +15,14 @@
  *   PACK_TAIL:    slot s = r * block_n + n holds the n-th key of class r's last partial tile,
  *                 and only Kp and Vp are written (the tiles that reading in place would run
  *                 past a class's last key).
- * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after tile_walk.cl.
+ * Slots without a key are zero. Work-item (s, b*Hkv + kvh). Built after tile_walk.cl, into the
+ * program of the attention kernel it packs for (runtime/kernels/packed.c).
  * Packed rows start at multiples of 16 floats, so they are stored as whole float16 vectors
  * (PoCL splits vstore16 into four 16-byte stores).
  *
  * The tile shape (block_n, dqk_pad, dv_pad, key_rows) arrives as arguments and K's and V's
- * storage as P->kv_dtype: they only bound loops and pick a load, in a kernel bound by memory,
- * so one program packs for every variant and shape (each program costs a compile).
+ * storage as P->kv_dtype (float32 in a plain program, common.cl's PLAIN_CALL): they only bound
+ * loops and pick a load, in a kernel bound by memory.
  *
  * Vbad[b*Hkv + kvh][s] is 1 when the slot's V row holds a NaN or an infinity: tiles with such a
  * slot must not add 0 * V for keys a row does not see (0 * NaN is NaN).
@@ -53,14 +54,14 @@ inline void pack_key_row(__constant attn_params *P, __global const void *K, long
     if (key_rows) {
         __global float16 *kr = (__global float16 *)(Kp + s * dqk_pad);
         for (int d0 = 0; d0 < dqk_pad; d0 += 16)
-            kr[d0 / 16] = load_row16_as(P->kv_dtype, K, k_row, d0, P->dim_qk, present);
+            kr[d0 / 16] = load_row16_as(FEATURE(P, kv_dtype), K, k_row, d0, P->dim_qk, present);
         return;
     }
     const ulong tile = (ulong)s / block_n, lane = (ulong)s % block_n;
     __global float *kt = Kp + tile * block_n * dqk_pad + lane; /* column `lane` */
     for (int d0 = 0; d0 < dqk_pad; d0 += 16) {
         float lanes[16];
-        vstore16(load_row16_as(P->kv_dtype, K, k_row, d0, P->dim_qk, present), 0, lanes);
+        vstore16(load_row16_as(FEATURE(P, kv_dtype), K, k_row, d0, P->dim_qk, present), 0, lanes);
         for (int e = 0; e < 16; e++) kt[(d0 + e) * block_n] = lanes[e];
     }
 }
@@ -83,7 +84,7 @@ __kernel void pack_keys(__constant attn_params *P, __global const void *K, __glo
     __global float16 *vr = (__global float16 *)(Vp + (bh * slots + s) * dv_pad);
     int bad = 0;
     for (int d0 = 0; d0 < dv_pad; d0 += 16) {
-        const float16 x = load_row16_as(P->kv_dtype, V, v_row, d0, P->dim_v, present);
+        const float16 x = load_row16_as(FEATURE(P, kv_dtype), V, v_row, d0, P->dim_v, present);
         bad |= !all(isfinite(x));
         if (rows) vr[d0 / 16] = x;
     }

@@ -34,7 +34,7 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st, __lo
                             int c) {
     float dot = 0.0f;
     for (int d = 0; d < P->dim_qk; d++) {
-        const float q = load_as(P->q_dtype, st->q_src, st->q_row + d) * RESCORE_DOWN;
+        const float q = load_as(FEATURE(P, q_dtype), st->q_src, st->q_row + d) * RESCORE_DOWN;
         dot = fma(q, kt[d * BLOCK_N + c] * RESCORE_DOWN, dot);
     }
     return rescored(dot, st->scale);
@@ -63,7 +63,7 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     if (kind == TILE_BOUNDED)
         for (int c = 0; c < BLOCK_N; c++)
             if (k0 + c < st->lo || k0 + c > st->hi) s[c] = -INFINITY;
-    if (kind == TILE_GENERAL || P->has_bias || MODIFIES_SCORES(P)) {
+    if (kind == TILE_GENERAL || FEATURE(P, has_bias) || MODIFIES_SCORES(P)) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, r, k0, kpos);
         mask_and_bias(P, layout, bias, pass, kind, b, h, &st->i, 1, BLOCK_N, 1, kpos, 1, s);
@@ -124,7 +124,7 @@ ALWAYS_INLINE void store_row(__constant attn_params *P, __global const uchar *is
     const float keep = sink_fold(P, h, &top, &sum);
     const long row = P->o_offset + b * P->o_stride_b + h * P->o_stride_h + st->i * P->o_stride_s;
     for (int e = 0; e < P->dim_v; e++)
-        store_o(P->out_dtype, empty ? 0.0f : st->o[e] * keep, O, row + e);
+        store_o(FEATURE(P, out_dtype), empty ? 0.0f : st->o[e] * keep, O, row + e);
     store_lse(P, LSE, (b * P->heads_q + h) * P->len_q + st->i, top, sum,
               top == -INFINITY && sum == 0.0f);
 }
@@ -145,8 +145,10 @@ attention_rowwise(ATTENTION_KERNEL_ARGS) {
     st.i = tile_row(P, row_list, tile, get_local_id(0));
     const long q_row =
         P->q_offset + b * P->q_stride_b + h * P->q_stride_h + (st.i < 0 ? 0 : st.i) * P->q_stride_s;
-    for (int d = 0; d < DQK_PAD; d++)
-        st.q[d] = (st.i >= 0 && d < P->dim_qk) ? load_as(P->q_dtype, Q, q_row + d) * q_scale : 0.0f;
+    for (int d = 0; d < DQK_PAD; d++) {
+        const int present = st.i >= 0 && d < P->dim_qk;
+        st.q[d] = present ? load_as(FEATURE(P, q_dtype), Q, q_row + d) * q_scale : 0.0f;
+    }
     st.q_src = Q;
     st.q_row = q_row;
     st.scale = q_scale;

@@ -123,7 +123,7 @@ ALWAYS_INLINE float16 load_row16_as(int dtype, __global const void *x, long row,
  * than the classes one after another); row_mode 1: the rows listed in row_list. */
 ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,
                             long m) {
-    if (P->row_mode == 1) {
+    if (FEATURE(P, row_mode) == 1) {
         long at = tile * BLOCK_M + m;
         return at < P->num_listed_rows ? row_list[at] : -1;
     }
@@ -134,7 +134,7 @@ ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_l
 
 /* The class of a tile's rows (row_mode 0). */
 ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
-    return P->row_mode == 1 ? 0 : tile % P->classes;
+    return FEATURE(P, row_mode) == 1 ? 0 : tile % P->classes;
 }
 
 /* The tile list's row of query tile `tile` (row_mode 0) of head h: the planner lists them
@@ -202,7 +202,8 @@ ALWAYS_INLINE int tile_walk_at(__constant attn_params *P, __global const int *ti
                                __global const int *tile_idx, long list_row, int listed, long first,
                                long n, long full_lo, long full_hi, long *k0) {
     const long entry = listed ? tile_idx[tile_ptr[list_row] + n] : first + n;
-    const int needs_pairs = listed ? (int)(entry & 1) : P->has_layout || P->classes != P->dilation;
+    const int needs_pairs =
+        listed ? (int)(entry & 1) : FEATURE(P, has_layout) || P->classes != P->dilation;
     *k0 = (listed ? entry >> 1 : entry) * BLOCK_N;
     const int inside = *k0 >= full_lo && *k0 + BLOCK_N - 1 <= full_hi;
     return needs_pairs ? TILE_GENERAL : inside ? TILE_FULL : TILE_BOUNDED;
@@ -224,14 +225,15 @@ typedef struct key_walk {
 } key_walk;
 
 ALWAYS_INLINE long key_walks(__constant attn_params *P) {
-    return P->row_mode == 1 ? P->classes : 1 + (P->has_global != 0);
+    return FEATURE(P, row_mode) == 1 ? P->classes : 1 + (FEATURE(P, has_global) != 0);
 }
 
 /* Sets up walk n (0 <= n < key_walks(P)) of query tile `tile` of head h. */
 ALWAYS_INLINE void key_walk_begin(__constant attn_params *P, __global const int *row_list,
                                   __global const int *tile_ptr, __global const int *gpos, long tile,
                                   long h, long n, key_walk *w) {
-    if (P->row_mode == 0 && n == 1) { /* the global keys, sorted: stop past every causal limit */
+    /* the global keys, sorted: stop past every causal limit */
+    if (FEATURE(P, row_mode) == 0 && n == 1) {
         const long last_p = tile_last_position(P, row_list, tile);
         long count = 0;
         while (count * BLOCK_N < P->num_global && !(P->causal && gpos[count * BLOCK_N] > last_p))
@@ -239,10 +241,10 @@ ALWAYS_INLINE void key_walk_begin(__constant attn_params *P, __global const int 
         *w = (key_walk){PASS_GLOBAL_KEYS, 0, P->num_global, count, 0, 0, -1, 0, 0};
         return;
     }
-    const int pass = P->row_mode == 1 ? PASS_GLOBAL_ROWS : PASS_WINDOW;
-    const long r = P->row_mode == 1 ? n : tile_class(P, tile);
-    const long list_row = P->row_mode == 1 ? 0 : tile_list_row(P, h, tile);
-    const int listed = P->use_tile_list && pass == PASS_WINDOW;
+    const int pass = FEATURE(P, row_mode) == 1 ? PASS_GLOBAL_ROWS : PASS_WINDOW;
+    const long r = FEATURE(P, row_mode) == 1 ? n : tile_class(P, tile);
+    const long list_row = FEATURE(P, row_mode) == 1 ? 0 : tile_list_row(P, h, tile);
+    const int listed = FEATURE(P, use_tile_list) && pass == PASS_WINDOW;
     long first, last, full_lo, full_hi;
     const long count = tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)
                            ? tile_walk_count(tile_ptr, list_row, listed, first, last)
@@ -295,7 +297,7 @@ ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *lay
 /* Whether this row is stored by the global-row pass instead of this one. */
 ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P,
                                           __global const uchar *is_global, long i) {
-    return P->row_mode == 0 && is_global_position(P, is_global, i + P->offset);
+    return FEATURE(P, row_mode) == 0 && is_global_position(P, is_global, i + P->offset);
 }
 
 /* Key positions of a tile of `count` keys: class r (j = r + m*d) or the global list. */
@@ -331,7 +333,7 @@ ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar
             else if (kpos[c] != NO_KEY && x != -INFINITY) { /* not onto a mask */
                 if (modify && MODIFIES_SCORES(P))
                     x = modified_score(P, x, b, h, i + P->offset, kpos[c]);
-                if (P->has_bias) x = add_saturating(x, bias_row[kpos[c]]);
+                if (FEATURE(P, has_bias)) x = add_saturating(x, bias_row[kpos[c]]);
             }
             s[m * row_stride + c * key_stride] = x;
         }

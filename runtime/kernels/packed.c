@@ -106,6 +106,9 @@ clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_
                          plan->variant->name, st->block_m, st->block_n, TILES_MAX_BLOCK_M);
     st->dqk_pad = tiles_wide_head_dim_bucket(pb->dim_qk); /* supports() bounded them */
     st->dv_pad = tiles_wide_head_dim_bucket(pb->dim_v);
+    attn_params P;
+    params_from_problem(pb, plan->write_lse, &P);
+    st->plain = params_plain(&P);
     clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
@@ -240,18 +243,19 @@ static void fill_params(const variant_plan *plan, const packed_state *st, attn_p
     P_rows->num_listed_rows = (cl_long)st->lists->host->num_rows;
 }
 
+/* The packing and the attention kernel come from one program: a cold first call then builds one
+ * program, not two (each build costs PoCL about 0.1 s besides its code). */
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
-    const char *pack_files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl"};
-    const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", st->kind->kernel_file};
+    const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl", st->kind->kernel_file};
     char defines[288];
     /* the attention kernel reads float32 K and V and takes Q's storage from the parameters
-     * (P->q_dtype); the packing takes everything at run time (one program) */
+     * (P->q_dtype); the packing takes its tile shape and K's and V's storage at run time */
     snprintf(defines, sizeof defines,
-             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d",
-             st->block_n, st->dqk_pad, st->dv_pad, st->block_m, pb->count_tiles, st->in_place);
-    clattn_status status =
-        kernel_get(ctx, pack_files, ARRAY_LEN(pack_files), "", "pack_keys", pack);
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d%s",
+             st->block_n, st->dqk_pad, st->dv_pad, st->block_m, pb->count_tiles, st->in_place,
+             st->plain ? " -DPLAIN_CALL=1" : "");
+    clattn_status status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
 }
@@ -390,9 +394,9 @@ static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_
     s->block_m = st->block_m;
     s->block_n = st->block_n;
     s->device_bytes = bytes + st->lists->bytes;
-    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s", plan->variant->name,
+    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s%s", plan->variant->name,
              st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype),
-             st->in_place ? " in place" : "");
+             st->plain ? " plain" : "", st->in_place ? " in place" : "");
 }
 
 clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,

@@ -36,6 +36,7 @@ typedef struct packed_state {
     unsigned block_m, block_n; /* query rows and keys of a tile */
     unsigned dqk_pad, dv_pad;  /* head-dim buckets the kernels are compiled for */
     int in_place;              /* K and V read where they lie (reads_in_place), not packed */
+    int plain;                 /* plain programs serve the call (plan/params.h, params_plain) */
     size_t group_size;         /* work-items a work-group */
     uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
     tile_geometry geometry;

@@ -91,6 +91,13 @@ typedef struct attn_params {
 /* The sizes, strides and mask fields of a call; the fused planner sets the rest. */
 void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p);
 
+/* Whether p (params_from_problem's) leaves at zero every field that a plain program
+ * (cl/common.cl's PLAIN_CALL) compiles out: float32 storage, no bias, score modifier, sink,
+ * block layout, global token, per-sequence length or page. The fused planner may narrow
+ * has_global and set use_tile_list (only with a layout) and row_mode (only with globals):
+ * a plain call keeps them zero. */
+int params_plain(const attn_params *p);
+
 /* The block a kernel reads as its __constant attn_params: the struct, then (when the call has
  * them) float32 sinks [Hq] and ALiBi slopes [Hq] or [B][Hq] (common.cl reads them past the
  * struct). Fills *block (caller-owned, params_block_bytes(pb) bytes). */

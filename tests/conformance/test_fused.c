@@ -464,3 +464,41 @@ Test(fused, keys_read_in_place) {
             cr_expect_eq(in_place, i != 8, "device %zu case %zu ran %s", dev, i, r.stats.kernel);
         }
 }
+
+/* The packed variants build a plain program (without the code of bias, score modifiers, sinks,
+ * block layouts, global tokens and non-float32 storage) for calls that use none of them, and
+ * the general one for calls that use any: each case matches the reference and says "plain"
+ * exactly when it has no such feature. Non-finite V rows and rescored keys stay in the plain
+ * program (cases 1 and 2). */
+Test(fused, plain_programs_serve_calls_without_features) {
+    attn_case cases[10];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 77, 150, 64, 64);
+        cases[i].causal = i % 2;
+        cases[i].seed = 120 + i;
+    }
+    cases[1].bad_value = 1, cases[2].nan_key = 1, cases[2].left = cases[2].right = 9;
+    cases[3].dtype = CLATTN_F16;
+    cases[4].out_dtype = CLATTN_BF16;
+    cases[5].bias = BIAS_BROADCAST;
+    cases[6].softcap = 20.0f;
+    cases[7].alibi = 1, cases[7].sinks = 1;
+    cases[8].block_layout = LAYOUT_SHARED, cases[8].bq = cases[8].bk = 16;
+    cases[9].left = cases[9].right = 9, cases[9].num_globals = 1, cases[9].globals[0] = 40;
+    const clattn_variant packed[] = {CLATTN_VARIANT_LANES, CLATTN_VARIANT_ROWWISE};
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        for (size_t v = 0; v < COUNT(packed); v++)
+            for (size_t i = 0; i < COUNT(cases); i++) {
+                case_result r;
+                clattn_status s = case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED, packed[v], &r);
+                if (s == CLATTN_ERR_UNSUPPORTED) continue; /* a compiler that lanes avoids */
+                cr_expect_eq(s, CLATTN_SUCCESS, "device %zu variant %zu case %zu: %s", dev, v, i,
+                             r.message);
+                cr_expect_eq(r.mismatches, 0, "device %zu variant %zu case %zu: %s", dev, v, i,
+                             r.message);
+                int plain = strstr(r.stats.kernel, " plain") != NULL;
+                cr_expect_eq(plain, i < 3, "device %zu case %zu ran %s", dev, i, r.stats.kernel);
+            }
+}
