@@ -237,7 +237,7 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
     const float cap = FEATURE(P, softcap) != 0 ? as_float((uint)FEATURE(P, softcap)) : 0.0f;
     const float cap_exponent = cap != 0.0f ? -2.0f * M_LOG2E_F / cap : 0.0f; /* soft_cap's k */
     float slope = 0.0f;
-    if (FEATURE(P, alibi) != 0) { /* the extras: the sinks [Hq] if any, then slopes [Hq] or [B][Hq] */
+    if (FEATURE(P, alibi) != 0) { /* the extras: sinks [Hq] if any, then slopes [Hq] or [B][Hq] */
         const long at = (FEATURE(P, has_sinks) ? P->heads_q : 0) +
                         (FEATURE(P, alibi) == 2 ? t->b * P->heads_q : 0);
         slope = params_extras(P)[at + t->h];
