@@ -78,6 +78,11 @@ if [ -f /etc/OpenCL/vendors/rusticl.icd ]; then
     "${rusticl[@]}" build/clattn check --quick --device 0 --no-record --variant split \
       --require split --case "$case" --timeout 900
   done
+  # rows longer than llvmpipe's loop budget lets rowwise walk (the full sweep's case 3, 1023
+  # keys): rowwise declines them, split cuts them into chunks that fit, the gemm path's GEMM
+  # shrinks its blocks to fit (docs/devices.md); before, all three came out wrong there
+  "${rusticl[@]}" build/clattn check --case 3 --device 0 --no-record \
+    --variant rowwise,gemm,split --require split,gemm --timeout 900
   # a fresh user's first call (empty caches, the default policy) builds no refused variant
   fresh="$(mktemp -d)"
   "${rusticl[@]}" build/clattn check --quick --case 3 --device 0 --path reference --no-record \

@@ -340,6 +340,13 @@ void kernel_limits_get(const clattn_context *ctx, cl_kernel kernel, kernel_limit
 int launch_limits_narrow(launch_limits *limits, size_t group, uint64_t counted,
                          const kernel_limits *kernel);
 
+/* Loop iterations a work-item may run, all its loops together, before the device ends every
+ * loop early without an error; 0 where no such limit is known. Mesa's llvmpipe (rusticl's CPU
+ * device) has 65535 (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, a guard against endless shaders):
+ * past it each loop runs at most once more and the kernel goes on to write wrong results.
+ * Planners keep a work-item's loops within it (kernels/compilers.c, gemm/panels.c). */
+unsigned long device_loop_budget(const clattn_device_info *device);
+
 /* Enqueues a kernel; records the failure on ctx. While timing, the kernel's event is kept for
  * timing_finish. A local size above the kernel's CL_KERNEL_WORK_GROUP_SIZE, or a kernel whose
  * local memory exceeds the device's, is refused with CLATTN_ERR_UNSUPPORTED and the numbers,

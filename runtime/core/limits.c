@@ -6,6 +6,17 @@
  */
 #include "core.h"
 
+#include <string.h>
+
+/* Mesa's llvmpipe: gallivm's LP_MAX_TGSI_LOOP_ITERATIONS. */
+#define LLVMPIPE_LOOP_BUDGET 65535UL
+
+unsigned long device_loop_budget(const clattn_device_info *device) {
+    if (strcmp(device->platform_name, "rusticl") == 0 && strncmp(device->name, "llvmpipe", 8) == 0)
+        return LLVMPIPE_LOOP_BUDGET;
+    return 0;
+}
+
 launch_limits launch_limits_of_device(const clattn_device_info *device) {
     launch_limits l = {device->max_work_group_size, device->local_mem_bytes};
     return l;

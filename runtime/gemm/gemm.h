@@ -58,6 +58,12 @@ typedef struct gemm_desc {
 /* A single GEMM's desc: count 1, heads 1, group 1, alpha 1. */
 gemm_desc gemm_desc_single(size_t m, size_t n, size_t k, const char *what);
 
+/* Loop iterations one k step of a panels micro-tile (cl/gemm_panels.cl) costs a work-item where
+ * the compiler unrolls none of its loops (Mesa's llvmpipe, core.h's device_loop_budget):
+ * tile_m * (NV + 1) + NV + 1 with NV = tile_n / 16; 27 at the default 8 x 32 (21 to 32
+ * measured there). */
+#define PANELS_LOOP_STEP(tile_m, tile_n) ((tile_m) * ((tile_n) / 16 + 1) + (tile_n) / 16 + 1)
+
 typedef struct gemm_row {
     clattn_gemm id;
     const char *name;    /* "clblast", "panels": $CLATTN_GEMM, --gemm, tuning.json */

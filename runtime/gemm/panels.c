@@ -67,6 +67,14 @@ static clattn_status check(const clattn_context *ctx, const gemm_desc *g, char *
         snprintf(why, size, "the test switch CLATTN_TEST_FAIL_GEMM is set");
         return CLATTN_ERR_UNSUPPORTED;
     }
+    unsigned long budget = device_loop_budget(&ctx->device);
+    if (budget && 2 * (uint64_t)g->k * PANELS_LOOP_STEP(8, 32) > budget) {
+        snprintf(why, size,
+                 "k = %zu takes a work-item past the %lu loop iterations %s runs, at the "
+                 "smallest block",
+                 g->k, budget, ctx->device.name);
+        return CLATTN_ERR_UNSUPPORTED;
+    }
     if (packed_bytes(g, 64) > (double)ctx->device.max_alloc_bytes) {
         snprintf(why, size,
                  "B's panels (%.0f bytes) would exceed the device's largest allocation (%llu)",
@@ -155,26 +163,53 @@ static clattn_status pack_b(clattn_context *ctx, const tuning_params *t, const g
     return kernel_launch(ctx, kernel, 3, global, NULL, NULL, "panels: packing B");
 }
 
-/* A smaller block while the call has fewer than ITEMS_PER_UNIT work-items a compute unit
- * (not for parameters a tuner or tuning.json set: those are taken as they are). */
+/* Loop iterations of the busiest work-item: its micro-tiles, k steps each. */
+static uint64_t work_item_loops(const tuning_params *t, const gemm_desc *g) {
+    uint64_t rows = g->m < t->block_m ? g->m : t->block_m;
+    uint64_t cols = g->n < t->block_n ? g->n : t->block_n;
+    uint64_t tiles = (rows + t->tile_m - 1) / t->tile_m * ((cols + t->tile_n - 1) / t->tile_n);
+    return tiles * g->k * PANELS_LOOP_STEP(t->tile_m, t->tile_n);
+}
+
+/* Whether the busiest work-item's loops stay within the device's loop budget (core.h), with a
+ * factor 2 to spare. */
+static int within_loop_budget(const clattn_context *ctx, const tuning_params *t,
+                              const gemm_desc *g) {
+    unsigned long budget = device_loop_budget(&ctx->device);
+    return !budget || 2 * work_item_loops(t, g) <= budget;
+}
+
+/* Halves block_n, else block_m, down to the micro-tile; 0 when neither can be halved. */
+static int halve_block(tuning_params *t) {
+    if (t->block_n > t->tile_n && t->block_n / 2 % t->tile_n == 0)
+        t->block_n /= 2;
+    else if (t->block_m > t->tile_m && t->block_m / 2 % t->tile_m == 0)
+        t->block_m /= 2;
+    else
+        return 0;
+    return 1;
+}
+
+/* A smaller block while the call has fewer than ITEMS_PER_UNIT work-items a compute unit, or
+ * while a work-item's loops exceed the device's loop budget. */
 static void fit_blocks(const clattn_context *ctx, const gemm_desc *g, tuning_params *t) {
     uint64_t units = ctx->device.compute_units ? ctx->device.compute_units : 1;
     for (;;) {
         uint64_t items = (uint64_t)((g->m + t->block_m - 1) / t->block_m) *
                          ((g->n + t->block_n - 1) / t->block_n) * g->count;
-        if (items >= ITEMS_PER_UNIT * units) return;
-        if (t->block_n > t->tile_n && t->block_n / 2 % t->tile_n == 0)
-            t->block_n /= 2;
-        else if (t->block_m > t->tile_m && t->block_m / 2 % t->tile_m == 0)
-            t->block_m /= 2;
-        else
-            return;
+        int few_items = items < ITEMS_PER_UNIT * units;
+        if ((!few_items && within_loop_budget(ctx, t, g)) || !halve_block(t)) return;
     }
 }
 
 static clattn_status run(clattn_context *ctx, const tuning_params *tuning, const gemm_desc *g) {
     tuning_params t = *tuning;
     fit_blocks(ctx, g, &t);
+    if (!within_loop_budget(ctx, &t, g))
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "panels: %s: k = %zu takes a work-item past the %lu loop iterations %s "
+                         "runs (core.h, device_loop_budget)",
+                         g->what, g->k, device_loop_budget(&ctx->device), ctx->device.name);
     clattn_dtype w_dtype = g->weights ? g->weights->dtype : CLATTN_F32;
     gemm_operand b = g->b;
     cl_mem scratch = NULL;

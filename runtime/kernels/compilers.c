@@ -1,7 +1,8 @@
 /*
- * Compilers that cannot build a kernel of clattn's in reasonable time (compilers.h). Each entry
- * names the platform (CL_PLATFORM_NAME), the variant, and what was measured, with the driver
- * version it was measured on; docs/devices.md (Mesa rusticl) tells the story.
+ * Compilers that cannot build a kernel of clattn's in reasonable time, and devices that cut
+ * loops short (compilers.h). Each entry names the platform (CL_PLATFORM_NAME), the variant, and
+ * what was measured, with the driver version it was measured on; docs/devices.md (Mesa
+ * rusticl) tells the story.
  *
  * Mesa's rusticl (llvmpipe) compiles a kernel when it is created (clCreateKernel), through NIR
  * and then LLVM for llvmpipe's SIMD lanes (8 work-items at 256 bits): a float16 value becomes
@@ -13,9 +14,8 @@
  * its polynomial exp2 on float16 alone costs 30 to 40 s there (tests/compilers/
  * rusticl_exp2_poly.cl), and the kernel inlined it six times. Since its tile code is inlined
  * once and calls without features get a plain build (2026-11-27), it builds there in about 40 s
- * (plain) and 60 s (general) at head dim 64, but computes wrong results: case 2 of the quick
- * sweep (Nq=113 Nk=203 D=64, no mask) gave O[0] = -0.0800 against the reference's -0.0600, where
- * PoCL and oclgrind pass it (cases 0 and 1 passed); so it stays refused. The split
+ * (plain) and 60 s (general) at head dim 64, but its work-items walk too few keys within
+ * llvmpipe's loop budget (below) to be of use; so it stays refused. The split
  * kernels (cl/split.cl), in the same style on a smaller scale, take half a minute to two
  * minutes per specialisation there (Mesa's shader cache keeps them afterwards). And for the
  * flash kernel it reports CL_KERNEL_LOCAL_MEM_SIZE at about twice the __local arrays the kernel
@@ -23,9 +23,19 @@
  * and flash's planner, which fits its tiles to the kernel's own report (kernels/flash.c,
  * fit_to_kernel), shrinks them until none is left: every call fails to plan. Newer Mesa is
  * untested: the entries hold for every rusticl until one is shown to build them.
+ *
+ * llvmpipe also ends every loop of a work-item once its loops have run 65535 iterations in all,
+ * silently (core.h, device_loop_budget). That is why lanes computed wrong results there: it
+ * passes at 128 keys and fails at 160 (bm16 bn32, head dim 64). Every kernel whose work-item
+ * walks a row's keys meets it on long rows: rowwise, split and the gemm path's GEMM all
+ * returned wrong outputs at Nk = 8192 (2026-11-27, Mesa 22.3.6). loop_costs bounds what a key
+ * costs each of them, so that rowwise and the gemm path decline longer rows and split cuts
+ * them into chunks that fit.
  */
 #include "kernels/compilers.h"
+#include "gemm/gemm.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,8 +48,9 @@ typedef struct compiler_limit {
 
 static const compiler_limit limits[] = {
     {"rusticl", "lanes", 1,
-     "Mesa rusticl builds its kernel in about a minute but computes wrong results with it "
-     "(clattn check --quick case 2 on Mesa 22.3.6; before 2026-11-27 the build never finished)"},
+     "Mesa rusticl builds its kernel in about a minute, but llvmpipe ends a work-item's "
+     "loops after 65535 iterations in all, which the kernel passes beyond 128 keys at head dim "
+     "64 (wrong results on Mesa 22.3.6)"},
     {"rusticl", "flash", 1,
      "Mesa rusticl reports about twice the local memory its kernel declares "
      "(CL_KERNEL_LOCAL_MEM_SIZE 51480 bytes for a 32x32 tile of about 25 KB on Mesa 22.3.6), so "
@@ -71,4 +82,47 @@ int compiler_is_slow(const clattn_device_info *device, const char *variant, char
     if (!limit || limit->never_finishes) return 0;
     snprintf(why, size, "%s", limit->seen);
     return 1;
+}
+
+/* A bound on the loop iterations one key costs a work-item: per 16 columns of head dim (Dqk and
+ * Dv together, head dim 64 at least), twice the cost the first failing length implies on Mesa
+ * 22.3.6 (rowwise: 384 keys passed, 512 failed at head dim 64, 192 and 256 at 128: 16 to 21 a
+ * key and 16 columns; split, 8 rows a work-item: 512 and 1024 at 64, 128 and 256 at 256: 8 to
+ * 16); or a fixed cost for the gemm path, whose GEMM (gemm/panels.c) shrinks its blocks to the
+ * budget: a key is a k step of its smallest block, PANELS_LOOP_STEP, doubled (16 micro-tiles a
+ * work-item at head dim 64: 128 keys passed, 192 failed, 21 to 32 iterations a step). */
+typedef struct loop_cost {
+    const char *variant;
+    unsigned per_key;     /* iterations a key, whatever the head dims */
+    unsigned per_columns; /* iterations a key and 16 head-dim columns */
+} loop_cost;
+
+static const loop_cost loop_costs[] = {
+    {"rowwise", 0, 32},
+    {"split", 0, 32},
+    {"gemm", 2 * PANELS_LOOP_STEP(8, 32), 0},
+};
+
+size_t loop_budget_keys(const clattn_device_info *device, const char *variant, size_t dim_qk,
+                        size_t dim_v) {
+    unsigned long budget = device_loop_budget(device);
+    if (!budget) return SIZE_MAX;
+    const loop_cost *cost = NULL;
+    for (size_t i = 0; i < ARRAY_LEN(loop_costs); i++)
+        if (strcmp(variant, loop_costs[i].variant) == 0) cost = &loop_costs[i];
+    size_t columns = (dim_qk + 15) / 16 + (dim_v + 15) / 16;
+    if (columns < 8) columns = 8; /* below head dim 64 the fixed loops weigh more: unmeasured */
+    return cost ? budget / (cost->per_key + cost->per_columns * columns) : 0;
+}
+
+int loop_budget_allows(const clattn_device_info *device, const char *variant, size_t keys,
+                       size_t dim_qk, size_t dim_v, char *why, size_t size) {
+    size_t most = loop_budget_keys(device, variant, dim_qk, dim_v);
+    if (keys <= most) return 1;
+    snprintf(why, size,
+             "%s ends a work-item's loops after %lu iterations in all, without an error; %s "
+             "walks at most %zu keys a work-item within that at head dims %zu/%zu (this call: "
+             "%zu keys)",
+             device->name, device_loop_budget(device), variant, most, dim_qk, dim_v, keys);
+    return 0;
 }

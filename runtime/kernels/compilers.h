@@ -1,8 +1,9 @@
 /*
- * What is known of OpenCL compilers that cannot build one of clattn's kernels in reasonable
- * time (compilers.c): a table of (platform, variant) with what was seen and where. A variant's
- * supports() asks it, so that `auto` never picks a kernel the device's compiler does not
- * finish, and `clattn devices --variants` shows the reason.
+ * What is known of OpenCL implementations that cannot run one of clattn's kernels as written
+ * (compilers.c): a table of (platform, variant) whose compiler does not build it in reasonable
+ * time, with what was seen and where, and the devices that cut a work-item's loops short. A
+ * variant's supports() asks them, so that `auto` never picks a kernel the device does not
+ * finish or runs wrongly, and `clattn devices --variants` shows the reason.
  */
 #ifndef CLATTN_COMPILERS_H
 #define CLATTN_COMPILERS_H
@@ -17,5 +18,16 @@ int compiler_refuses(const clattn_device_info *device, const char *variant, char
  * specialisation); then writes why into `why`. `auto` leaves such a variant to the calls no
  * other variant serves. */
 int compiler_is_slow(const clattn_device_info *device, const char *variant, char *why, size_t size);
+
+/* The most keys one work-item of `variant` ("rowwise", "split", "gemm") may walk at these head
+ * dims within the device's loop budget (core.h, device_loop_budget); SIZE_MAX where the device
+ * has none. */
+size_t loop_budget_keys(const clattn_device_info *device, const char *variant, size_t dim_qk,
+                        size_t dim_v);
+
+/* Whether a work-item of `variant` that walks `keys` keys stays within the device's loop
+ * budget; when not, writes why into `why`. */
+int loop_budget_allows(const clattn_device_info *device, const char *variant, size_t keys,
+                       size_t dim_qk, size_t dim_v, char *why, size_t size);
 
 #endif

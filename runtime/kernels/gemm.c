@@ -35,6 +35,7 @@
  */
 #include "core/blas.h"
 #include "gemm/gemm.h"
+#include "kernels/compilers.h"
 #include "kernels/softmax.h"
 #include "kernels/variant.h"
 #include "plan/params.h"
@@ -885,6 +886,9 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
                  dtype_name(pb->kv.dtype));
         return 0;
     }
+    if (pb && !loop_budget_allows(&ctx->device, "gemm", pb->len_k, pb->dim_qk, pb->dim_v, why,
+                                  size))
+        return 0; /* kernels/compilers.c: llvmpipe */
     return 1; /* any other call; limits of CLBlast's int offsets are found when planning */
 }
 

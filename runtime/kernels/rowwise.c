@@ -4,6 +4,7 @@
  * coalesced loads. It needs neither subgroups nor half arithmetic; `auto` picks it on every
  * device that is not a CPU.
  */
+#include "kernels/compilers.h"
 #include "kernels/packed.h"
 
 #include <stdio.h>
@@ -62,6 +63,9 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
                  ctx->device.max_work_group_size);
         return 0;
     }
+    if (pb && !loop_budget_allows(&ctx->device, "rowwise", pb->len_k, pb->dim_qk, pb->dim_v, why,
+                                  size))
+        return 0; /* kernels/compilers.c: llvmpipe */
     return packed_supports(pb, &rowwise_kind, why, size);
 }
 

@@ -14,7 +14,9 @@
  * Planning: BLOCK_R, the rows a work-item (or work-group) holds, from the tuning entry (block_m)
  * and the rows a kv head has; the chunk count so that the device is full (the entry's `split`,
  * or SPLIT_ITEMS_PER_UNIT work-items or SPLIT_GROUPS_PER_UNIT work-groups a compute unit by
- * default) without chunks shorter than block_n keys, which keeps the merge small.
+ * default) without chunks shorter than block_n keys, which keeps the merge small; and on a
+ * device that ends loops early (Mesa's llvmpipe, kernels/compilers.c), chunks no longer than
+ * its loop budget allows a work-item.
  */
 #include "kernels/compilers.h"
 #include "kernels/variant.h"
@@ -76,16 +78,29 @@ static int lanes_takes_wide(const clattn_device_info *device, const attn_problem
            variant_lanes.suits(device, pb, why, sizeof why);
 }
 
-/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them). Else, unless the
+/* Whether the call's rows are longer than rowwise and the gemm path walk within the device's
+ * loop budget (kernels/compilers.c): split, which cuts them into chunks, is left to serve them. */
+static int others_exceed_loop_budget(const clattn_device_info *device, const attn_problem *pb) {
+    char why[512];
+    return !loop_budget_allows(device, "rowwise", pb->len_k, pb->dim_qk, pb->dim_v, why,
+                               sizeof why) &&
+           !loop_budget_allows(device, "gemm", pb->len_k, pb->dim_qk, pb->dim_v, why, sizeof why);
+}
+
+/* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them), and for rows longer
+ * than the others walk within the device's loop budget. Else, unless the
  * device's compiler builds it only slowly (kernels/compilers.c): up to head dim 256 while a kv
  * head has at most SPLIT_AUTO_ROWS query rows, where the fused variants' query tiles would leave
  * most of the device idle; past it, while a head has at most SPLIT_WIDE_AUTO_QUERIES rows, and
  * always on devices that lanes does not serve (the tiled GPU variants stop at 256). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype));
+    int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
+                            others_exceed_loop_budget(device, pb));
     char slow[256];
     if (!only_split && compiler_is_slow(device, "split", slow, sizeof slow)) {
-        snprintf(why, size, "auto uses it only over KV caches and for q8_0 or q4_0 K/V here: %s",
+        snprintf(why, size,
+                 "auto uses it only over KV caches, for q8_0 or q4_0 K/V and for rows longer "
+                 "than the loop budget lets the others walk here: %s",
                  slow);
         return 0;
     }
@@ -127,6 +142,17 @@ static void fit_group(const clattn_device_info *device, split_plan *p, unsigned 
     if (!group_fits(device, p)) p->group = 1;
 }
 
+/* The fewest chunks that keep each work-item's walk within the device's loop budget
+ * (kernels/compilers.c: llvmpipe), 1 where it has none. The budget's keys were measured at 8
+ * rows a work-item; more rows cost more a key. */
+static size_t chunks_within_loop_budget(const clattn_device_info *device, const attn_problem *pb,
+                                        const split_plan *p) {
+    size_t most = loop_budget_keys(device, "split", pb->dim_qk, pb->dim_v);
+    if (most == SIZE_MAX) return 1;
+    if (p->block_r > 8) most = most * 8 / p->block_r;
+    return most ? (p->max_keys + most - 1) / most : p->max_keys;
+}
+
 static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     const attn_problem *pb = vp->problem;
     const tuning_params *tune = &vp->tuning;
@@ -162,6 +188,13 @@ static clattn_status plan(clattn_context *ctx, variant_plan *vp) {
     size_t most = (p->max_keys + tune->block_n - 1) / tune->block_n; /* chunks of block_n keys */
     p->chunks = want < 1 ? 1 : want > most ? most : want;
     if (p->chunks < 1) p->chunks = 1;
+    size_t least = chunks_within_loop_budget(&ctx->device, pb, p);
+    if (p->chunks < least) p->chunks = least;
+    if (least > 1 && 2 * least >= device_loop_budget(&ctx->device)) /* merge_chunks walks twice */
+        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
+                         "split: %zu keys need %zu chunks within the loop budget of %s, more "
+                         "than the merge can walk",
+                         p->max_keys, least, ctx->device.name);
     p->chunk_len = (p->max_keys + p->chunks - 1) / p->chunks;
     p->chunks = (p->max_keys + p->chunk_len - 1) / p->chunk_len;
     if (p->chunks > 1) /* the partial outputs and LSEs, for the host-memory probe */

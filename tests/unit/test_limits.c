@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 
+#include "kernels/compilers.h"
 #include "kernels/variant.h"
 #include "reference/reference.h"
 #include "util.h"
@@ -180,4 +181,94 @@ Test(limits, a_launch_above_the_kernels_limit_is_refused) {
                  CLATTN_ERR_UNSUPPORTED);
     cr_expect(strstr(clattn_context_last_error(ctx), "CL_KERNEL_WORK_GROUP_SIZE") != NULL, "%s",
               clattn_context_last_error(ctx));
+}
+
+/* ---------------------------------------------------------------- loop budgets */
+
+/* Mesa's llvmpipe as clattn_device_get_info describes it (kernels/compilers.c). */
+static void as_llvmpipe(clattn_device_info *device) {
+    snprintf(device->platform_name, sizeof device->platform_name, "rusticl");
+    snprintf(device->name, sizeof device->name, "llvmpipe (LLVM 15.0.6, 256 bits)");
+}
+
+/* The lengths that gave wrong results on Mesa 22.3.6 (kernels/compilers.c) are refused there,
+ * and nothing is refused on a device without a loop budget. */
+Test(limits, llvmpipe_refuses_the_walks_that_came_out_wrong_there) {
+    clattn_device_info llvmpipe, pocl;
+    memset(&llvmpipe, 0, sizeof llvmpipe);
+    as_llvmpipe(&llvmpipe);
+    cr_expect_eq(device_loop_budget(&llvmpipe), 65535);
+    cr_expect_lt(loop_budget_keys(&llvmpipe, "rowwise", 64, 64), 512);
+    cr_expect_lt(loop_budget_keys(&llvmpipe, "rowwise", 128, 128), 256);
+    cr_expect_lt(loop_budget_keys(&llvmpipe, "split", 64, 64), 1024);
+    cr_expect_lt(loop_budget_keys(&llvmpipe, "split", 256, 256), 256);
+    cr_expect_lt(loop_budget_keys(&llvmpipe, "gemm", 64, 64), 2048);
+    cr_expect_geq(loop_budget_keys(&llvmpipe, "split", 64, 64), 128, "a useful chunk is left");
+    cr_expect_eq(loop_budget_keys(&llvmpipe, "lanes", 64, 64), 0, "no measured cost: nothing");
+    char why[512];
+    cr_expect_eq(loop_budget_allows(&llvmpipe, "rowwise", 8192, 64, 64, why, sizeof why), 0);
+    cr_expect(strstr(why, "llvmpipe") && strstr(why, "65535") && strstr(why, "8192"), "%s", why);
+
+    memset(&pocl, 0, sizeof pocl);
+    snprintf(pocl.platform_name, sizeof pocl.platform_name, "Portable Computing Language");
+    snprintf(pocl.name, sizeof pocl.name, "cpu");
+    cr_expect_eq(device_loop_budget(&pocl), 0);
+    cr_expect_eq(loop_budget_keys(&pocl, "rowwise", 64, 64), SIZE_MAX);
+    cr_expect_eq(loop_budget_allows(&pocl, "gemm", 1L << 30, 576, 512, why, sizeof why), 1);
+}
+
+/* Attention over the first n_k keys of k and v (bshd, so the rows of a prefix are contiguous)
+ * on ctx with this path and variant, against the reference. */
+static void expect_prefix_matches(clattn_context *ctx, clattn_path path, clattn_variant variant,
+                                  size_t n_k, const float *q, const float *k, const float *v,
+                                  clattn_stats *stats) {
+    enum { H = 2, N_Q = 4, DIM = 64 };
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, H, H, N_Q, n_k, DIM, DIM);
+    d.path = path, d.variant = variant;
+    float out[N_Q * H * DIM], ref[N_Q * H * DIM];
+    double ref64[N_Q * H * DIM];
+    ASSERT_OK(ctx, clattn_attention_host(ctx, &d, q, k, v, out, NULL));
+    clattn_stats_init(stats);
+    cr_assert_eq(clattn_context_last_stats(ctx, stats), CLATTN_SUCCESS);
+    cr_assert_eq(clattn_attention_reference(&d, q, k, v, ref, NULL), CLATTN_SUCCESS);
+    for (size_t i = 0; i < N_Q * H * DIM; i++) ref64[i] = ref[i];
+    cr_expect_eq(compare_outputs(stats->kernel, out, ref64, N_Q * H * DIM, TOL_F32_ATOL,
+                                 TOL_F32_RTOL),
+                 0);
+}
+
+/* A context that takes its device for llvmpipe (white-box: the planners read ctx->device).
+ * `auto` gives rows longer than rowwise and the gemm path may walk to split, whose chunks stay
+ * within the budget; the gemm path's GEMM shrinks its blocks to the budget on rows it takes,
+ * and those two decline the longer rows with the reason. */
+Test(limits, llvmpipe_plans_stay_within_its_loop_budget) {
+    enum { H = 2, N_Q = 4, N_K = 1500, SHORT_K = 700, DIM = 64 };
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    as_llvmpipe(&ctx->device);
+    static float qs[N_Q * H * DIM], ks[N_K * H * DIM], vs[N_K * H * DIM], out[N_Q * H * DIM];
+    fill_uniform(qs, N_Q * H * DIM, 71), fill_uniform(ks, N_K * H * DIM, 72);
+    fill_uniform(vs, N_K * H * DIM, 73);
+    cr_assert_lt(loop_budget_keys(&ctx->device, "gemm", DIM, DIM), N_K);
+    cr_assert_geq(loop_budget_keys(&ctx->device, "gemm", DIM, DIM), SHORT_K);
+
+    clattn_stats stats;
+    expect_prefix_matches(ctx, CLATTN_PATH_AUTO, CLATTN_VARIANT_AUTO, N_K, qs, ks, vs, &stats);
+    cr_expect_eq(stats.variant, CLATTN_VARIANT_SPLIT, "ran %s", stats.kernel);
+    size_t most = loop_budget_keys(&ctx->device, "split", DIM, DIM);
+    cr_expect_geq(stats.chunks, (N_K + most - 1) / most, "%s", stats.kernel);
+    expect_prefix_matches(ctx, CLATTN_PATH_GEMM, CLATTN_VARIANT_GEMM, SHORT_K, qs, ks, vs, &stats);
+
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, H, H, N_Q, N_K, DIM, DIM);
+    const clattn_variant declining[] = {CLATTN_VARIANT_ROWWISE, CLATTN_VARIANT_GEMM};
+    for (size_t i = 0; i < 2; i++) {
+        d.path = i ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED, d.variant = declining[i];
+        cr_expect_eq(clattn_attention_host(ctx, &d, qs, ks, vs, out, NULL),
+                     CLATTN_ERR_UNSUPPORTED);
+        cr_expect(strstr(clattn_context_last_error(ctx), "loops") != NULL, "%s",
+                  clattn_context_last_error(ctx));
+    }
 }
