@@ -250,7 +250,8 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
     const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl", st->kind->kernel_file};
     char defines[288];
     /* the attention kernel reads float32 K and V and takes Q's storage from the parameters
-     * (P->q_dtype); the packing takes its tile shape and K's and V's storage at run time */
+     * (P->q_dtype; float32 in a plain build); the packing takes its tile shape and K's and V's
+     * storage at run time */
     snprintf(defines, sizeof defines,
              "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d%s",
              st->block_n, st->dqk_pad, st->dv_pad, st->block_m, pb->count_tiles, st->in_place,

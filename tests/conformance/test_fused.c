@@ -493,7 +493,7 @@ Test(fused, plain_programs_serve_calls_without_features) {
             for (size_t i = 0; i < COUNT(cases); i++) {
                 case_result r;
                 clattn_status s = case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED, packed[v], &r);
-                if (s == CLATTN_ERR_UNSUPPORTED) continue; /* a compiler that lanes avoids */
+                if (s == CLATTN_ERR_UNSUPPORTED) continue; /* a device the variant avoids */
                 cr_expect_eq(s, CLATTN_SUCCESS, "device %zu variant %zu case %zu: %s", dev, v, i,
                              r.message);
                 cr_expect_eq(r.mismatches, 0, "device %zu variant %zu case %zu: %s", dev, v, i,
