@@ -16,8 +16,7 @@
  * `gemm`) when nothing fits.
  */
 #include "kernels/compilers.h"
-#include "kernels/tile_cache.h"
-#include "kernels/variant.h"
+#include "kernels/walk_launch.h"
 #include "plan/params.h"
 
 #include <stdio.h>
@@ -148,21 +147,6 @@ static clattn_status fit_limits(clattn_context *ctx, const attn_problem *pb,
     }
 }
 
-/* rows * stride + dim <= INT32_MAX, where a product or sum that overflows int64 (a caller's
- * stride can be any int64) does not fit. */
-static int span_fits_int32(int64_t rows, int64_t stride, int64_t dim) {
-    int64_t span;
-    return !__builtin_mul_overflow(rows, stride, &span) &&
-           !__builtin_add_overflow(span, dim, &span) && span <= INT32_MAX;
-}
-
-/* Offsets within a key tile are 32-bit in the kernel: its span in K and V must fit. */
-static int tile_offsets_fit(const attn_problem *pb, const flash_state *st) {
-    const int64_t rows = (int64_t)(st->block_n - 1) * st->geometry.classes;
-    return span_fits_int32(rows, (int64_t)pb->k.stride_seq, (int64_t)pb->dim_qk) &&
-           span_fits_int32(rows, (int64_t)pb->v.stride_seq, (int64_t)pb->dim_v);
-}
-
 /* ---------------------------------------------------------------- the row */
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
@@ -253,7 +237,7 @@ static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
     clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
-    if (!tile_offsets_fit(pb, st))
+    if (!walk_tile_offsets_fit(pb, st->block_n, st->geometry.classes))
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "flash: a key tile of K or V spans more than 2^31 elements (sequence "
                          "strides %zu, %zu): offsets within a tile are 32-bit",
@@ -305,114 +289,22 @@ static clattn_status get_kernel(clattn_context *ctx, const attn_problem *pb, con
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_flash", kernel);
 }
 
-static void fill_params(const variant_plan *plan, const flash_state *st, attn_params *P) {
-    const attn_problem *pb = plan->problem;
-    const tile_geometry *g = &st->geometry;
-    params_from_problem(pb, plan->write_lse, P);
-    P->has_global = g->globals_matter;
-    P->num_global = g->globals_matter ? pb->mask.num_globals : 0;
-    P->classes = g->classes;
-    P->tiles_per_class = g->tiles_per_class;
-    P->use_tile_list = pb->mask.layout != NULL;
-    P->num_listed_rows = (cl_long)st->lists->host->num_rows;
-}
-
-/* The buffers of one call (the lists live in the context's cache). */
-typedef struct call_buffers {
-    buffer_set set;
-    cl_mem params, params_rows, counter, placeholder;
-} call_buffers;
-
-static clattn_status launch(clattn_context *ctx, cl_kernel kernel, const flash_state *st,
-                            const attn_buffers *buf, const call_buffers *cb, cl_mem params,
-                            float q_scale, size_t tiles, size_t heads, cl_event *event) {
-    const device_lists *l = st->lists;
-    cl_mem lse = buf->lse ? buf->lse : cb->placeholder;
-    cl_mem bias = buf->bias ? buf->bias : cb->placeholder;
-    kernel_args a = {kernel, 0, CL_SUCCESS};
-    KARG(a, params);
-    KARG(a, buf->q);
-    KARG(a, buf->k);
-    KARG(a, buf->v);
-    KARG(a, buf->o);
-    KARG(a, lse);
-    KARG(a, bias);
-    KARG(a, l->gpos);
-    KARG(a, l->is_global);
-    KARG(a, l->layout);
-    KARG(a, l->tile_ptr);
-    KARG(a, l->tile_idx);
-    KARG(a, l->row_list);
-    KARG(a, q_scale);
-    if (cb->counter) KARG(a, cb->counter);
-    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "flash: attention arguments");
-    size_t global[2] = {tiles * st->group_size, heads}, local[2] = {st->group_size, 1};
-    return kernel_launch(ctx, kernel, 2, global, local, event, "flash: attention");
-}
-
-/* The window pass (with the global keys), then the rows at global positions. */
-static clattn_status run_passes(clattn_context *ctx, const attn_problem *pb, const flash_state *st,
-                                const attn_buffers *buf, const call_buffers *cb, cl_event *event) {
-    cl_kernel kernel = NULL;
-    const tile_geometry *g = &st->geometry;
-    size_t heads = pb->batch * pb->heads_q, rows = st->lists->host->num_rows;
-    int global_rows = g->globals_matter && rows > 0;
-    clattn_status status = get_kernel(ctx, pb, st, &kernel);
-    if (!status)
-        status =
-            launch(ctx, kernel, st, buf, cb, cb->params, pb->scale,
-                   (size_t)(g->classes * g->tiles_per_class), heads, global_rows ? NULL : event);
-    if (!status && global_rows)
-        status = launch(ctx, kernel, st, buf, cb, cb->params_rows, pb->scale,
-                        (rows + st->block_m - 1) / st->block_m, heads, event);
-    return status;
-}
-
-static void fill_stats(const variant_plan *plan, const flash_state *st, uint64_t bytes,
-                       clattn_stats *s) {
-    const attn_problem *pb = plan->problem;
-    s->tiles_visited = st->lists->walk_tiles * pb->batch;
-    s->pairs = st->lists->pairs * pb->batch;
-    s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
-    s->block_m = st->block_m;
-    s->block_n = st->block_n;
-    s->device_bytes = bytes + st->lists->bytes;
-    snprintf(s->kernel, sizeof s->kernel, "flash bm%u bn%u tm%u tn%u v%u s%u sg%d d%u/%u %s",
-             st->block_m, st->block_n, st->tile_m, st->tile_n, st->vector, st->stages,
-             st->subgroups, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype));
-}
-
 static clattn_status run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,
                          cl_event *event, clattn_stats *stats) {
     const attn_problem *pb = plan->problem;
     const flash_state *st = plan->state;
-    call_buffers cb;
-    attn_params P, P_rows;
-    memset(&cb, 0, sizeof cb);
-    fill_params(plan, st, &P);
-    P_rows = P;
-    P_rows.row_mode = 1;
-    clattn_status s = params_buffer_add(ctx, &cb.set, &P, pb, &cb.params);
-    if (!s) s = params_buffer_add(ctx, &cb.set, &P_rows, pb, &cb.params_rows);
-    if (!s && pb->count_tiles) {
-        cl_uint zero = 0;
-        s = buffer_set_add(ctx, &cb.set, 1, sizeof zero, &zero, &cb.counter, "tile counter");
-    }
-    if (!s) s = buffer_set_placeholder(ctx, &cb.set, &cb.placeholder);
-    if (!s) s = run_passes(ctx, pb, st, buf, &cb, event);
-    if (!s && cb.counter) {
-        cl_uint counted = 0;
-        s = buffer_read(ctx, cb.counter, 0, sizeof counted, &counted,
-                        "flash: reading the tile count");
-        stats->tiles_counted = counted;
-    }
-    if (!s) {
-        fill_stats(plan, st, cb.set.bytes, stats);
-        log_msg("flash: %s, %llu of %llu key tiles", stats->kernel,
-                (unsigned long long)stats->tiles_visited, (unsigned long long)stats->tiles_total);
-    }
-    buffer_set_release(&cb.set);
-    return s;
+    walk_launch w = {"flash",     NULL,          st->group_size, st->block_m,
+                     st->block_n, &st->geometry, st->lists};
+    clattn_status s = get_kernel(ctx, pb, st, &w.kernel);
+    if (!s) s = walk_launch_run(ctx, plan, &w, buf, event, stats);
+    if (s) return s;
+    snprintf(stats->kernel, sizeof stats->kernel,
+             "flash bm%u bn%u tm%u tn%u v%u s%u sg%d d%u/%u %s", st->block_m, st->block_n,
+             st->tile_m, st->tile_n, st->vector, st->stages, st->subgroups, st->dqk_pad, st->dv_pad,
+             dtype_name(pb->dtype));
+    log_msg("flash: %s, %llu of %llu key tiles", stats->kernel,
+            (unsigned long long)stats->tiles_visited, (unsigned long long)stats->tiles_total);
+    return CLATTN_SUCCESS;
 }
 
 /* The GPU classes take the defaults of CLBlast's Xgemm database (single precision) read as the
