@@ -85,6 +85,7 @@ typedef struct check_plan {
     int required[MAX_VARIANTS]; /* by clattn_variant: named by --require */
     long only_case;             /* -1: all */
     int quick;                  /* the quick sweep: its case numbers differ from the full one's */
+    const char *storage_name;   /* --storage: every case's Q, K and V in it ("f16"), or NULL */
     int verbose;
     const char *dump_dir;
     double timeout_s;      /* --timeout; 0: the default, scaled to the sweep */

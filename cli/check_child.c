@@ -59,6 +59,7 @@ static void make_child_args(const check_plan *plan, const run_row *row, child_ar
     a->argv[n++] = "--path", a->argv[n++] = (char *)check_path_name(row->path);
     a->argv[n++] = "--variant", a->argv[n++] = a->variant;
     if (plan->quick) a->argv[n++] = "--quick";
+    if (plan->storage_name) a->argv[n++] = "--storage", a->argv[n++] = (char *)plan->storage_name;
     if (plan->verbose) a->argv[n++] = "--verbose";
     if (plan->only_case >= 0) a->argv[n++] = "--case", a->argv[n++] = a->only_case;
     if (plan->dump_dir) a->argv[n++] = "--dump", a->argv[n++] = (char *)plan->dump_dir;

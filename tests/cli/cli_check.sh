@@ -140,4 +140,20 @@ if [ -n "$quantised" ]; then
   fi
 fi
 
+# ---- --storage: every case's Q, K and V in one storage type (the tensor-core variant's check),
+# checked against the reference of the rounded values; quantised K and V stay as they are
+"$clattn" check --quick --storage bf16 --list > out 2>&1 || fail "check --storage bf16 --list: $(cat out)"
+grep -qE '^0 +.* bf16->f32 ' out || fail "--storage bf16 left case 0 in its own storage: $(head -n 2 out)"
+grep -qE ' f32->f32 .*kv=q4_0' out || fail "--storage bf16 changed a quantised case: $(tail -n 2 out)"
+"$clattn" check --quick --case 0 --storage f16 --device 0 --variant lanes --no-record > out 2>&1 ||
+  fail "check --quick --case 0 --storage f16 failed: $(cat out)"
+grep -qE "^0 +.* fused +lanes +1 +0 " out || fail "lanes did not pass case 0 in f16: $(cat out)"
+"$clattn" check --quick --storage f64 --list > out 2> err
+status=$?
+[ "$status" -eq 2 ] || fail "--storage f64 exited $status, not 2"
+grep -qF -- "--storage" err || fail "--storage f64: the message does not name the option: $(cat err)"
+"$clattn" check --list | grep -qE 'Nk=1500 .* scale=4 ' ||
+  fail "the full sweep has no case of a few dominant keys on long rows"
+"$clattn" check --list | grep -qE 'window=0,0 ' || fail "the full sweep has no rows of one key"
+
 finish cli_check
