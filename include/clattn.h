@@ -415,8 +415,10 @@ typedef enum clattn_variant {
     CLATTN_VARIANT_REFERENCE = 4, /* "reference": the CPU reference on host copies */
     CLATTN_VARIANT_SPLIT = 5,     /* "split": K/V read in place, key chunks side by side and
                                      merged (decoding, KV caches) */
-    CLATTN_VARIANT_FLASH = 6      /* "flash": fused; FlashAttention-2's partition, micro-tiles a
+    CLATTN_VARIANT_FLASH = 6,     /* "flash": fused; FlashAttention-2's partition, micro-tiles a
                                      work-item, K/V tiles double-buffered in local memory (0.2) */
+    CLATTN_VARIANT_NV_MMA = 7     /* "nv_mma": fused; FlashAttention-2's partition on NVIDIA
+                                     tensor cores (mma.sync through inline PTX), 16-bit storage */
 } clattn_variant;
 
 /* The names of 0.2, which named two variants like device types; they stay until 0.4, and the

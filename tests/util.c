@@ -122,7 +122,7 @@ size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *o
         clattn_variant_info info;
         clattn_variant_info_init(&info);
         if (clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS) break;
-        if (info.path == path) out[n++] = info.variant;
+        if (info.path == path && info.supported) out[n++] = info.variant;
     }
     return n;
 }

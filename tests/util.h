@@ -47,8 +47,8 @@ cl_int caller_objects_create(caller_objects *c, cl_command_queue_properties prop
 /* Releases the queue and the context, the caller's references. */
 void caller_objects_release(caller_objects *c);
 
-/* The rows of the variant table on `path` (every row there: clattn_variant_describe), at most
- * `cap` of them into out. @return how many. */
+/* The rows of the variant table on `path` that ctx's device supports (clattn_variant_describe;
+ * nv_mma needs tensor cores), at most `cap` of them into out. @return how many. */
 size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *out, size_t cap);
 /* Whether the device supports the variant and auto uses it there (clattn_variant_describe). */
 int auto_uses(clattn_context *ctx, clattn_variant variant);

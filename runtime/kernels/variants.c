@@ -8,12 +8,13 @@
 #include <string.h>
 
 /* The rows, each defined in its own file (kernels/NAME.c). */
-extern const attn_variant variant_split, variant_lanes, variant_flash, variant_rowwise,
-    variant_gemm, variant_reference;
+extern const attn_variant variant_split, variant_lanes, variant_nv_mma, variant_flash,
+    variant_rowwise, variant_gemm, variant_reference;
 
 static const attn_variant *const table[] = {
     &variant_split,     /* decoding and KV caches (auto: few query rows a kv head) */
     &variant_lanes,     /* CPU devices */
+    &variant_nv_mma,    /* NVIDIA tensor cores: float16 and bfloat16 */
     &variant_flash,     /* other devices */
     &variant_rowwise,   /* other devices where flash's tiles do not fit */
     &variant_gemm,      /* every device, any head dim */

@@ -1,0 +1,145 @@
+/*
+ * The nv_mma variant (tensor cores through inline PTX) on devices without them: where it runs
+ * (NVIDIA's OpenCL on compute capability 8.0 or higher; PoCL's devices are refused, with the
+ * reason), the calls it refuses, and its kernel's fragment bookkeeping against the reference
+ * through the test build's emulation of mma.sync and shfl.sync ($CLATTN_TEST_NV_MMA=emulate):
+ * every mask kind, float16 and bfloat16, head dims that pad, GQA, a dominant key over many key
+ * tiles, NaN and infinities in V. Each emulated call first passes the variant's self-test on
+ * its context, or it would be refused: a kernel with its fragments' rows swapped fails it.
+ */
+#include <criterion/criterion.h>
+
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static clattn_context *first_context(void) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    return ctxs[0];
+}
+
+static void emulate(int on) {
+    if (on)
+        setenv("CLATTN_TEST_NV_MMA", "emulate", 1);
+    else
+        unsetenv("CLATTN_TEST_NV_MMA");
+}
+
+Test(nv_mma, refused_without_tensor_cores) {
+    emulate(0);
+    attn_case c;
+    case_init(&c, 1, 2, 1, 40, 50, 32, 32);
+    c.dtype = CLATTN_F16;
+    expect_case_refused(first_context(), &c, CLATTN_VARIANT_NV_MMA, CLATTN_ERR_UNSUPPORTED,
+                        "compute capability");
+    cr_expect(!auto_uses(first_context(), CLATTN_VARIANT_NV_MMA));
+}
+
+Test(nv_mma, refuses_what_tensor_cores_do_not_take) {
+    emulate(1);
+    clattn_context *ctx = first_context();
+    attn_case c;
+    case_init(&c, 1, 2, 1, 40, 50, 32, 32);
+    expect_case_refused(ctx, &c, CLATTN_VARIANT_NV_MMA, CLATTN_ERR_UNSUPPORTED,
+                        "float16 or bfloat16");
+    c.dtype = CLATTN_F16, c.kv_quant = CLATTN_Q8_0;
+    expect_case_refused(ctx, &c, CLATTN_VARIANT_NV_MMA, CLATTN_ERR_UNSUPPORTED, "q8_0");
+    case_init(&c, 1, 2, 1, 40, 50, 192, 128);
+    c.dtype = CLATTN_BF16;
+    expect_case_refused(ctx, &c, CLATTN_VARIANT_NV_MMA, CLATTN_ERR_UNSUPPORTED,
+                        "head dims up to 128");
+    emulate(0);
+}
+
+/* The mask kinds of test_flash.c's cases, at head dim 32 (one program a storage type). */
+static size_t mask_cases(attn_case *cases, clattn_dtype dtype) {
+    size_t n = 0;
+    for (int kind = 0; kind < 7; kind++) {
+        attn_case *c = &cases[n++];
+        case_init(c, 2, 4, 2, 67, 93, 32, 32);
+        c->seed = 500 + n, c->dtype = dtype;
+        switch (kind) {
+        case 0:
+            c->causal = 1;
+            break;
+        case 1:
+            c->left = 9, c->right = 4, c->dilation = 2;
+            break;
+        case 2: /* global rows and keys */
+            c->left = c->right = 3, c->num_globals = 3;
+            c->globals[0] = 0, c->globals[1] = 40, c->globals[2] = 92;
+            break;
+        case 3:
+            c->block_layout = LAYOUT_PER_HEAD, c->bq = 16, c->bk = 24, c->causal = 1;
+            break;
+        case 4:
+            c->bias = BIAS_FULL, c->softcap = 2.0f, c->alibi = 1, c->sinks = 1;
+            break;
+        case 5:
+            c->bad_value = 2, c->left = c->right = 5; /* +inf in V */
+            break;
+        case 6:
+            c->nan_key = 1, c->causal = 1, c->bias = BIAS_PADDING;
+            break;
+        }
+    }
+    return n;
+}
+
+Test(nv_mma, emulated_kernel_matches_the_reference, .timeout = 600) {
+    emulate(1);
+    attn_case cases[10];
+    size_t n = mask_cases(cases, CLATTN_F16);
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA), 0,
+                 "float16 masks: failing cases are listed above");
+    n = mask_cases(cases, CLATTN_BF16);
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA), 0,
+                 "bfloat16 masks: failing cases are listed above");
+    /* head dims that pad (64 and 48 to 64 and 48, 17 to 32), 128, and a dominant key */
+    n = 0;
+    case_init(&cases[n], 2, 4, 2, 45, 67, 64, 48);
+    cases[n++].dtype = CLATTN_F16;
+    case_init(&cases[n], 1, 2, 1, 37, 53, 17, 17);
+    cases[n].causal = 1, cases[n++].dtype = CLATTN_BF16;
+    case_init(&cases[n], 1, 2, 1, 70, 130, 128, 128);
+    cases[n].out_dtype = CLATTN_F16, cases[n++].dtype = CLATTN_F16;
+    case_init(&cases[n], 1, 2, 1, 64, 700, 64, 48);
+    cases[n].scale = 4.0f, cases[n++].dtype = CLATTN_F16;
+    cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA), 0,
+                 "head dims: failing cases are listed above");
+    case_result r;
+    case_run(first_context(), &cases[0], CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA, &r);
+    cr_assert_eq(r.status, CLATTN_SUCCESS, "%s", r.message);
+    cr_expect(strstr(r.stats.kernel, "emulated") != NULL, "%s", r.stats.kernel);
+    emulate(0);
+}
+
+/* A kernel whose emulated A operand has its rows and column halves swapped (a wrong fragment
+ * layout): its self-test fails on a fresh context and the variant refuses every call, with the
+ * values it got; auto runs the call elsewhere. */
+Test(nv_mma, a_kernel_that_fails_its_self_test_is_refused) {
+    char folder[256], command[1024];
+    fresh_cache_dir(folder, sizeof folder, "nv-mma-self-test");
+    snprintf(command, sizeof command,
+             "cp -r '%s' '%s/cl' && sed -i 's/(g + 8 \\* (r %% 2)) \\* 16 + 2 \\* t + 8 "
+             "\\* (r \\/ 2)/(g + 8 * (r \\/ 2)) * 16 + 2 * t + 8 * (r %% 2)/' '%s/cl/nv_mma.cl' "
+             "&& ! cmp -s '%s/nv_mma.cl' '%s/cl/nv_mma.cl'",
+             CLATTN_KERNEL_SOURCES, folder, folder, CLATTN_KERNEL_SOURCES, folder);
+    cr_assert_eq(system(command), 0, "planting the bug failed (update the test): %s", command);
+    snprintf(command, sizeof command, "%s/cl", folder);
+    setenv("CLATTN_KERNEL_DIR", command, 1);
+    emulate(1);
+    attn_case c;
+    case_init(&c, 1, 2, 1, 40, 50, 32, 32);
+    c.dtype = CLATTN_F16;
+    expect_case_refused(first_context(), &c, CLATTN_VARIANT_NV_MMA, CLATTN_ERR_UNSUPPORTED,
+                        "self-test computed O[");
+    emulate(0);
+    unsetenv("CLATTN_KERNEL_DIR");
+    remove_cache_dir(folder);
+}
