@@ -7,6 +7,8 @@
 #   devices.txt    clattn devices (what the driver search found), then devices --variants (which
 #                  variants the GPU serves, and why not)
 #   check.txt      clattn check --device gpu on every variant (check.json: the rows)
+#   check-16bit.txt  the quick sweep with every case in f16, then in bf16, on nv_mma (tensor
+#                  cores: its sweep has few 16-bit cases of its own; "not run" off NVIDIA)
 #   tune.txt       clattn tune --device gpu (flash's parameters, stored for what follows)
 #   prefill-*.txt  bench/vs_torch.py: fused attention against torch's SDPA on CUDA, f32/f16/bf16
 #   decode.txt     bench/vs_torch.py --decode: one token over a 32768-row KV cache
@@ -102,6 +104,8 @@ fi
 
 step devices 60 bash -c '"$1" devices && "$1" devices --variants' - "$clattn"
 step check 300 "$clattn" check --device "$device" "${check[@]}" --no-record --json "$out/check.json"
+step check-16bit 150 bash -c 'for s in f16 bf16; do "$1" check --device "$2" --quick --storage $s \
+  --variant nv_mma --no-record || exit; done' - "$clattn" "$device"
 step tune $((tune_time + 40)) "$clattn" tune --device "$device" --time "$tune_time"
 step prefill-d64 120 "${vs_torch[@]}" "${big[@]}" "${rounds[@]}" --patterns full,causal \
   --dtypes f32,f16,bf16 --json "$out/prefill-d64.json"

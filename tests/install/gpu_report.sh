@@ -23,13 +23,16 @@ no_leak_checks_for_pocl_compiles
 
 "$report" --quick --device 0 --torch-device cpu --clattn "$clattn" --python "$python" \
   --out "$work/report" > "$work/log" 2>&1 || fail "the report failed: $(tail -n 40 "$work/log")"
-steps="devices check tune prefill-d64 prefill-d128 decode sparse"
+steps="devices check check-16bit tune prefill-d64 prefill-d128 decode sparse"
 for step in $steps; do
   grep -qE "^$step +[0-9]+s  ok$" "$work/report/summary.txt" ||
     fail "step $step is not ok: $(cat "$work/report/summary.txt")"
   [ -s "$work/report/$step.txt" ] || fail "no $step.txt"
 done
 grep -qF '"device": "' "$CLATTN_CACHE_DIR/tuning.json" || fail "tune wrote no tuning.json entry"
+[ "$(grep -cE "^0 +.* fused +nv_mma +not run: tensor cores through NVIDIA's OpenCL only" \
+  "$work/report/check-16bit.txt")" -eq 2 ] ||
+  fail "check-16bit.txt does not say twice why PoCL does not run nv_mma: $(cat "$work/report/check-16bit.txt")"
 has_torch=0
 "$python" -c 'import torch' 2> /dev/null && has_torch=1
 # each benchmark's records: its shapes, clattn's kernel and times, torch's where it has them
