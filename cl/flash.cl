@@ -210,12 +210,6 @@ ALWAYS_INLINE void tile_scores(const flash_ctx *f, const flash_rows *st, int buf
             if (!isfinite(s[r][c]) && st->i[r] >= 0) s[r][c] = rescore(f, st->i[r], kt, c);
 }
 
-/* The key position of walk index m (class-local, or into the global keys), or NO_KEY. */
-ALWAYS_INLINE int key_position(const flash_ctx *f, const walk_state *w, int m) {
-    if (m >= w->k.keys) return (int)NO_KEY;
-    return w->k.pass == PASS_GLOBAL_KEYS ? f->gpos[m] : (int)w->k.r + m * (int)w->classes;
-}
-
 /* Scores in the natural domain: -inf where the walk does not own the pair (by the tile's kind)
  * or the slot holds no key; plus the bias where one is given (saturating: a finite bias never
  * masks). */
@@ -226,21 +220,12 @@ ALWAYS_INLINE void mask_scores(const flash_ctx *f, const walk_state *w, const fl
     if (kind == TILE_FULL && !modifies) return;
     for (int c = 0; c < TILE_N; c++) {
         const int m = (int)k0 + f->lane + c * TEAM;
-        const int j = kind == TILE_GENERAL || modifies ? key_position(f, w, m) : (int)NO_KEY;
-        for (int r = 0; r < TILE_M; r++) {
-            float x = s[r][c];
-            if (kind == TILE_BOUNDED && (m < w->lo[r] || m > w->hi[r]))
-                x = -INFINITY;
-            else if (kind == TILE_GENERAL &&
-                     (j == NO_KEY ||
-                      !pass_owns(P, f->layout, w->k.pass, f->h, max(st->i[r], 0), j)))
-                x = -INFINITY;
-            if (j != NO_KEY && x != -INFINITY && MODIFIES_SCORES(P)) /* not onto a mask */
-                x = modified_score(P, x, f->b, f->h, max(st->i[r], 0) + P->offset, j);
-            if (P->has_bias && j != NO_KEY && x != -INFINITY)
-                x = add_saturating(x, st->bias_row[r][j]);
-            s[r][c] = x;
-        }
+        const int j = kind == TILE_GENERAL || modifies ? walk_key_position(&w->k, w->classes,
+                                                                           f->gpos, m)
+                                                       : (int)NO_KEY;
+        for (int r = 0; r < TILE_M; r++)
+            s[r][c] = walk_masked_score(P, f->layout, &w->k, kind, f->b, f->h, max(st->i[r], 0),
+                                        m, j, w->lo[r], w->hi[r], st->bias_row[r], s[r][c]);
     }
 }
 
@@ -343,15 +328,8 @@ ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_row
 ALWAYS_INLINE int walk_at(const flash_ctx *f, const flash_rows *st, long n, walk_state *w) {
     __constant attn_params *P = f->P;
     key_walk_begin(P, f->row_list, f->tile_ptr, f->gpos, f->tile, f->h, n, &w->k);
-    const int global_keys = w->k.pass == PASS_GLOBAL_KEYS;
-    w->classes = global_keys ? 1 : P->classes;
-    for (int m = 0; m < TILE_M; m++) {
-        long lo = 0, hi = -1;
-        if (st->i[m] >= 0 && !global_keys)
-            row_key_range(P, w->k.pass, w->k.r, st->i[m] + P->offset, &lo, &hi);
-        w->lo[m] = (int)min(lo, (long)INT_MAX); /* class-local: within [0, keys) when not empty */
-        w->hi[m] = (int)max(hi, -1L);
-    }
+    w->classes = w->k.pass == PASS_GLOBAL_KEYS ? 1 : P->classes;
+    for (int m = 0; m < TILE_M; m++) walk_row_range(P, &w->k, st->i[m], &w->lo[m], &w->hi[m]);
     return w->k.count > 0;
 }
 
@@ -365,32 +343,22 @@ ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
     for (int r = 0; r < TILE_M; r++) {
         const int i = st->i[r];
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
-        /* no allowed key; a row of NaN scores has max -inf but sum NaN and stays NaN */
-        const int empty = st->m[r] == -INFINITY && st->l[r] == 0.0f;
-        float top = st->m[r], sum = st->l[r]; /* with the head's sink, if any */
-        const float keep = sink_fold(P, f->h, &top, &sum);
-        const long row =
-            P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
+        const float keep = row_finish(P, LSE, f->h, (f->b * P->heads_q + f->h) * P->len_q + i,
+                                      st->m[r], st->l[r], f->lane == 0);
+        const long row = o_row_start(P, f->b, f->h, i);
         for (int e = 0; e < DV_COLS; e++) {
             const int col = f->lane + e * TEAM;
-            if (col < P->dim_v)
-                store_o(P->out_dtype, empty ? 0.0f : st->o[r][e] * keep, O, row + col);
+            if (col < P->dim_v) store_o(P->out_dtype, st->o[r][e] * keep, O, row + col);
         }
-        if (f->lane == 0)
-            store_lse(P, LSE, (f->b * P->heads_q + f->h) * P->len_q + i, top, sum,
-                      top == -INFINITY && sum == 0.0f);
     }
 }
 
 /* The work-item's rows (from rows[]) with an empty softmax state. */
 ALWAYS_INLINE void init_rows(const flash_ctx *f, __global const float *bias,
                              __local const int *rows, flash_rows *st) {
-    __constant attn_params *P = f->P;
-    __global const float *bias_head =
-        bias + P->bias_offset + f->b * P->bias_stride_b + f->h * P->bias_stride_h;
     for (int r = 0; r < TILE_M; r++) {
         st->i[r] = rows[f->team * TILE_M + r];
-        st->bias_row[r] = bias_head + (long)max(st->i[r], 0) * P->bias_stride_s;
+        st->bias_row[r] = bias_row_start(f->P, bias, f->b, f->h, st->i[r]);
         st->m[r] = -INFINITY;
         st->l[r] = 0.0f;
         st->alpha[r] = 1.0f;

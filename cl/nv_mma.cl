@@ -80,7 +80,8 @@ ALWAYS_INLINE float half_bits_to_float(ushort x) {
 
 #if MMA_PTX
 /* d = a b + c for one warp: A 16x16 (row-major), B 16x8 (column-major), C and D 16x8 float32. */
-ALWAYS_INLINE void mma_16816(float c[4], const uint a[4], uint b0, uint b1, __local float *scratch) {
+ALWAYS_INLINE void mma_16816(float c[4], const uint a[4], uint b0, uint b1,
+                             __local float *scratch) {
     float d0, d1, d2, d3;
     asm("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
@@ -101,7 +102,8 @@ ALWAYS_INLINE float shuffle_xor(float x, int mask, __local float *scratch) {
 #else
 /* The same through local memory: scratch holds the warp's A [16][16] and B [16][8] as floats
  * (WARP_SCRATCH floats a warp); every work-item of the group calls it at once. */
-ALWAYS_INLINE void mma_16816(float c[4], const uint a[4], uint b0, uint b1, __local float *scratch) {
+ALWAYS_INLINE void mma_16816(float c[4], const uint a[4], uint b0, uint b1,
+                             __local float *scratch) {
     const int lane = get_local_id(0) % 32, g = lane / 4, t = lane % 4;
     __local float *A = scratch, *B = scratch + 256;
     for (int r = 0; r < 4; r++) { /* a[r]: row g + 8 (r % 2), columns 2t + 8 (r / 2), +1 */
@@ -163,7 +165,7 @@ typedef struct mma_ctx {
     __local uint *k_words, *v_words;
     __local ushort *p_tile;
     __local float *scratch; /* the warp's (emulation) */
-    __local int *bad; /* [2]: the V tile of even / odd steps holds a NaN or an infinity */
+    __local int *bad;       /* [2]: the V tile of even / odd steps holds a NaN or an infinity */
     __global uint *tile_count;
 } mma_ctx;
 
@@ -179,11 +181,11 @@ typedef struct mma_rows {
 /* One walk over key tiles (tile_walk.cl's key_walk). */
 typedef struct walk_state {
     key_walk k;
-    long classes;       /* class k.r of `classes` (1 for global keys) */
-    int lo[2], hi[2];   /* per row, the class-local keys it may see (TILE_BOUNDED) */
+    long classes;     /* class k.r of `classes` (1 for global keys) */
+    int lo[2], hi[2]; /* per row, the class-local keys it may see (TILE_BOUNDED) */
 } walk_state;
 
-#define ROW(e) ((e) / 2)                  /* a fragment element's row: 0 (g) or 1 (g + 8) */
+#define ROW(e)    ((e) / 2)                      /* a fragment element's row: 0 (g) or 1 (g + 8) */
 #define COL(n, e) (8 * (n) + 2 * f->t + (e) % 2) /* its column in the key tile or O */
 
 /* ---------------------------------------------------------------- staging */
@@ -321,14 +323,8 @@ ALWAYS_INLINE void tile_scores(const mma_ctx *f, const mma_rows *st, const uint 
         }
 }
 
-/* The key position of walk index m (class-local, or into the global keys), or NO_KEY. */
-ALWAYS_INLINE int key_position(const mma_ctx *f, const walk_state *w, int m) {
-    if (m >= w->k.keys) return (int)NO_KEY;
-    return w->k.pass == PASS_GLOBAL_KEYS ? f->gpos[m] : (int)w->k.r + m * (int)w->classes;
-}
-
-/* -inf where the walk does not own the pair (by the tile's kind) or the slot holds no key; the
- * score modifiers and the bias where there are any (flash.cl's mask_scores, per fragment). */
+/* The tile's masks, score modifiers and bias on the lane's fragments (tile_walk.cl's
+ * walk_masked_score). */
 ALWAYS_INLINE void mask_scores(const mma_ctx *f, const walk_state *w, const mma_rows *st,
                                int kind, long k0, float s[NT][4]) {
     __constant attn_params *P = f->P;
@@ -336,19 +332,12 @@ ALWAYS_INLINE void mask_scores(const mma_ctx *f, const walk_state *w, const mma_
     if (kind == TILE_FULL && !modifies) return;
     UNROLL for (int n = 0; n < NT; n++)
         UNROLL for (int e = 0; e < 4; e++) {
-            const int m = (int)k0 + COL(n, e), r = ROW(e), i = max(st->i[r], 0);
-            const int j = kind == TILE_GENERAL || modifies ? key_position(f, w, m) : (int)NO_KEY;
-            float x = s[n][e];
-            if (kind == TILE_BOUNDED && (m < w->lo[r] || m > w->hi[r]))
-                x = -INFINITY;
-            else if (kind == TILE_GENERAL &&
-                     (j == NO_KEY || !pass_owns(P, f->layout, w->k.pass, f->h, i, j)))
-                x = -INFINITY;
-            if (j != NO_KEY && x != -INFINITY && MODIFIES_SCORES(P))
-                x = modified_score(P, x, f->b, f->h, i + P->offset, j);
-            if (P->has_bias && j != NO_KEY && x != -INFINITY)
-                x = add_saturating(x, st->bias_row[r][j]);
-            s[n][e] = x;
+            const int m = (int)k0 + COL(n, e), r = ROW(e);
+            const int j = kind == TILE_GENERAL || modifies
+                              ? walk_key_position(&w->k, w->classes, f->gpos, m)
+                              : (int)NO_KEY;
+            s[n][e] = walk_masked_score(P, f->layout, &w->k, kind, f->b, f->h, max(st->i[r], 0),
+                                        m, j, w->lo[r], w->hi[r], st->bias_row[r], s[n][e]);
         }
 }
 
@@ -475,15 +464,8 @@ ALWAYS_INLINE void walk_tiles(const mma_ctx *f, const walk_state *w, const uint 
 ALWAYS_INLINE int walk_at(const mma_ctx *f, const mma_rows *st, long n, walk_state *w) {
     __constant attn_params *P = f->P;
     key_walk_begin(P, f->row_list, f->tile_ptr, f->gpos, f->tile, f->h, n, &w->k);
-    const int global_keys = w->k.pass == PASS_GLOBAL_KEYS;
-    w->classes = global_keys ? 1 : P->classes;
-    UNROLL for (int r = 0; r < 2; r++) {
-        long lo = 0, hi = -1;
-        if (st->i[r] >= 0 && !global_keys)
-            row_key_range(P, w->k.pass, w->k.r, st->i[r] + P->offset, &lo, &hi);
-        w->lo[r] = (int)min(lo, (long)INT_MAX);
-        w->hi[r] = (int)max(hi, -1L);
-    }
+    w->classes = w->k.pass == PASS_GLOBAL_KEYS ? 1 : P->classes;
+    UNROLL for (int r = 0; r < 2; r++) walk_row_range(P, &w->k, st->i[r], &w->lo[r], &w->hi[r]);
     return w->k.count > 0;
 }
 
@@ -498,31 +480,22 @@ ALWAYS_INLINE void store_rows(const mma_ctx *f, const mma_rows *st,
     UNROLL for (int r = 0; r < 2; r++) {
         const int i = st->i[r];
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
-        const int empty = st->m[r] == -INFINITY && st->l[r] == 0.0f;
-        float top = st->m[r], sum = st->l[r]; /* with the head's sink, if any */
-        const float keep = sink_fold(P, f->h, &top, &sum);
-        const long row =
-            P->o_offset + f->b * P->o_stride_b + f->h * P->o_stride_h + (long)i * P->o_stride_s;
+        const float keep = row_finish(P, LSE, f->h, (f->b * P->heads_q + f->h) * P->len_q + i,
+                                      st->m[r], st->l[r], f->t == 0);
+        const long row = o_row_start(P, f->b, f->h, i);
         UNROLL for (int n = 0; n < NV; n++)
             UNROLL for (int e = 2 * r; e < 2 * r + 2; e++) {
                 const int col = COL(n, e);
-                if (col < P->dim_v)
-                    store_o(P->out_dtype, empty ? 0.0f : st->o[n][e] * keep, O, row + col);
+                if (col < P->dim_v) store_o(P->out_dtype, st->o[n][e] * keep, O, row + col);
             }
-        if (f->t == 0)
-            store_lse(P, LSE, (f->b * P->heads_q + f->h) * P->len_q + i, top, sum,
-                      top == -INFINITY && sum == 0.0f);
     }
 }
 
 ALWAYS_INLINE void init_rows(const mma_ctx *f, __global const float *bias,
                              __local const int *rows, mma_rows *st) {
-    __constant attn_params *P = f->P;
-    __global const float *bias_head =
-        bias + P->bias_offset + f->b * P->bias_stride_b + f->h * P->bias_stride_h;
     UNROLL for (int r = 0; r < 2; r++) {
         st->i[r] = rows[16 * f->warp + f->g + 8 * r];
-        st->bias_row[r] = bias_head + (long)max(st->i[r], 0) * P->bias_stride_s;
+        st->bias_row[r] = bias_row_start(f->P, bias, f->b, f->h, st->i[r]);
         st->m[r] = -INFINITY;
         st->l[r] = 0.0f;
     }

@@ -300,6 +300,73 @@ ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P,
     return FEATURE(P, row_mode) == 0 && is_global_position(P, is_global, i + P->offset);
 }
 
+/* ---- one pair at a time, for the kernels whose work-items hold scattered pairs of a tile
+ * (flash's micro-tiles, nv_mma's fragments): walk w's classes are `classes` (1 for its global
+ * keys). */
+
+/* The key position of walk index m (class-local, or into the global keys), or NO_KEY. */
+ALWAYS_INLINE int walk_key_position(const key_walk *w, long classes, __global const int *gpos,
+                                    int m) {
+    if (m >= w->keys) return (int)NO_KEY;
+    return w->pass == PASS_GLOBAL_KEYS ? gpos[m] : (int)w->r + m * (int)classes;
+}
+
+/* The class-local keys [*lo, *hi] query row i (-1: none) may see in walk w (empty: lo > hi);
+ * for TILE_BOUNDED tiles. The global keys' walk tests pair by pair instead. */
+ALWAYS_INLINE void walk_row_range(__constant attn_params *P, const key_walk *w, long i, int *lo,
+                                  int *hi) {
+    long first = 0, last = -1;
+    if (i >= 0 && w->pass != PASS_GLOBAL_KEYS)
+        row_key_range(P, w->pass, w->r, i + P->offset, &first, &last);
+    *lo = (int)min(first, (long)INT_MAX); /* class-local: within [0, keys) when not empty */
+    *hi = (int)max(last, -1L);
+}
+
+/* Score x of query row i (0 for a row past the end) and walk index m at key position j (from
+ * walk_key_position when the tile's kind or the modifiers need it, else NO_KEY), in the
+ * natural domain: -inf where the walk does not own the pair by the tile's kind (outside
+ * [lo, hi] on a TILE_BOUNDED tile, by the contract's rule on a TILE_GENERAL one) or the slot
+ * holds no key; else soft-capped and ALiBi's term added, then the row's bias added (saturating:
+ * a finite bias never masks). */
+ALWAYS_INLINE float walk_masked_score(__constant attn_params *P, __global const uchar *layout,
+                                      const key_walk *w, int kind, long b, long h, long i, int m,
+                                      int j, int lo, int hi, __global const float *bias_row,
+                                      float x) {
+    if (kind == TILE_BOUNDED && (m < lo || m > hi))
+        x = -INFINITY;
+    else if (kind == TILE_GENERAL && (j == NO_KEY || !pass_owns(P, layout, w->pass, h, i, j)))
+        x = -INFINITY;
+    if (j != NO_KEY && x != -INFINITY && MODIFIES_SCORES(P)) /* not onto a mask */
+        x = modified_score(P, x, b, h, i + P->offset, j);
+    if (P->has_bias && j != NO_KEY && x != -INFINITY) x = add_saturating(x, bias_row[j]);
+    return x;
+}
+
+/* Where row i of head (b, h) starts in O. */
+ALWAYS_INLINE long o_row_start(__constant attn_params *P, long b, long h, long i) {
+    return P->o_offset + b * P->o_stride_b + h * P->o_stride_h + i * P->o_stride_s;
+}
+
+/* Row i's bias row (row 0 for i < 0). */
+ALWAYS_INLINE __global const float *bias_row_start(__constant attn_params *P,
+                                                   __global const float *bias, long b, long h,
+                                                   long i) {
+    return bias + P->bias_offset + b * P->bias_stride_b + h * P->bias_stride_h +
+           max(i, 0L) * P->bias_stride_s;
+}
+
+/* A row's end, from its largest score m and sum l of exp(s - m) (O normalised by l): the
+ * factor O is multiplied by (head h's sink folded in; 0 for a row that saw no key: O = 0), and
+ * its LSE stored at `row` of LSE. A row of NaN scores has m = -inf but l NaN and stays NaN. */
+ALWAYS_INLINE float row_finish(__constant attn_params *P, __global float *LSE, long h, long row,
+                               float m, float l, int store_lse_here) {
+    const int empty = m == -INFINITY && l == 0.0f;
+    float top = m, sum = l;
+    const float keep = sink_fold(P, h, &top, &sum);
+    if (store_lse_here) store_lse(P, LSE, row, top, sum, top == -INFINITY && sum == 0.0f);
+    return empty ? 0.0f : keep;
+}
+
 /* Key positions of a tile of `count` keys: class r (j = r + m*d) or the global list. */
 ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const int *gpos, int pass,
                                       long r, long first, long *kpos) {

@@ -355,7 +355,7 @@ def attention(
     scale: default 1/sqrt(Dqk).    storage: "f32", "f16" or "bf16": round the inputs to it
         (default: their own type); O is stored in it.    path: "auto", "fused", "gemm" or
         "reference"; variant: a row of the variant table ("lanes", "rowwise", "flash",
-        "split", "gemm", "reference"; the names of 0.2, "cpu" and "gpu", still work).
+        "nv_mma", "split", "gemm", "reference"; the names of 0.2, "cpu" and "gpu", still work).
     Score modifiers and sinks (docs/semantics.md section 8):
         softcap: t = scale * q.k becomes softcap * tanh(t / softcap) (float32), before the
         bias and masks (Gemma 2).    alibi_slopes: float32 [Hq] or [B, Hq]: each score gets

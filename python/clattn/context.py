@@ -26,7 +26,7 @@ class Stats:
     """What the last attention call on a context did (clattn_stats)."""
 
     path: str  # "fused", "gemm" or "reference"
-    variant: str  # the row of the variant table that ran: "lanes", "rowwise", "flash", "split", "gemm", ...
+    variant: str  # the row of the variant table that ran: "lanes", "rowwise", "flash", "nv_mma", "split", "gemm", ...
     pairs: int  # allowed (b, h, i, j) pairs of the mask (the bias not counted)
     density: float  # pairs / (B * Hq * Nq * Nk)
     tiles_visited: int  # key tiles the fused kernel walked, summed over query tiles
