@@ -57,7 +57,8 @@ static int emulated_by_request(void) {
  * higher. Writes why not. */
 static int has_tensor_cores(const clattn_device_info *device, char *why, size_t size) {
     cl_uint major = 0, minor = 0;
-    if (clGetDeviceInfo(device->device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
+    if (!strstr(device->vendor, "NVIDIA") ||
+        clGetDeviceInfo(device->device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
                         NULL) != CL_SUCCESS ||
         clGetDeviceInfo(device->device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor,
                         NULL) != CL_SUCCESS) {
@@ -78,8 +79,8 @@ static int supports_problem(const attn_problem *pb, char *why, size_t size) {
         snprintf(why, size, "tensor cores take float16 or bfloat16 Q, K and V, not %s",
                  dtype_name(pb->dtype));
     else if (pb->kv.dtype != pb->dtype)
-        snprintf(why, size, "K and V stored as %s: only as Q is (%s)", dtype_name(pb->kv.dtype),
-                 dtype_name(pb->dtype));
+        snprintf(why, size, "K and V stored as %s: tensor cores take them stored as Q is (%s)",
+                 dtype_name(pb->kv.dtype), dtype_name(pb->dtype));
     else if (problem_is_cache(pb))
         snprintf(why, size,
                  "reads the call's K and V tensors: not a KV cache (the split variant "
@@ -177,12 +178,12 @@ static void self_test_inputs(clattn_attention_desc *desc, self_test_data *d) {
 /* The tile through this variant's plan and run on ctx's device, into d->o. */
 static clattn_status self_test_on_device(clattn_context *ctx, const attn_problem *pb,
                                          self_test_data *d) {
+    const cl_mem_flags in = CL_MEM_READ_ONLY, out = CL_MEM_READ_WRITE;
     attn_buffers b = {0};
-    clattn_status status =
-        buffer_from_host(ctx, CL_MEM_READ_ONLY, sizeof d->q, d->q, &b.q, "self-test Q");
-    if (!status) status = buffer_from_host(ctx, CL_MEM_READ_ONLY, sizeof d->k, d->k, &b.k, "K");
-    if (!status) status = buffer_from_host(ctx, CL_MEM_READ_ONLY, sizeof d->v, d->v, &b.v, "V");
-    if (!status) status = buffer_from_host(ctx, CL_MEM_READ_WRITE, sizeof d->o, d->o, &b.o, "O");
+    clattn_status status = buffer_from_host(ctx, in, sizeof d->q, d->q, &b.q, "self-test Q");
+    if (!status) status = buffer_from_host(ctx, in, sizeof d->k, d->k, &b.k, "self-test K");
+    if (!status) status = buffer_from_host(ctx, in, sizeof d->v, d->v, &b.v, "self-test V");
+    if (!status) status = buffer_from_host(ctx, out, sizeof d->o, d->o, &b.o, "self-test O");
     variant_plan plan;
     if (!status) status = variant_plan_make(ctx, &variant_nv_mma, pb, 0, &plan);
     if (!status) {
