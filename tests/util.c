@@ -206,6 +206,39 @@ void expect_case_refused(clattn_context *ctx, const attn_case *c, clattn_variant
     cr_expect(strstr(r.message, words) != NULL, "%s", r.message);
 }
 
+size_t mask_kind_cases(attn_case *cases, unsigned seed) {
+    for (int kind = 0; kind < MASK_KINDS; kind++) {
+        attn_case *c = &cases[kind];
+        case_init(c, 2, 4, 2, 67, 93, 32, 32);
+        c->seed = seed + kind;
+        switch (kind) {
+        case 0:
+            c->causal = 1;
+            break;
+        case 1:
+            c->left = 9, c->right = 4, c->dilation = 2;
+            break;
+        case 2: /* global rows and keys */
+            c->left = c->right = 3, c->num_globals = 3;
+            c->globals[0] = 0, c->globals[1] = 40, c->globals[2] = 92;
+            break;
+        case 3:
+            c->block_layout = LAYOUT_PER_HEAD, c->bq = 16, c->bk = 24, c->causal = 1;
+            break;
+        case 4:
+            c->bias = BIAS_FULL;
+            break;
+        case 5:
+            c->bad_value = 1, c->left = c->right = 5;
+            break;
+        case 6:
+            c->nan_key = 1, c->causal = 1, c->bias = BIAS_PADDING;
+            break;
+        }
+    }
+    return MASK_KINDS;
+}
+
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant) {
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs), failed = 0;

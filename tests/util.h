@@ -72,6 +72,13 @@ void for_each_gemm_row(gemm_row_check *check, const void *cases, size_t case_siz
  * failing runs. */
 size_t check_cases(const attn_case *cases, size_t count, clattn_path path, clattn_variant variant);
 
+/* Writes MASK_KINDS cases, one of each mask kind (causal; a dilated window; global rows and keys;
+ * a causal block layout; a full bias; a window with NaN in V; a NaN key under a padding bias) on
+ * one shape, B=2 Hq=4 Hkv=2 Nq=67 Nk=93 D=32 (lengths no multiple of a tile), seeds from `seed`.
+ * @return MASK_KINDS. */
+#define MASK_KINDS 7
+size_t mask_kind_cases(attn_case *cases, unsigned seed);
+
 /* check_cases on the fused (every row), gemm and auto paths: every case passes on each. */
 void expect_every_path_passes(const attn_case *cases, size_t count);
 

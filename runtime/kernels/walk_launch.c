@@ -111,7 +111,9 @@ clattn_status walk_launch_run(clattn_context *ctx, const variant_plan *plan, con
     if (!s) s = run_passes(ctx, pb, w, buf, &cb, event);
     if (!s && cb.counter) {
         cl_uint counted = 0;
-        s = buffer_read(ctx, cb.counter, 0, sizeof counted, &counted, "reading the tile count");
+        char what[64];
+        snprintf(what, sizeof what, "%s: reading the tile count", w->name);
+        s = buffer_read(ctx, cb.counter, 0, sizeof counted, &counted, what);
         stats->tiles_counted = counted;
     }
     if (!s) fill_stats(pb, w, cb.set.bytes, stats);

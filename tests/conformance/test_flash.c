@@ -23,45 +23,9 @@ static clattn_context *first_context(void) {
     return ctxs[0];
 }
 
-/* Masks of every kind on one shape (Dqk = Dv = 32, float32: one build of the kernel), with
- * lengths that are no multiple of the tiles, GQA and Nq != Nk. */
-static size_t mask_cases(attn_case *cases) {
-    size_t n = 0;
-    for (int kind = 0; kind < 7; kind++) {
-        attn_case *c = &cases[n++];
-        case_init(c, 2, 4, 2, 67, 93, 32, 32);
-        c->seed = 300 + n;
-        switch (kind) {
-        case 0:
-            c->causal = 1;
-            break;
-        case 1:
-            c->left = 9, c->right = 4, c->dilation = 2;
-            break;
-        case 2: /* global rows and keys */
-            c->left = c->right = 3, c->num_globals = 3;
-            c->globals[0] = 0, c->globals[1] = 40, c->globals[2] = 92;
-            break;
-        case 3:
-            c->block_layout = LAYOUT_PER_HEAD, c->bq = 16, c->bk = 24, c->causal = 1;
-            break;
-        case 4:
-            c->bias = BIAS_FULL;
-            break;
-        case 5:
-            c->bad_value = 1, c->left = c->right = 5;
-            break;
-        case 6:
-            c->nan_key = 1, c->causal = 1, c->bias = BIAS_PADDING;
-            break;
-        }
-    }
-    return n;
-}
-
 static void expect_mask_cases_pass(const char *what) {
-    attn_case cases[8];
-    size_t n = mask_cases(cases);
+    attn_case cases[MASK_KINDS];
+    size_t n = mask_kind_cases(cases, 301);
     cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_FLASH), 0,
                  "%s: failing cases are listed above", what);
 }

@@ -56,38 +56,13 @@ Test(nv_mma, refuses_what_tensor_cores_do_not_take) {
     emulate(0);
 }
 
-/* The mask kinds of test_flash.c's cases, at head dim 32 (one program a storage type). */
+/* The mask kinds at head dim 32 (one program a storage type), with every score modifier on the
+ * biased case and +inf rather than NaN in V. */
 static size_t mask_cases(attn_case *cases, clattn_dtype dtype) {
-    size_t n = 0;
-    for (int kind = 0; kind < 7; kind++) {
-        attn_case *c = &cases[n++];
-        case_init(c, 2, 4, 2, 67, 93, 32, 32);
-        c->seed = 500 + n, c->dtype = dtype;
-        switch (kind) {
-        case 0:
-            c->causal = 1;
-            break;
-        case 1:
-            c->left = 9, c->right = 4, c->dilation = 2;
-            break;
-        case 2: /* global rows and keys */
-            c->left = c->right = 3, c->num_globals = 3;
-            c->globals[0] = 0, c->globals[1] = 40, c->globals[2] = 92;
-            break;
-        case 3:
-            c->block_layout = LAYOUT_PER_HEAD, c->bq = 16, c->bk = 24, c->causal = 1;
-            break;
-        case 4:
-            c->bias = BIAS_FULL, c->softcap = 2.0f, c->alibi = 1, c->sinks = 1;
-            break;
-        case 5:
-            c->bad_value = 2, c->left = c->right = 5; /* +inf in V */
-            break;
-        case 6:
-            c->nan_key = 1, c->causal = 1, c->bias = BIAS_PADDING;
-            break;
-        }
-    }
+    size_t n = mask_kind_cases(cases, 501);
+    for (size_t i = 0; i < n; i++) cases[i].dtype = dtype;
+    cases[4].softcap = 2.0f, cases[4].alibi = 1, cases[4].sinks = 1;
+    cases[5].bad_value = 2;
     return n;
 }
 
