@@ -63,6 +63,9 @@ gemm_desc gemm_desc_single(size_t m, size_t n, size_t k, const char *what);
  * tile_m * (NV + 1) + NV + 1 with NV = tile_n / 16; 27 at the default 8 x 32 (21 to 32
  * measured there). */
 #define PANELS_LOOP_STEP(tile_m, tile_n) ((tile_m) * ((tile_n) / 16 + 1) + (tile_n) / 16 + 1)
+/* What one k step costs a work-item of the smallest block at the default 8 x 32 micro-tile
+ * (16 micro-tiles a work-item: twice the step), where a tuning.json tile is not known. */
+#define PANELS_SMALLEST_BLOCK_STEP (2 * PANELS_LOOP_STEP(8, 32))
 
 typedef struct gemm_row {
     clattn_gemm id;

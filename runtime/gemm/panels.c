@@ -68,7 +68,7 @@ static clattn_status check(const clattn_context *ctx, const gemm_desc *g, char *
         return CLATTN_ERR_UNSUPPORTED;
     }
     unsigned long budget = device_loop_budget(&ctx->device);
-    if (budget && 2 * (uint64_t)g->k * PANELS_LOOP_STEP(8, 32) > budget) {
+    if (budget && (uint64_t)g->k * PANELS_SMALLEST_BLOCK_STEP > budget) {
         snprintf(why, size,
                  "k = %zu takes a work-item past the %lu loop iterations %s runs, at the "
                  "smallest block",

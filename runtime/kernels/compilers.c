@@ -89,7 +89,7 @@ int compiler_is_slow(const clattn_device_info *device, const char *variant, char
  * 22.3.6 (rowwise: 384 keys passed, 512 failed at head dim 64, 192 and 256 at 128: 16 to 21 a
  * key and 16 columns; split, 8 rows a work-item: 512 and 1024 at 64, 128 and 256 at 256: 8 to
  * 16); or a fixed cost for the gemm path, whose GEMM (gemm/panels.c) shrinks its blocks to the
- * budget: a key is a k step of its smallest block, PANELS_LOOP_STEP, doubled (16 micro-tiles a
+ * budget: a key is a k step of its smallest block, PANELS_SMALLEST_BLOCK_STEP (16 micro-tiles a
  * work-item at head dim 64: 128 keys passed, 192 failed, 21 to 32 iterations a step). */
 typedef struct loop_cost {
     const char *variant;
@@ -100,7 +100,7 @@ typedef struct loop_cost {
 static const loop_cost loop_costs[] = {
     {"rowwise", 0, 32},
     {"split", 0, 32},
-    {"gemm", 2 * PANELS_LOOP_STEP(8, 32), 0},
+    {"gemm", PANELS_SMALLEST_BLOCK_STEP, 0},
 };
 
 size_t loop_budget_keys(const clattn_device_info *device, const char *variant, size_t dim_qk,
@@ -125,4 +125,13 @@ int loop_budget_allows(const clattn_device_info *device, const char *variant, si
              "%zu keys)",
              device->name, device_loop_budget(device), variant, most, dim_qk, dim_v, keys);
     return 0;
+}
+
+int loop_budget_leaves_only(const clattn_device_info *device, const char *variant, size_t keys,
+                            size_t dim_qk, size_t dim_v) {
+    for (size_t i = 0; i < ARRAY_LEN(loop_costs); i++)
+        if (strcmp(variant, loop_costs[i].variant) != 0 &&
+            keys <= loop_budget_keys(device, loop_costs[i].variant, dim_qk, dim_v))
+            return 0;
+    return 1;
 }

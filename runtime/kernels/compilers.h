@@ -30,4 +30,9 @@ size_t loop_budget_keys(const clattn_device_info *device, const char *variant, s
 int loop_budget_allows(const clattn_device_info *device, const char *variant, size_t keys,
                        size_t dim_qk, size_t dim_v, char *why, size_t size);
 
+/* Whether `variant` is the only one of the budgeted walks (those loop_budget_keys knows) whose
+ * work-items stay within the device's loop budget over `keys` keys: every other one exceeds it. */
+int loop_budget_leaves_only(const clattn_device_info *device, const char *variant, size_t keys,
+                            size_t dim_qk, size_t dim_v);
+
 #endif

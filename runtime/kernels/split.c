@@ -78,15 +78,6 @@ static int lanes_takes_wide(const clattn_device_info *device, const attn_problem
            variant_lanes.suits(device, pb, why, sizeof why);
 }
 
-/* Whether the call's rows are longer than rowwise and the gemm path walk within the device's
- * loop budget (kernels/compilers.c): split, which cuts them into chunks, is left to serve them. */
-static int others_exceed_loop_budget(const clattn_device_info *device, const attn_problem *pb) {
-    char why[512];
-    return !loop_budget_allows(device, "rowwise", pb->len_k, pb->dim_qk, pb->dim_v, why,
-                               sizeof why) &&
-           !loop_budget_allows(device, "gemm", pb->len_k, pb->dim_qk, pb->dim_v, why, sizeof why);
-}
-
 /* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them), and for rows longer
  * than the others walk within the device's loop budget. Else, unless the
  * device's compiler builds it only slowly (kernels/compilers.c): up to head dim 256 while a kv
@@ -95,7 +86,8 @@ static int others_exceed_loop_budget(const clattn_device_info *device, const att
  * always on devices that lanes does not serve (the tiled GPU variants stop at 256). */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
     int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
-                            others_exceed_loop_budget(device, pb));
+                            loop_budget_leaves_only(device, "split", pb->len_k, pb->dim_qk,
+                                                    pb->dim_v));
     char slow[256];
     if (!only_split && compiler_is_slow(device, "split", slow, sizeof slow)) {
         snprintf(why, size,
