@@ -4,8 +4,8 @@
  * CPU reference with docs/semantics.md section 4's tolerances. Prints a table (device, path,
  * variant, cases passed and failed, worst error as a fraction of the tolerance, time), optionally
  * JSON, and for each failing case its description, the first mismatch and how to replay it. A
- * variant that does not run (refused by the device, or left out by the options) is listed
- * with the reason and keeps "all passed" from being said; one that --require names fails
+ * variant that does not run (refused by the device, left out by the options, or serving none
+ * of the sweep's cases) is listed with the reason and keeps "all passed" from being said; one that --require names fails
  * the check. Each row runs in a child process with a time limit (check_child.c); the child is
  * this command again with --child-fd, running the row here and reporting its cases (check.h).
  */
@@ -553,12 +553,26 @@ typedef struct device_rows {
     int ended[MAX_RUNS];
 } device_rows;
 
+/* A row that completed the whole sweep but served none of its cases (every call refused: a
+ * variant whose self-test failed on the device, say) ran nothing: it is noted as not run, so
+ * that "all passed" is not said of it, and fails the check when --require names it. */
+static void note_row_served_nothing(check_plan *plan, const sweep *s, const run_row *row) {
+    if (plan->only_case >= 0 || row->outcome != ROW_COMPLETED || row->passed || row->failed ||
+        !row->not_served)
+        return;
+    char why[160];
+    snprintf(why, sizeof why, "served none of the sweep's %zu cases (--verbose says why)",
+             s->count);
+    note_not_run(plan, row->device, row->variant, plan->required[row->variant], why);
+}
+
 static void row_done(void *arg, run_row *row) {
     device_rows *d = arg;
     d->ended[row - d->first] = 1;
     for (; d->shown < d->count && d->ended[d->shown]; d->shown++) {
         print_row(&d->first[d->shown]);
         record_row(d->plan, d->ctx, d->s, &d->first[d->shown]);
+        note_row_served_nothing(d->plan, d->s, &d->first[d->shown]);
     }
     fflush(stdout);
 }

@@ -3,9 +3,13 @@
 # unwritten (O and LSE start as NaN, not zeros), `check --require` fails when a listed variant
 # does not run (and "all passed" is never said while a variant was not run), and the test
 # scripts' exit status is a failure whatever the number of failures.
-# Usage: cli_check.sh PATH/TO/clattn
+# A variant that serves none of a sweep's cases (the tensor-core variant whose self-test fails)
+# counts as not run.
+# Usage: cli_check.sh PATH/TO/clattn PATH/TO/clattn-testing (the test build's copy, whose library
+# has the test hooks)
 set -uo pipefail
 clattn="$(realpath "$1")"
+testing="$(realpath "$2")"
 # fail, finish
 source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 cd "$work" || exit 1
@@ -155,5 +159,37 @@ grep -qF -- "--storage" err || fail "--storage f64: the message does not name th
 "$clattn" check --list | grep -qE 'Nk=1500 .* scale=4 ' ||
   fail "the full sweep has no case of a few dominant keys on long rows"
 "$clattn" check --list | grep -qE 'window=0,0 ' || fail "the full sweep has no rows of one key"
+
+# ---- a variant that serves none of the sweep's cases ran nothing: nv_mma (emulated through the
+# test hook) with its A operand's fragment rows swapped fails its one-tile self-test and refuses
+# every call; the sweep says so instead of "all passed", and --require nv_mma fails. The same
+# variant unplanted serves the float16 cases and earns "all passed".
+if [ -f "$top/cl/nv_mma.cl" ]; then
+  mkdir -p self-test-cache healthy-cache && cp -r "$top/cl" planted-mma
+  sed -i 's/(g + 8 \* (r % 2)) \* 16 + 2 \* t + 8 \* (r \/ 2)/(g + 8 * (r \/ 2)) * 16 + 2 * t + 8 * (r % 2)/' \
+    planted-mma/nv_mma.cl
+  if cmp -s "$top/cl/nv_mma.cl" planted-mma/nv_mma.cl; then
+    fail "the planted fragment-layout bug no longer applies to cl/nv_mma.cl: update this test"
+  else
+    mma=(env CLATTN_TEST_NV_MMA=emulate CLATTN_KERNEL_DIR="$work/planted-mma"
+      CLATTN_CACHE_DIR="$work/self-test-cache" "$testing" check --quick --storage f16 --device 0
+      --variant nv_mma --no-record)
+    "${mma[@]}" > out 2>&1 || fail "a row that served nothing, not required, failed the check: $(cat out)"
+    grep -qE "^0 +.* fused +nv_mma +0 +0 .* 40 not served" out || fail "the planted row: $(cat out)"
+    grep -q "^passed where run: 0 failing runs, not run: 1 (required: 0)" out ||
+      fail "a row that served none of the cases left 'all passed' standing: $(tail -n 1 out)"
+    "${mma[@]}" --require nv_mma > out 2> err
+    status=$?
+    [ "$status" -eq 1 ] || fail "--require nv_mma, which served nothing, exited $status, not 1"
+    grep -qF "clattn check: --require nv_mma: not run on device 0: served none of the sweep's 40" \
+      err || fail "--require nv_mma: no line says it served none of the cases: $(cat err)"
+    grep -q "^FAILED: 0 failing runs, not run: 1 (required: 1)" out ||
+      fail "--require nv_mma, which served nothing: the summary does not fail: $(tail -n 1 out)"
+  fi
+  CLATTN_TEST_NV_MMA=emulate CLATTN_CACHE_DIR="$work/healthy-cache" "$testing" check --quick \
+    --storage f16 --device 0 --variant nv_mma --require nv_mma --no-record > out 2>&1 ||
+    fail "the emulated nv_mma failed the quick sweep in float16: $(cat out)"
+  grep -q "^all passed" out || fail "the emulated nv_mma served cases, yet not all passed: $(cat out)"
+fi
 
 finish cli_check
