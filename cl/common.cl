@@ -22,17 +22,20 @@
 #endif
 
 /* A plain program (-DPLAIN_CALL=1, runtime/plan/params.h's params_plain) serves only calls
- * whose feature fields are all zero: float32 Q, K, V and O, no bias, soft-capping, ALiBi or
- * sinks, no block layout or global tokens (so no tile list and no listed rows), one length for
- * every sequence and no pages. This file, tile_walk.cl and the packed variants read those fields
- * through FEATURE, which is then the constant 0, so the program holds none of their code: PoCL
- * builds it in about 0.5 s less (a cold first call: 1.9 s to 1.4 s). The other programs read
- * the fields at run time. */
+ * whose feature fields are all zero: float32 Q, K, V and O, no bias, no block layout or global
+ * tokens (so no tile list and no listed rows), one length for every sequence and no pages.
+ * This file, tile_walk.cl and the packed variants read those fields through FEATURE, which is
+ * then the constant 0, so the program holds none of their code: PoCL builds it in about 0.5 s
+ * less (a cold first call: 1.9 s to 1.4 s). The other programs read the fields at run time.
+ * The score modifiers and sinks (soft-capping, ALiBi, sinks) are read through MODIFIER, at run
+ * time in every program: a call that has only them runs a plain program, which is 1 to 2 % faster
+ * than the general one (bench/features.py), for a test a tile in the plain calls. */
 #ifndef PLAIN_CALL
 #define PLAIN_CALL 0
 #endif
 /* (a product, not PLAIN_CALL ? 0 : field: clang warns of a test on a constant expression) */
-#define FEATURE(P, field) ((P)->field * !PLAIN_CALL)
+#define FEATURE(P, field)  ((P)->field * !PLAIN_CALL)
+#define MODIFIER(P, field) ((P)->field)
 
 inline float bf16_to_float(ushort x) {
     return as_float((uint)x << 16);
@@ -320,7 +323,7 @@ inline void store_lse(__constant attn_params *P, __global float *LSE, long row, 
 /* ---- score modifiers and sinks (docs/semantics.md section 8). The block P points to is
  * followed by float32 sinks [Hq] (has_sinks), then ALiBi slopes [Hq] or [B][Hq] (alibi 1, 2):
  * plan/params.h, params_block. */
-#define MODIFIES_SCORES(P) (FEATURE(P, softcap) != 0 || FEATURE(P, alibi) != 0)
+#define MODIFIES_SCORES(P) (MODIFIER(P, softcap) != 0 || MODIFIER(P, alibi) != 0)
 
 inline __constant float *params_extras(__constant attn_params *P) {
     return (__constant float *)(P + 1);
@@ -330,13 +333,13 @@ inline __constant float *params_extras(__constant attn_params *P) {
  * (softcap * tanh(t / softcap), float32) and then given ALiBi's -slope * |p - j| (float32
  * product, saturating sum): the reference takes the same steps. */
 inline float modified_score(__constant attn_params *P, float t, long b, long h, long p, long j) {
-    if (FEATURE(P, softcap) != 0) {
-        const float cap = as_float((uint)FEATURE(P, softcap));
+    if (MODIFIER(P, softcap) != 0) {
+        const float cap = as_float((uint)MODIFIER(P, softcap));
         t = cap * tanh(t / cap);
     }
-    if (FEATURE(P, alibi) != 0) {
-        const long first = FEATURE(P, has_sinks) ? P->heads_q : 0; /* the slopes follow the sinks */
-        const long batch_row = FEATURE(P, alibi) == 2 ? b * P->heads_q : 0;
+    if (MODIFIER(P, alibi) != 0) {
+        const long first = MODIFIER(P, has_sinks) ? P->heads_q : 0; /* the slopes follow the sinks */
+        const long batch_row = MODIFIER(P, alibi) == 2 ? b * P->heads_q : 0;
         const float slope = params_extras(P)[first + batch_row + h];
         const long distance = p > j ? p - j : j - p;
         t = add_saturating(t, -(slope * (float)distance));
@@ -350,7 +353,7 @@ inline float modified_score(__constant attn_params *P, float t, long b, long h, 
  * overflow. An empty row (m = -inf, l = 0) gets the factor 0 and the state (sink, 1), so LSE =
  * sink; a NaN row keeps its NaN. Without a sink: 1, state unchanged. */
 inline float sink_fold(__constant attn_params *P, long h, float *m, float *l) {
-    if (!FEATURE(P, has_sinks) || isnan(*m) || isnan(*l)) return 1.0f;
+    if (!MODIFIER(P, has_sinks) || isnan(*m) || isnan(*l)) return 1.0f;
     const float sink = params_extras(P)[h];
     if (sink == -INFINITY) return 1.0f;
     const float top = fmax(*m, sink);

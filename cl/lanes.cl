@@ -220,7 +220,7 @@ ALWAYS_INLINE float16 soft_cap(float16 x, float cap, float k) {
 
 /* Soft-capping alone on a tile's S^T, which needs no key positions. */
 ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N][GROUPS]) {
-    const float cap = as_float((uint)FEATURE(P, softcap)), k = -2.0f * M_LOG2E_F / cap;
+    const float cap = as_float((uint)MODIFIER(P, softcap)), k = -2.0f * M_LOG2E_F / cap;
     for (int j = 0; j < BLOCK_N; j++)
         for (int g = 0; g < GROUPS; g++) {
             const float16 x = s_t[j][g];
@@ -234,12 +234,12 @@ ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N]
  * lanes. A NaN or -inf score stays as it was. */
 ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, const long *kpos,
                                float16 s_t[BLOCK_N][GROUPS]) {
-    const float cap = FEATURE(P, softcap) != 0 ? as_float((uint)FEATURE(P, softcap)) : 0.0f;
+    const float cap = MODIFIER(P, softcap) != 0 ? as_float((uint)MODIFIER(P, softcap)) : 0.0f;
     const float cap_exponent = cap != 0.0f ? -2.0f * M_LOG2E_F / cap : 0.0f; /* soft_cap's k */
     float slope = 0.0f;
-    if (FEATURE(P, alibi) != 0) { /* the extras: sinks [Hq] if any, then slopes [Hq] or [B][Hq] */
-        const long at = (FEATURE(P, has_sinks) ? P->heads_q : 0) +
-                        (FEATURE(P, alibi) == 2 ? t->b * P->heads_q : 0);
+    if (MODIFIER(P, alibi) != 0) { /* the extras: sinks [Hq] if any, then slopes [Hq] or [B][Hq] */
+        const long at = (MODIFIER(P, has_sinks) ? P->heads_q : 0) +
+                        (MODIFIER(P, alibi) == 2 ? t->b * P->heads_q : 0);
         slope = params_extras(P)[at + t->h];
     }
     /* a bound on every |p - j|, in float: an integer |offset| compiles to llvm.abs, which
@@ -255,7 +255,7 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
             const float16 x = s_t[j][g];
             float16 y = x;
             if (cap != 0.0f) y = soft_cap(x, cap, cap_exponent);
-            if (FEATURE(P, alibi) != 0) {
+            if (MODIFIER(P, alibi) != 0) {
                 const float16 term = -(slope * fabs(p - (float16)(float)kpos[j]));
                 const float16 sum = y + term; /* saturating, as add_saturating, unless no term */
                 y = small_terms ? sum /* can reach 1e31, half of FLT_MAX's ulp: none overflows */
@@ -360,8 +360,8 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
     tile_scores(t, rows->k, rows->k_step, s_t);
     rescore_overflows(P, t, rows, s_t);
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
-    const int positions = kind == TILE_GENERAL || FEATURE(P, has_bias) || FEATURE(P, alibi) != 0;
-    if (!positions && FEATURE(P, softcap) != 0) soft_cap_tile(P, s_t);
+    const int positions = kind == TILE_GENERAL || FEATURE(P, has_bias) || MODIFIER(P, alibi) != 0;
+    if (!positions && MODIFIER(P, softcap) != 0) soft_cap_tile(P, s_t);
     if (positions) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);

@@ -64,8 +64,7 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p) 
 
 int params_plain(const attn_params *p) {
     return p->q_dtype == CLATTN_F32 && p->kv_dtype == CLATTN_F32 && p->out_dtype == CLATTN_F32 &&
-           !p->has_bias && !p->softcap && !p->alibi && !p->has_sinks && !p->has_layout &&
-           !p->has_global && !p->per_sequence && !p->page_size;
+           !p->has_bias && !p->has_layout && !p->has_global && !p->per_sequence && !p->page_size;
 }
 
 /* Floats past the struct: sinks, then slopes. */
