@@ -135,8 +135,8 @@ static clattn_status cache_start(clattn_context *ctx, const clattn_kv_cache_desc
     return s;
 }
 
-clattn_status clattn_kv_cache_create(clattn_context *ctx, const clattn_kv_cache_desc *desc,
-                                     clattn_kv_cache **cache) {
+static clattn_status create_in_call(clattn_context *ctx, const clattn_kv_cache_desc *desc,
+                                    clattn_kv_cache **cache) {
     if (!ctx || !cache) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     clattn_kv_cache *c = NULL;
@@ -154,8 +154,13 @@ clattn_status clattn_kv_cache_create(clattn_context *ctx, const clattn_kv_cache_
     return s;
 }
 
-clattn_status clattn_kv_cache_wrap(clattn_context *ctx, const clattn_kv_cache_desc *desc, cl_mem k,
-                                   cl_mem v, const int32_t *lengths, clattn_kv_cache **cache) {
+clattn_status clattn_kv_cache_create(clattn_context *ctx, const clattn_kv_cache_desc *desc,
+                                     clattn_kv_cache **cache) {
+    return IN_CONTEXT(ctx, create_in_call(ctx, desc, cache));
+}
+
+static clattn_status wrap_in_call(clattn_context *ctx, const clattn_kv_cache_desc *desc, cl_mem k,
+                                  cl_mem v, const int32_t *lengths, clattn_kv_cache **cache) {
     if (!ctx || !cache) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     clattn_kv_cache *c = NULL;
@@ -174,6 +179,11 @@ clattn_status clattn_kv_cache_wrap(clattn_context *ctx, const clattn_kv_cache_de
     }
     *cache = c;
     return s;
+}
+
+clattn_status clattn_kv_cache_wrap(clattn_context *ctx, const clattn_kv_cache_desc *desc, cl_mem k,
+                                   cl_mem v, const int32_t *lengths, clattn_kv_cache **cache) {
+    return IN_CONTEXT(ctx, wrap_in_call(ctx, desc, k, v, lengths, cache));
 }
 
 void clattn_kv_cache_destroy(clattn_kv_cache *c) {
@@ -226,8 +236,7 @@ static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, const int32_t *ho
     return buffer_write(c->ctx, buffer, 0, count * 4, host, what);
 }
 
-clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status set_block_table_in_call(clattn_kv_cache *c, const int32_t *table) {
     ctx_clear_error(c->ctx);
     if (!c->desc.page_size || !table)
         return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: %s",
@@ -253,14 +262,17 @@ clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t 
     return upload(c, c->table_buf, c->table, c->desc.batch * c->max_pages, "kv cache: table");
 }
 
+clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
+    return c ? IN_CONTEXT(c->ctx, set_block_table_in_call(c, table)) : CLATTN_ERR_INVALID_ARGUMENT;
+}
+
 clattn_status clattn_kv_cache_lengths(const clattn_kv_cache *c, int32_t *lengths) {
     if (!c || !lengths) return CLATTN_ERR_INVALID_ARGUMENT;
     memcpy(lengths, c->lengths, c->desc.batch * sizeof *lengths);
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *lengths) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status set_lengths_in_call(clattn_kv_cache *c, const int32_t *lengths) {
     ctx_clear_error(c->ctx);
     if (!lengths) return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: lengths NULL");
     for (size_t b = 0; b < c->desc.batch; b++) {
@@ -277,6 +289,10 @@ clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *len
     }
     memcpy(c->lengths, lengths, c->desc.batch * sizeof *lengths);
     return upload(c, c->lengths_buf, c->lengths, c->desc.batch, "kv cache: lengths");
+}
+
+clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *lengths) {
+    return c ? IN_CONTEXT(c->ctx, set_lengths_in_call(c, lengths)) : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* ---------------------------------------------------------------- appending */
@@ -510,15 +526,17 @@ static clattn_status append(clattn_kv_cache *c, const clattn_kv_rows *rows, cons
     return s;
 }
 
-clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *rows) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status append_in_call(clattn_kv_cache *c, const clattn_kv_rows *rows) {
     ctx_clear_error(c->ctx);
     return append(c, rows, NULL, NULL);
 }
 
-clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new, const void *v_new,
-                                          size_t len, const int32_t *new_len) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *rows) {
+    return c ? IN_CONTEXT(c->ctx, append_in_call(c, rows)) : CLATTN_ERR_INVALID_ARGUMENT;
+}
+
+static clattn_status append_host_in_call(clattn_kv_cache *c, const void *k_new, const void *v_new,
+                                         size_t len, const int32_t *new_len) {
     ctx_clear_error(c->ctx);
     const clattn_kv_cache_desc *d = &c->desc;
     clattn_dtype dtype = dtype_is_quantised(d->dtype) ? CLATTN_F32 : d->dtype; /* quantised here */
@@ -542,8 +560,13 @@ clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new,
     return s;
 }
 
+clattn_status clattn_kv_cache_append_host(clattn_kv_cache *c, const void *k_new, const void *v_new,
+                                          size_t len, const int32_t *new_len) {
+    return c ? IN_CONTEXT(c->ctx, append_host_in_call(c, k_new, v_new, len, new_len))
+             : CLATTN_ERR_INVALID_ARGUMENT;
+}
+
 static clattn_status copy_storage(clattn_kv_cache *c, void *k, void *v, int write) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(c->ctx);
     const char *what = "kv cache: copying the storage";
     clattn_status s = CLATTN_SUCCESS;
@@ -557,11 +580,12 @@ static clattn_status copy_storage(clattn_kv_cache *c, void *k, void *v, int writ
 }
 
 clattn_status clattn_kv_cache_write_host(clattn_kv_cache *c, const void *k, const void *v) {
-    return copy_storage(c, (void *)k, (void *)v, 1);
+    return c ? IN_CONTEXT(c->ctx, copy_storage(c, (void *)k, (void *)v, 1))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 clattn_status clattn_kv_cache_read_host(clattn_kv_cache *c, void *k, void *v) {
-    return copy_storage(c, k, v, 0);
+    return c ? IN_CONTEXT(c->ctx, copy_storage(c, k, v, 0)) : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -608,10 +632,9 @@ static clattn_status cache_problem(clattn_kv_cache *c, const clattn_attention_de
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attention_desc *desc,
-                                        cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
-                                        cl_event *event) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                       cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
+                                       cl_event *event) {
     ctx_clear_error(c->ctx);
     transfers_mark(c->ctx);
     if (event) *event = NULL;
@@ -628,10 +651,16 @@ clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attenti
     return s;
 }
 
-clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_attention_desc *desc,
-                                             const void *q, const int32_t *q_len, void *o,
-                                             float *lse) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                        cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
+                                        cl_event *event) {
+    return c ? IN_CONTEXT(c->ctx, attention_in_call(c, desc, q, q_len, o, lse, event))
+             : CLATTN_ERR_INVALID_ARGUMENT;
+}
+
+static clattn_status attention_host_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                            const void *q, const int32_t *q_len, void *o,
+                                            float *lse) {
     clattn_context *ctx = c->ctx;
     ctx_clear_error(ctx);
     transfers_mark(ctx);
@@ -662,18 +691,30 @@ clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_at
     return s;
 }
 
-clattn_status clattn_kv_cache_reference(clattn_kv_cache *c, const clattn_attention_desc *desc,
-                                        const void *q, const int32_t *q_len, void *o, float *lse) {
-    if (!c) return CLATTN_ERR_INVALID_ARGUMENT;
+clattn_status clattn_kv_cache_attention_host(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                             const void *q, const int32_t *q_len, void *o,
+                                             float *lse) {
+    return c ? IN_CONTEXT(c->ctx, attention_host_in_call(c, desc, q, q_len, o, lse))
+             : CLATTN_ERR_INVALID_ARGUMENT;
+}
+
+static clattn_status reference_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                       const void *q, const int32_t *q_len, void *o, float *lse) {
     ctx_clear_error(c->ctx);
     attn_problem pb;
     void *k = malloc(c->k_bytes), *v = malloc(c->v_bytes);
     clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_HOST, &pb);
     if (!s && (!k || !v)) s = ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache: host copy");
-    if (!s) s = clattn_kv_cache_read_host(c, k, v);
+    if (!s) s = copy_storage(c, k, v, 0);
     if (!s) s = reference_attention_store(&pb, q, k, v, pb.bias_host, o, lse, &c->ctx->error);
     free(k);
     free(v);
     problem_release(&pb);
     return s;
+}
+
+clattn_status clattn_kv_cache_reference(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                        const void *q, const int32_t *q_len, void *o, float *lse) {
+    return c ? IN_CONTEXT(c->ctx, reference_in_call(c, desc, q, q_len, o, lse))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }

@@ -53,3 +53,35 @@ Test(threads, a_context_shared_at_once_is_refused) {
                  clattn_context_last_error(ctx));
     clattn_context_destroy(ctx);
 }
+
+/* The same for a KV cache's calls, which work on the cache's context. */
+Test(threads, a_cache_context_shared_at_once_is_refused) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, 1, 1, 8, 8, 16);
+    clattn_kv_cache *cache = NULL, *second = NULL;
+    cr_assert_eq(clattn_kv_cache_create(ctx, &cd, &cache), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx));
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 16, 8, 8);
+    float rows[32] = {0}, q[8] = {0}, o[8];
+    int32_t one = 1, lengths = -1;
+    atomic_store(&ctx->in_call, 1); /* another thread is inside a call */
+    cr_expect_eq(clattn_kv_cache_create(ctx, &cd, &second), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_kv_cache_append_host(cache, rows, rows, 1, &one),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_kv_cache_set_lengths(cache, &one), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_kv_cache_read_host(cache, rows, rows), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_kv_cache_lengths(cache, &lengths), CLATTN_SUCCESS);
+    cr_expect_eq(lengths, 0, "a refused append or set_lengths changed the cache");
+    atomic_store(&ctx->in_call, 0); /* that call returned */
+    cr_expect_eq(clattn_kv_cache_append_host(cache, rows, rows, 1, &one), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx));
+    cr_expect_eq(clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx));
+    clattn_kv_cache_destroy(cache);
+    clattn_context_destroy(ctx);
+}
