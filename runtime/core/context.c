@@ -28,6 +28,12 @@ void **context_data(clattn_context *ctx, context_cleanup cleanup) {
     return NULL;
 }
 
+void *context_data_find(const clattn_context *ctx, context_cleanup cleanup) {
+    for (unsigned i = 0; i < ctx->num_cleanups; i++)
+        if (ctx->cleanups[i] == cleanup) return ctx->cleanup_data[i];
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- kernels and timing */
 
 static pthread_mutex_t launches = PTHREAD_MUTEX_INITIALIZER;

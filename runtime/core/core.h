@@ -226,6 +226,9 @@ int context_on_destroy(clattn_context *ctx, context_cleanup cleanup);
 /* The pointer a layer keeps on ctx under its cleanup, registering the cleanup on first use
  * (*slot starts NULL; the cleanup frees what it points to). NULL when the list is full. */
 void **context_data(clattn_context *ctx, context_cleanup cleanup);
+/* What context_data keeps on ctx under `cleanup`, or NULL where nothing was registered yet;
+ * registers nothing. */
+void *context_data_find(const clattn_context *ctx, context_cleanup cleanup);
 
 /* ---- devices (device.c) */
 

@@ -93,8 +93,11 @@ static int supports_problem(const attn_problem *pb, char *why, size_t size) {
     return 0;
 }
 
+static int failed_self_test(const clattn_context *ctx, char *why, size_t size);
+
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (!emulated_by_request() && !has_tensor_cores(&ctx->device, why, size)) return 0;
+    if (failed_self_test(ctx, why, size)) return 0;
     return !pb || supports_problem(pb, why, size);
 }
 
@@ -131,13 +134,15 @@ static clattn_status check_kernel(clattn_context *ctx, const variant_plan *plan,
         "of private memory a work-item (spilled registers)",
         k.work_group_size, (unsigned long long)k.local_mem_bytes,
         (unsigned long long)k.private_mem_bytes);
-    if (k.work_group_size >= NV_MMA_GROUP_SIZE && k.local_mem_bytes <= plan->limits.local_mem_bytes)
+    const launch_limits *limits = &plan->limits;
+    if (k.work_group_size >= NV_MMA_GROUP_SIZE && limits->work_group_size >= NV_MMA_GROUP_SIZE &&
+        k.local_mem_bytes <= limits->local_mem_bytes)
         return CLATTN_SUCCESS;
     return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
-                     "nv_mma: the kernel takes work-groups of up to %zu work-items and %llu bytes "
-                     "of local memory; it needs %d and the device allows %llu",
-                     k.work_group_size, (unsigned long long)k.local_mem_bytes, NV_MMA_GROUP_SIZE,
-                     (unsigned long long)plan->limits.local_mem_bytes);
+                     "nv_mma: work-groups of %d work-items and %llu bytes of local memory; the "
+                     "kernel takes up to %zu work-items, the call's limits are %zu and %llu bytes",
+                     NV_MMA_GROUP_SIZE, (unsigned long long)k.local_mem_bytes, k.work_group_size,
+                     limits->work_group_size, (unsigned long long)limits->local_mem_bytes);
 }
 
 /* ---------------------------------------------------------------- the self-test */
@@ -151,6 +156,14 @@ typedef struct self_test {
 static void free_self_test(clattn_context *ctx) {
     void **slot = context_data(ctx, free_self_test);
     if (slot) free(*slot);
+}
+
+/* Whether the self-test ran on ctx and failed; then writes why (the queries say so too). */
+static int failed_self_test(const clattn_context *ctx, char *why, size_t size) {
+    const self_test *t = context_data_find(ctx, free_self_test);
+    if (!t || t->state != 3) return 0;
+    snprintf(why, size, "%s", t->why);
+    return 1;
 }
 
 /* One query tile of float16 attention, causal, 64 rows and 64 keys at head dim 64: the inputs
@@ -228,8 +241,10 @@ static clattn_status run_self_test(clattn_context *ctx, char *why, size_t size) 
     return status;
 }
 
-/* The self-test's verdict on ctx, run on first use. @return CLATTN_SUCCESS when it passed (or
- * is running: its own plan), else UNSUPPORTED with the reason (or an error it met). */
+/* The self-test's verdict on ctx, run on first use. A wrong value, or the kernel refused on
+ * the device, is kept for the context's life; an error on the way (memory, the driver) is
+ * returned and the test runs again at the next call. @return CLATTN_SUCCESS when it passed (or
+ * is running: its own plan), else UNSUPPORTED with the reason, or the error it met. */
 static clattn_status self_tested(clattn_context *ctx) {
     self_test **slot = (self_test **)context_data(ctx, free_self_test);
     if (!slot) return ctx_error(ctx, CLATTN_ERR_OUT_OF_MEMORY, "nv_mma: the self-test's record");
@@ -239,10 +254,15 @@ static clattn_status self_tested(clattn_context *ctx) {
     if (t->state == 0) {
         t->state = 1;
         clattn_status status = run_self_test(ctx, t->why, sizeof t->why);
+        log_msg("nv_mma: the one-tile self-test %s%s", status ? "failed: " : "passed",
+                t->why[0] ? t->why : status ? ctx->error.text : "");
+        if (status && status != CLATTN_ERR_UNSUPPORTED) { /* memory, the driver: try again later */
+            t->state = 0;
+            return status;
+        }
         if (status && !t->why[0])
             snprintf(t->why, sizeof t->why, "its self-test: %s", ctx->error.text);
         t->state = status ? 3 : 2;
-        log_msg("nv_mma: the one-tile self-test %s%s", status ? "failed: " : "passed", t->why);
     }
     if (t->state != 3) return CLATTN_SUCCESS;
     return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "nv_mma: %s", t->why);
@@ -275,11 +295,6 @@ static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
     status = check_kernel(ctx, plan, st);
     if (status) return status;
     tiles_plan_geometry(pb, NV_MMA_BLOCK_M, NV_MMA_BLOCK_N, &st->geometry);
-    if (!walk_tile_offsets_fit(pb, NV_MMA_BLOCK_N, st->geometry.classes))
-        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
-                         "nv_mma: a key tile of K or V spans more than 2^31 elements (sequence "
-                         "strides %zu, %zu): offsets within a tile are 32-bit",
-                         pb->k.stride_seq, pb->v.stride_seq);
     plan->device_bytes = 2 * sizeof(attn_params) + sizeof(cl_uint);
     return tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
 }

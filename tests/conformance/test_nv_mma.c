@@ -114,7 +114,35 @@ Test(nv_mma, a_kernel_that_fails_its_self_test_is_refused) {
     c.dtype = CLATTN_F16;
     expect_case_refused(first_context(), &c, CLATTN_VARIANT_NV_MMA, CLATTN_ERR_UNSUPPORTED,
                         "self-test computed O[");
+    clattn_variant_info info; /* the verdict is kept: the queries say so too */
+    clattn_variant_info_init(&info);
+    cr_assert_eq(clattn_variant_describe(first_context(), CLATTN_VARIANT_NV_MMA, &info),
+                 CLATTN_SUCCESS);
+    cr_expect(!info.supported && strstr(info.reason, "self-test computed O["), "%d: %s",
+              info.supported, info.reason);
+    cr_expect(!auto_uses(first_context(), CLATTN_VARIANT_NV_MMA));
     emulate(0);
     unsetenv("CLATTN_KERNEL_DIR");
     remove_cache_dir(folder);
+}
+
+/* An error on the way through the self-test (here its build, failed by the test hook) is the
+ * call's status and is not kept: the next call runs the test again, passes and is served. */
+Test(nv_mma, an_error_in_the_self_test_is_returned_not_kept) {
+    emulate(1);
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    attn_case c;
+    case_init(&c, 1, 2, 1, 40, 50, 32, 32);
+    c.dtype = CLATTN_F16;
+    setenv("CLATTN_TEST_FAIL_BUILD", "nv_mma.cl", 1);
+    case_result r;
+    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA, &r);
+    cr_expect_eq(r.status, CLATTN_ERR_BUILD, "%s", r.message);
+    unsetenv("CLATTN_TEST_FAIL_BUILD");
+    case_run(ctx, &c, CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA, &r);
+    cr_expect_eq(r.status, CLATTN_SUCCESS, "%s", r.message);
+    cr_expect_eq(r.mismatches, 0, "%s", r.message);
+    clattn_context_destroy(ctx);
+    emulate(0);
 }
