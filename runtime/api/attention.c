@@ -68,9 +68,8 @@ clattn_status attention_on_buffers(clattn_context *ctx, const attn_problem *pb,
     return dispatch_call(ctx, pb, b, event);
 }
 
-static clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc *d,
-                                       cl_mem q, cl_mem k, cl_mem v, cl_mem o, cl_mem lse,
-                                       cl_event *event) {
+clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
+                                cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event) {
     if (!ctx) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     transfers_mark(ctx);

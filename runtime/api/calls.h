@@ -24,4 +24,14 @@ clattn_status host_output_buffer(clattn_context *ctx, size_t bytes, void *host,
 clattn_context *kv_cache_context(const clattn_kv_cache *cache);
 const clattn_kv_cache_desc *kv_cache_desc(const clattn_kv_cache *cache);
 
+/* clattn_attention and the cache's calls of the same names, for a caller already inside a call
+ * on the context (the layer's, which entered it: context_enter): they do not enter it again. */
+clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc *d, cl_mem q,
+                                cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event);
+clattn_status kv_cache_append_in_call(clattn_kv_cache *c, const clattn_kv_rows *rows);
+clattn_status kv_cache_set_lengths_in_call(clattn_kv_cache *c, const int32_t *lengths);
+clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                         cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
+                                         cl_event *event);
+
 #endif

@@ -272,7 +272,7 @@ clattn_status clattn_kv_cache_lengths(const clattn_kv_cache *c, int32_t *lengths
     return CLATTN_SUCCESS;
 }
 
-static clattn_status set_lengths_in_call(clattn_kv_cache *c, const int32_t *lengths) {
+clattn_status kv_cache_set_lengths_in_call(clattn_kv_cache *c, const int32_t *lengths) {
     ctx_clear_error(c->ctx);
     if (!lengths) return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT, "kv cache: lengths NULL");
     for (size_t b = 0; b < c->desc.batch; b++) {
@@ -292,7 +292,8 @@ static clattn_status set_lengths_in_call(clattn_kv_cache *c, const int32_t *leng
 }
 
 clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *lengths) {
-    return c ? IN_CONTEXT(c->ctx, set_lengths_in_call(c, lengths)) : CLATTN_ERR_INVALID_ARGUMENT;
+    return c ? IN_CONTEXT(c->ctx, kv_cache_set_lengths_in_call(c, lengths))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* ---------------------------------------------------------------- appending */
@@ -526,13 +527,13 @@ static clattn_status append(clattn_kv_cache *c, const clattn_kv_rows *rows, cons
     return s;
 }
 
-static clattn_status append_in_call(clattn_kv_cache *c, const clattn_kv_rows *rows) {
+clattn_status kv_cache_append_in_call(clattn_kv_cache *c, const clattn_kv_rows *rows) {
     ctx_clear_error(c->ctx);
     return append(c, rows, NULL, NULL);
 }
 
 clattn_status clattn_kv_cache_append(clattn_kv_cache *c, const clattn_kv_rows *rows) {
-    return c ? IN_CONTEXT(c->ctx, append_in_call(c, rows)) : CLATTN_ERR_INVALID_ARGUMENT;
+    return c ? IN_CONTEXT(c->ctx, kv_cache_append_in_call(c, rows)) : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 static clattn_status append_host_in_call(clattn_kv_cache *c, const void *k_new, const void *v_new,
@@ -632,9 +633,9 @@ static clattn_status cache_problem(clattn_kv_cache *c, const clattn_attention_de
     return CLATTN_SUCCESS;
 }
 
-static clattn_status attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
-                                       cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
-                                       cl_event *event) {
+clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                         cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
+                                         cl_event *event) {
     ctx_clear_error(c->ctx);
     transfers_mark(c->ctx);
     if (event) *event = NULL;
@@ -654,7 +655,7 @@ static clattn_status attention_in_call(clattn_kv_cache *c, const clattn_attentio
 clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attention_desc *desc,
                                         cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
                                         cl_event *event) {
-    return c ? IN_CONTEXT(c->ctx, attention_in_call(c, desc, q, q_len, o, lse, event))
+    return c ? IN_CONTEXT(c->ctx, kv_cache_attention_in_call(c, desc, q, q_len, o, lse, event))
              : CLATTN_ERR_INVALID_ARGUMENT;
 }
 

@@ -329,20 +329,20 @@ static clattn_status attend(mha_run *r, clattn_kv_cache *cache, const int32_t *n
         scratch(m, MHA_O, rows * m->heads.kept * m->shape.dim_v * 4, &r->o, "mha: O");
     if (!st) st = reduce_bias(r);
     if (!st && !cache)
-        return clattn_attention(m->ctx, &r->attn, r->proj, r->proj_kv, r->proj_kv, r->o, NULL,
-                                NULL);
+        return attention_in_call(m->ctx, &r->attn, r->proj, r->proj_kv, r->proj_kv, r->o, NULL,
+                                 NULL);
     int32_t *saved = st ? NULL : malloc(b * sizeof *saved);
     if (!st && !saved) st = ctx_error(m->ctx, CLATTN_ERR_OUT_OF_MEMORY, "mha: cache lengths");
     if (!st) st = clattn_kv_cache_lengths(cache, saved);
     clattn_kv_rows kv = {r->proj,    r->proj,       r->attn.k, r->attn.v,
                          CLATTN_F32, r->call.len_q, new_len};
-    if (!st) st = clattn_kv_cache_append(cache, &kv);
+    if (!st) st = kv_cache_append_in_call(cache, &kv);
     int appended = st == CLATTN_SUCCESS;
     if (!st) st = phase_done(r, 0); /* the append is part of the projection phase */
-    if (!st) st = clattn_kv_cache_attention(cache, &r->attn, r->proj, new_len, r->o, NULL, NULL);
+    if (!st) st = kv_cache_attention_in_call(cache, &r->attn, r->proj, new_len, r->o, NULL, NULL);
     if (st && appended) {
         error_record message = m->ctx->error;
-        clattn_kv_cache_set_lengths(cache, saved);
+        kv_cache_set_lengths_in_call(cache, saved);
         m->ctx->error = message;
     }
     free(saved);
@@ -359,14 +359,12 @@ static clattn_status run_finish(mha_run *r, cl_event *event) {
         if (err != CL_SUCCESS) return ctx_cl_error(m->ctx, err, "mha: completion event");
     }
     clattn_mha_stats *st = &m->stats;
-    clattn_stats attention;
-    clattn_stats_init(&attention);
     memset(st, 0, sizeof *st);
     st->struct_size = sizeof *st;
     st->projection_ms = r->ms[0], st->attention_ms = r->ms[1], st->output_ms = r->ms[2];
-    if (clattn_context_last_stats(m->ctx, &attention) == CLATTN_SUCCESS) {
-        st->variant = attention.variant;
-        snprintf(st->kernel, sizeof st->kernel, "%s", attention.kernel);
+    if (m->ctx->has_stats) { /* the attention step's */
+        st->variant = m->ctx->stats.variant;
+        snprintf(st->kernel, sizeof st->kernel, "%s", m->ctx->stats.kernel);
     }
     st->attention_heads_q = m->heads.kept, st->attention_heads_kv = m->heads.kv;
     st->projection_gemm = r->ran[0].gemm, st->output_gemm = r->ran[1].gemm;
@@ -394,11 +392,9 @@ static clattn_status run_phases(mha_run *r, clattn_kv_cache *cache, const int32_
     return st;
 }
 
-clattn_status clattn_mha_forward(clattn_mha *m, const clattn_attention_desc *call, cl_mem x,
-                                 cl_mem x_kv, cl_mem y, cl_event *event) {
-    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status forward_in_call(clattn_mha *m, const clattn_attention_desc *call, cl_mem x,
+                                     cl_mem x_kv, cl_mem y, cl_event *event) {
     ctx_clear_error(m->ctx);
-    if (event) *event = NULL;
     mha_run r;
     memset(&r, 0, sizeof r);
     r.x = x, r.x_kv = x_kv, r.y = y;
@@ -406,6 +402,13 @@ clattn_status clattn_mha_forward(clattn_mha *m, const clattn_attention_desc *cal
     if (status == CLATTN_SUCCESS) status = run_phases(&r, NULL, NULL, event);
     run_end(&r);
     return status;
+}
+
+clattn_status clattn_mha_forward(clattn_mha *m, const clattn_attention_desc *call, cl_mem x,
+                                 cl_mem x_kv, cl_mem y, cl_event *event) {
+    if (event) *event = NULL;
+    return m ? IN_CONTEXT(m->ctx, forward_in_call(m, call, x, x_kv, y, event))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* A cache the layer can use: its context, B sequences, the attention's kv heads, the dims;
@@ -429,12 +432,10 @@ static clattn_status check_cache(const mha_run *r, clattn_kv_cache *cache, const
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_mha_forward_cache(clattn_mha *m, clattn_kv_cache *cache,
-                                       const clattn_attention_desc *call, cl_mem x,
-                                       const int32_t *new_len, cl_mem y, cl_event *event) {
-    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status forward_cache_in_call(clattn_mha *m, clattn_kv_cache *cache,
+                                           const clattn_attention_desc *call, cl_mem x,
+                                           const int32_t *new_len, cl_mem y, cl_event *event) {
     ctx_clear_error(m->ctx);
-    if (event) *event = NULL;
     if (!cache || kv_cache_context(cache) != m->ctx)
         return ctx_error(m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "mha: the cache is NULL or belongs to another context");
@@ -446,6 +447,14 @@ clattn_status clattn_mha_forward_cache(clattn_mha *m, clattn_kv_cache *cache,
     if (status == CLATTN_SUCCESS) status = run_phases(&r, cache, new_len, event);
     run_end(&r);
     return status;
+}
+
+clattn_status clattn_mha_forward_cache(clattn_mha *m, clattn_kv_cache *cache,
+                                       const clattn_attention_desc *call, cl_mem x,
+                                       const int32_t *new_len, cl_mem y, cl_event *event) {
+    if (event) *event = NULL;
+    return m ? IN_CONTEXT(m->ctx, forward_cache_in_call(m, cache, call, x, new_len, y, event))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* ---------------------------------------------------------------- host arrays */
@@ -465,9 +474,8 @@ static clattn_status upload_call(clattn_mha *m, const mha_call *c, const void *x
     return st;
 }
 
-clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc *call,
-                                      const void *x, const void *x_kv, void *y) {
-    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status forward_host_in_call(clattn_mha *m, const clattn_attention_desc *call,
+                                          const void *x, const void *x_kv, void *y) {
     ctx_clear_error(m->ctx);
     mha_call c;
     cl_mem b[4] = {NULL, NULL, NULL, NULL}; /* X, X_kv, Y, bias */
@@ -479,12 +487,18 @@ clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc
     if (!st) {
         struct_read(&d, sizeof d, call, call->struct_size, CLATTN_ATTENTION_DESC_BASE_SIZE);
         d.struct_size = sizeof d, d.bias = b[3], d.bias_host = NULL;
-        st = clattn_mha_forward(m, &d, b[0], b[1], b[2], NULL);
+        st = forward_in_call(m, &d, b[0], b[1], b[2], NULL);
     }
     if (!st) st = buffer_read(m->ctx, b[2], 0, c.y_bytes, y, "mha: reading Y");
     for (int i = 0; i < 4; i++)
         if (b[i]) clReleaseMemObject(b[i]);
     return st;
+}
+
+clattn_status clattn_mha_forward_host(clattn_mha *m, const clattn_attention_desc *call,
+                                      const void *x, const void *x_kv, void *y) {
+    return m ? IN_CONTEXT(m->ctx, forward_host_in_call(m, call, x, x_kv, y))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 /* ---------------------------------------------------------------- statistics */

@@ -175,9 +175,9 @@ static clattn_status apply_mask(clattn_mha *m, const uint8_t *keep) {
 
 /* ---------------------------------------------------------------- entry points */
 
-clattn_status clattn_mha_create(clattn_context *ctx, const clattn_mha_desc *desc,
-                                clattn_mha **out) {
-    if (!ctx || !out) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status create_in_call(clattn_context *ctx, const clattn_mha_desc *desc,
+                                    clattn_mha **out) {
+    if (!out) return CLATTN_ERR_INVALID_ARGUMENT;
     ctx_clear_error(ctx);
     *out = NULL;
     clattn_mha *m = calloc(1, sizeof *m);
@@ -197,6 +197,11 @@ clattn_status clattn_mha_create(clattn_context *ctx, const clattn_mha_desc *desc
     return CLATTN_SUCCESS;
 }
 
+clattn_status clattn_mha_create(clattn_context *ctx, const clattn_mha_desc *desc,
+                                clattn_mha **out) {
+    return IN_CONTEXT(ctx, create_in_call(ctx, desc, out));
+}
+
 void clattn_mha_destroy(clattn_mha *m) {
     if (!m) return;
     weights_release(&m->weights);
@@ -208,10 +213,14 @@ void clattn_mha_destroy(clattn_mha *m) {
     free(m);
 }
 
-clattn_status clattn_mha_set_head_mask(clattn_mha *m, const uint8_t *head_mask) {
-    if (!m) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status set_head_mask_in_call(clattn_mha *m, const uint8_t *head_mask) {
     ctx_clear_error(m->ctx);
     return apply_mask(m, head_mask);
+}
+
+clattn_status clattn_mha_set_head_mask(clattn_mha *m, const uint8_t *head_mask) {
+    return m ? IN_CONTEXT(m->ctx, set_head_mask_in_call(m, head_mask))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 clattn_status clattn_mha_info_init_sized(clattn_mha_info *info, size_t struct_size) {

@@ -54,6 +54,37 @@ Test(threads, a_context_shared_at_once_is_refused) {
     clattn_context_destroy(ctx);
 }
 
+/* The same for the attention layer's calls, which work on the layer's context (inside, its
+ * attention step does not enter it again). */
+Test(threads, a_layer_context_shared_at_once_is_refused) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    float w[16 * 16], x[4 * 16], y[4 * 16];
+    for (int i = 0; i < 16 * 16; i++) w[i] = (float)((i * 7) % 5 - 2) / 8.0f;
+    for (int i = 0; i < 4 * 16; i++) x[i] = (float)(i % 3) - 1.0f;
+    clattn_mha_desc desc;
+    cr_assert_eq(clattn_mha_desc_init(&desc, 16, 2, 2, 8, 8), CLATTN_SUCCESS);
+    desc.w_q.host = desc.w_k.host = desc.w_v.host = desc.w_o.host = w;
+    clattn_mha *mha = NULL, *second = NULL;
+    cr_assert_eq(clattn_mha_create(ctx, &desc, &mha), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx));
+    clattn_attention_desc call;
+    clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, 1, 2, 2, 4, 4, 8, 8);
+    call.causal = 1;
+    atomic_store(&ctx->in_call, 1); /* another thread is inside a call */
+    cr_expect_eq(clattn_mha_create(ctx, &desc, &second), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(clattn_mha_forward_host(mha, &call, x, NULL, y), CLATTN_ERR_INVALID_ARGUMENT);
+    atomic_store(&ctx->in_call, 0); /* that call returned */
+    cr_expect_eq(clattn_mha_forward_host(mha, &call, x, NULL, y), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx));
+    clattn_mha_stats stats;
+    clattn_mha_stats_init(&stats);
+    cr_expect_eq(clattn_mha_last_stats(mha, &stats), CLATTN_SUCCESS);
+    cr_expect(stats.kernel[0] != '\0', "the layer's statistics lack the attention's kernel");
+    clattn_mha_destroy(mha);
+    clattn_context_destroy(ctx);
+}
+
 /* The same for a KV cache's calls, which work on the cache's context. */
 Test(threads, a_cache_context_shared_at_once_is_refused) {
     clattn_context *ctx = NULL;
