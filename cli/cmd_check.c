@@ -5,9 +5,10 @@
  * variant, cases passed and failed, worst error as a fraction of the tolerance, time), optionally
  * JSON, and for each failing case its description, the first mismatch and how to replay it. A
  * variant that does not run (refused by the device, left out by the options, or serving none
- * of the sweep's cases) is listed with the reason and keeps "all passed" from being said; one that --require names fails
- * the check. Each row runs in a child process with a time limit (check_child.c); the child is
- * this command again with --child-fd, running the row here and reporting its cases (check.h).
+ * of the sweep's cases) is listed with the reason and keeps "all passed" from being said; one
+ * that --require names fails the check. Each row runs in a child process with a time limit
+ * (check_child.c); the child is this command again with --child-fd, running the row here and
+ * reporting its cases (check.h).
  */
 #include "args.h"
 #include "check.h"

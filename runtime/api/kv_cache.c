@@ -655,6 +655,7 @@ clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attent
 clattn_status clattn_kv_cache_attention(clattn_kv_cache *c, const clattn_attention_desc *desc,
                                         cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
                                         cl_event *event) {
+    if (event) *event = NULL;
     return c ? IN_CONTEXT(c->ctx, kv_cache_attention_in_call(c, desc, q, q_len, o, lse, event))
              : CLATTN_ERR_INVALID_ARGUMENT;
 }
