@@ -338,7 +338,7 @@ inline float modified_score(__constant attn_params *P, float t, long b, long h, 
         t = cap * tanh(t / cap);
     }
     if (MODIFIER(P, alibi) != 0) {
-        const long first = MODIFIER(P, has_sinks) ? P->heads_q : 0; /* the slopes follow the sinks */
+        const long first = MODIFIER(P, has_sinks) ? P->heads_q : 0; /* slopes follow the sinks */
         const long batch_row = MODIFIER(P, alibi) == 2 ? b * P->heads_q : 0;
         const float slope = params_extras(P)[first + batch_row + h];
         const long distance = p > j ? p - j : j - p;

@@ -137,7 +137,7 @@ static clattn_status cache_start(clattn_context *ctx, const clattn_kv_cache_desc
 
 static clattn_status create_in_call(clattn_context *ctx, const clattn_kv_cache_desc *desc,
                                     clattn_kv_cache **cache) {
-    if (!ctx || !cache) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!cache) return CLATTN_ERR_INVALID_ARGUMENT; /* (IN_CONTEXT checked ctx) */
     ctx_clear_error(ctx);
     clattn_kv_cache *c = NULL;
     clattn_status s = cache_start(ctx, desc, NULL, &c);
@@ -161,7 +161,7 @@ clattn_status clattn_kv_cache_create(clattn_context *ctx, const clattn_kv_cache_
 
 static clattn_status wrap_in_call(clattn_context *ctx, const clattn_kv_cache_desc *desc, cl_mem k,
                                   cl_mem v, const int32_t *lengths, clattn_kv_cache **cache) {
-    if (!ctx || !cache) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (!cache) return CLATTN_ERR_INVALID_ARGUMENT; /* (IN_CONTEXT checked ctx) */
     ctx_clear_error(ctx);
     clattn_kv_cache *c = NULL;
     clattn_status s = cache_start(ctx, desc, lengths, &c);

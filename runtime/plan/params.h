@@ -93,9 +93,9 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p);
 
 /* Whether p (params_from_problem's) leaves at zero every field that a plain program
  * (cl/common.cl's PLAIN_CALL) compiles out: float32 storage, no bias, block layout, global
- * token, per-sequence length or page (score modifiers and sinks are read in every program). The fused planner may narrow
- * has_global and set use_tile_list (only with a layout) and row_mode (only with globals):
- * a plain call keeps them zero. */
+ * token, per-sequence length or page (score modifiers and sinks are read in every program).
+ * The fused planner may narrow has_global and set use_tile_list (only with a layout) and
+ * row_mode (only with globals): a plain call keeps them zero. */
 int params_plain(const attn_params *p);
 
 /* The block a kernel reads as its __constant attn_params: the struct, then (when the call has
