@@ -45,20 +45,6 @@ inline float16 bf16x16_to_float16(ushort16 x) {
     return as_float16(convert_uint16(x) << 16);
 }
 
-/* 16 float16 values widened with integer operations, exactly (subnormals, infinities and NaN
- * included, and without relying on the device's float denormals): CPU compilers turn this into
- * a few vector instructions, where vload_half16 may become 16 scalar conversions. */
-inline float16 half16_to_float16(ushort16 h) {
-    const uint16 x = convert_uint16(h);
-    const uint16 exp = x & 0x7c00u;
-    uint16 o = ((x & 0x7fffu) << 13) + (112u << 23);   /* rebias the exponent: 15 -> 127 */
-    o = select(o, o + (112u << 23), exp == 0x7c00u);    /* infinity or NaN: exponent 255 */
-    const int16 tiny = convert_int16(exp == 0u);        /* zero or subnormal */
-    float16 f = as_float16(select(o, o + (1u << 23), convert_uint16(tiny)));
-    f = select(f, f - as_float16((uint16)(113u << 23)), tiny); /* renormalise exactly */
-    return as_float16(as_uint16(f) | ((x & 0x8000u) << 16));
-}
-
 /* Round to nearest even; NaN stays a (quiet) NaN of the same sign. */
 inline ushort float_to_bf16(float x) {
     const uint bits = as_uint(x);
@@ -87,7 +73,7 @@ inline ushort float_to_bf16(float x) {
 #if KV_DTYPE == DTYPE_F16
 #define KV_T                  ushort
 #define LOAD_KV(ptr, index)   vload_half((index), (__global const half *)(ptr))
-#define LOAD16_KV(ptr, index) half16_to_float16(vload16(0, (ptr) + (index)))
+#define LOAD16_KV(ptr, index) vload_half16(0, (__global const half *)(ptr) + (index))
 #elif KV_DTYPE == DTYPE_BF16
 #define KV_T                  ushort
 #define LOAD_KV(ptr, index)   bf16_to_float((ptr)[(index)])
@@ -101,9 +87,13 @@ inline ushort float_to_bf16(float x) {
 #define QBLOCK_BYTES          (KV_DTYPE == DTYPE_Q8_0 ? 34 : 18)
 #define LOAD_KV(ptr, index)   quant_load((ptr), (index))
 
-/* The float16 scale at the start of block `block`, widened with integer operations (exactly;
- * vload_half may be a library call). */
+/* The float16 scale at the start of block `block`. q4_0 widens it with integer operations
+ * (exactly), which PoCL 3.1 runs about 5 % faster in q4_0's decoding loop than vload_half; q8_0
+ * decodes about 20 % faster with vload_half (bench/README.md, issue 33). */
 inline float quant_scale(__global const uchar *x, long block) {
+#if KV_DTYPE == DTYPE_Q8_0
+    return vload_half(0, (__global const half *)(x + block * QBLOCK_BYTES));
+#else
     const uint h = *(__global const ushort *)(x + block * QBLOCK_BYTES), exp = h & 0x7c00u;
     uint o = ((h & 0x7fffu) << 13) + (112u << 23);
     float f;
@@ -114,6 +104,7 @@ inline float quant_scale(__global const uchar *x, long block) {
     else
         f = as_float(o);
     return as_float(as_uint(f) | ((h & 0x8000u) << 16));
+#endif
 }
 
 inline float quant_load(__global const uchar *x, long index) {
