@@ -80,6 +80,22 @@ static clattn_status limits_allow(clattn_context *ctx, const kernel_limits *k, c
     return CLATTN_SUCCESS;
 }
 
+/* A test hook, compiled into test builds only (CLATTN_TEST_HOOKS): $CLATTN_TEST_FAIL_LAUNCH=<kernel
+ * function name> makes every launch of that kernel fail before it is enqueued. */
+static int simulated_launch_failure(cl_kernel kernel) {
+#ifdef CLATTN_TEST_HOOKS
+    const char *fail = getenv("CLATTN_TEST_FAIL_LAUNCH");
+    char name[128] = "";
+    return fail && *fail &&
+           clGetKernelInfo(kernel, CL_KERNEL_FUNCTION_NAME, sizeof name, name, NULL) ==
+               CL_SUCCESS &&
+           strcmp(name, fail) == 0;
+#else
+    (void)kernel;
+    return 0;
+#endif
+}
+
 /* kernel_launch once the kernel's limits k are known (read once a launch). */
 static clattn_status launch_within(clattn_context *ctx, const kernel_limits *k, cl_kernel kernel,
                                    cl_uint dims, const size_t *global, const size_t *local,
@@ -87,12 +103,16 @@ static clattn_status launch_within(clattn_context *ctx, const kernel_limits *k, 
     if (event) *event = NULL;
     clattn_status status = limits_allow(ctx, k, dims, local, what);
     if (status != CLATTN_SUCCESS) return status;
+    if (simulated_launch_failure(kernel))
+        return ctx_error(ctx, (clattn_status)CL_OUT_OF_RESOURCES,
+                         "%s: launch failed: simulated by CLATTN_TEST_FAIL_LAUNCH", what);
     cl_event done = NULL;
     launch_lock(ctx);
     cl_int err = clEnqueueNDRangeKernel(ctx->queue, kernel, dims, NULL, global, local, 0, NULL,
                                         event || ctx->timing ? &done : NULL);
     launch_unlock(ctx);
     if (err != CL_SUCCESS) return ctx_cl_error(ctx, err, what);
+    ctx->launched_in_call = 1;
     timing_track(ctx, done);
     if (event)
         *event = done;
@@ -160,7 +180,10 @@ double timing_finish(clattn_context *ctx) {
 /* In every build: an atomic exchange a call is nothing beside an OpenCL call, and it turns a
  * caller's race on the context's state into a status. */
 int context_enter(clattn_context *ctx) {
-    if (!atomic_exchange(&ctx->in_call, 1)) return 0;
+    if (!atomic_exchange(&ctx->in_call, 1)) {
+        ctx->launched_in_call = 0;
+        return 0;
+    }
     static atomic_int warned;
     if (!atomic_exchange(&warned, 1))
         fprintf(stderr,
@@ -176,6 +199,7 @@ void context_leave(clattn_context *ctx) {
 }
 
 clattn_status context_left(clattn_context *ctx, clattn_status status) {
+    if (status != CLATTN_SUCCESS && ctx->launched_in_call) clFinish(ctx->queue);
     context_leave(ctx);
     return status;
 }

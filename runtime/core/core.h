@@ -185,6 +185,7 @@ struct clattn_context {
     int host_unified_memory;     /* CL_DEVICE_HOST_UNIFIED_MEMORY: host arrays are mapped */
     int serialize_launches;      /* the device runs kernels in the enqueuing thread: launch_lock */
     atomic_int in_call;          /* a thread is inside a public call on it (context_enter) */
+    int launched_in_call;        /* the current call has enqueued a kernel (launch_within) */
     int verify_policy;           /* clattn_verify_policy (FROM_ENV: $CLATTN_VERIFY) */
     unsigned verify_flags;       /* CLATTN_VERIFY_STRICT, CLATTN_VERIFY_FIRST_USE */
     int first_use_checked;       /* self-verification ran (or was not needed) on this context */
@@ -196,7 +197,9 @@ struct clattn_context {
  * CLATTN_ERR_INVALID_ARGUMENT and touches nothing of the context); else it returns 0. */
 int context_enter(clattn_context *ctx);
 void context_leave(clattn_context *ctx);
-/* context_leave(ctx), then `status`: the second half of IN_CONTEXT. */
+/* context_leave(ctx), then `status`: the second half of IN_CONTEXT. A call that fails after it
+ * enqueued a kernel (a pack, a first pass) first waits for the queue to drain, so that nothing
+ * it started still reads or writes the caller's memory once it returns. */
 clattn_status context_left(clattn_context *ctx, clattn_status status);
 /* A public call's work on a context, as an expression: CLATTN_ERR_INVALID_ARGUMENT for a NULL
  * ctx or one another thread is inside, else `call` (giving the call's clattn_status) evaluated

@@ -175,6 +175,7 @@ static clattn_status run(clattn_context *ctx, const tuning_params *t, const gemm
                             ev);
     }
     blas_leave(ctx);
+    ctx->launched_in_call = 1; /* CLBlast may have enqueued kernels, even where it failed */
     char what[160];
     snprintf(what, sizeof what, "%s: CLBlast%s", g->what, g->count > 1 ? "SgemmBatched" : "Sgemm");
     return blas_done(ctx, code, event, what);

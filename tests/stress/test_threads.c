@@ -15,6 +15,7 @@
 #include "threads_work.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 Test(threads, contexts_of_their_own_on_both_paths) {
@@ -115,4 +116,74 @@ Test(threads, a_cache_context_shared_at_once_is_refused) {
                  clattn_context_last_error(ctx));
     clattn_kv_cache_destroy(cache);
     clattn_context_destroy(ctx);
+}
+
+/* Enqueues a kernel of the test's own on `c`'s queue that keeps the device busy for a while (a
+ * chain of 2^28 dependent multiply-adds); *done is its event. */
+static void keep_device_busy(caller_objects *c, cl_mem *cell, cl_kernel *kernel, cl_event *done) {
+    static const char *source = "__kernel void spin(__global float *x, int n) {\n"
+                                "    float a = x[0];\n"
+                                "    for (int i = 0; i < n; i++) a = fma(a, 0.999f, 1.0f);\n"
+                                "    x[0] = a;\n"
+                                "}\n";
+    cl_int err = CL_SUCCESS;
+    cl_program program = clCreateProgramWithSource(c->context, 1, &source, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cr_assert_eq(clBuildProgram(program, 1, &c->device, "", NULL, NULL), CL_SUCCESS);
+    *kernel = clCreateKernel(program, "spin", &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    clReleaseProgram(program);
+    *cell = clCreateBuffer(c->context, CL_MEM_READ_WRITE, sizeof(float), NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    const cl_int n = 1 << 28;
+    clSetKernelArg(*kernel, 0, sizeof *cell, cell);
+    clSetKernelArg(*kernel, 1, sizeof n, &n);
+    const size_t one = 1;
+    cr_assert_eq(clEnqueueNDRangeKernel(c->queue, *kernel, 1, NULL, &one, &one, 0, NULL, done),
+                 CL_SUCCESS);
+    clFlush(c->queue);
+}
+
+/* A call that fails after it enqueued work (lanes packs the keys past the last whole tile,
+ * then its attention launch fails) returns only once that work is done, so that the caller may
+ * free its arrays at once. The caller's queue is kept busy by a long kernel beforehand: when
+ * the failing call returns, that kernel, and the pack queued behind it, must be done. */
+Test(threads, a_call_failing_after_a_launch_waits_for_its_work) {
+    caller_objects mine;
+    cr_assert_eq(caller_objects_create(&mine, 0), CL_SUCCESS);
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_wrap(&ctx, mine.context, mine.device, mine.queue), CLATTN_SUCCESS);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 2, 2, 72, 72, 16, 16);
+    d.causal = 1;
+    d.variant = CLATTN_VARIANT_LANES;
+    enum { VALUES = 2 * 72 * 16 };
+    float *q = calloc(VALUES, sizeof(float)), *o = calloc(VALUES, sizeof(float));
+    cr_assert(q && o);
+    cr_assert_eq(clattn_attention_host(ctx, &d, q, q, q, o, NULL), CLATTN_SUCCESS, "%s",
+                 clattn_context_last_error(ctx)); /* builds what the call needs, beforehand */
+
+    cl_mem cell;
+    cl_kernel spin;
+    cl_event busy;
+    keep_device_busy(&mine, &cell, &spin, &busy);
+    setenv("CLATTN_TEST_FAIL_LAUNCH", "attention_lanes", 1);
+    const clattn_status status = clattn_attention_host(ctx, &d, q, q, q, o, NULL);
+    cl_int busy_status = CL_QUEUED;
+    clGetEventInfo(busy, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof busy_status, &busy_status, NULL);
+    unsetenv("CLATTN_TEST_FAIL_LAUNCH");
+    cr_expect_neq(status, CLATTN_SUCCESS);
+    cr_expect(strstr(clattn_context_last_error(ctx), "CLATTN_TEST_FAIL_LAUNCH") != NULL, "'%s'",
+              clattn_context_last_error(ctx));
+    cr_expect_eq(busy_status, CL_COMPLETE,
+                 "the failed call returned while the pack it enqueued could still run");
+
+    clWaitForEvents(1, &busy);
+    clReleaseEvent(busy);
+    clReleaseKernel(spin);
+    clReleaseMemObject(cell);
+    free(q);
+    free(o);
+    clattn_context_destroy(ctx);
+    caller_objects_release(&mine);
 }
