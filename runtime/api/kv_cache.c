@@ -231,9 +231,14 @@ static int rows_have_pages(const clattn_kv_cache *c, const int32_t *table, size_
 
 /* Uploads host lengths (and the table) to their device copies; waits, so the host arrays may
  * change right after. */
-static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, const int32_t *host, size_t count,
-                            const char *what) {
-    return buffer_write(c->ctx, buffer, 0, count * 4, host, what);
+/* Writes `count` values from `from` into the device buffer and, once that succeeded, into
+ * their host copy `kept` (the cache's lengths or table): a failed write leaves both as they
+ * were. */
+static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, int32_t *kept, const int32_t *from,
+                            size_t count, const char *what) {
+    clattn_status s = buffer_write(c->ctx, buffer, 0, count * sizeof *from, from, what);
+    if (!s && kept != from) memcpy(kept, from, count * sizeof *from);
+    return s;
 }
 
 static clattn_status set_block_table_in_call(clattn_kv_cache *c, const int32_t *table) {
@@ -258,8 +263,8 @@ static clattn_status set_block_table_in_call(clattn_kv_cache *c, const int32_t *
                              "%zu no page",
                              b, c->lengths[b], missing);
     }
-    memcpy(c->table, table, c->desc.batch * c->max_pages * sizeof *table);
-    return upload(c, c->table_buf, c->table, c->desc.batch * c->max_pages, "kv cache: table");
+    return upload(c, c->table_buf, c->table, table, c->desc.batch * c->max_pages,
+                  "kv cache: table");
 }
 
 clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
@@ -287,8 +292,7 @@ clattn_status kv_cache_set_lengths_in_call(clattn_kv_cache *c, const int32_t *le
                              "block table",
                              b, missing, lengths[b]);
     }
-    memcpy(c->lengths, lengths, c->desc.batch * sizeof *lengths);
-    return upload(c, c->lengths_buf, c->lengths, c->desc.batch, "kv cache: lengths");
+    return upload(c, c->lengths_buf, c->lengths, lengths, c->desc.batch, "kv cache: lengths");
 }
 
 clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *lengths) {
@@ -519,8 +523,8 @@ static clattn_status append(clattn_kv_cache *c, const clattn_kv_rows *rows, cons
                    : check_device_rows(c, rows, &set, counts);
     if (!s && rows->len) s = launch_append(c, rows, &set, counts);
     if (!s) {
-        for (size_t b = 0; b < c->desc.batch; b++) c->lengths[b] += counts[b];
-        s = upload(c, c->lengths_buf, c->lengths, c->desc.batch, "kv cache: lengths");
+        for (size_t b = 0; b < c->desc.batch; b++) counts[b] += c->lengths[b]; /* new lengths */
+        s = upload(c, c->lengths_buf, c->lengths, counts, c->desc.batch, "kv cache: lengths");
     }
     buffer_set_release(&set);
     free(counts);
