@@ -179,7 +179,8 @@ static void print_record(const scaling_record *r) {
     fflush(stdout);
 }
 
-static void write_files(const distributed_config *c, const scaling_record *recs, size_t n) {
+/* --csv and --json, committed together (all or none). @return 0 or 1 (said). */
+static int write_files(const distributed_config *c, const scaling_record *recs, size_t n) {
     textbuf csv = {0}, json = {0};
     textbuf_printf(&csv, "mode,nq,nk,pattern,ranks,one_ms_min,one_ms_median,all_ms_min,"
                          "all_ms_median,speedup,spread,compute_ms_per_rank\n");
@@ -207,9 +208,14 @@ static void write_files(const distributed_config *c, const scaling_record *recs,
         textbuf_printf(&json, "]}");
     }
     textbuf_printf(&json, "\n  ]\n}\n");
-    if (c->csv) textbuf_write(&csv, c->csv, "bench");
-    if (c->json) textbuf_write(&json, c->json, "bench");
+    output_set set;
+    output_set_init(&set, "bench");
+    int rc = 0;
+    if (c->csv) rc |= output_set_text(&set, c->csv, &csv);
+    if (c->json) rc |= output_set_text(&set, c->json, &json);
+    rc |= output_set_commit(&set);
     textbuf_free(&csv), textbuf_free(&json);
+    return rc;
 }
 
 /* One Nq and pattern: rank 0 alone, then every rank. @return 0 or 1. */
@@ -251,7 +257,7 @@ static int measure_all(clattn_context *ctx, const distributed_config *c, int ran
             if (!rc && rank == 0) print_record(&records[n]);
             n += !rc;
         }
-    if (rank == 0 && n) write_files(c, records, n);
+    if (rank == 0 && n && !rc) rc = write_files(c, records, n); /* a sweep cut short: none */
     return rc;
 }
 

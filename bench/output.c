@@ -177,21 +177,22 @@ void bench_json_end(textbuf *t) {
 
 int bench_write_tables(const char *csv, const char *json, const char *dir, const char *name,
                        textbuf *csv_text, textbuf *json_text) {
-    char dir_csv[1024], dir_json[1024];
-    if (dir) {
-        snprintf(dir_csv, sizeof dir_csv, "%s/%s.csv", dir, name);
-        snprintf(dir_json, sizeof dir_json, "%s/%s.json", dir, name);
-        csv = dir_csv, json = dir_json;
-    }
+    char dir_csv[OUTPUT_PATH_MAX], dir_json[OUTPUT_PATH_MAX];
     output_set set; /* committed together */
     output_set_init(&set, "bench");
     int rc = 0;
     if (csv) rc |= output_set_text(&set, csv, csv_text);
     if (json) rc |= output_set_text(&set, json, json_text);
+    if (dir) {
+        snprintf(dir_csv, sizeof dir_csv, "%s/%s.csv", dir, name);
+        snprintf(dir_json, sizeof dir_json, "%s/%s.json", dir, name);
+        rc |= output_set_text(&set, dir_csv, csv_text);
+        rc |= output_set_text(&set, dir_json, json_text);
+    }
     rc |= output_set_commit(&set);
     textbuf_free(csv_text);
     textbuf_free(json_text);
-    if (!rc && dir) printf("wrote %s and %s\n", csv, json);
+    if (!rc && dir) printf("wrote %s and %s\n", dir_csv, dir_json);
     return rc;
 }
 

@@ -130,7 +130,7 @@ static int run_gnuplot(const textbuf *commands) {
  * or 1 with a message when gnuplot is missing or fails (plot.png is then left out of the set)
  * or a file cannot be staged. */
 static int draw_plot(const plot_spec *p, const char *dir, output_set *set) {
-    char path[1024], png[1024];
+    char path[OUTPUT_PATH_MAX], png[OUTPUT_PATH_MAX];
     int rc = p->settings.failed;
     if (rc) cli_error("bench", "%s/plot.gp: out of memory while formatting", dir);
     for (size_t k = 0; k < p->count && !rc; k++) {

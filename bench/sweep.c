@@ -303,7 +303,7 @@ static int stage_tables(const sweep_run *run, output_set *set, const char *csv, 
  * preset), committed together. @return 0 or 1 (said). */
 static int write_outputs(const sweep_run *run, const char *csv, const char *json, const char *dir,
                          const char *title) {
-    char dir_csv[1024], dir_json[1024];
+    char dir_csv[OUTPUT_PATH_MAX], dir_json[OUTPUT_PATH_MAX];
     output_set set;
     output_set_init(&set, "bench");
     int rc = stage_tables(run, &set, csv, json), plot_rc = 0;

@@ -80,7 +80,7 @@ void bench_print_curve(const bench_record *records, size_t count);
  * and closes with bench_json_end; their records go one a line in between. */
 void bench_json_begin(textbuf *t, const char *preset, const size_t *devices, size_t num_devices);
 void bench_json_end(textbuf *t);
-/* Stages a preset's CSV and JSON texts, each as its path (--csv, --json) when given, or as
+/* Stages a preset's CSV and JSON texts as their paths (--csv, --json) where given, and as
  * DIR/NAME.csv and DIR/NAME.json with --out DIR, commits them together (all or none) and
  * frees both texts. @return 0, or 1 after naming the failure. */
 int bench_write_tables(const char *csv, const char *json, const char *dir, const char *name,

@@ -95,6 +95,7 @@ typedef struct check_plan {
     int record;            /* record the rows' verdicts in the store (not --no-record) */
     const char *report;    /* --report FILE: also write them there (at the end) */
     char report_tmp[4200]; /* where they gather until then */
+    int report_incomplete; /* a row's verdict could not be added: FILE is not written */
     size_t recorded;       /* verdicts recorded in the store */
     int record_failed;     /* a verdict could not be recorded (said once) */
     run_row rows[MAX_RUNS];
@@ -103,7 +104,7 @@ typedef struct check_plan {
     size_t num_not_run;
     size_t required_not_run; /* rows of not_run that --require named */
     size_t failures;
-    size_t dump_failures; /* inputs --dump could not write */
+    size_t dump_failures; /* inputs --dump (or --report) could not write */
 } check_plan;
 
 const char *check_path_name(clattn_path path);

@@ -333,7 +333,7 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
  * line that computes it; a failure counts in plan->dump_failures (exit 1). */
 static void dump_case(check_plan *plan, const attn_case *c, size_t index, clattn_path path,
                       size_t device) {
-    char dir[1024], cmd[4096], err[512], dev[32];
+    char dir[OUTPUT_PATH_MAX], cmd[4096], err[512], dev[32];
     snprintf(dir, sizeof dir, "%s/case-%zu", plan->dump_dir, index);
     snprintf(dev, sizeof dev, "%zu", device);
     if (make_output_dir("check", "dump", dir) != 0) {
@@ -539,7 +539,7 @@ static void record_row(check_plan *plan, clattn_context *ctx, const sweep *s, co
     if (plan->report &&
         clattn_verdict_record(ctx, row->variant, &v, plan->report_tmp) != CLATTN_SUCCESS) {
         cli_error("check", "--report %s: %s", plan->report, clattn_context_last_error(ctx));
-        plan->dump_failures++;
+        plan->report_incomplete = 1;
     }
 }
 
@@ -746,14 +746,27 @@ static void print_summary(const check_plan *plan) {
     printf("; worst is the largest |error| / tolerance (<= 1 passes)\n");
 }
 
-/* --report: the verdicts gathered beside FILE renamed into place, or an empty report when no
- * row earned one (so that FILE always says what this check found). */
-static void finish_report(check_plan *plan, int registration) {
+/* Writes the empty report into `path`. @return 0, or errno. */
+static int write_empty_report(const char *path) {
     static const char empty[] = "{\"clattn_verdicts\": 1, \"entries\": []}\n";
-    FILE *f = access(plan->report_tmp, F_OK) == 0 ? NULL : fopen(plan->report_tmp, "w");
-    if (f) fputs(empty, f);
-    if ((f && fclose(f) != 0) || rename(plan->report_tmp, plan->report) != 0) {
-        cli_error("check", "--report %s: %s", plan->report, strerror(errno));
+    FILE *f = fopen(path, "w");
+    if (!f) return errno;
+    int e = fputs(empty, f) < 0 ? errno : 0;
+    if (fclose(f) != 0 && !e) e = errno;
+    return e;
+}
+
+/* --report: the verdicts gathered beside FILE renamed into place, or an empty report when no
+ * row earned one (so that FILE always says what this check found). A report missing a row's
+ * verdict is not written at all. */
+static void finish_report(check_plan *plan, int registration) {
+    int e = 0;
+    if (!plan->report_incomplete && access(plan->report_tmp, F_OK) != 0)
+        e = write_empty_report(plan->report_tmp);
+    if (!plan->report_incomplete && !e && rename(plan->report_tmp, plan->report) != 0) e = errno;
+    if (plan->report_incomplete || e) {
+        cli_error("check", "--report %s: not written: %s", plan->report,
+                  e ? strerror(e) : "a row's verdict could not be added (said above)");
         unlink(plan->report_tmp);
         plan->dump_failures++;
     }

@@ -3,6 +3,7 @@
 
 #include "common.h"
 #include "npy.h"
+#include "textbuf.h" /* OUTPUT_PATH_MAX */
 
 #include <float.h>
 #include <math.h>
@@ -411,7 +412,7 @@ void case_describe(const attn_case *c, char *out, size_t size) {
 /* Writes one dense tensor of the case as DIR/NAME.npy. */
 static clattn_status dump_tensor(const char *dir, const char *name, npy_dtype dtype, size_t ndim,
                                  const size_t *shape, const void *data, char *err, size_t size) {
-    char path[1024];
+    char path[OUTPUT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s.npy", dir, name);
     return npy_write(path, dtype, ndim, shape, data, err, size);
 }

@@ -53,9 +53,16 @@ void output_set_made(output_set *set);
  * @return 0, or 1 when anything failed (said). */
 int output_set_commit(output_set *set);
 
+/* The paths of the files written into an output folder are formatted in buffers of
+ * OUTPUT_PATH_MAX bytes, with names of at most OUTPUT_NAME_MAX bytes: make_output_dir refuses a
+ * folder whose name would not leave them room. */
+#define OUTPUT_PATH_MAX 1024
+#define OUTPUT_NAME_MAX 64
+
 /* Creates the folder `dir` named by --`option` (its parent must exist), or accepts it when it
- * already is one; prints "clattn CMD: --OPTION DIR: why" otherwise. Outputs call it before the
- * work, so that a bad folder fails at once. @return 0 or 1. */
+ * already is one; prints "clattn CMD: --OPTION DIR: why" otherwise (a name longer than
+ * OUTPUT_PATH_MAX - OUTPUT_NAME_MAX bytes is refused). Outputs call it before the work, so that
+ * a bad folder fails at once. @return 0 or 1. */
 int make_output_dir(const char *command, const char *option, const char *dir);
 
 /* Checks, before the work, that the file named by --`option` can be written later: it is not

@@ -131,6 +131,19 @@ expect 1 "not a folder" -- "$clattn" bench --preset quick --out junk.npy
 expect 1 "--csv /nonexistent/b.csv" -- "$clattn" bench --preset quick --csv /nonexistent/b.csv
 [ -s stdout ] && fail "bench --csv /nonexistent/b.csv ran the sweep first"
 expect 1 "--json $work: is a folder" -- "$clattn" bench --preset quick --json "$work"
+# a folder whose name leaves no room for its files' names (which once came out cut short)
+long="$work/$(printf 'a%.0s' {1..200})/$(printf 'b%.0s' {1..200})/$(printf 'c%.0s' {1..200})"
+long="$long/$(printf 'd%.0s' {1..200})/$(printf 'e%.0s' {1..200})"
+mkdir -p "$long"
+expect 1 "at most 960 leave room" -- "$clattn" bench --preset quick --out "$long"
+[ -s stdout ] && fail "bench --out with a long name ran the sweep first"
+# the decode preset writes --csv and --json beside its folder's files
+"$clattn" bench --preset decode --dtype f32 --nk 64 --hq 2 --hkv 2 --d 16 --steps 2 --repeat 1 \
+  --warmup 0 --out dout --csv mine.csv --json mine.json > stdout 2> stderr || fail "decode: $(cat stderr)"
+for file in dout/decode.csv dout/decode.json mine.csv mine.json; do
+  [ -s "$file" ] || fail "bench --preset decode --out dout --csv --json did not write $file"
+done
+cmp -s mine.csv dout/decode.csv || fail "--csv differs from the folder's decode.csv"
 expect 1 "--json /nonexistent/c.json" -- "$clattn" check --quick --json /nonexistent/c.json
 [ -s stdout ] && fail "check --json /nonexistent/c.json ran the sweep first"
 for pattern in window:-2,0 window:-5,-5 dilated:4,4,0 dilated:4,4,-1 bigbird:16,3,1,1,-1 \
