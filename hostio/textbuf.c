@@ -188,8 +188,10 @@ void textbuf_free(textbuf *t) {
 int make_output_dir(const char *command, const char *option, const char *dir) {
     const size_t longest = OUTPUT_PATH_MAX - OUTPUT_NAME_MAX;
     if (strlen(dir) > longest) {
-        cli_error(command, "--%s: the folder's name is %zu bytes long; at most %zu leave room for "
-                  "the names of the files written into it", option, strlen(dir), longest);
+        cli_error(command,
+                  "--%s: the folder's name is %zu bytes long; at most %zu leave room for "
+                  "the names of the files written into it",
+                  option, strlen(dir), longest);
         return 1;
     }
     struct stat st;

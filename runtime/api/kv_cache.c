@@ -229,11 +229,9 @@ static int rows_have_pages(const clattn_kv_cache *c, const int32_t *table, size_
     return 1;
 }
 
-/* Uploads host lengths (and the table) to their device copies; waits, so the host arrays may
- * change right after. */
-/* Writes `count` values from `from` into the device buffer and, once that succeeded, into
- * their host copy `kept` (the cache's lengths or table): a failed write leaves both as they
- * were. */
+/* Writes `count` values from `from` into the device buffer (waiting, so `from` may change right
+ * after) and, once that succeeded, into their host copy `kept` (the cache's lengths or table): a
+ * failed write leaves both as they were. */
 static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, int32_t *kept, const int32_t *from,
                             size_t count, const char *what) {
     clattn_status s = buffer_write(c->ctx, buffer, 0, count * sizeof *from, from, what);

@@ -139,7 +139,8 @@ expect 1 "at most 960 leave room" -- "$clattn" bench --preset quick --out "$long
 [ -s stdout ] && fail "bench --out with a long name ran the sweep first"
 # the decode preset writes --csv and --json beside its folder's files
 "$clattn" bench --preset decode --dtype f32 --nk 64 --hq 2 --hkv 2 --d 16 --steps 2 --repeat 1 \
-  --warmup 0 --out dout --csv mine.csv --json mine.json > stdout 2> stderr || fail "decode: $(cat stderr)"
+  --warmup 0 --out dout --csv mine.csv --json mine.json > stdout 2> stderr ||
+  fail "decode: $(cat stderr)"
 for file in dout/decode.csv dout/decode.json mine.csv mine.json; do
   [ -s "$file" ] || fail "bench --preset decode --out dout --csv --json did not write $file"
 done
