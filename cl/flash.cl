@@ -12,15 +12,22 @@
  * and adjacent lanes read adjacent words of every local tile.
  *
  * Local memory (the planner fits it to the device: runtime/kernels/flash.c):
- *   q_tile  [BLOCK_M][DQK_PAD]          float32, pre-scaled by `scale`, loaded once
- *   k_tiles [STAGES][DQK_PAD][BLOCK_N]  storage width, transposed (a key per column)
- *   v_tiles [STAGES][BLOCK_N][DV_PAD]   storage width
+ *   q_tile  [BLOCK_M][QK_COLS]          float32, pre-scaled by `scale`
+ *   k_tiles [STAGES][QK_COLS][BLOCK_N]  storage width, transposed (a key per column)
+ *   v_tiles [STAGES][BLOCK_N][V_COLS]   storage width
  *   p_tile  [BLOCK_M][BLOCK_N]          float32 probabilities, read back by the row's team
  *   scratch [BLOCK_M][TEAM]             float32, the reductions without subgroups
  * K and V are read from the caller's tensors at their storage width (no packing pass), kept so
  * in local memory and widened to float32 in registers. With STAGES=2 the next key tile is
  * loaded into the other buffer while the current one is multiplied by V, so a tile costs two
  * barriers (three without subgroups) instead of three (four).
+ *
+ * Head dims past 256 (up to DeepSeek's 576/512) stream the head dimension: with D_CHUNK > 0
+ * the local tiles hold D_CHUNK columns (QK_COLS = V_COLS = D_CHUNK, STAGES = 1), Q K^T is summed
+ * over DQK_PAD / D_CHUNK pieces of Q and K staged one after another, and P V over DV_PAD /
+ * D_CHUNK pieces of V, each lane adding to its own columns of the piece. Local memory then
+ * does not grow with the head dims (a 32 KiB device takes them); only the lanes' registers
+ * of O do. Without D_CHUNK, Q is staged once and a tile's K and V whole.
  *
  * Masks: the walk's tile kinds (tile_walk.cl): TILE_FULL tiles take no per-pair test,
  * TILE_BOUNDED tiles a per-row class-local range, TILE_GENERAL tiles the contract's rule pair by
@@ -42,6 +49,16 @@
 #endif
 #ifndef STAGES
 #define STAGES 2 /* key tiles in local memory: 2 = double buffering */
+#endif
+#ifndef D_CHUNK
+#define D_CHUNK 0 /* head-dim columns a local tile holds; 0: the whole head */
+#endif
+#if D_CHUNK
+#define QK_COLS D_CHUNK
+#define V_COLS  D_CHUNK
+#else
+#define QK_COLS DQK_PAD
+#define V_COLS  DV_PAD
 #endif
 #define DV_COLS (DV_PAD / TEAM) /* O columns a lane owns */
 
@@ -79,6 +96,7 @@ typedef struct flash_ctx {
     float q_scale;
     __global const int *gpos, *tile_ptr, *tile_idx, *row_list;
     __global const uchar *layout;
+    __local const int *rows; /* the tile's query rows [BLOCK_M], -1 past the end */
     __local float *q_tile, *p_tile, *scratch;
     __local KV_T *k_tiles, *v_tiles;
     __local int *bad; /* [2]: the V tile of even / odd walk steps holds a NaN or an infinity */
@@ -124,90 +142,124 @@ ALWAYS_INLINE __global const KV_T *key_row(const flash_ctx *f, const walk_state 
     return tile + c * step;
 }
 
-/* Copies key tile k0 into buffer `buf`: K^T [DQK_PAD][BLOCK_N] and V [BLOCK_N][DV_PAD], raw,
- * zero where the slot holds no key; sets bad[flag] when the V tile holds a NaN or an inf. */
-ALWAYS_INLINE void stage_tile(const flash_ctx *f, const walk_state *w, long k0, int buf,
-                              int flag) {
-    __constant attn_params *P = f->P;
-    const int lid = get_local_id(0);
+/* Key tile k0's first row in the slice `base`, and the step from row to row (32-bit). */
+ALWAYS_INLINE __global const KV_T *key_tile_start(const walk_state *w, __global const KV_T *base,
+                                                  long stride, long k0, int *step) {
     const long first_key = w->k.pass == PASS_GLOBAL_KEYS ? 0 : w->k.r + k0 * w->classes;
-    __global const KV_T *k_tile = f->k + first_key * P->k_stride_s;
-    __global const KV_T *v_tile = f->v + first_key * P->v_stride_s;
-    const int k_step = (int)(w->classes * P->k_stride_s);
-    const int v_step = (int)(w->classes * P->v_stride_s);
-    __local KV_T *kt = f->k_tiles + buf * (DQK_PAD * BLOCK_N);
-    __local KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD);
-    for (int at = lid; at < BLOCK_N * (DQK_PAD / VEC); at += GROUP_SIZE) {
-        const int c = at / (DQK_PAD / VEC), d = at % (DQK_PAD / VEC) * VEC;
+    *step = (int)(w->classes * stride);
+    return base + first_key * stride;
+}
+
+/* Columns [d0, d0 + QK_COLS) of key tile k0 into buffer `buf`, as K^T [QK_COLS][BLOCK_N], raw,
+ * zero where the slot holds no key or the column is past dim_qk. */
+ALWAYS_INLINE void stage_keys(const flash_ctx *f, const walk_state *w, long k0, int buf, int d0) {
+    __constant attn_params *P = f->P;
+    int step;
+    __global const KV_T *tile = key_tile_start(w, f->k, P->k_stride_s, k0, &step);
+    __local KV_T *kt = f->k_tiles + buf * (QK_COLS * BLOCK_N);
+    for (int at = get_local_id(0); at < BLOCK_N * (QK_COLS / VEC); at += GROUP_SIZE) {
+        const int c = at / (QK_COLS / VEC), d = at % (QK_COLS / VEC) * VEC;
         const int present = k0 + c < w->k.keys;
         KV_T x[VEC];
-        load_raw(present ? key_row(f, w, f->k, k_tile, P->k_stride_s, k_step, k0, c) : k_tile, d,
+        load_raw(present ? key_row(f, w, f->k, tile, P->k_stride_s, step, k0, c) : tile, d0 + d,
                  present ? (int)P->dim_qk : 0, x);
         for (int e = 0; e < VEC; e++) kt[(d + e) * BLOCK_N + c] = x[e];
     }
-    int bad = 0;
-    for (int at = lid; at < BLOCK_N * (DV_PAD / VEC); at += GROUP_SIZE) {
-        const int c = at / (DV_PAD / VEC), d = at % (DV_PAD / VEC) * VEC;
+}
+
+/* Columns [d0, d0 + V_COLS) of key tile k0's V rows into buffer `buf`, as [BLOCK_N][V_COLS],
+ * raw, zero where the slot holds no key; sets bad[flag] when they hold a NaN or an inf. */
+ALWAYS_INLINE void stage_values(const flash_ctx *f, const walk_state *w, long k0, int buf,
+                                int flag, int d0) {
+    __constant attn_params *P = f->P;
+    int step, bad = 0;
+    __global const KV_T *tile = key_tile_start(w, f->v, P->v_stride_s, k0, &step);
+    __local KV_T *vt = f->v_tiles + buf * (BLOCK_N * V_COLS);
+    for (int at = get_local_id(0); at < BLOCK_N * (V_COLS / VEC); at += GROUP_SIZE) {
+        const int c = at / (V_COLS / VEC), d = at % (V_COLS / VEC) * VEC;
         const int present = k0 + c < w->k.keys;
         KV_T x[VEC];
-        load_raw(present ? key_row(f, w, f->v, v_tile, P->v_stride_s, v_step, k0, c) : v_tile, d,
+        load_raw(present ? key_row(f, w, f->v, tile, P->v_stride_s, step, k0, c) : tile, d0 + d,
                  present ? (int)P->dim_v : 0, x);
         for (int e = 0; e < VEC; e++) {
             bad |= !RAW_FINITE(x[e]);
-            vt[c * DV_PAD + d + e] = x[e];
+            vt[c * V_COLS + d + e] = x[e];
         }
     }
     if (bad) atomic_or(f->bad + flag, 1);
 }
 
-/* The tile's query rows into rows[BLOCK_M], then Q [BLOCK_M][DQK_PAD] pre-scaled, zero-padded. */
-ALWAYS_INLINE void stage_queries(const flash_ctx *f, __local int *rows) {
+/* The tile's query rows into rows[BLOCK_M] (f->rows). */
+ALWAYS_INLINE void stage_rows(const flash_ctx *f, __local int *rows) {
+    for (int m = get_local_id(0); m < BLOCK_M; m += GROUP_SIZE)
+        rows[m] = (int)tile_row(f->P, f->row_list, f->tile, m);
+}
+
+/* Columns [d0, d0 + QK_COLS) of the tile's queries into q_tile [BLOCK_M][QK_COLS], pre-scaled,
+ * zero past dim_qk and for rows past the end. */
+ALWAYS_INLINE void stage_queries(const flash_ctx *f, int d0) {
     __constant attn_params *P = f->P;
-    const int lid = get_local_id(0), dqk = (int)P->dim_qk;
-    for (int m = lid; m < BLOCK_M; m += GROUP_SIZE)
-        rows[m] = (int)tile_row(P, f->row_list, f->tile, m);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int at = lid; at < BLOCK_M * DQK_PAD; at += GROUP_SIZE) {
-        const int m = at / DQK_PAD, d = at % DQK_PAD, i = rows[m];
+    const int dqk = (int)P->dim_qk;
+    for (int at = get_local_id(0); at < BLOCK_M * QK_COLS; at += GROUP_SIZE) {
+        const int m = at / QK_COLS, d = d0 + at % QK_COLS, i = f->rows[m];
         float x = 0.0f;
         if (i >= 0 && d < dqk) x = LOAD_IN(f->q + (long)i * P->q_stride_s, d) * f->q_scale;
         f->q_tile[at] = x;
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 /* ---------------------------------------------------------------- one key tile */
 
-/* Score (row i, column c of the lane) again, without overflow on the way (common.cl,
- * rescored): one that came out non-finite from the pre-scaled q. Q is read from global memory,
- * K from the local tile. NaN or an infinity in the inputs stays so. */
-ALWAYS_INLINE float rescore(const flash_ctx *f, int i, __local const KV_T *kt, int c) {
-    __global const IN_T *q = f->q + (long)i * f->P->q_stride_s;
+/* Score (row i, slot c of the lane) of key tile k0 again, without overflow on the way
+ * (common.cl, rescored): one that came out non-finite from the pre-scaled q. Q and K are read
+ * from global memory. NaN or an infinity in the inputs stays so. */
+ALWAYS_INLINE float rescore(const flash_ctx *f, const walk_state *w, long k0, int i, int c) {
+    __constant attn_params *P = f->P;
+    const int slot = f->lane + c * TEAM;
+    int step;
+    __global const KV_T *tile = key_tile_start(w, f->k, P->k_stride_s, k0, &step);
+    __global const KV_T *k = key_row(f, w, f->k, tile, P->k_stride_s, step, k0, slot);
+    __global const IN_T *q = f->q + (long)i * P->q_stride_s;
     float dot = 0.0f;
-    for (int d = 0; d < (int)f->P->dim_qk; d++)
-        dot = fma(LOAD_IN(q, d) * RESCORE_DOWN, WIDEN(kt, d * BLOCK_N + c * TEAM) * RESCORE_DOWN,
-                  dot);
+    for (int d = 0; d < (int)P->dim_qk; d++)
+        dot = fma(LOAD_IN(q, d) * RESCORE_DOWN, LOAD_KV(k, d) * RESCORE_DOWN, dot);
     return rescored(dot, f->q_scale);
 }
 
-/* s = Q K^T for the work-item's micro-tile, from the local tiles. */
-ALWAYS_INLINE void tile_scores(const flash_ctx *f, const flash_rows *st, int buf,
-                               float s[TILE_M][TILE_N]) {
-    __local const float *q = f->q_tile + f->team * TILE_M * DQK_PAD;
-    __local const KV_T *kt = f->k_tiles + buf * (DQK_PAD * BLOCK_N) + f->lane;
-    for (int r = 0; r < TILE_M; r++)
-        for (int c = 0; c < TILE_N; c++) s[r][c] = 0.0f;
-    for (int d = 0; d < DQK_PAD; d++) {
+/* s += Q K^T over the QK_COLS columns of the local tiles, for the work-item's micro-tile. */
+ALWAYS_INLINE void add_scores(const flash_ctx *f, int buf, float s[TILE_M][TILE_N]) {
+    __local const float *q = f->q_tile + f->team * TILE_M * QK_COLS;
+    __local const KV_T *kt = f->k_tiles + buf * (QK_COLS * BLOCK_N) + f->lane;
+    for (int d = 0; d < QK_COLS; d++) {
         float k[TILE_N];
         for (int c = 0; c < TILE_N; c++) k[c] = WIDEN(kt, d * BLOCK_N + c * TEAM);
         for (int r = 0; r < TILE_M; r++) {
-            const float qd = q[r * DQK_PAD + d];
+            const float qd = q[r * QK_COLS + d];
             for (int c = 0; c < TILE_N; c++) s[r][c] = fma(qd, k[c], s[r][c]);
         }
     }
+}
+
+/* s = Q K^T for the work-item's micro-tile of key tile k0: from the staged tiles (buffer buf),
+ * or with D_CHUNK piece by piece, each staged here between barriers. */
+ALWAYS_INLINE void tile_scores(const flash_ctx *f, const walk_state *w, const flash_rows *st,
+                               long k0, int buf, float s[TILE_M][TILE_N]) {
+    for (int r = 0; r < TILE_M; r++)
+        for (int c = 0; c < TILE_N; c++) s[r][c] = 0.0f;
+#if D_CHUNK
+    for (int d0 = 0; d0 < DQK_PAD; d0 += D_CHUNK) {
+        stage_queries(f, d0);
+        stage_keys(f, w, k0, 0, d0);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the pieces are staged */
+        add_scores(f, 0, s);
+        barrier(CLK_LOCAL_MEM_FENCE); /* and read */
+    }
+#else
+    add_scores(f, buf, s);
+#endif
     for (int r = 0; r < TILE_M; r++)
         for (int c = 0; c < TILE_N; c++)
-            if (!isfinite(s[r][c]) && st->i[r] >= 0) s[r][c] = rescore(f, st->i[r], kt, c);
+            if (!isfinite(s[r][c]) && st->i[r] >= 0) s[r][c] = rescore(f, w, k0, st->i[r], c);
 }
 
 /* Scores in the natural domain: -inf where the walk does not own the pair (by the tile's kind)
@@ -250,16 +302,11 @@ ALWAYS_INLINE void softmax_step(const flash_ctx *f, flash_rows *st, float s[TILE
     }
 }
 
-/* O = O * kept/sum + (P/sum) V over the tile for the work-item's rows and columns, where kept
- * is the old sum rescaled and sum the new one: each lane sums its rows' whole P row (the same
- * values in the same order in every lane of a team). O stays a weighted mean of V's rows, which
- * never exceeds their largest magnitude, where the unnormalised sum of p*V overflowed for V near
- * FLT_MAX. careful: the V tile holds a NaN or an infinity, so zero probabilities are skipped
- * (0 * NaN would be NaN). */
-ALWAYS_INLINE void accumulate_pv(const flash_ctx *f, flash_rows *st, int buf, int careful) {
+/* The rows' new sums (kept + the tile's sum of P, where kept is the old sum rescaled) into
+ * st->l, their inverses into inv, and O rescaled to kept/sum: each lane sums its rows' whole P
+ * row (the same values in the same order in every lane of a team). */
+ALWAYS_INLINE void rescale_rows(const flash_ctx *f, flash_rows *st, float inv[TILE_M]) {
     __local const float *p = f->p_tile + f->team * TILE_M * BLOCK_N;
-    __local const KV_T *vt = f->v_tiles + buf * (BLOCK_N * DV_PAD) + f->lane;
-    float inv[TILE_M];
     for (int r = 0; r < TILE_M; r++) {
         float tile_sum = 0.0f;
         for (int c = 0; c < BLOCK_N; c++) tile_sum += p[r * BLOCK_N + c];
@@ -268,20 +315,66 @@ ALWAYS_INLINE void accumulate_pv(const flash_ctx *f, flash_rows *st, int buf, in
         st->l[r] = sum;
         for (int e = 0; e < DV_COLS; e++) st->o[r][e] *= kept * inv[r];
     }
+}
+
+/* O += (P/sum) V over the tile for the work-item's rows and its columns of the staged V piece
+ * (buffer buf, columns d0 + lane + e*TEAM). O stays a weighted mean of V's rows, which never
+ * exceeds their largest magnitude, where the unnormalised sum of p*V overflowed for V near
+ * FLT_MAX. careful: the piece holds a NaN or an infinity, so zero probabilities are skipped
+ * (0 * NaN would be NaN). */
+ALWAYS_INLINE void add_pv(const flash_ctx *f, flash_rows *st, const float inv[TILE_M], int buf,
+                          int d0, int careful) {
+    __local const float *p = f->p_tile + f->team * TILE_M * BLOCK_N;
+    __local const KV_T *vt = f->v_tiles + buf * (BLOCK_N * V_COLS) + f->lane;
     for (int c = 0; c < BLOCK_N; c++) {
         float pc[TILE_M];
         for (int r = 0; r < TILE_M; r++) pc[r] = p[r * BLOCK_N + c];
-        for (int e = 0; e < DV_COLS; e++) {
-            const float v = WIDEN(vt, c * DV_PAD + e * TEAM);
+        for (int e = 0; e < V_COLS / TEAM; e++) {
+            const float v = WIDEN(vt, c * V_COLS + e * TEAM);
             for (int r = 0; r < TILE_M; r++)
-                st->o[r][e] = careful && pc[r] == 0.0f ? st->o[r][e]
-                                                       : fma(pc[r] * inv[r], v, st->o[r][e]);
+                st->o[r][d0 / TEAM + e] = careful && pc[r] == 0.0f
+                                              ? st->o[r][d0 / TEAM + e]
+                                              : fma(pc[r] * inv[r], v, st->o[r][d0 / TEAM + e]);
         }
     }
 }
 
 /* ---------------------------------------------------------------- walks */
 
+#if D_CHUNK
+/* Every tile of a walk, the head dimension in pieces (single buffered): each piece is staged,
+ * then used, with a barrier after each. V piece u of the walk sets bad[u & 1], cleared during
+ * piece u - 1 (whose readers are past a barrier by then). */
+ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_rows *st) {
+    const int lid = get_local_id(0);
+    if (w->k.count <= 0) return; /* the same in every work-item */
+    if (lid == 0) f->bad[0] = f->bad[1] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int u = 0;
+    for (long n = 0; n < w->k.count; n++) {
+        long k0;
+        const int kind = key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, n, &k0);
+        if (lid == 0) COUNT_TILE(f->tile_count);
+        float s[TILE_M][TILE_N], inv[TILE_M];
+        tile_scores(f, w, st, k0, 0, s);
+        mask_scores(f, w, st, kind, k0, s);
+        softmax_step(f, st, s);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the P tile is complete */
+        rescale_rows(f, st, inv);
+        #pragma unroll /* constant indices into the lanes' O registers */
+        for (int d0 = 0; d0 < DV_PAD; d0 += D_CHUNK, u++) {
+            if (lid == 0) f->bad[(u + 1) & 1] = 0;
+            stage_values(f, w, k0, 0, u & 1, d0);
+            barrier(CLK_LOCAL_MEM_FENCE); /* the piece and its flag are staged */
+            if (f->bad[u & 1])
+                add_pv(f, st, inv, 0, d0, 1);
+            else
+                add_pv(f, st, inv, 0, d0, 0);
+            barrier(CLK_LOCAL_MEM_FENCE); /* P and the piece read */
+        }
+    }
+}
+#else
 /* Every tile of a walk. Buffers and V flags alternate with the step's parity; with STAGES=2
  * step n + 1 is staged between the P tile's barrier and P V of step n. */
 ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_rows *st) {
@@ -292,7 +385,8 @@ ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_row
     barrier(CLK_LOCAL_MEM_FENCE);
     const long count = w->k.count;
     int kind = key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, 0, &k0);
-    stage_tile(f, w, k0, 0, 0);
+    stage_keys(f, w, k0, 0, 0);
+    stage_values(f, w, k0, 0, 0, 0);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (long n = 0; n < count; n++) {
         const int parity = (int)(n & 1), buf = STAGES == 2 ? parity : 0, more = n + 1 < count;
@@ -303,25 +397,31 @@ ALWAYS_INLINE void walk_tiles(const flash_ctx *f, const walk_state *w, flash_row
             f->bad[parity ^ 1] = 0; /* for step n + 1; last read by step n - 1 */
             COUNT_TILE(f->tile_count);
         }
-        float s[TILE_M][TILE_N];
-        tile_scores(f, st, buf, s);
+        float s[TILE_M][TILE_N], inv[TILE_M];
+        tile_scores(f, w, st, k0, buf, s);
         mask_scores(f, w, st, kind, k0, s);
         softmax_step(f, st, s);
         barrier(CLK_LOCAL_MEM_FENCE); /* the P tile is complete */
-        if (STAGES == 2 && more) stage_tile(f, w, k0_next, buf ^ 1, parity ^ 1);
+        if (STAGES == 2 && more) {
+            stage_keys(f, w, k0_next, buf ^ 1, 0);
+            stage_values(f, w, k0_next, buf ^ 1, parity ^ 1, 0);
+        }
+        rescale_rows(f, st, inv);
         if (f->bad[parity])
-            accumulate_pv(f, st, buf, 1);
+            add_pv(f, st, inv, buf, 0, 1);
         else
-            accumulate_pv(f, st, buf, 0);
+            add_pv(f, st, inv, buf, 0, 0);
         barrier(CLK_LOCAL_MEM_FENCE); /* P and this buffer read; the next one staged */
         if (STAGES == 1 && more) {
-            stage_tile(f, w, k0_next, 0, parity ^ 1);
+            stage_keys(f, w, k0_next, 0, 0);
+            stage_values(f, w, k0_next, 0, parity ^ 1, 0);
             barrier(CLK_LOCAL_MEM_FENCE);
         }
         kind = next_kind;
         k0 = k0_next;
     }
 }
+#endif
 
 /* Sets up walk n of the work-group (tile_walk.cl's key_walk), with each row's class-local key
  * range. @return 0 when it has no tile. */
@@ -353,11 +453,10 @@ ALWAYS_INLINE void store_rows(const flash_ctx *f, const flash_rows *st,
     }
 }
 
-/* The work-item's rows (from rows[]) with an empty softmax state. */
-ALWAYS_INLINE void init_rows(const flash_ctx *f, __global const float *bias,
-                             __local const int *rows, flash_rows *st) {
+/* The work-item's rows (from f->rows) with an empty softmax state. */
+ALWAYS_INLINE void init_rows(const flash_ctx *f, __global const float *bias, flash_rows *st) {
     for (int r = 0; r < TILE_M; r++) {
-        st->i[r] = rows[f->team * TILE_M + r];
+        st->i[r] = f->rows[f->team * TILE_M + r];
         st->bias_row[r] = bias_row_start(f->P, bias, f->b, f->h, st->i[r]);
         st->m[r] = -INFINITY;
         st->l[r] = 0.0f;
@@ -374,9 +473,9 @@ attention_flash(__constant attn_params *P, __global const IN_T *Q, __global cons
                 __global const uchar *is_global, __global const uchar *layout,
                 __global const int *tile_ptr, __global const int *tile_idx,
                 __global const int *row_list, float q_scale TILE_COUNTER_ARG) {
-    __local float q_tile[BLOCK_M * DQK_PAD];
-    __local KV_T k_tiles[STAGES * DQK_PAD * BLOCK_N];
-    __local KV_T v_tiles[STAGES * BLOCK_N * DV_PAD];
+    __local float q_tile[BLOCK_M * QK_COLS];
+    __local KV_T k_tiles[STAGES * QK_COLS * BLOCK_N];
+    __local KV_T v_tiles[STAGES * BLOCK_N * V_COLS];
     __local float p_tile[BLOCK_M * BLOCK_N];
     __local float scratch[BLOCK_M * TEAM];
     __local int rows[BLOCK_M];
@@ -400,9 +499,15 @@ attention_flash(__constant attn_params *P, __global const IN_T *Q, __global cons
     f.k_tiles = k_tiles, f.v_tiles = v_tiles, f.bad = flags;
     TILE_COUNTER_INIT(f.tile_count);
     f.by_subgroups = subgroups_are_teams(flags + 2);
-    stage_queries(&f, rows);
+    f.rows = rows;
+    stage_rows(&f, rows);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if !D_CHUNK
+    stage_queries(&f, 0); /* once: the walks read it whole */
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     flash_rows st;
-    init_rows(&f, bias, rows, &st);
+    init_rows(&f, bias, &st);
     for (long n = 0; n < key_walks(P); n++) { /* one call site, so the walk is compiled once */
         walk_state w;
         if (walk_at(&f, &st, n, &w)) walk_tiles(&f, &w, &st);

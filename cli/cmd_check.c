@@ -156,8 +156,8 @@ static void add_modifier_cases(sweep *s, int quick) {
     c->sinks = 1, c->dtype = c->out_dtype = CLATTN_F16;
 }
 
-/* Head dims past 256 (DeepSeek's MLA is 576/512), which lanes, split and gemm serve and the
- * tiled GPU variants do not (each is a program of its own a variant). The quick sweep's is
+/* Head dims past 256 (DeepSeek's MLA is 576/512), which lanes, split, flash (in pieces) and gemm
+ * serve and rowwise does not (each is a program of its own a variant). The quick sweep's is
  * small: oclgrind runs every quick case. */
 static void add_wide_cases(sweep *s, int quick) {
     attn_case *c = add_case(s, 1, quick ? 4 : 16, 1, quick ? 5 : 40, quick ? 40 : 70, 576, 512);

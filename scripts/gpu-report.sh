@@ -14,6 +14,8 @@
 #   decode.txt     bench/vs_torch.py --decode: one token over a 32768-row KV cache
 #   sparse.txt     bench/vs_torch.py --sparse --no-torch: sparse patterns and their fraction of the
 #                  ideal speedup over full attention
+#   wide.txt       head dims 576/512 (DeepSeek's MLA, 16:1, causal): flash (the head dim in pieces),
+#                  split and the gemm path, clattn bench each
 #   summary.txt    each step's exit status and seconds
 #
 # Each step has a time limit (a hung driver stops one step, not the report) and the report goes
@@ -95,11 +97,11 @@ vs_torch=("$python" "$here/bench/vs_torch.py" --clattn "$clattn" --device "$devi
 if [ $quick -eq 1 ]; then
   check=(--quick) tune_time=20 rounds=(--rounds 2 --min-repeat 3) # a CPU's torch f16 is slow
   big=(--sizes 1024 --dims 64 --heads 8:8) wide=(--sizes 1024 --dims 128 --heads 16:16)
-  decode_nk=4096 sparse_n=2048
+  decode_nk=4096 sparse_n=2048 mla=(--nq 16,64 --nk 1024)
 else
   check=() tune_time=60 rounds=(--rounds 3 --min-repeat 10)
   big=(--sizes 16384 --dims 64 --heads 8:8) wide=(--sizes 4096 --dims 128 --heads 16:16)
-  decode_nk=32768 sparse_n=16384
+  decode_nk=32768 sparse_n=16384 mla=(--nq 256,4096 --nk 4096)
 fi
 
 step devices 60 bash -c '"$1" devices && "$1" devices --variants' - "$clattn"
@@ -115,6 +117,10 @@ step decode 90 "${vs_torch[@]}" --decode --nk "$decode_nk" --dtypes f16,bf16,f32
   "${rounds[@]}" --json "$out/decode.json"
 step sparse 90 "${vs_torch[@]}" --sparse --no-torch --sizes "$sparse_n" "${rounds[@]}" \
   --json "$out/sparse.json"
+step wide 120 bash -c 'clattn=$1 device=$2; shift 2; for how in "--variant flash" \
+  "--variant split" "--path gemm"; do "$clattn" bench --device "$device" $how --hq 16 --hkv 1 \
+  --d 576 --dv 512 --pattern causal --repeat 5 "$@" || exit; done' - "$clattn" "$device" \
+  "${mla[@]}"
 
 echo "total $((SECONDS - started))s; results in $out" | tee -a "$out/summary.txt"
 [ "$failed" -eq 0 ] || exit 1

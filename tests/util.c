@@ -138,6 +138,7 @@ clattn_variant auto_row_for_wide(clattn_context *ctx, size_t queries) {
     int split = auto_uses(ctx, CLATTN_VARIANT_SPLIT);
     if (split && queries <= 11) return CLATTN_VARIANT_SPLIT;
     if (auto_uses(ctx, CLATTN_VARIANT_LANES)) return CLATTN_VARIANT_LANES;
+    if (auto_uses(ctx, CLATTN_VARIANT_FLASH)) return CLATTN_VARIANT_FLASH;
     return split ? CLATTN_VARIANT_SPLIT : CLATTN_VARIANT_GEMM;
 }
 

@@ -53,7 +53,8 @@ size_t variants_on_path(clattn_context *ctx, clattn_path path, clattn_variant *o
 /* Whether the device supports the variant and auto uses it there (clattn_variant_describe). */
 int auto_uses(clattn_context *ctx, clattn_variant variant);
 /* The row auto runs for head dims past 256 (trusting the table's order): split for `queries` up
- * to 11 a head where it serves, else lanes where it serves, else split, else gemm. */
+ * to 11 a head where it serves, else lanes or flash where auto uses them, else split, else
+ * gemm. */
 clattn_variant auto_row_for_wide(clattn_context *ctx, size_t queries);
 
 /* The rows of the GEMM table that run on ctx's device (clattn_gemm_describe), at most `cap` of

@@ -5,10 +5,12 @@
  * row's maxima are reduced over the work-items that share it, through subgroups where the
  * device has them and local memory where it does not (its sums each reads from the local P
  * tile). K and V are read in place, at their storage width: no packing pass, and no q8_0 or KV
- * cache (the split variant's). The walk (query tiles, dilation classes, passes, tile kinds,
- * lists) is the fused kernels' (plan/tiles.h, cl/tile_walk.cl), so the planner's count of the
- * tiles it visits holds for this kernel too; the lists live on the device in the context's
- * cache (tile_cache.h), built once per pattern.
+ * cache (the split variant's). Head dims past 256, up to 576, stream through the local tiles in
+ * pieces of FLASH_D_CHUNK columns (single buffered), so local memory does not grow with them. The
+ * walk (query tiles, dilation classes, passes, tile kinds, lists) is the fused kernels'
+ * (plan/tiles.h, cl/tile_walk.cl), so the planner's count of the tiles it visits holds for this
+ * kernel too; the lists live on the device in the context's cache (tile_cache.h), built once per
+ * pattern.
  *
  * Every size comes from the tuning database (block_m, block_n, tile_m, tile_n, vector, stages,
  * subgroups); the planner only shrinks tiles that do not fit the local memory or work-group
@@ -24,11 +26,14 @@
 #include <string.h>
 
 #define FLASH_MAX_HEAD_DIM   TILES_MAX_HEAD_DIM
+#define FLASH_D_CHUNK        64 /* head-dim columns a local tile holds past FLASH_MAX_HEAD_DIM */
 #define FLASH_MAX_MICRO_TILE 16
 #define FLASH_LOCAL_RESERVE  1024 /* bytes of local memory left to the implementation */
 
 /* Head dims the kernel is compiled for; a call uses the smallest bucket >= its dim that the
- * lanes of a team and the vector width divide. */
+ * lanes of a team and the vector width divide. Past them, up to TILES_MAX_WIDE_HEAD_DIM, both
+ * dims are padded to multiples of FLASH_D_CHUNK and streamed in pieces of that many columns
+ * (cl/flash.cl's D_CHUNK). */
 static const unsigned head_dim_buckets[] = {16, 32, 64, 80, 96, 128, 160, 192, 256};
 
 typedef struct flash_state {
@@ -36,6 +41,7 @@ typedef struct flash_state {
     int subgroups;            /* 0 local memory, 1 subgroups, 2 emulated (test builds) */
     unsigned emulated_size;   /* subgroups == 2: the emulated subgroup size */
     unsigned dqk_pad, dv_pad; /* head-dim buckets */
+    unsigned d_chunk;         /* head-dim columns a local tile holds; 0: the whole head */
     size_t group_size;        /* work-items a work-group */
     tile_geometry geometry;
     tile_cache_entry *entry; /* the cached lists, held until release */
@@ -56,11 +62,41 @@ static unsigned bucket_for(size_t dim, unsigned team, unsigned vector) {
     return 0;
 }
 
+static int is_wide(const attn_problem *pb) {
+    return pb->dim_qk > FLASH_MAX_HEAD_DIM || pb->dim_v > FLASH_MAX_HEAD_DIM;
+}
+
+/* The head-dim buckets and pieces of the state's shape; dv_pad 0 when the team or the vector
+ * width divides no bucket. */
+static void choose_head_dims(const attn_problem *pb, flash_state *st) {
+    unsigned team = team_of(st);
+    if (!is_wide(pb)) {
+        st->d_chunk = 0;
+        st->dqk_pad = bucket_for(pb->dim_qk, 1, st->vector);
+        st->dv_pad = bucket_for(pb->dim_v, team, st->vector);
+        return;
+    }
+    st->d_chunk = FLASH_D_CHUNK;
+    st->stages = 1; /* the pieces are staged one after another */
+    st->dqk_pad = (unsigned)((pb->dim_qk + FLASH_D_CHUNK - 1) / FLASH_D_CHUNK * FLASH_D_CHUNK);
+    st->dv_pad = (unsigned)((pb->dim_v + FLASH_D_CHUNK - 1) / FLASH_D_CHUNK * FLASH_D_CHUNK);
+    if (FLASH_D_CHUNK % team || FLASH_D_CHUNK % st->vector) st->dv_pad = 0;
+}
+
+/* Head-dim columns of Q and K, and of V, that the local tiles hold. */
+static unsigned qk_cols(const flash_state *st) {
+    return st->d_chunk ? st->d_chunk : st->dqk_pad;
+}
+
+static unsigned v_cols(const flash_state *st) {
+    return st->d_chunk ? st->d_chunk : st->dv_pad;
+}
+
 /* Local memory the kernel declares (cl/flash.cl), in bytes. */
 static size_t local_bytes(const flash_state *st, const attn_problem *pb) {
     size_t team = team_of(st), kv_size = dtype_size(pb->dtype);
-    size_t floats = (size_t)st->block_m * (st->dqk_pad + st->block_n + team) + st->block_m + 3;
-    return floats * 4 + kv_size * st->stages * st->block_n * (st->dqk_pad + st->dv_pad);
+    size_t floats = (size_t)st->block_m * (qk_cols(st) + st->block_n + team) + st->block_m + 3;
+    return floats * 4 + kv_size * st->stages * st->block_n * (qk_cols(st) + v_cols(st));
 }
 
 /* Whether a tuner's candidate runs on the device as it is: its work-items within the device's
@@ -111,9 +147,9 @@ static int shrink(flash_state *st, const attn_problem *pb, int too_many_items) {
         st->stages = 1;
         return 1;
     }
-    size_t q_cost = (size_t)st->block_m * st->dqk_pad * 4;
+    size_t q_cost = (size_t)st->block_m * qk_cols(st) * 4;
     size_t kv_cost =
-        (size_t)st->stages * st->block_n * (st->dqk_pad + st->dv_pad) * dtype_size(pb->dtype);
+        (size_t)st->stages * st->block_n * (qk_cols(st) + v_cols(st)) * dtype_size(pb->dtype);
     int rows_first = too_many_items ? teams >= team : q_cost >= kv_cost;
     if (teams > 1 && (rows_first || team == 1))
         st->block_m = st->tile_m * (teams / 2);
@@ -128,8 +164,7 @@ static int shrink(flash_state *st, const attn_problem *pb, int too_many_items) {
 static clattn_status fit_limits(clattn_context *ctx, const attn_problem *pb,
                                 const launch_limits *dev, flash_state *st) {
     for (;;) {
-        st->dqk_pad = bucket_for(pb->dim_qk, 1, st->vector);
-        st->dv_pad = bucket_for(pb->dim_v, team_of(st), st->vector);
+        choose_head_dims(pb, st);
         st->group_size = (size_t)(st->block_m / st->tile_m) * team_of(st);
         if (!st->dv_pad && team_of(st) > 1) { /* no bucket the team divides: a smaller team */
             st->block_n = st->tile_n * (team_of(st) / 2);
@@ -162,9 +197,10 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
                  dtype_name(pb->kv.dtype));
         return 0;
     }
-    if (!pb || (pb->dim_qk <= FLASH_MAX_HEAD_DIM && pb->dim_v <= FLASH_MAX_HEAD_DIM)) return 1;
-    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)", FLASH_MAX_HEAD_DIM,
-             pb->dim_qk, pb->dim_v);
+    if (!pb || (pb->dim_qk <= TILES_MAX_WIDE_HEAD_DIM && pb->dim_v <= TILES_MAX_WIDE_HEAD_DIM))
+        return 1;
+    snprintf(why, size, "head dims up to %d are compiled (Dqk=%zu, Dv=%zu)",
+             TILES_MAX_WIDE_HEAD_DIM, pb->dim_qk, pb->dim_v);
     return 0;
 }
 
@@ -261,11 +297,13 @@ static void release(variant_plan *plan) {
 static void kernel_defines(const clattn_context *ctx, const attn_problem *pb, const flash_state *st,
                            int subgroups, char *out, size_t size) {
     unsigned team = team_of(st);
-    int n = snprintf(out, size,
-                     "-DBLOCK_M=%u -DBLOCK_N=%u -DTILE_M=%u -DTILE_N=%u -DVEC=%u -DSTAGES=%u "
-                     "-DSUBGROUPS=%d -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DCOUNT_TILES=%d",
-                     st->block_m, st->block_n, st->tile_m, st->tile_n, st->vector, st->stages,
-                     subgroups, st->dqk_pad, st->dv_pad, (int)pb->dtype, pb->count_tiles);
+    int n =
+        snprintf(out, size,
+                 "-DBLOCK_M=%u -DBLOCK_N=%u -DTILE_M=%u -DTILE_N=%u -DVEC=%u -DSTAGES=%u "
+                 "-DSUBGROUPS=%d -DDQK_PAD=%u -DDV_PAD=%u -DD_CHUNK=%u -DIN_DTYPE=%d "
+                 "-DCOUNT_TILES=%d",
+                 st->block_m, st->block_n, st->tile_m, st->tile_n, st->vector, st->stages,
+                 subgroups, st->dqk_pad, st->dv_pad, st->d_chunk, (int)pb->dtype, pb->count_tiles);
     for (unsigned i = 0; subgroups == 1 && i < ctx->device.num_subgroup_sizes; i++)
         if (ctx->device.subgroup_sizes[i] == team) /* Intel: ask for subgroups of a team */
             n += snprintf(out + n, size - (size_t)n, " -DREQD_SUBGROUP_SIZE=%u", team);
@@ -299,9 +337,9 @@ static clattn_status run(clattn_context *ctx, const variant_plan *plan, const at
     if (!s) s = walk_launch_run(ctx, plan, &w, buf, event, stats);
     if (s) return s;
     snprintf(stats->kernel, sizeof stats->kernel,
-             "flash bm%u bn%u tm%u tn%u v%u s%u sg%d d%u/%u %s", st->block_m, st->block_n,
+             "flash bm%u bn%u tm%u tn%u v%u s%u sg%d d%u/%u dc%u %s", st->block_m, st->block_n,
              st->tile_m, st->tile_n, st->vector, st->stages, st->subgroups, st->dqk_pad, st->dv_pad,
-             dtype_name(pb->dtype));
+             st->d_chunk, dtype_name(pb->dtype));
     log_msg("flash: %s, %llu of %llu key tiles", stats->kernel,
             (unsigned long long)stats->tiles_visited, (unsigned long long)stats->tiles_total);
     return CLATTN_SUCCESS;

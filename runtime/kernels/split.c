@@ -40,7 +40,8 @@ typedef struct split_plan {
 /* ---------------------------------------------------------------- the row */
 
 extern const attn_variant variant_split; /* the row, at the end of the file */
-extern const attn_variant variant_lanes; /* takes long wide calls on the devices it serves */
+extern const attn_variant variant_lanes; /* take long wide calls on the devices they serve */
+extern const attn_variant variant_flash;
 
 /* Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512,
  * tiles_wide_head_dim_bucket): a work-item holds its rows' q and O in private memory (no local
@@ -69,13 +70,17 @@ static int supports(const clattn_context *ctx, const attn_problem *pb, char *why
     return 0;
 }
 
-/* Whether the lanes variant takes a call with head dims past 256 on this device: where it
- * serves the device and its compiler builds it. The tiled GPU variants stop at 256, so elsewhere
- * split keeps them. */
-static int lanes_takes_wide(const clattn_device_info *device, const attn_problem *pb) {
+/* Whether a tiled variant takes a call with head dims past 256 on this device: lanes (CPUs) or
+ * flash (GPUs, the head dim in pieces), where it serves the device and its compiler builds it.
+ * Elsewhere split keeps them. */
+static int tiles_take_wide(const clattn_device_info *device, const attn_problem *pb) {
+    static const attn_variant *const tiled[] = {&variant_lanes, &variant_flash};
     char why[256];
-    return !compiler_refuses(device, "lanes", why, sizeof why) &&
-           variant_lanes.suits(device, pb, why, sizeof why);
+    for (size_t i = 0; i < ARRAY_LEN(tiled); i++)
+        if (!compiler_refuses(device, tiled[i]->name, why, sizeof why) &&
+            tiled[i]->suits(device, pb, why, sizeof why))
+            return 1;
+    return 0;
 }
 
 /* Over a KV cache and q8_0 or q4_0 K/V always (no other variant reads them), and for rows longer
@@ -83,11 +88,11 @@ static int lanes_takes_wide(const clattn_device_info *device, const attn_problem
  * device's compiler builds it only slowly (kernels/compilers.c): up to head dim 256 while a kv
  * head has at most SPLIT_AUTO_ROWS query rows, where the fused variants' query tiles would leave
  * most of the device idle; past it, while a head has at most SPLIT_WIDE_AUTO_QUERIES rows, and
- * always on devices that lanes does not serve (the tiled GPU variants stop at 256). */
+ * always on devices that neither lanes nor flash serves. */
 static int suits(const clattn_device_info *device, const attn_problem *pb, char *why, size_t size) {
-    int only_split = pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
-                            loop_budget_leaves_only(device, "split", pb->len_k, pb->dim_qk,
-                                                    pb->dim_v));
+    int only_split =
+        pb && (problem_is_cache(pb) || dtype_is_quantised(pb->kv.dtype) ||
+               loop_budget_leaves_only(device, "split", pb->len_k, pb->dim_qk, pb->dim_v));
     char slow[256];
     if (!only_split && compiler_is_slow(device, "split", slow, sizeof slow)) {
         snprintf(why, size,
@@ -99,11 +104,11 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
     if (!pb || only_split) return 1;
     int wide = pb->dim_qk > TILES_MAX_HEAD_DIM || pb->dim_v > TILES_MAX_HEAD_DIM;
     if (!wide && pb->len_q * pb->group <= SPLIT_AUTO_ROWS) return 1;
-    if (wide && (pb->len_q <= SPLIT_WIDE_AUTO_QUERIES || !lanes_takes_wide(device, pb))) return 1;
+    if (wide && (pb->len_q <= SPLIT_WIDE_AUTO_QUERIES || !tiles_take_wide(device, pb))) return 1;
     snprintf(why, size,
              "auto uses it over KV caches, for q8_0 and q4_0 K/V, for at most %d query rows a kv "
-             "head, and past head dim %d for at most %d query rows a head or where lanes does not "
-             "serve (this call has %zu rows a head, %zu a kv head)",
+             "head, and past head dim %d for at most %d query rows a head or where neither lanes "
+             "nor flash serves (this call has %zu rows a head, %zu a kv head)",
              SPLIT_AUTO_ROWS, TILES_MAX_HEAD_DIM, SPLIT_WIDE_AUTO_QUERIES, pb->len_q,
              pb->len_q * pb->group);
     return 0;

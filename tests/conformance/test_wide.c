@@ -1,11 +1,12 @@
 /*
  * Head dims past the fused tiles' 256, up to DeepSeek's MLA (Dqk 576, Dv 512), on the fused
- * path: the split and lanes variants serve them (rowwise and flash refuse them by name, and auto
- * finds split or lanes), with float32, float16 and bfloat16 storage, with masks and the score
- * modifiers, and (split) with q8_0 and q4_0 K/V, against the reference on every device.
+ * path: the split, lanes and flash variants serve them (rowwise refuses them by name, and auto
+ * finds split, lanes or flash), with float32, float16 and bfloat16 storage, with masks and the
+ * score modifiers, and (split) with q8_0 and q4_0 K/V, against the reference on every device.
  */
 #include <criterion/criterion.h>
 
+#include "core/core.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -34,34 +35,26 @@ Test(wide, head_dims_576_512_on_the_fused_path_match_the_reference) {
                  "auto: failing cases are listed above");
 }
 
-Test(wide, rowwise_and_flash_refuse_them_by_name) {
+Test(wide, rowwise_refuses_them_by_name) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
-    static const clattn_variant tiled[] = {CLATTN_VARIANT_ROWWISE, CLATTN_VARIANT_FLASH};
-    for (size_t i = 0; i < COUNT(tiled); i++) {
-        clattn_variant_info info;
-        clattn_variant_info_init(&info);
-        clattn_attention_desc d;
-        clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 576, 512);
-        d.variant = tiled[i];
-        char message[256];
-        clattn_attention_extents ext;
-        cr_assert_eq(clattn_attention_desc_check(&d, &ext, message, sizeof message),
-                     CLATTN_SUCCESS);
-        float *buf = calloc(4 * 576, sizeof *buf), *o = calloc(4 * 512, sizeof *o);
-        cr_expect_eq(clattn_attention_host(ctxs[0], &d, buf, buf, buf, o, NULL),
-                     CLATTN_ERR_UNSUPPORTED, "%s served Dqk 576", clattn_variant_name(tiled[i]));
-        cr_expect(strstr(clattn_context_last_error(ctxs[0]), "head dims") != NULL, "%s",
-                  clattn_context_last_error(ctxs[0]));
-        free(buf), free(o);
-    }
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, 4, 576, 512);
+    d.variant = CLATTN_VARIANT_ROWWISE;
+    char message[256];
+    clattn_attention_extents ext;
+    cr_assert_eq(clattn_attention_desc_check(&d, &ext, message, sizeof message), CLATTN_SUCCESS);
+    float *buf = calloc(4 * 576, sizeof *buf), *o = calloc(4 * 512, sizeof *o);
+    cr_expect_eq(clattn_attention_host(ctxs[0], &d, buf, buf, buf, o, NULL), CLATTN_ERR_UNSUPPORTED,
+                 "rowwise served Dqk 576");
+    cr_expect(strstr(clattn_context_last_error(ctxs[0]), "head dims") != NULL, "%s",
+              clattn_context_last_error(ctxs[0]));
+    free(buf), free(o);
 }
 
-/* Head dims past 256 (DeepSeek's MLA is 576/512) on the lanes variant, which holds a tile's
- * rows in private memory: masks, GQA, 16-bit storage, strided layouts, globals and modifiers
- * against the reference. A device where lanes is not supported refuses them. */
-Test(wide, lanes_serves_them) {
-    attn_case cases[6];
+/* Head dims past 256 (DeepSeek's MLA is 576/512), up to 6 cases into cases: masks, GQA, 16-bit
+ * storage, strided layouts, globals and modifiers. @return how many. */
+static size_t tiled_cases(attn_case cases[6]) {
     case_init(&cases[0], 1, 4, 1, 70, 93, 576, 512);
     cases[0].causal = 1;
     case_init(&cases[1], 1, 2, 2, 45, 61, 320, 64);
@@ -76,28 +69,42 @@ Test(wide, lanes_serves_them) {
     case_init(&cases[5], 1, 2, 1, 40, 70, 576, 512);
     cases[5].causal = 1, cases[5].softcap = 20.0f, cases[5].alibi = 1, cases[5].sinks = 1;
     cases[5].bias = BIAS_BROADCAST;
+    for (size_t i = 0; i < 6; i++) cases[i].seed = 60 + i;
+    return 6;
+}
+
+/* Runs the cases on ctx through `variant`: each matches the reference there, or is refused
+ * where the variant does not serve the device. */
+static void expect_served(clattn_context *ctx, clattn_variant variant, const attn_case *cases,
+                          size_t count) {
+    clattn_variant_info vi;
+    clattn_variant_info_init(&vi);
+    cr_assert_eq(clattn_variant_describe(ctx, variant, &vi), CLATTN_SUCCESS);
+    for (size_t i = 0; i < count; i++) {
+        case_result r;
+        case_run(ctx, &cases[i], CLATTN_PATH_FUSED, variant, &r);
+        if (!vi.supported) {
+            cr_expect_eq(r.status, CLATTN_ERR_UNSUPPORTED, "case %zu: %s", i, r.message);
+            continue;
+        }
+        cr_expect(r.status == CLATTN_SUCCESS && r.mismatches == 0,
+                  "%s, case %zu (Dqk=%zu Dv=%zu): %s (%zu of %zu values off)",
+                  clattn_variant_name(variant), i, cases[i].dqk, cases[i].dv, r.message,
+                  r.mismatches, r.checked);
+        cr_expect_eq(r.stats.variant, variant);
+    }
+}
+
+/* The lanes variant holds a tile's rows in private memory. */
+Test(wide, lanes_serves_them) {
+    attn_case cases[6];
+    const size_t count = tiled_cases(cases);
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
     for (size_t dev = 0; dev < devices; dev++) {
-        clattn_variant_info vi;
-        clattn_variant_info_init(&vi);
-        cr_assert_eq(clattn_variant_describe(ctxs[dev], CLATTN_VARIANT_LANES, &vi), CLATTN_SUCCESS);
-        for (size_t i = 0; i < COUNT(cases); i++) {
-            cases[i].seed = 60 + i;
-            case_result r;
-            case_run(ctxs[dev], &cases[i], CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
-            if (!vi.supported) {
-                cr_expect_eq(r.status, CLATTN_ERR_UNSUPPORTED, "device %zu case %zu: %s", dev, i,
-                             r.message);
-                continue;
-            }
-            cr_expect(r.status == CLATTN_SUCCESS && r.mismatches == 0,
-                      "device %zu case %zu (Dqk=%zu Dv=%zu): %s (%zu of %zu values off)", dev, i,
-                      cases[i].dqk, cases[i].dv, r.message, r.mismatches, r.checked);
-            cr_expect_eq(r.stats.variant, CLATTN_VARIANT_LANES);
-        }
+        expect_served(ctxs[dev], CLATTN_VARIANT_LANES, cases, count);
         /* auto, in the table's order (verdicts aside): split for a few query rows a head
-           (decoding), lanes from 12 on where it serves the device */
+           (decoding), lanes (or flash) from 12 on where it serves the device */
         cr_assert_eq(clattn_context_set_verify(ctxs[dev], CLATTN_VERIFY_TRUST, 0), CLATTN_SUCCESS);
         attn_case few = cases[0], many = cases[0];
         few.nq = 4, many.nq = 12;
@@ -115,6 +122,26 @@ Test(wide, lanes_serves_them) {
         cr_assert_eq(clattn_context_set_verify(ctxs[dev], CLATTN_VERIFY_FROM_ENV, 0),
                      CLATTN_SUCCESS);
     }
+}
+
+/* The flash variant streams the head dimension through local memory in pieces of 64 columns:
+ * the same cases on every device, and on a device of 32 KiB of local memory (rusticl's,
+ * oclgrind's), where the tiles of 576/512 fit. */
+Test(wide, flash_serves_them_in_pieces) {
+    attn_case cases[6];
+    const size_t count = tiled_cases(cases);
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t dev = 0; dev < devices; dev++)
+        expect_served(ctxs[dev], CLATTN_VARIANT_FLASH, cases, count);
+    clattn_context *small = NULL;
+    cr_assert_eq(clattn_context_create(&small, 0), CLATTN_SUCCESS);
+    small->device.local_mem_bytes = 32768;
+    case_result r;
+    case_run(small, &cases[0], CLATTN_PATH_FUSED, CLATTN_VARIANT_FLASH, &r);
+    cr_expect(r.status == CLATTN_SUCCESS && r.mismatches == 0, "32 KiB: %s", r.message);
+    cr_expect(strstr(r.stats.kernel, "dc64") != NULL, "not in pieces: %s", r.stats.kernel);
+    clattn_context_destroy(small);
 }
 
 /* q8_0 and q4_0 K/V at 576/512: DeepSeek with a quantised cache. */

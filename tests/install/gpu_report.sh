@@ -23,7 +23,7 @@ no_leak_checks_for_pocl_compiles
 
 "$report" --quick --device 0 --torch-device cpu --clattn "$clattn" --python "$python" \
   --out "$work/report" > "$work/log" 2>&1 || fail "the report failed: $(tail -n 40 "$work/log")"
-steps="devices check check-16bit tune prefill-d64 prefill-d128 decode sparse"
+steps="devices check check-16bit tune prefill-d64 prefill-d128 decode sparse wide"
 for step in $steps; do
   grep -qE "^$step +[0-9]+s  ok$" "$work/report/summary.txt" ||
     fail "step $step is not ok: $(cat "$work/report/summary.txt")"
@@ -57,6 +57,11 @@ assert len(rows) >= 5 and check["failures"] == 0, rows
 assert all(row["passed"] > 0 and row["failed"] == 0 for row in rows), rows
 EOF
   fail "the report's records: $(cat "$work/records")"
+# head dims 576/512: a row of each of flash (in pieces), split and the gemm path at both lengths
+for how in "fused +flash" "fused +split" "gemm +"; do
+  [ "$(grep -cE "^$how.* 576 +512 +causal" "$work/report/wide.txt")" -eq 2 ] ||
+    fail "wide.txt has no two rows of $how: $(cat "$work/report/wide.txt")"
+done
 
 # a folder that holds files is not written into
 expect 2 "is not an empty folder" -- "$report" --device 0 --clattn "$clattn" --out "$work/report"
@@ -65,7 +70,7 @@ expect 2 "is not an empty folder" -- "$report" --device 0 --clattn "$clattn" --o
   > "$work/log" 2>&1
 status=$?
 [ $status -eq 1 ] || fail "a report on no device exited $status, expected 1"
-grep -q "^sparse .*FAILED (exit 1)$" "$work/none/summary.txt" ||
+grep -q "^wide .*FAILED (exit 1)$" "$work/none/summary.txt" ||
   fail "the last step did not run and fail: $(cat "$work/none/summary.txt")"
 grep -q "no device matches '99'" "$work/none/check.txt" ||
   fail "check.txt does not say why: $(cat "$work/none/check.txt")"
