@@ -57,10 +57,12 @@ static clattn_status run_once(const bench_inputs *in, bench_path path, double *w
         clFinish(clattn_context_queue(in->ctx));
     }
     *wall_ms = (seconds_now() - t0) * 1e3;
-    clattn_stats stats;
+    clattn_stats stats; /* only after a success: asking replaces the failure's message */
     clattn_stats_init(&stats);
-    *kernel_ms =
-        path <= BENCH_GEMM && clattn_context_last_stats(in->ctx, &stats) == 0 ? stats.kernel_ms : 0;
+    *kernel_ms = status == CLATTN_SUCCESS && path <= BENCH_GEMM &&
+                         clattn_context_last_stats(in->ctx, &stats) == 0
+                     ? stats.kernel_ms
+                     : 0;
     return status;
 }
 

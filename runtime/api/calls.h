@@ -34,4 +34,17 @@ clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attent
                                          cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
                                          cl_event *event);
 
+/* Tuning parameters as the caller sees them (clattn_tuning's fields; struct_size untouched). */
+void tuning_to_public(const tuning_params *in, clattn_tuning *out);
+
+/* A row's check of tuning parameters on a device (attn_variant's and gemm_row's tuning_valid). */
+typedef int tuning_valid_fn(const tuning_params *t, const clattn_device_info *device, char *why,
+                            size_t size);
+
+/* A caller's tuning parameters into *out, when they were initialised (clattn_tuning_init) and
+ * `valid` (NULL: any) takes them on the context's device; else CLATTN_ERR_INVALID_ARGUMENT,
+ * its message naming the row (api/tuning.c). */
+clattn_status tuning_from_caller(clattn_context *ctx, const char *row, tuning_valid_fn *valid,
+                                 const clattn_tuning *params, tuning_params *out);
+
 #endif

@@ -3,6 +3,7 @@
  * what each row is on a device, and the rows' tuning (the database is plan/tuning.c, as for the
  * attention variants).
  */
+#include "api/calls.h"
 #include "gemm/gemm.h"
 
 #include <stdio.h>
@@ -71,24 +72,6 @@ clattn_status clattn_gemm_describe(clattn_context *ctx, clattn_gemm gemm, clattn
 
 /* ---------------------------------------------------------------- tuning */
 
-#define COPY_FIELD(name, meaning) to->name = from->name;
-
-static void to_public(const tuning_params *from, clattn_tuning *to) {
-    TUNING_FIELDS(COPY_FIELD)
-}
-
-/* The caller's params into the database's struct. @return 0, or 1 for a bad struct. */
-static int from_public(const clattn_tuning *params, tuning_params *to) {
-    clattn_tuning local;
-    if (!params || struct_read(&local, sizeof local, params, params->struct_size, sizeof local))
-        return 1;
-    memset(to, 0, sizeof *to);
-    const clattn_tuning *from = &local;
-    TUNING_FIELDS(COPY_FIELD)
-    return 0;
-}
-#undef COPY_FIELD
-
 clattn_status clattn_device_gemm_tuning(size_t device_index, clattn_gemm gemm,
                                         clattn_tuning *params, clattn_tuning_source *source) {
     const gemm_row *row = gemm_find(gemm);
@@ -102,7 +85,7 @@ clattn_status clattn_device_gemm_tuning(size_t device_index, clattn_gemm gemm,
     clattn_tuning out;
     memset(&out, 0, sizeof out);
     out.struct_size = sizeof out;
-    to_public(&found, &out);
+    tuning_to_public(&found, &out);
     struct_write(params, &out, sizeof out, sizeof out);
     if (source) *source = (clattn_tuning_source)from;
     return CLATTN_SUCCESS;
@@ -114,14 +97,10 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_gemm gemm,
     ctx_clear_error(ctx);
     if (!row) return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "no GEMM row %d", (int)gemm);
     tuning_params p;
-    if (params && from_public(params, &p))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "params->struct_size is %zu: set it with clattn_tuning_init",
-                         params->struct_size);
-    char why[512] = "";
-    if (params && row->tuning_valid && !row->tuning_valid(&p, &ctx->device, why, sizeof why))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", row->name, why);
-    clattn_status status = tuning_set_context(ctx, row->name, params ? &p : NULL);
+    clattn_status status =
+        params ? tuning_from_caller(ctx, row->name, row->tuning_valid, params, &p) : CLATTN_SUCCESS;
+    if (status) return status;
+    status = tuning_set_context(ctx, row->name, params ? &p : NULL);
     return status ? ctx_error(ctx, status, "setting the tuning of %s", row->name) : status;
 }
 
@@ -138,12 +117,12 @@ clattn_status clattn_gemm_tuning_save(clattn_context *ctx, clattn_gemm gemm,
     const gemm_row *row = gemm_find(gemm);
     tuning_params p;
     clattn_status status =
-        !row || from_public(params, &p)
-            ? ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                        "clattn_gemm_tuning_save: an unknown GEMM row (%d) or NULL or "
-                        "uninitialised params",
-                        (int)gemm)
-            : tuning_save(&ctx->device, row->name, &p, &ctx->error);
+        !row || !params ? ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                                    "clattn_gemm_tuning_save: an unknown GEMM row (%d) or NULL "
+                                    "params",
+                                    (int)gemm)
+                        : tuning_from_caller(ctx, row->name, row->tuning_valid, params, &p);
+    if (!status) status = tuning_save(&ctx->device, row->name, &p, &ctx->error);
     context_leave(ctx);
     return status;
 }

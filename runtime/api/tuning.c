@@ -2,12 +2,13 @@
  * The tuning entry points: a variant's parameters from the database, a context's own ones (for
  * tuners), and tuning.json's writer. The database itself is plan/tuning.c.
  */
+#include "api/calls.h"
 #include "kernels/variant.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static void to_public(const tuning_params *in, clattn_tuning *out) {
+void tuning_to_public(const tuning_params *in, clattn_tuning *out) {
 #define COPY_FIELD(name, meaning) out->name = in->name;
     TUNING_FIELDS(COPY_FIELD)
 #undef COPY_FIELD
@@ -44,7 +45,7 @@ clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
     clattn_tuning out;
     memset(&out, 0, sizeof out);
     out.struct_size = sizeof out;
-    to_public(&found, &out);
+    tuning_to_public(&found, &out);
     struct_write(params, &out, sizeof out, sizeof out);
     if (source) *source = (clattn_tuning_source)from;
     return CLATTN_SUCCESS;
@@ -59,6 +60,18 @@ static int read_params(const clattn_tuning *params, tuning_params *out) {
     return 0;
 }
 
+clattn_status tuning_from_caller(clattn_context *ctx, const char *row, tuning_valid_fn *valid,
+                                 const clattn_tuning *params, tuning_params *out) {
+    if (read_params(params, out))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "params->struct_size is %zu: set it with clattn_tuning_init",
+                         params->struct_size);
+    char why[512] = "";
+    if (valid && !valid(out, &ctx->device, why, sizeof why))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", row, why);
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_variant variant,
                                         const clattn_tuning *params) {
     const attn_variant *row = variant_find(variant);
@@ -66,14 +79,10 @@ static clattn_status set_tuning_in_call(clattn_context *ctx, clattn_variant vari
     if (!row)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "unknown variant %d", (int)variant);
     tuning_params p;
-    if (params && read_params(params, &p))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "params->struct_size is %zu: set it with clattn_tuning_init",
-                         params->struct_size);
-    char why[512] = "";
-    if (params && row->tuning_valid && !row->tuning_valid(&p, &ctx->device, why, sizeof why))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", row->name, why);
-    clattn_status status = tuning_set_context(ctx, row->name, params ? &p : NULL);
+    clattn_status status =
+        params ? tuning_from_caller(ctx, row->name, row->tuning_valid, params, &p) : CLATTN_SUCCESS;
+    if (status) return status;
+    status = tuning_set_context(ctx, row->name, params ? &p : NULL);
     return status ? ctx_error(ctx, status, "setting the tuning of %s", row->name) : status;
 }
 
@@ -86,13 +95,13 @@ static clattn_status tuning_save_in_call(clattn_context *ctx, clattn_variant var
                                          const clattn_tuning *params) {
     const attn_variant *row = variant_find(variant);
     ctx_clear_error(ctx);
-    tuning_params p;
-    if (!row || !params || read_params(params, &p))
+    if (!row || !params)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "clattn_tuning_save: an unknown variant (%d) or NULL or uninitialised "
-                         "params",
+                         "clattn_tuning_save: an unknown variant (%d) or NULL params",
                          (int)variant);
-    return tuning_save(&ctx->device, row->name, &p, &ctx->error);
+    tuning_params p;
+    clattn_status status = tuning_from_caller(ctx, row->name, row->tuning_valid, params, &p);
+    return status ? status : tuning_save(&ctx->device, row->name, &p, &ctx->error);
 }
 
 clattn_status clattn_tuning_save(clattn_context *ctx, clattn_variant variant,

@@ -36,7 +36,14 @@ int json_read_string(json_reader *r, char *out, size_t size) {
     return json_expect(r, '"');
 }
 
-/* Skips one value of any kind (for keys we do not know). */
+/* Fails the reader when a loop's step left it where it was (a value that does not start as a
+ * value should, such as a '}' inside an array): such a loop would never end. */
+static void fail_unless_moved(json_reader *r, const char *before) {
+    if (r->at == before) r->failed = 1;
+}
+
+/* Skips one value of any kind (for keys we do not know); fails on one that is empty (a NUL byte
+ * or a closing bracket where a value should be). */
 void json_skip_value(json_reader *r, int depth) {
     json_skip_space(r);
     if (r->at >= r->end || depth > 32) {
@@ -52,15 +59,19 @@ void json_skip_value(json_reader *r, int depth) {
         r->at++;
         json_skip_space(r);
         while (!r->failed && r->at < r->end && *r->at != close) {
+            const char *before = r->at;
             if (c == '{' && json_read_string(r, text, sizeof text)) json_expect(r, ':');
             json_skip_value(r, depth + 1);
             json_skip_space(r);
             if (r->at < r->end && *r->at == ',') r->at++;
             json_skip_space(r);
+            fail_unless_moved(r, before);
         }
         json_expect(r, close);
     } else {
-        while (r->at < r->end && !strchr(",}] \t\r\n", *r->at)) r->at++;
+        const char *start = r->at;
+        while (r->at < r->end && *r->at != '\0' && !strchr(",}] \t\r\n", *r->at)) r->at++;
+        fail_unless_moved(r, start);
     }
 }
 
@@ -76,11 +87,13 @@ void json_read_object(json_reader *r,
     if (!json_expect(r, '{')) return;
     json_skip_space(r);
     while (!r->failed && r->at < r->end && *r->at != '}') {
+        const char *before = r->at;
         char key[64];
         if (!json_read_string(r, key, sizeof key) || !json_expect(r, ':')) return;
         json_skip_space(r);
         read_value(r, key, target);
         json_next_item(r);
+        fail_unless_moved(r, before);
     }
     json_expect(r, '}');
 }
@@ -92,12 +105,14 @@ static void read_array(json_reader *r, size_t entry_size,
     if (!json_expect(r, '[')) return;
     json_skip_space(r);
     while (!r->failed && r->at < r->end && *r->at != ']') {
+        const char *before = r->at;
         unsigned char *grown = realloc(*entries, (*count + 1) * entry_size);
         if (!grown) break;
         *entries = grown;
         read_entry(r, grown + *count * entry_size);
         if (!r->failed) (*count)++;
         json_next_item(r);
+        fail_unless_moved(r, before);
     }
     json_expect(r, ']');
 }
@@ -120,13 +135,14 @@ static void read_file_value(json_reader *r, const char *key, void *target) {
 
 void *json_read_entries(const char *text, size_t size, size_t entry_size,
                         void (*read_entry)(json_reader *r, void *entry), size_t *count,
-                        const char *what) {
+                        size_t *fault, const char *what) {
     json_reader r = {text, text + size, 0};
     entries_target t = {entry_size, read_entry, NULL, 0};
     json_read_object(&r, read_file_value, &t);
     if (r.failed)
         log_msg("%s: malformed near byte %zu; entries after it ignored", what,
                 (size_t)(r.at - text));
+    if (fault) *fault = r.failed ? (size_t)(r.at - text) + 1 : 0;
     *count = t.count;
     return t.entries;
 }

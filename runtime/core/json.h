@@ -33,11 +33,11 @@ void json_read_object(json_reader *r,
                       void *target);
 /* The entries of a file's text {"entries": [E, ...], ...} (other keys skipped): read_entry reads
  * one E into `entry`, entry_size bytes. A malformed text keeps the entries before the fault and
- * logs "<what>: malformed near byte N". @return the entries, malloc'ed (NULL when none), and
- * their *count. */
+ * logs "<what>: malformed near byte N"; *fault (when not NULL) is then N + 1, else 0. @return
+ * the entries, malloc'ed (NULL when none), and their *count. */
 void *json_read_entries(const char *text, size_t size, size_t entry_size,
                         void (*read_entry)(json_reader *r, void *entry), size_t *count,
-                        const char *what);
+                        size_t *fault, const char *what);
 
 /* A JSON string: quotes and backslashes escaped, control characters dropped. */
 void json_write_string(FILE *f, const char *text);

@@ -81,6 +81,7 @@ static struct {
     off_t size;
     user_entry *entries;
     size_t count;
+    size_t fault; /* malformed near byte fault - 1; 0: read whole */
 } user_file;
 
 const char *tuning_file_path(char *buf, size_t size) {
@@ -108,7 +109,7 @@ static void reload_if_changed(const char *path) {
     char *text = read_regular_file(path, (size_t)1 << 24, 0, &got);
     if (text)
         user_file.entries = json_read_entries(text, got, sizeof *user_file.entries, read_entry,
-                                              &user_file.count, "tuning.json");
+                                              &user_file.count, &user_file.fault, "tuning.json");
     free(text);
 }
 
@@ -172,6 +173,24 @@ static user_entry *entries_with(const user_entry *added, size_t *count) {
     return all;
 }
 
+/* A tuning.json that a save would lose entries of, were it rewritten from what was read: one
+ * that is not a regular file of under 16 MiB, or that is malformed (user_file, just reloaded). */
+static clattn_status unreadable_file(const char *path, error_record *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return CLATTN_SUCCESS; /* none yet */
+    if (!S_ISREG(st.st_mode) || st.st_size >= (1 << 24))
+        return error_set(err, CLATTN_ERR_IO,
+                         "%s is not a regular file of under 16 MiB: not overwritten (move it "
+                         "away to save)",
+                         path);
+    if (user_file.fault)
+        return error_set(err, CLATTN_ERR_IO,
+                         "%s is malformed near byte %zu: not overwritten, so that its other "
+                         "entries are not lost (mend it, or move it away to save)",
+                         path, user_file.fault - 1);
+    return CLATTN_SUCCESS;
+}
+
 clattn_status tuning_save(const clattn_device_info *device, const char *variant,
                           const tuning_params *params, error_record *err) {
     char path[4200], dir[4096];
@@ -193,6 +212,11 @@ clattn_status tuning_save(const clattn_device_info *device, const char *variant,
     added.set = (1u << ARRAY_LEN(param_names)) - 1;
     pthread_mutex_lock(&user_lock);
     reload_if_changed(path);
+    clattn_status refused = unreadable_file(path, err);
+    if (refused) {
+        pthread_mutex_unlock(&user_lock);
+        return refused;
+    }
     size_t count = 0, size = 0;
     user_entry *all = entries_with(&added, &count);
     char *text =

@@ -69,13 +69,15 @@ static void read_entry(json_reader *r, void *entry) {
     json_read_object(r, read_value, entry);
 }
 
-/* A file's entries (none when it does not exist). @return 0, or an errno. */
-static int read_entries(const char *path, verdict_entry **entries, size_t *count) {
+/* A file's entries (none when it does not exist), and in *fault where it is malformed (byte
+ * + 1; 0: read whole). @return 0, or an errno. */
+static int read_entries(const char *path, verdict_entry **entries, size_t *count, size_t *fault) {
     size_t size = 0;
-    *entries = NULL, *count = 0;
+    *entries = NULL, *count = 0, *fault = 0;
     char *text = read_regular_file(path, (size_t)1 << 24, 0, &size);
     if (!text) return errno == ENOENT ? 0 : errno;
-    *entries = json_read_entries(text, size, sizeof **entries, read_entry, count, "verdicts");
+    *entries =
+        json_read_entries(text, size, sizeof **entries, read_entry, count, fault, "verdicts");
     free(text);
     return 0;
 }
@@ -118,7 +120,8 @@ static void reload_store(const char *path) {
     if (!exists) return;
     snprintf(store.path, sizeof store.path, "%s", path);
     store.mtime = st.st_mtim, store.size = st.st_size;
-    read_entries(path, &store.entries, &store.count);
+    size_t fault; /* lookups take the entries before a fault */
+    read_entries(path, &store.entries, &store.count, &fault);
 }
 
 int verdict_find(verdict_entry *e) {
@@ -189,14 +192,19 @@ static clattn_status add_entries(const char *file, const verdict_entry *added, s
     }
     pthread_mutex_lock(&store_lock);
     verdict_entry *entries = NULL;
-    size_t count = 0;
-    int e = read_entries(file, &entries, &count);
-    if (!e) e = write_with(file, entries, count, added, num_added);
+    size_t count = 0, fault = 0;
+    int e = read_entries(file, &entries, &count, &fault);
+    if (!e && !fault) e = write_with(file, entries, count, added, num_added);
     free(entries);
     free(store.entries); /* read again at the next lookup */
     memset(&store, 0, sizeof store);
     pthread_mutex_unlock(&store_lock);
-    if (e) return error_set(err, CLATTN_ERR_IO, "writing %s: %s", file, strerror(e));
+    if (fault)
+        return error_set(err, CLATTN_ERR_IO,
+                         "%s is malformed near byte %zu: not overwritten, so that its other "
+                         "verdicts are not lost (mend it, or move it away)",
+                         file, fault - 1);
+    if (e) return error_set(err, CLATTN_ERR_IO, "updating %s: %s", file, strerror(e));
     return CLATTN_SUCCESS;
 }
 
@@ -206,9 +214,16 @@ clattn_status verdict_write(const char *file, const verdict_entry *e, error_reco
 
 clattn_status verdicts_merge(const char *file, size_t *merged, size_t *ignored, error_record *err) {
     verdict_entry *entries = NULL, mine;
-    size_t count = 0, kept = 0;
-    int e = read_entries(file, &entries, &count);
+    size_t count = 0, kept = 0, fault = 0;
+    int e = read_entries(file, &entries, &count, &fault);
     if (e) return error_set(err, CLATTN_ERR_IO, "reading %s: %s", file, strerror(e));
+    if (fault) {
+        free(entries);
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "%s is not a verdicts report (clattn check --report): malformed near "
+                         "byte %zu",
+                         file, fault - 1);
+    }
     if (count == 0 && !entries) {
         struct stat st;
         if (stat(file, &st) != 0)

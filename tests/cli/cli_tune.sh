@@ -3,7 +3,8 @@
 # entry of the device and driver into tuning.json; afterwards `clattn devices` says the device
 # is tuned, the variant listing takes its parameters from tuning.json, a `clattn run` builds the
 # kernel with exactly the saved values, and a second tune keeps the other entries of the file;
-# tune --gemm panels writes the GEMM row's entry, which the layer's GEMMs then take.
+# tune --gemm panels writes the GEMM row's entry, which the layer's GEMMs then take. An entry a
+# variant refuses makes bench name it.
 # Child processes build the first round of candidates ahead (--jobs), not for --gemm.
 # Bad options are usage errors. Usage: cli_tune.sh PATH/TO/clattn
 set -uo pipefail
@@ -62,6 +63,13 @@ expected="panels $(field tile_m)x$(field tile_n) micro-tiles, blocks $(field blo
   --gemm panels --out "$work/bench" > "$work/bench.txt" 2>&1 || fail "bench layer: $(cat "$work/bench.txt")"
 grep -qF "$expected" "$work/bench.txt" ||
   fail "the layer did not take '$expected': $(cat "$work/bench.txt")"
+
+# ---- an entry the variant refuses: bench says what the planner said (not that no call had
+# succeeded yet)
+device=$(sed -E 's/.*"device": "([^"]*)".*/\1/' <<< "$entry")
+printf '{"entries": [{"device": "%s", "variant": "lanes", "block_n": 24}]}\n' "$device" > "$json"
+expect 1 "lanes: the tuning entry (tuning.json): block_m" -- \
+  "$clattn" bench --device 0 --variant lanes --hq 1 --nq 64 --repeat 1
 
 # ---- options
 expect 2 "--gemm and --variant" -- "$clattn" tune --gemm panels --variant flash

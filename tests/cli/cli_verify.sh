@@ -101,6 +101,18 @@ grep -q "^verdicts: merged 1 from report.json into $work/other/verdicts.json; 0 
 CLATTN_CACHE_DIR="$work/other" CLATTN_KERNEL_DIR="$work/wrong" "$clattn" devices --variants |
   grep -qE "^ +verdict: failed on 20" || fail "the merged verdict is not shown"
 expect 1 "--verdicts $work/absent.json" -- "$clattn" devices --verdicts "$work/absent.json"
+# a file that is not a report is refused, not merged as nothing; a store that a write would
+# rewrite from part of its entries is left as it is
+echo "not json" > garbage.txt
+expect 1 "garbage.txt is not a verdicts report (clattn check --report): malformed near byte 0" \
+  -- "$clattn" devices --verdicts garbage.txt
+cp other/verdicts.json stored.json
+sed -i '0,/"device": "[^"]*"/s//"device": {1: 2}/' other/verdicts.json
+cp other/verdicts.json damaged.json
+expect 1 "verdicts.json is malformed near byte" -- \
+  env CLATTN_CACHE_DIR="$work/other" "${wrong[@]:1}" "$clattn" devices --verdicts report.json
+cmp -s other/verdicts.json damaged.json || fail "a malformed store was rewritten"
+cp stored.json other/verdicts.json
 
 # ---- entries for another driver, library version or kernel sources are never taken
 python3 - cache/verdicts.json << 'EOF' || fail "cannot write the mismatched entries"

@@ -174,8 +174,9 @@ Test(tuning, nothing_is_written_with_the_cache_folder_off) {
     clattn_context *ctx = NULL;
     setenv("CLATTN_CACHE_DIR", "off", 1);
     cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
-    clattn_tuning t;
+    clattn_tuning t; /* the device's own entry: one flash takes */
     clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(0, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
     char path[64];
     cr_expect_eq(clattn_tuning_file(path, sizeof path), CLATTN_ERR_UNSUPPORTED);
     cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_UNSUPPORTED);
@@ -206,5 +207,106 @@ Test(tuning, a_file_others_could_have_written_is_ignored, .init = setup, .fini =
     cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t), CLATTN_ERR_IO, "%s",
                  clattn_context_last_error(ctx));
     cr_assert_eq(chmod(folder, 0700), 0);
+    clattn_context_destroy(ctx);
+}
+
+/* A damaged file in the cache folder: a value that is not one (a closing bracket or a NUL byte
+ * where an array's value should be) ends the reading there, and calls go on. The entry before
+ * the damage is still taken. Before, the reader looped on it for ever. */
+Test(tuning, a_damaged_file_ends_the_reading_without_hanging, .init = setup, .fini = teardown,
+     .timeout = 60) {
+    clattn_device_info info;
+    clattn_context *ctx = context_on_device_0(&info);
+    static const char *const names[] = {"tuning.json", "verdicts.json"};
+    static const struct {
+        const char *bytes;
+        size_t size;
+    } damage[] = {{"[}]", 3}, {"[\0]", 3}, {"{\"a\":}", 6}};
+    for (size_t n = 0; n < 2; n++)
+        for (size_t d = 0; d < sizeof damage / sizeof damage[0]; d++) {
+            char path[128];
+            snprintf(path, sizeof path, "%s/%s", folder, names[n]);
+            FILE *f = fopen(path, "wb");
+            cr_assert_not_null(f);
+            fprintf(f,
+                    "{\"entries\": [{\"device\": \"%s\", \"variant\": \"lanes\", "
+                    "\"block_m\": 48}], \"junk\": ",
+                    info.name);
+            fwrite(damage[d].bytes, 1, damage[d].size, f);
+            fputs(", \"more\": 1}", f);
+            fclose(f);
+            clattn_stats used = run_variant(ctx, CLATTN_VARIANT_LANES);
+            if (n == 0) cr_expect_eq(used.block_m, 48, "damage %zu: the entry before it", d);
+            remove(path);
+        }
+    clattn_context_destroy(ctx);
+}
+
+/* clattn_tuning_save and clattn_gemm_tuning_save refuse what the row would refuse at run time,
+ * as clattn_context_set_tuning does, and leave tuning.json as it was: before, a saved flash entry
+ * of tile_m 0 made every later flash call on the device fail. */
+Test(tuning, saving_parameters_the_row_refuses_writes_nothing, .init = setup, .fini = teardown) {
+    clattn_device_info info;
+    clattn_context *ctx = context_on_device_0(&info);
+    write_one_entry("another device", "flash", "block_m", 2);
+    char path[512], before[512] = "", after[512] = "";
+    cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    before[fread(before, 1, sizeof before - 1, f)] = '\0';
+    fclose(f);
+
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
+    t.tile_m = 0;
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "flash: tile_m is out of range") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_gemm_tuning(info.index, CLATTN_GEMM_PANELS, &t, NULL),
+                 CLATTN_SUCCESS);
+    t.tile_n = 17;
+    cr_expect_eq(clattn_gemm_tuning_save(ctx, CLATTN_GEMM_PANELS, &t), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "panels: tile_m") != NULL, "%s",
+              clattn_context_last_error(ctx));
+
+    f = fopen(path, "r");
+    cr_assert_not_null(f);
+    after[fread(after, 1, sizeof after - 1, f)] = '\0';
+    fclose(f);
+    cr_expect_str_eq(after, before, "tuning.json changed");
+    clattn_context_destroy(ctx);
+}
+
+/* A tuning.json the reader stopped in (malformed) or could not read (not a regular file) is
+ * not rewritten by a save from the entries it kept: the others would be lost. */
+Test(tuning, a_save_leaves_a_file_it_could_not_read_whole, .init = setup, .fini = teardown) {
+    clattn_device_info info;
+    clattn_context *ctx = context_on_device_0(&info);
+    static const char damaged[] = "{\"entries\": [{\"device\": \"a\", \"variant\": \"flash\", "
+                                  "\"driver\": 3}, {\"device\": \"b\", \"variant\": \"flash\"}]}";
+    write_tuning(damaged);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_IO);
+    cr_expect(strstr(clattn_context_last_error(ctx), "is malformed near byte") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    char path[512], file[512] = "";
+    cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    file[fread(file, 1, sizeof file - 1, f)] = '\0';
+    fclose(f);
+    cr_expect_str_eq(file, damaged, "the file was rewritten");
+
+    cr_assert_eq(remove(path), 0); /* a folder in its place */
+    cr_assert_eq(mkdir(path, 0700), 0);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_IO);
+    cr_expect(strstr(clattn_context_last_error(ctx), "is not a regular file") != NULL, "%s",
+              clattn_context_last_error(ctx));
+    cr_assert_eq(rmdir(path), 0);
+    ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t)); /* none: written */
     clattn_context_destroy(ctx);
 }
