@@ -257,9 +257,11 @@ ALWAYS_INLINE void tile_scores(const flash_ctx *f, const walk_state *w, const fl
 #else
     add_scores(f, buf, s);
 #endif
-    for (int r = 0; r < TILE_M; r++)
-        for (int c = 0; c < TILE_N; c++)
+    for (int c = 0; c < TILE_N; c++) {
+        if (k0 + f->lane + c * TEAM >= w->k.keys) continue; /* no key: masked, never read */
+        for (int r = 0; r < TILE_M; r++)
             if (!isfinite(s[r][c]) && st->i[r] >= 0) s[r][c] = rescore(f, w, k0, st->i[r], c);
+    }
 }
 
 /* Scores in the natural domain: -inf where the walk does not own the pair (by the tile's kind)
