@@ -287,6 +287,11 @@ int cache_trim(const char *dir, uint64_t limit_bytes, size_t *removed);
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so
  * that a reader never sees half a file (file.c). @return 0, or errno. */
 int write_file_atomic(const char *path, const void *data, size_t size);
+/* Holds `path`.lock (made 0600 when missing, never through a link) locked against the other
+ * processes that update `path` the same way, for a read, merge and rewrite (flock). @return the
+ * lock's descriptor for file_unlock, or -1 with errno. */
+int file_lock(const char *path);
+void file_unlock(int fd);
 /* Removes from `dir` what write_file_atomic's writers left there when they were killed: files
  * named TARGET.tmp.PID.N where is_target(TARGET, its length) accepts TARGET, regular files of
  * this process's user, and PID a process that does not exist (kill(PID, 0) fails with ESRCH;

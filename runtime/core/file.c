@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,14 +46,42 @@ int write_file_atomic(const char *path, const void *data, size_t size) {
     char *tmp = malloc(len);
     if (!tmp) return ENOMEM;
     static atomic_uint writes;
-    snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&writes, 1));
-    int e = write_new_file(tmp, data, size);
+    int e = EEXIST;
+    for (int tries = 0; e == EEXIST && tries < 16; tries++) { /* one left by a killed namesake */
+        snprintf(tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&writes, 1));
+        e = write_new_file(tmp, data, size);
+    }
     if (e == 0 && rename(tmp, path) != 0) {
         e = errno;
         unlink(tmp);
     }
     free(tmp);
     return e;
+}
+
+int file_lock(const char *path) {
+    size_t len = strlen(path) + 8;
+    char *name = malloc(len);
+    if (!name) {
+        errno = ENOMEM;
+        return -1;
+    }
+    snprintf(name, len, "%s.lock", path);
+    int fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    free(name);
+    if (fd < 0) return -1;
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return -1;
+        }
+    return fd;
+}
+
+void file_unlock(int fd) {
+    if (fd >= 0) close(fd); /* releases the lock */
 }
 
 /* Decimal digits at s (at most 10, the value <= INT_MAX) into *value. @return the end, or

@@ -211,9 +211,17 @@ clattn_status tuning_save(const clattn_device_info *device, const char *variant,
     added.params = *params;
     added.set = (1u << ARRAY_LEN(param_names)) - 1;
     pthread_mutex_lock(&user_lock);
+    int lock = file_lock(path); /* against other processes' saves, until the rename */
+    if (lock < 0) {
+        pthread_mutex_unlock(&user_lock);
+        return error_set(err, CLATTN_ERR_IO, "locking %s.lock: %s", path, strerror(errno));
+    }
+    free(user_file.entries); /* read afresh under the lock */
+    memset(&user_file, 0, sizeof user_file);
     reload_if_changed(path);
     clattn_status refused = unreadable_file(path, err);
     if (refused) {
+        file_unlock(lock);
         pthread_mutex_unlock(&user_lock);
         return refused;
     }
@@ -227,6 +235,7 @@ clattn_status tuning_save(const clattn_device_info *device, const char *variant,
     free(text);
     free(user_file.entries); /* read again on the next lookup */
     memset(&user_file, 0, sizeof user_file);
+    file_unlock(lock);
     pthread_mutex_unlock(&user_lock);
     if (e) return error_set(err, CLATTN_ERR_IO, "writing %s: %s", path, strerror(e));
     log_msg("tuning: wrote the %s entry of %s (%s) to %s", variant, device->name,

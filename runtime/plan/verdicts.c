@@ -185,7 +185,8 @@ static clattn_status store_path(char *path, size_t size, error_record *err) {
 static clattn_status add_entries(const char *file, const verdict_entry *added, size_t num_added,
                                  error_record *err) {
     char path[4200];
-    if (!file) {
+    const int shared = !file; /* the store, which other processes update too; not a report */
+    if (shared) {
         clattn_status status = store_path(path, sizeof path, err);
         if (status != CLATTN_SUCCESS) return status;
         file = path;
@@ -193,8 +194,10 @@ static clattn_status add_entries(const char *file, const verdict_entry *added, s
     pthread_mutex_lock(&store_lock);
     verdict_entry *entries = NULL;
     size_t count = 0, fault = 0;
-    int e = read_entries(file, &entries, &count, &fault);
+    int lock = shared ? file_lock(file) : -1; /* against the others' updates, until the rename */
+    int e = shared && lock < 0 ? errno : read_entries(file, &entries, &count, &fault);
     if (!e && !fault) e = write_with(file, entries, count, added, num_added);
+    file_unlock(lock);
     free(entries);
     free(store.entries); /* read again at the next lookup */
     memset(&store, 0, sizeof store);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char folder[64];
@@ -308,5 +309,85 @@ Test(tuning, a_save_leaves_a_file_it_could_not_read_whole, .init = setup, .fini 
               clattn_context_last_error(ctx));
     cr_assert_eq(rmdir(path), 0);
     ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t)); /* none: written */
+    clattn_context_destroy(ctx);
+}
+
+/* Counts the lines of the file naming `"variant": "`. */
+static int entries_in(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, "\"variant\": \"") != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Processes that save tuning entries and record verdicts at the same moment lose none of them:
+ * each read, merge and rewrite holds the file's lock (before, 2 to 6 of 7 were kept). The
+ * children start together on a pipe's close, each with its own variant; three rounds. */
+Test(tuning, processes_saving_at_once_lose_no_entry, .init = setup, .fini = teardown,
+     .timeout = 240) {
+    static const clattn_variant variants[] = {CLATTN_VARIANT_LANES, CLATTN_VARIANT_ROWWISE,
+                                              CLATTN_VARIANT_SPLIT, CLATTN_VARIANT_FLASH};
+    enum { WRITERS = sizeof variants / sizeof variants[0] };
+    char tuning[512], verdicts[512];
+    for (int round = 0; round < 3; round++) {
+        int go[2];
+        cr_assert_eq(pipe(go), 0);
+        for (int w = 0; w < WRITERS; w++) {
+            pid_t child = fork();
+            cr_assert(child >= 0);
+            if (child) continue;
+            close(go[1]);
+            clattn_context *ctx = NULL;
+            clattn_tuning t;
+            clattn_verdict v;
+            clattn_tuning_init(&t);
+            clattn_verdict_init(&v);
+            v.kind = CLATTN_VERDICT_PASSED;
+            int ok = clattn_context_create(&ctx, 0) == CLATTN_SUCCESS &&
+                     clattn_device_tuning(0, variants[w], &t, NULL) == CLATTN_SUCCESS;
+            char c;
+            ok &= read(go[0], &c, 1) == 0; /* the parent closed it: go */
+            ok = ok && clattn_tuning_save(ctx, variants[w], &t) == CLATTN_SUCCESS &&
+                 clattn_verdict_record(ctx, variants[w], &v, NULL) == CLATTN_SUCCESS;
+            clattn_context_destroy(ctx);
+            _exit(ok ? 0 : 1);
+        }
+        close(go[0]);
+        sleep(1); /* the children are ready and waiting on the pipe */
+        close(go[1]);
+        for (int w = 0; w < WRITERS; w++) {
+            int status = 0;
+            cr_assert(wait(&status) > 0);
+            cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a writer failed");
+        }
+        cr_assert_eq(clattn_tuning_file(tuning, sizeof tuning), CLATTN_SUCCESS);
+        cr_assert_eq(clattn_verdicts_file(verdicts, sizeof verdicts), CLATTN_SUCCESS);
+        cr_expect_eq(entries_in(tuning), WRITERS, "round %d: tuning.json lost entries", round);
+        cr_expect_eq(entries_in(verdicts), WRITERS, "round %d: verdicts.json lost entries", round);
+        remove(tuning), remove(verdicts);
+    }
+}
+
+/* Temporaries named as this process's next ones (left by a killed process whose PID this one
+ * now has) do not block a save: it takes the next free name. */
+Test(tuning, a_save_steps_over_temporaries_named_like_its_own, .init = setup, .fini = teardown) {
+    clattn_device_info info;
+    clattn_context *ctx = context_on_device_0(&info);
+    char path[512], planted[600];
+    cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
+    for (int n = 0; n < 4; n++) {
+        snprintf(planted, sizeof planted, "%s.tmp.%ld.%d", path, (long)getpid(), n);
+        FILE *f = fopen(planted, "w");
+        cr_assert_not_null(f);
+        fclose(f);
+    }
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL), CLATTN_SUCCESS);
+    ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t));
+    cr_expect_eq(entries_in(path), 1);
     clattn_context_destroy(ctx);
 }
