@@ -173,8 +173,8 @@ static void check_overflowing_scores(clattn_context *ctx, size_t d, int globals)
     ASSERT_OK(ctx, clattn_attention_host(ctx, &desc, q, k, v, ref, NULL));
     clattn_tolerance(CLATTN_F32, CLATTN_F32, &atol, &rtol, NULL);
     for (size_t i = 0; i < NQ * dv; i++) ref64[i] = ref[i];
-    cr_expect_eq(compare_outputs(globals ? "scale 3e38, globals" : "scale 3e38", o, ref64,
-                                 NQ * dv, atol, rtol),
+    cr_expect_eq(compare_outputs(globals ? "scale 3e38, globals" : "scale 3e38", o, ref64, NQ * dv,
+                                 atol, rtol),
                  0, "D=%zu", d);
     free(q), free(k), free(v), free(o), free(ref), free(ref64);
 }
