@@ -98,18 +98,26 @@ void json_read_object(json_reader *r,
     json_expect(r, '}');
 }
 
-/* The array's entries, from its '[' on, appended to *entries. */
+/* The array's entries, from its '[' on, appended to *entries (*count of them, room for
+ * *capacity); more than JSON_MAX_ENTRIES is a fault. */
 static void read_array(json_reader *r, size_t entry_size,
                        void (*read_entry)(json_reader *r, void *entry), void **entries,
-                       size_t *count) {
+                       size_t *count, size_t *capacity) {
     if (!json_expect(r, '[')) return;
     json_skip_space(r);
     while (!r->failed && r->at < r->end && *r->at != ']') {
         const char *before = r->at;
-        unsigned char *grown = realloc(*entries, (*count + 1) * entry_size);
-        if (!grown) break;
-        *entries = grown;
-        read_entry(r, grown + *count * entry_size);
+        if (*count == JSON_MAX_ENTRIES) {
+            r->failed = 1;
+            break;
+        }
+        if (*count == *capacity) {
+            size_t more = *capacity ? 2 * *capacity : 16;
+            void *grown = realloc(*entries, more * entry_size);
+            if (!grown) break;
+            *entries = grown, *capacity = more;
+        }
+        read_entry(r, (unsigned char *)*entries + *count * entry_size);
         if (!r->failed) (*count)++;
         json_next_item(r);
         fail_unless_moved(r, before);
@@ -122,13 +130,13 @@ typedef struct entries_target {
     size_t entry_size;
     void (*read_entry)(json_reader *r, void *entry);
     void *entries;
-    size_t count;
+    size_t count, capacity;
 } entries_target;
 
 static void read_file_value(json_reader *r, const char *key, void *target) {
     entries_target *t = target;
     if (strcmp(key, "entries") == 0)
-        read_array(r, t->entry_size, t->read_entry, &t->entries, &t->count);
+        read_array(r, t->entry_size, t->read_entry, &t->entries, &t->count, &t->capacity);
     else
         json_skip_value(r, 1);
 }
@@ -137,7 +145,7 @@ void *json_read_entries(const char *text, size_t size, size_t entry_size,
                         void (*read_entry)(json_reader *r, void *entry), size_t *count,
                         size_t *fault, const char *what) {
     json_reader r = {text, text + size, 0};
-    entries_target t = {entry_size, read_entry, NULL, 0};
+    entries_target t = {entry_size, read_entry, NULL, 0, 0};
     json_read_object(&r, read_file_value, &t);
     if (r.failed)
         log_msg("%s: malformed near byte %zu; entries after it ignored", what,

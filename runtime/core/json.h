@@ -32,9 +32,12 @@ void json_read_object(json_reader *r,
                       void (*read_value)(json_reader *r, const char *key, void *target),
                       void *target);
 /* The entries of a file's text {"entries": [E, ...], ...} (other keys skipped): read_entry reads
- * one E into `entry`, entry_size bytes. A malformed text keeps the entries before the fault and
- * logs "<what>: malformed near byte N"; *fault (when not NULL) is then N + 1, else 0. @return
- * the entries, malloc'ed (NULL when none), and their *count. */
+ * one E into `entry`, entry_size bytes. A malformed text, or one of more than JSON_MAX_ENTRIES
+ * entries (the files hold dozens; thousands of empty ones would take memory far past the file's
+ * size, and written back could pass the readers' size limit), keeps the entries before the fault
+ * and logs "<what>: malformed near byte N"; *fault (when not NULL) is then N + 1, else 0.
+ * @return the entries, malloc'ed (NULL when none), and their *count. */
+#define JSON_MAX_ENTRIES 4096
 void *json_read_entries(const char *text, size_t size, size_t entry_size,
                         void (*read_entry)(json_reader *r, void *entry), size_t *count,
                         size_t *fault, const char *what);

@@ -185,9 +185,10 @@ static clattn_status unreadable_file(const char *path, error_record *err) {
                          path);
     if (user_file.fault)
         return error_set(err, CLATTN_ERR_IO,
-                         "%s is malformed near byte %zu: not overwritten, so that its other "
-                         "entries are not lost (mend it, or move it away to save)",
-                         path, user_file.fault - 1);
+                         "%s is malformed, or holds more than %d entries, near byte %zu: not "
+                         "overwritten, so that its other entries are not lost (mend it, or move "
+                         "it away to save)",
+                         path, JSON_MAX_ENTRIES, user_file.fault - 1);
     return CLATTN_SUCCESS;
 }
 

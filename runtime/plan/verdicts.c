@@ -204,9 +204,10 @@ static clattn_status add_entries(const char *file, const verdict_entry *added, s
     pthread_mutex_unlock(&store_lock);
     if (fault)
         return error_set(err, CLATTN_ERR_IO,
-                         "%s is malformed near byte %zu: not overwritten, so that its other "
-                         "verdicts are not lost (mend it, or move it away)",
-                         file, fault - 1);
+                         "%s is malformed, or holds more than %d entries, near byte %zu: not "
+                         "overwritten, so that its other verdicts are not lost (mend it, or move "
+                         "it away)",
+                         file, JSON_MAX_ENTRIES, fault - 1);
     if (e) return error_set(err, CLATTN_ERR_IO, "updating %s: %s", file, strerror(e));
     return CLATTN_SUCCESS;
 }

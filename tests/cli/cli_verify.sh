@@ -109,7 +109,7 @@ expect 1 "garbage.txt is not a verdicts report (clattn check --report): malforme
 cp other/verdicts.json stored.json
 sed -i '0,/"device": "[^"]*"/s//"device": {1: 2}/' other/verdicts.json
 cp other/verdicts.json damaged.json
-expect 1 "verdicts.json is malformed near byte" -- \
+expect 1 "verdicts.json is malformed, or holds more than 4096 entries, near byte" -- \
   env CLATTN_CACHE_DIR="$work/other" "${wrong[@]:1}" "$clattn" devices --verdicts report.json
 cmp -s other/verdicts.json damaged.json || fail "a malformed store was rewritten"
 cp stored.json other/verdicts.json

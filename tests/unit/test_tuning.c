@@ -292,8 +292,9 @@ Test(tuning, a_save_leaves_a_file_it_could_not_read_whole, .init = setup, .fini 
     clattn_tuning_init(&t);
     cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
     cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_IO);
-    cr_expect(strstr(clattn_context_last_error(ctx), "is malformed near byte") != NULL, "%s",
-              clattn_context_last_error(ctx));
+    cr_expect(strstr(clattn_context_last_error(ctx),
+                     "or holds more than 4096 entries, near byte") != NULL,
+              "%s", clattn_context_last_error(ctx));
     char path[512], file[512] = "";
     cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
     FILE *f = fopen(path, "r");
@@ -389,5 +390,33 @@ Test(tuning, a_save_steps_over_temporaries_named_like_its_own, .init = setup, .f
     cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL), CLATTN_SUCCESS);
     ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t));
     cr_expect_eq(entries_in(path), 1);
+    clattn_context_destroy(ctx);
+}
+
+/* A file of more entries than any real one (JSON_MAX_ENTRIES, 4096) is read up to that many and
+ * not rewritten: thousands of empty entries took gigabytes, and written back could pass the
+ * readers' size limit. */
+Test(tuning, a_file_of_too_many_entries_is_not_rewritten, .init = setup, .fini = teardown) {
+    clattn_device_info info;
+    clattn_context *ctx = context_on_device_0(&info);
+    char path[512];
+    cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"entries\": [", f);
+    for (int i = 0; i < 5000; i++) fputs("{}, ", f);
+    fputs("{}]}", f);
+    fclose(f);
+    struct stat before, after;
+    cr_assert_eq(stat(path, &before), 0);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL), CLATTN_SUCCESS);
+    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t), CLATTN_ERR_IO);
+    cr_expect(strstr(clattn_context_last_error(ctx),
+                     "or holds more than 4096 entries, near byte") != NULL,
+              "%s", clattn_context_last_error(ctx));
+    cr_assert_eq(stat(path, &after), 0);
+    cr_expect_eq(after.st_size, before.st_size, "the file was rewritten");
     clattn_context_destroy(ctx);
 }
