@@ -280,6 +280,17 @@ Test(tuning, saving_parameters_the_row_refuses_writes_nothing, .init = setup, .f
     clattn_context_destroy(ctx);
 }
 
+/* Expects a save of the device's own `variant` entry to fail with CLATTN_ERR_IO, saying `text`. */
+static void expect_save_refused(clattn_context *ctx, const clattn_device_info *info,
+                                clattn_variant variant, const char *text) {
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info->index, variant, &t, NULL), CLATTN_SUCCESS);
+    cr_expect_eq(clattn_tuning_save(ctx, variant, &t), CLATTN_ERR_IO);
+    cr_expect(strstr(clattn_context_last_error(ctx), text) != NULL, "%s",
+              clattn_context_last_error(ctx));
+}
+
 /* A tuning.json the reader stopped in (malformed) or could not read (not a regular file) is
  * not rewritten by a save from the entries it kept: the others would be lost. */
 Test(tuning, a_save_leaves_a_file_it_could_not_read_whole, .init = setup, .fini = teardown) {
@@ -288,13 +299,7 @@ Test(tuning, a_save_leaves_a_file_it_could_not_read_whole, .init = setup, .fini 
     static const char damaged[] = "{\"entries\": [{\"device\": \"a\", \"variant\": \"flash\", "
                                   "\"driver\": 3}, {\"device\": \"b\", \"variant\": \"flash\"}]}";
     write_tuning(damaged);
-    clattn_tuning t;
-    clattn_tuning_init(&t);
-    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
-    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_IO);
-    cr_expect(strstr(clattn_context_last_error(ctx),
-                     "or holds more than 4096 entries, near byte") != NULL,
-              "%s", clattn_context_last_error(ctx));
+    expect_save_refused(ctx, &info, CLATTN_VARIANT_FLASH, "or holds more than 4096 entries, near");
     char path[512], file[512] = "";
     cr_assert_eq(clattn_tuning_file(path, sizeof path), CLATTN_SUCCESS);
     FILE *f = fopen(path, "r");
@@ -305,10 +310,11 @@ Test(tuning, a_save_leaves_a_file_it_could_not_read_whole, .init = setup, .fini 
 
     cr_assert_eq(remove(path), 0); /* a folder in its place */
     cr_assert_eq(mkdir(path, 0700), 0);
-    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t), CLATTN_ERR_IO);
-    cr_expect(strstr(clattn_context_last_error(ctx), "is not a regular file") != NULL, "%s",
-              clattn_context_last_error(ctx));
+    expect_save_refused(ctx, &info, CLATTN_VARIANT_FLASH, "is not a regular file");
     cr_assert_eq(rmdir(path), 0);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_FLASH, &t, NULL), CLATTN_SUCCESS);
     ASSERT_OK(ctx, clattn_tuning_save(ctx, CLATTN_VARIANT_FLASH, &t)); /* none: written */
     clattn_context_destroy(ctx);
 }
@@ -409,13 +415,7 @@ Test(tuning, a_file_of_too_many_entries_is_not_rewritten, .init = setup, .fini =
     fclose(f);
     struct stat before, after;
     cr_assert_eq(stat(path, &before), 0);
-    clattn_tuning t;
-    clattn_tuning_init(&t);
-    cr_assert_eq(clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL), CLATTN_SUCCESS);
-    cr_expect_eq(clattn_tuning_save(ctx, CLATTN_VARIANT_LANES, &t), CLATTN_ERR_IO);
-    cr_expect(strstr(clattn_context_last_error(ctx),
-                     "or holds more than 4096 entries, near byte") != NULL,
-              "%s", clattn_context_last_error(ctx));
+    expect_save_refused(ctx, &info, CLATTN_VARIANT_LANES, "or holds more than 4096 entries, near");
     cr_assert_eq(stat(path, &after), 0);
     cr_expect_eq(after.st_size, before.st_size, "the file was rewritten");
     clattn_context_destroy(ctx);
