@@ -45,7 +45,7 @@ static const cli_option tune_options[] = {
      "tune a GEMM row (clblast, panels: clattn devices --variants) on attention layers instead"},
     {"time", "SECONDS", "time budget of the search (default 120); no candidate starts after it"},
     {"n", "N", "sequence length of the shapes (default 1024; --gemm: 512)"},
-    {"repeat", "N", "timed runs a candidate and shape, after one warm-up (default 3)"},
+    {"repeat", "N", "timed runs a candidate and shape, after one warm-up (default 3, at most 64)"},
     {"jobs", "N",
      "programs built at once ahead of the search, in child processes (default: the cores)"},
     {"dry-run", NULL, "search and print, but write nothing"},
@@ -170,14 +170,14 @@ static int output_matches(clattn_context *ctx, const tune_shape *s, char *why, s
     return ok;
 }
 
-/* One warm-up call (builds the kernel), the check, then `repeat` timed calls: *ms receives the
- * median kernel time and kernel the variant's description. @return 0, or 1 with why. */
+/* One warm-up call (builds the kernel), the check, then `repeat` (at most TUNE_REPEAT_MAX) timed
+ * calls: *ms receives the median kernel time and kernel the variant's description.
+ * @return 0, or 1 with why. */
 static int measure(clattn_context *ctx, tune_shape *s, clattn_variant variant, size_t repeat,
                    char *kernel, size_t kernel_size, char *why, size_t why_size) {
-    double times[64];
+    double times[TUNE_REPEAT_MAX];
     clattn_stats stats;
     s->desc.variant = variant;
-    repeat = repeat > 64 ? 64 : repeat;
     for (size_t i = 0; i <= repeat; i++) {
         clattn_status status = clattn_attention(ctx, &s->desc, s->q, s->k, s->v, s->o, NULL, NULL);
         clattn_stats_init(&stats);
@@ -292,6 +292,7 @@ static void search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes, cl
                            isinf(score) ? "rejected"
                            : better     ? "kept"
                                         : "slower");
+                    fflush(stdout); /* progress, also when stdout is a file or a pipe */
                 }
                 if (!better) continue;
                 *best = c, *best_score = score, improved = 1;
@@ -338,6 +339,11 @@ static int parse_tune(const cli_args *args, tune_options_values *o) {
         (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)) ||
         (args_has(args, "jobs") && parse_size(args, "jobs", 1, &o->jobs)))
         return EXIT_USAGE;
+    if (o->repeat > TUNE_REPEAT_MAX) {
+        cli_error("tune", "--repeat: at most %d timed runs a candidate and shape, got %zu",
+                  TUNE_REPEAT_MAX, o->repeat);
+        return EXIT_USAGE;
+    }
     o->gemm = CLATTN_GEMM_AUTO;
     if (args_has(args, "gemm")) {
         if (args_has(args, "variant")) {
@@ -626,9 +632,11 @@ int cmd_tune(int argc, char **argv) {
     clattn_tuning_axis axes[8];
     size_t num_axes = 0;
     rc = tuner_open(&t, &o, axes, &num_axes, 1);
-    if (!rc)
+    if (!rc) {
         printf("tuning %s%s on %s (driver %s), %.0f s budget, N=%zu\n", t.gemm ? "the GEMM " : "",
                subject, t.device.name, t.device.driver_version, o.seconds, o.n);
+        fflush(stdout);
+    }
     clattn_tuning best;
     if (!rc) rc = run_search(&t, axes, num_axes, &best);
     if (!rc) rc = save_winner(&t, &o, &best);

@@ -105,8 +105,7 @@ static int compare_doubles(const void *a, const void *b) {
 
 int tune_layer_measure(clattn_context *ctx, tune_layer *l, size_t repeat, double *ms, char *kernel,
                        size_t kernel_size, char *why, size_t why_size) {
-    double times[64];
-    repeat = repeat > 64 ? 64 : repeat;
+    double times[TUNE_REPEAT_MAX];
     clattn_mha *mha = NULL;
     clattn_status status = clattn_mha_create(ctx, &l->layer, &mha);
     clattn_mha_stats stats;

@@ -8,6 +8,9 @@
 
 #include "clattn.h"
 
+/* The most timed runs `clattn tune --repeat` takes a candidate and shape. */
+#define TUNE_REPEAT_MAX 64
+
 typedef struct tune_layer {
     char name[96];
     clattn_mha_desc layer;
@@ -26,7 +29,7 @@ int tune_layer_setup(clattn_context *ctx, tune_layer *l, size_t hq, size_t hkv, 
 void tune_layer_free(tune_layer *l);
 
 /* Makes the layer on ctx (its weights prepared for the context's GEMM row and tuning, as set
- * now), runs it once and checks Y, then `repeat` more: *ms receives the median of the GEMMs'
+ * now), runs it once and checks Y, then `repeat` (at most TUNE_REPEAT_MAX) more: *ms receives the median of the GEMMs'
  * time (projections plus output, clattn_mha_stats; the context must time) and `kernel` the
  * GEMM's description. @return 0, or 1 with why. */
 int tune_layer_measure(clattn_context *ctx, tune_layer *l, size_t repeat, double *ms, char *kernel,

@@ -26,12 +26,13 @@ const_npy() {
 }
 
 # start COMMAND...: runs it in the background with SIGINT handled as in a terminal (a shell
-# without job control would start it with SIGINT ignored); its pid in $pid, stderr in err.
+# without job control would start it with SIGINT ignored); its pid in $pid, stdout in out,
+# stderr in err.
 # Returns once the program handles SIGINT and SIGTERM: a signal before would meet the
 # subshell or the program's start-up, which nothing of this is about.
 start() {
-  : > err
-  (trap - INT; exec "$@" > /dev/null 2> err) &
+  : > out && : > err
+  (trap - INT; exec "$@" > out 2> err) &
   pid=$!
   handling "${1##*/}" $(((1 << (2 - 1)) | (1 << (15 - 1))))
 }
@@ -171,15 +172,24 @@ for ((trial = 0; trial < 8; trial++)); do
   no_temporaries b.csv b.json
 done
 
-# ---- clattn tune, stopped while it searches: nothing written into its cache folder
+# ---- clattn tune, stopped while it searches: nothing written into its cache folder. Its
+# shapes are long and timed 64 times a candidate, so that the search outlasts the second it
+# is given (at N 256 a warm kernel cache let it end within the second, and save its winner).
 mkdir -m 700 tune-cache
-CLATTN_CACHE_DIR="$work/tune-cache" start "$clattn" tune --variant lanes --time 60 --n 256
+CLATTN_CACHE_DIR="$work/tune-cache" start "$clattn" tune --variant lanes --time 60 --n 1024 \
+  --repeat 64
+deadline=$((SECONDS + 120))
+until grep -q '^tuning lanes' out || [ ! -e "/proc/$pid" ] || [ "$SECONDS" -ge "$deadline" ]; do
+  sleep 0.1
+done
 sleep 1
 signalled=$(date +%s%N)
 kill -s TERM "$pid"
 finished TERM
 elapsed_ms=$((($(date +%s%N) - signalled) / 1000000))
-[ "$interrupted" -eq 1 ] || fail "clattn tune was not terminated after 1 s"
+grep -q '^tuning lanes' out || fail "clattn tune had not begun its search: $(cat out err)"
+grep -q 'candidates run' out && fail "clattn tune's search ended within 1 s: make it longer"
+[ "$interrupted" -eq 1 ] || fail "clattn tune was not terminated 1 s into its search"
 [ "$elapsed_ms" -lt 3000 ] || fail "SIGTERM took $elapsed_ms ms to end clattn tune"
 compgen -G "tune-cache/tuning.json*" && fail "an interrupted clattn tune wrote tuning.json"
 

@@ -77,5 +77,6 @@ expect 2 "--gemm: expected clblast or panels" -- "$clattn" tune --gemm auto
 expect 2 "--variant" -- "$clattn" tune --variant cuda
 expect 2 "--time" -- "$clattn" tune --time 0
 expect 2 "--jobs" -- "$clattn" tune --jobs 0
+expect 2 "--repeat: at most 64" -- "$clattn" tune --repeat 65
 expect 1 "no device matches" -- "$clattn" tune --device no-such-device
 finish cli_tune
