@@ -29,9 +29,9 @@ int tune_layer_setup(clattn_context *ctx, tune_layer *l, size_t hq, size_t hkv, 
 void tune_layer_free(tune_layer *l);
 
 /* Makes the layer on ctx (its weights prepared for the context's GEMM row and tuning, as set
- * now), runs it once and checks Y, then `repeat` (at most TUNE_REPEAT_MAX) more: *ms receives the median of the GEMMs'
- * time (projections plus output, clattn_mha_stats; the context must time) and `kernel` the
- * GEMM's description. @return 0, or 1 with why. */
+ * now), runs it once and checks Y, then `repeat` (at most TUNE_REPEAT_MAX) more: *ms receives the
+ * median of the GEMMs' time (projections plus output, clattn_mha_stats; the context must time) and
+ * `kernel` the GEMM's description. @return 0, or 1 with why. */
 int tune_layer_measure(clattn_context *ctx, tune_layer *l, size_t repeat, double *ms, char *kernel,
                        size_t kernel_size, char *why, size_t why_size);
 
