@@ -25,8 +25,8 @@ default). The clattn side is `clattn bench --preset decode --nq 1 --steps 0 --dt
 clattn_kv_cache_attention call over a KV cache filled to Nk rows (its "attend" record); the torch
 side is SDPA(q, k, v, enable_gqa=True) with q [B][Hq][1][D] and contiguous k, v [B][Hkv][Nk][D]
 of the same dtype (the layout of a Hugging Face KV cache). Same rounds, times and ratios; the rate
-is K/V GB/s, the K and V bytes a call reads over its time. A q8_0 cache (float32 Q and O) has no
-torch counterpart: its row shows clattn's times and "-" for torch.
+is K/V GB/s, the K and V bytes a call reads over its time. A q8_0 or q4_0 cache (float32 Q and
+O) has no torch counterpart: its row shows clattn's times and "-" for torch.
 
 --layer (issue 23): a whole multi-head attention layer, Y = (SDPA(X W_q^T, X_kv W_k^T, X_kv
 W_v^T)) W_o^T, no biases, X and Y float32. The clattn side is `clattn bench --preset layer`
@@ -64,7 +64,7 @@ then, after ./scripts/build.sh:
     ~/venv-torch/bin/python bench/vs_torch.py                      # every shape (minutes)
     ~/venv-torch/bin/python bench/vs_torch.py --sizes 1024,4096    # the quicker part
     ~/venv-torch/bin/python bench/vs_torch.py --csv out.csv --json out.json
-    ~/venv-torch/bin/python bench/vs_torch.py --decode             # Nk = 4096, 32768; 4 dtypes
+    ~/venv-torch/bin/python bench/vs_torch.py --decode             # Nk = 4096, 32768; 5 dtypes
     ~/venv-torch/bin/python bench/vs_torch.py --decode --nk 4096 --dtypes f32,bf16
     ~/venv-torch/bin/python bench/vs_torch.py --layer                # the layer's 4 shapes
     ~/venv-torch/bin/python bench/vs_torch.py --layer --shapes 0,3   # some of them
@@ -98,13 +98,13 @@ DEFAULT_MAX_REPEAT = 20
 
 # --decode: the shape of issue 12.
 DECODE_NK = "4096,32768"
-DECODE_DTYPES = "f32,f16,bf16,q8_0"
+DECODE_DTYPES = "f32,f16,bf16,q8_0,q4_0"
 DECODE_DIMS = "128"
 DECODE_HEADS = "32:8"
 DECODE_MAX_REPEAT = 100
 CLATTN_MAX_REPEAT = 256  # clattn bench --preset decode times at most this many calls
 
-TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # q8_0: none
+TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # q8_0, q4_0: none
 
 # --layer: the shapes of issue 23 (every head kept, B = 1).
 LAYER_SHAPES = [
@@ -148,7 +148,8 @@ def parse_args():
                    f"sparse: clattn bench patterns (default {SPARSE_PATTERNS})")
     p.add_argument("--nk", help=f"decode: cache lengths Nk (default {DECODE_NK})")
     p.add_argument("--dtypes", help=f"prefill: f32, f16, bf16 (default {DEFAULT_DTYPES}); decode: "
-                   f"f32, f16, bf16, q8_0 (default {DECODE_DTYPES}; q8_0 is clattn only)")
+                   f"f32, f16, bf16, q8_0, q4_0 (default {DECODE_DTYPES}; the quantised ones are "
+                   "clattn only)")
     p.add_argument("--dims", help=f"head dims D, Dqk = Dv (default {DEFAULT_DIMS}; "
                    f"decode: {DECODE_DIMS})")
     p.add_argument("--heads",
@@ -319,8 +320,11 @@ class Prefill:
 
 
 def values_bytes(dtype, n):
-    """Bytes of n values stored as dtype (q8_0: blocks of 32 values in 34 bytes)."""
-    return n // 32 * 34 if dtype == "q8_0" else n * (4 if dtype == "f32" else 2)
+    """Bytes of n values stored as dtype (blocks of 32 values: q8_0 in 34 bytes, q4_0 in 18)."""
+    block_bytes = {"q8_0": 34, "q4_0": 18}
+    if dtype in block_bytes:
+        return n // 32 * block_bytes[dtype]
+    return n * (4 if dtype == "f32" else 2)
 
 
 class Decode:
@@ -335,8 +339,9 @@ class Decode:
             for d in int_list(args.dims):
                 for hq, hkv in head_pairs(args):
                     for dtype in args.dtypes.split(","):
-                        if dtype not in ("f32", "f16", "bf16", "q8_0"):
-                            sys.exit(f"vs_torch: dtype '{dtype}': expected f32, f16, bf16 or q8_0")
+                        if dtype not in ("f32", "f16", "bf16", "q8_0", "q4_0"):
+                            sys.exit(f"vs_torch: dtype '{dtype}': expected f32, f16, bf16, q8_0 "
+                                     "or q4_0")
                         yield {"b": args.batch, "hq": hq, "hkv": hkv, "nq": 1, "nk": nk, "d": d,
                                "dtype": dtype}
 
@@ -367,7 +372,7 @@ class Decode:
 
     @staticmethod
     def torch_call(torch, s, device):
-        """SDPA with q [B][Hq][1][D] and contiguous k, v [B][Hkv][Nk][D]; None for q8_0."""
+        """SDPA with q [B][Hq][1][D] and contiguous k, v [B][Hkv][Nk][D]; None for q8_0 and q4_0."""
         if s["dtype"] not in TORCH_DTYPES:
             return None
         dtype = getattr(torch, TORCH_DTYPES[s["dtype"]])
@@ -404,7 +409,8 @@ class Decode:
         return f"decode: Nq=1 over a full KV cache, B={setup['batch']}", [
             "K/V GB/s: the K and V bytes a call reads / its median time; clattn's device copies "
             f"{r['clattn_copy_gbs']:.1f} GB/s (read + written)",
-            "q8_0: clattn only (its K/V cache in q8_0, float32 Q and O); torch has no q8_0"]
+            "q8_0, q4_0: clattn only (its K/V cache quantised, float32 Q and O); torch has "
+            "neither"]
 
 
 # ---------------------------------------------------------------- layer: the whole layer
@@ -709,7 +715,7 @@ def torch_round(torch, call, repeat):
 
 def measure(torch, mode, s, args, env):
     """Alternates the two sides for --rounds rounds; torch's figures are None where it has no
-    counterpart (q8_0)."""
+    counterpart (q8_0, q4_0)."""
     repeat = mode.repeats(s, args)
     call = None if args.no_torch else mode.torch_call(torch, s, args.torch_device)
     torch_repeat = repeat

@@ -113,7 +113,7 @@ step prefill-d64 120 "${vs_torch[@]}" "${big[@]}" "${rounds[@]}" --patterns full
   --dtypes f32,f16,bf16 --json "$out/prefill-d64.json"
 step prefill-d128 90 "${vs_torch[@]}" "${wide[@]}" "${rounds[@]}" --patterns full,causal \
   --dtypes f32,f16 --json "$out/prefill-d128.json"
-step decode 90 "${vs_torch[@]}" --decode --nk "$decode_nk" --dtypes f16,bf16,f32,q8_0 \
+step decode 90 "${vs_torch[@]}" --decode --nk "$decode_nk" --dtypes f16,bf16,f32,q8_0,q4_0 \
   "${rounds[@]}" --json "$out/decode.json"
 step sparse 90 "${vs_torch[@]}" --sparse --no-torch --sizes "$sparse_n" "${rounds[@]}" \
   --json "$out/sparse.json"
