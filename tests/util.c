@@ -1,6 +1,7 @@
 /* See util.h. */
 #include "util.h"
 
+#include "core/core.h"
 #include "core/half.h"
 
 #include <criterion/criterion.h>
@@ -102,6 +103,14 @@ size_t test_contexts(clattn_context ***out) {
     }
     *out = contexts;
     return num_contexts;
+}
+
+clattn_context *small_device(cl_ulong local, size_t items) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    ctx->device.local_mem_bytes = local;
+    if (items) ctx->device.max_work_group_size = items;
+    return ctx;
 }
 
 static size_t check_one(clattn_context *ctx, size_t device, const attn_case *c, clattn_path path,

@@ -33,6 +33,11 @@ size_t compare_outputs(const char *label, const float *got, const double *ref, s
 /* Contexts on every device found (created on first use in this process, kept until exit). */
 size_t test_contexts(clattn_context ***contexts);
 
+/* A context on device 0 that believes its device has `local` bytes of local memory and
+ * work-groups of at most `items` (0: the device's own): the planner shrinks tuned tiles to fit,
+ * or says nothing fits. The caller destroys it. */
+clattn_context *small_device(cl_ulong local, size_t items);
+
 /* A caller's own OpenCL objects, for the interop tests of clattn_context_wrap: a cl_context
  * on device 0 and a command queue on it. */
 typedef struct caller_objects {

@@ -7,7 +7,6 @@
  */
 #include <criterion/criterion.h>
 
-#include "core/core.h"
 #include "kernels/tile_cache.h"
 #include "util.h"
 
@@ -112,16 +111,6 @@ Test(flash, tuning_values_it_cannot_take_are_named) {
 }
 
 /* ---------------------------------------------------------------- fitting a device */
-
-/* A context that believes its device has `local` bytes of local memory and work-groups of at
- * most `items`: the planner shrinks the tuned tiles to fit, or says nothing fits. */
-static clattn_context *small_device(cl_ulong local, size_t items) {
-    clattn_context *ctx = NULL;
-    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
-    ctx->device.local_mem_bytes = local;
-    ctx->device.max_work_group_size = items;
-    return ctx;
-}
 
 Test(flash, tiles_shrink_to_fit_a_small_device) {
     clattn_context *ctx = small_device(32768, 64); /* oclgrind's local memory */

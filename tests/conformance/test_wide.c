@@ -6,7 +6,6 @@
  */
 #include <criterion/criterion.h>
 
-#include "core/core.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -135,9 +134,7 @@ Test(wide, flash_serves_them_in_pieces) {
     size_t devices = test_contexts(&ctxs);
     for (size_t dev = 0; dev < devices; dev++)
         expect_served(ctxs[dev], CLATTN_VARIANT_FLASH, cases, count);
-    clattn_context *small = NULL;
-    cr_assert_eq(clattn_context_create(&small, 0), CLATTN_SUCCESS);
-    small->device.local_mem_bytes = 16384;
+    clattn_context *small = small_device(16384, 0);
     case_result r;
     case_run(small, &cases[0], CLATTN_PATH_FUSED, CLATTN_VARIANT_FLASH, &r);
     cr_expect(r.status == CLATTN_SUCCESS && r.mismatches == 0, "16 KiB: %s", r.message);
