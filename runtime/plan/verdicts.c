@@ -224,9 +224,9 @@ clattn_status verdicts_merge(const char *file, size_t *merged, size_t *ignored, 
     if (fault) {
         free(entries);
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
-                         "%s is not a verdicts report (clattn check --report): malformed near "
-                         "byte %zu",
-                         file, fault - 1);
+                         "%s is not a verdicts report (clattn check --report): malformed, or "
+                         "more than %d entries, near byte %zu",
+                         file, JSON_MAX_ENTRIES, fault - 1);
     }
     if (count == 0 && !entries) {
         struct stat st;

@@ -104,8 +104,8 @@ expect 1 "--verdicts $work/absent.json" -- "$clattn" devices --verdicts "$work/a
 # a file that is not a report is refused, not merged as nothing; a store that a write would
 # rewrite from part of its entries is left as it is
 echo "not json" > garbage.txt
-expect 1 "garbage.txt is not a verdicts report (clattn check --report): malformed near byte 0" \
-  -- "$clattn" devices --verdicts garbage.txt
+expect 1 "not a verdicts report (clattn check --report): malformed, or more than 4096 entries, \
+near byte 0" -- "$clattn" devices --verdicts garbage.txt
 cp other/verdicts.json stored.json
 sed -i '0,/"device": "[^"]*"/s//"device": {1: 2}/' other/verdicts.json
 cp other/verdicts.json damaged.json
