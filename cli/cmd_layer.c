@@ -316,7 +316,6 @@ static int compute_device(const cli_args *args, layer_state *s, char *where, siz
 /* Y against REF with the layer's tolerance (the looser of Y's and REF's storage types).
  * Within it: a line on stdout; outside: one line on stderr (Y has been written) and 1. */
 static int compare_with(const cli_args *args, const layer_state *s) {
-    const char *file = args_get(args, "compare");
     size_t count = s->run.ref.count;
     clattn_dtype y_dtype = s->run.desc.out_dtype, ref_dtype = run_storage_of(s->run.ref.dtype);
     float *got = malloc(count * sizeof *got + 1), *want = malloc(count * sizeof *want + 1);
@@ -333,18 +332,7 @@ static int compare_with(const cli_args *args, const layer_state *s) {
                        rtol > ref_rtol ? rtol : ref_rtol, &result);
     }
     free(got), free(want), free(want64);
-    if (!ok)
-        cli_error("layer", "--compare %s: out of host memory for %zu values", file, count);
-    else if (result.mismatches)
-        cli_error("layer",
-                  "--compare %s: %zu of %zu values outside the tolerance (worst %.3g of it; "
-                  "first: %s); %s was written",
-                  file, result.mismatches, result.checked, result.worst, result.message,
-                  args_get(args, "out"));
-    else
-        printf("compare with %s: all %zu values within the tolerance; worst %.3g of it\n", file,
-               result.checked, result.worst);
-    return ok && !result.mismatches ? 0 : 1;
+    return run_report_comparison("layer", "compare", args, ok, count, &result);
 }
 
 /* ---------------------------------------------------------------- the command */

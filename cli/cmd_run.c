@@ -534,7 +534,6 @@ static float *as_floats(const void *data, size_t count, clattn_dtype dtype) {
  * stderr (O has been written: the computation itself succeeded) and 1. */
 static int compare_with(const cli_args *args, const run_state *s) {
     const clattn_attention_desc *d = &s->desc;
-    const char *file = args_get(args, "compare");
     size_t count = s->ref.count;
     float *got = as_floats(s->o, count, d->out_dtype);
     float *want = as_floats(s->ref.data, count, run_storage_of(s->ref.dtype));
@@ -549,46 +548,41 @@ static int compare_with(const cli_args *args, const run_state *s) {
     int ok = got && want && want64;
     if (ok) compare_values("O", got, want64, count, atol, rtol, &result);
     free(got), free(want), free(want64);
-    if (!ok)
-        cli_error("run", "--compare %s: out of host memory for %zu values", file, count);
-    else if (result.mismatches)
-        cli_error("run",
-                  "--compare %s: %zu of %zu values outside the tolerance (worst %.3g of it; "
-                  "first: %s); %s was written",
-                  file, result.mismatches, result.checked, result.worst, result.message,
-                  args_get(args, "out"));
-    else
-        printf("compare with %s: all %zu values within the tolerance; worst %.3g of it\n", file,
-               result.checked, result.worst);
-    return ok && !result.mismatches ? 0 : 1;
+    return run_report_comparison("run", "compare", args, ok, count, &result);
 }
 
 /* LSE against --compare-lse's file with docs/semantics.md section 4's LSE tolerance (-inf exactly);
  * reported as compare_with reports O. */
 static int compare_lse_with(const cli_args *args, const run_state *s) {
-    const char *file = args_get(args, "compare-lse");
     size_t count = s->ref_lse.count;
     double *want = malloc(count * sizeof *want + 1);
     case_result result = {0};
     for (size_t i = 0; want && i < count; i++) want[i] = ((const float *)s->ref_lse.data)[i];
     if (want) compare_lse_values(s->lse, want, count, &result);
     free(want);
-    if (!want)
-        cli_error("run", "--compare-lse %s: out of host memory for %zu values", file, count);
-    else if (result.mismatches)
-        cli_error("run",
-                  "--compare-lse %s: %zu of %zu values outside the tolerance (worst %.3g of it; "
-                  "first: %s); %s was written",
-                  file, result.mismatches, result.checked, result.worst, result.message,
-                  args_get(args, "out"));
-    else
-        printf("compare LSE with %s: all %zu values within the tolerance; worst %.3g of it\n", file,
-               result.checked, result.worst);
-    return want && !result.mismatches ? 0 : 1;
+    return run_report_comparison("run", "compare-lse", args, want != NULL, count, &result);
 }
 
 /* --compare and --compare-lse, after the outputs are written; with --lse but without
  * --compare-lse, a line says that LSE was not compared. @return 0, or 1 when a check failed. */
+int run_report_comparison(const char *command, const char *option, const cli_args *args,
+                          int compared, size_t count, const case_result *r) {
+    const char *file = args_get(args, option);
+    const char *what = strcmp(option, "compare-lse") == 0 ? "LSE " : "";
+    if (!compared)
+        cli_error(command, "--%s %s: out of host memory for %zu values", option, file, count);
+    else if (r->mismatches)
+        cli_error(command,
+                  "--%s %s: %zu of %zu values outside the tolerance (worst %.3g of it; "
+                  "first: %s); %s was written",
+                  option, file, r->mismatches, r->checked, r->worst, r->message,
+                  args_get(args, "out"));
+    else
+        printf("compare %swith %s: all %zu values within the tolerance; worst %.3g of it\n", what,
+               file, r->checked, r->worst);
+    return compared && !r->mismatches ? 0 : 1;
+}
+
 int run_compare_outputs(const cli_args *args, const run_state *s) {
     int rc = 0;
     if (args_has(args, "compare")) rc |= compare_with(args, s);

@@ -3,6 +3,7 @@
 #define CLATTN_CLI_RUN_H
 
 #include "args.h"
+#include "conformance.h"
 #include "npy.h"
 #include "outfile.h"
 
@@ -80,6 +81,11 @@ int run_check_args(const cli_args *args, run_state *s);
 int run_prepare(const cli_args *args, run_state *s);
 int run_write_outputs(const cli_args *args, const run_state *s);
 int run_compare_outputs(const cli_args *args, const run_state *s); /* --compare, --compare-lse */
+/* Says how a comparison with --OPTION's file (compare: O or Y; compare-lse: LSE) went: out of
+ * host memory (not `compared`), values outside the tolerance (an error naming the first, and
+ * that --out was written all the same), or all within it. @return 0 when all were within. */
+int run_report_comparison(const char *command, const char *option, const cli_args *args,
+                          int compared, size_t count, const case_result *r);
 
 /* run_multi.c: --devices, --distributed, --sharding and --timeout with what they exclude
  * (--cache-len, --kv-storage, each other); --sharding's value. @return 0 or EXIT_USAGE. */
