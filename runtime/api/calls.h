@@ -47,4 +47,9 @@ typedef int tuning_valid_fn(const tuning_params *t, const clattn_device_info *de
 clattn_status tuning_from_caller(clattn_context *ctx, const char *row, tuning_valid_fn *valid,
                                  const clattn_tuning *params, tuning_params *out);
 
+/* The parameters a lookup found, and where from, written into the caller's structs (a
+ * struct_size of at least this library's, checked by the caller; source may be NULL). */
+void tuning_to_caller(const tuning_params *found, tuning_source from, clattn_tuning *params,
+                      clattn_tuning_source *source);
+
 #endif

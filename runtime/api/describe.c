@@ -1,7 +1,7 @@
 /*
  * The entry points that need no device: checking a desc, counting and drawing its mask, the
- * tolerance of the contract, and the CPU reference on host arrays. Each builds the problem the way clattn_attention does, so a desc
- * is judged the same everywhere.
+ * tolerance of the contract, and the CPU reference on host arrays. Each builds the problem the
+ * way clattn_attention does, so a desc is judged the same everywhere.
  */
 #include "reference/reference.h"
 

@@ -82,12 +82,7 @@ clattn_status clattn_device_gemm_tuning(size_t device_index, clattn_gemm gemm,
         return CLATTN_ERR_INVALID_ARGUMENT;
     tuning_params found;
     tuning_source from = gemm_tuning_on(&info, row, &found);
-    clattn_tuning out;
-    memset(&out, 0, sizeof out);
-    out.struct_size = sizeof out;
-    tuning_to_public(&found, &out);
-    struct_write(params, &out, sizeof out, sizeof out);
-    if (source) *source = (clattn_tuning_source)from;
+    tuning_to_caller(&found, from, params, source);
     return CLATTN_SUCCESS;
 }
 

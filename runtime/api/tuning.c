@@ -32,6 +32,16 @@ unsigned *clattn_tuning_field(clattn_tuning *params, const char *field) {
     return NULL;
 }
 
+void tuning_to_caller(const tuning_params *found, tuning_source from, clattn_tuning *params,
+                      clattn_tuning_source *source) {
+    clattn_tuning out;
+    memset(&out, 0, sizeof out);
+    out.struct_size = sizeof out;
+    tuning_to_public(found, &out);
+    struct_write(params, &out, sizeof out, sizeof out);
+    if (source) *source = (clattn_tuning_source)from;
+}
+
 clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
                                    clattn_tuning *params, clattn_tuning_source *source) {
     const attn_variant *row = variant_find(variant);
@@ -42,12 +52,7 @@ clattn_status clattn_device_tuning(size_t device_index, clattn_variant variant,
         return CLATTN_ERR_INVALID_ARGUMENT;
     tuning_params found;
     tuning_source from = variant_tuning_on(&info, row, &found);
-    clattn_tuning out;
-    memset(&out, 0, sizeof out);
-    out.struct_size = sizeof out;
-    tuning_to_public(&found, &out);
-    struct_write(params, &out, sizeof out, sizeof out);
-    if (source) *source = (clattn_tuning_source)from;
+    tuning_to_caller(&found, from, params, source);
     return CLATTN_SUCCESS;
 }
 
