@@ -195,6 +195,7 @@ void cache_outputs(const cli_args *args, const run_state *s, run_output *outs, s
                     .data = c->k_out};
     run_output v = k;
     v.option = "v-cache-out", v.path = args_get(args, "v-cache-out"), v.data = c->v_out;
+    v.shape = s->v.shape; /* Dv may differ from Dqk */
     outs[(*n)++] = k;
     outs[(*n)++] = v;
 }

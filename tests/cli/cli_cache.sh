@@ -40,6 +40,22 @@ grep -q "split" "$work/out" || fail "the split variant did not serve the cache: 
 [ "$(stat -c %s "$work/kc.npy")" -eq "$(stat -c %s "$cache/k.npy")" ] || fail "K cache size"
 cmp -s "$work/kc.npy" "$cache/k.npy" && fail "the append changed nothing in the K cache"
 
+# ---- V narrower than K (Dv 16, Dqk 32): V's cache is written with V's shape (it was written
+# with K's, and read past the end of V)
+npy_take "$cache/v.npy" "$work/v16.npy" "(2, 47, 2, 16)"
+npy_take "$rows/v.npy" "$work/vn16.npy" "(2, 41, 2, 16)"
+narrow=(run --q "$cache/q.npy" --k "$cache/k.npy" --v "$work/v16.npy" --cache-len "$work/len.npy"
+        --k-new "$rows/k.npy" --v-new "$work/vn16.npy" --new-len "$work/new.npy" --causal)
+"$clattn" "${narrow[@]}" --out "$work/n-ref.npy" --path reference > /dev/null ||
+  fail "reference, Dv 16"
+"${runner[@]}" "$clattn" "${narrow[@]}" --out "$work/n.npy" --compare "$work/n-ref.npy" \
+  --k-cache-out "$work/kc16.npy" --v-cache-out "$work/vc16.npy" > "$work/out" 2>&1 ||
+  fail "Dv 16: $(cat "$work/out")"
+head -c 128 "$work/vc16.npy" | grep -q "'shape': (2, 47, 2, 16)" ||
+  fail "V's cache has not V's shape: $(head -c 128 "$work/vc16.npy" | tr -cd '[:print:]')"
+[ "$(stat -c %s "$work/vc16.npy")" -eq "$(stat -c %s "$work/v16.npy")" ] || fail "V cache size"
+cmp -s "$work/vc16.npy" "$work/v16.npy" && fail "the append changed nothing in the V cache"
+
 # ---- the same cache as a pool of 94 pages of one row: identical results
 table=()
 for ((p = 0; p < 94; p++)); do table+=("$p"); done
