@@ -232,8 +232,11 @@ static int setup_block_layout(const cli_args *args, run_state *s) {
                   npy_dtype_name(L->dtype));
         return 1;
     }
-    s->layout_u8 = malloc(L->count);
-    if (!s->layout_u8) return 1;
+    s->layout_u8 = malloc(L->count + 1);
+    if (!s->layout_u8) {
+        cli_error(args->command, "%s: out of host memory for the layout", file);
+        return 1;
+    }
     for (size_t i = 0; i < L->count; i++)
         s->layout_u8[i] = L->dtype == NPY_I32 ? ((const int32_t *)L->data)[i] != 0
                                               : ((const uint8_t *)L->data)[i] != 0;
@@ -269,7 +272,10 @@ static int setup_bias(const cli_args *args, run_state *s) {
     }
     const float *values = b->data;
     if (b->dtype == NPY_F16) {
-        if (!(s->bias_f32 = malloc(b->count * sizeof(float)))) return 1;
+        if (!(s->bias_f32 = malloc(b->count * sizeof(float) + 1))) {
+            cli_error(args->command, "%s: out of host memory widening the bias", file);
+            return 1;
+        }
         clattn_convert(CLATTN_F16, b->data, CLATTN_F32, s->bias_f32, b->count);
         values = s->bias_f32;
     }

@@ -120,7 +120,10 @@ static int storage_shape(const cli_args *args, run_state *s) {
 
 int cache_load(const cli_args *args, run_state *s) {
     if (!args_has(args, "cache-len")) return 0;
-    if (!(s->cache = calloc(1, sizeof *s->cache))) return 1;
+    if (!(s->cache = calloc(1, sizeof *s->cache))) {
+        cli_error("run", "out of host memory for the cache");
+        return 1;
+    }
     cache_run *c = s->cache;
     int rc = load_lengths(args, "cache-len", 1, s->desc.batch, &c->lengths);
     if (!rc) rc = storage_shape(args, s);

@@ -5,10 +5,11 @@
 #include "common.h"
 #include "run.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 int run_load(const cli_args *args, const char *option, npy_array *out) {
-    char err[512];
+    char err[PATH_MAX + 512]; /* the path, then the problem */
     if (npy_read(args_get(args, option), out, err, sizeof err) != CLATTN_SUCCESS) {
         cli_error(args->command, "%s", err);
         return 1;

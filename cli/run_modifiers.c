@@ -40,11 +40,13 @@ int run_setup_modifiers(const cli_args *args, run_state *s) {
                                  "other");
         return EXIT_USAGE;
     }
-    if (args_has(args, "alibi")) {
+    if (args_has(args, "alibi") && d->heads_q > 0) { /* Hq = 0: the desc's check says so */
         s->alibi_standard = malloc(d->heads_q * sizeof *s->alibi_standard);
-        if (!s->alibi_standard ||
-            clattn_pattern_alibi_slopes(d->heads_q, s->alibi_standard) != CLATTN_SUCCESS)
+        if (!s->alibi_standard) {
+            cli_error(args->command, "--alibi: out of host memory for %zu slopes", d->heads_q);
             return 1;
+        }
+        clattn_pattern_alibi_slopes(d->heads_q, s->alibi_standard); /* cannot fail: Hq >= 1 */
         d->alibi_slopes = s->alibi_standard;
     }
     if (args_has(args, "alibi-slopes")) {

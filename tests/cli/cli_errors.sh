@@ -97,6 +97,8 @@ for path in reference fused; do
   expect 1 "every size must be >= 1 (B=1 Hq=0" -- \
     "$clattn" run --q q0.npy --k k.npy --v v.npy --out z.npy --path "$path"
 done
+expect 1 "every size must be >= 1 (B=1 Hq=0" -- \
+  "$clattn" run --q q0.npy --k k.npy --v v.npy --out z.npy --alibi # (it said nothing)
 expect 1 "Hkv=0" -- "$clattn" run --q q.npy --k k0.npy --v k0.npy --out z.npy --path reference
 make_npy k1.npy "(0, 6, 1, 4)" "$zero"
 expect 1 "every size must be >= 1 (B=0 Hq=2" -- \
@@ -137,6 +139,10 @@ long="$long/$(printf 'd%.0s' {1..200})/$(printf 'e%.0s' {1..200})"
 mkdir -p "$long"
 expect 1 "at most 960 leave room" -- "$clattn" bench --preset quick --out "$long"
 [ -s stdout ] && fail "bench --out with a long name ran the sweep first"
+# an input under that long name: the message keeps the problem after the path (it was cut off)
+head -c 140 q.npy > "$long/short.npy" # the header and 3 of 40 values
+expect 1 "short.npy: data holds" -- "$clattn" run --q "$long/short.npy" --k k.npy --v v.npy \
+  --out z.npy
 # the decode preset writes --csv and --json beside its folder's files
 "$clattn" bench --preset decode --dtype f32 --nk 64 --hq 2 --hkv 2 --d 16 --steps 2 --repeat 1 \
   --warmup 0 --out dout --csv mine.csv --json mine.json > stdout 2> stderr ||
