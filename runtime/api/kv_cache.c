@@ -483,7 +483,7 @@ static clattn_status check_device_rows(clattn_kv_cache *c, const clattn_kv_rows 
     cl_mem flag = NULL;
     append_call call;
     clattn_status s = append_kernel(c, r, set, counts, "check_rows", &call);
-    if (!s) s = buffer_set_add(c->ctx, set, 1, sizeof overflow, &overflow, &flag, "overflow flag");
+    if (!s) s = buffer_set_add_zeroed_word(c->ctx, set, &flag, "overflow flag");
     if (s) return s;
     KARG(call.args, flag);
     if (call.args.err != CL_SUCCESS)

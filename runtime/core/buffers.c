@@ -210,6 +210,18 @@ clattn_status buffer_set_add(clattn_context *ctx, buffer_set *set, size_t count,
     return hold(ctx, set, buffer, out, what);
 }
 
+clattn_status buffer_set_add_zeroed_word(clattn_context *ctx, buffer_set *set, cl_mem *out,
+                                         const char *what) {
+    cl_uint zero = 0;
+    cl_mem buffer = NULL;
+    *out = NULL;
+    clattn_status status = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                         sizeof zero, &zero, &buffer, what);
+    if (status != CLATTN_SUCCESS) return status;
+    set->bytes += sizeof zero;
+    return hold(ctx, set, buffer, out, what);
+}
+
 clattn_status buffer_set_workspace(clattn_context *ctx, buffer_set *set, int slot, size_t bytes,
                                    cl_mem *out, const char *what) {
     cl_mem buffer = NULL;

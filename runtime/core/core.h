@@ -452,6 +452,10 @@ typedef struct buffer_set {
  * set; count 0 gives the placeholder. Size overflow is CLATTN_ERR_OUT_OF_MEMORY. */
 clattn_status buffer_set_add(clattn_context *ctx, buffer_set *set, size_t count, size_t elem,
                              const void *host, cl_mem *out, const char *what);
+/* A 32-bit word that starts at zero and that kernels write (a tile counter, a flag), held by
+ * the set. Read-write: a buffer created read-only from host memory must not be written. */
+clattn_status buffer_set_add_zeroed_word(clattn_context *ctx, buffer_set *set, cl_mem *out,
+                                         const char *what);
 /* The context's workspace buffer of `slot`, held by the set and counted in its bytes. */
 clattn_status buffer_set_workspace(clattn_context *ctx, buffer_set *set, int slot, size_t bytes,
                                    cl_mem *out, const char *what);

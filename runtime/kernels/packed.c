@@ -217,10 +217,8 @@ static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, con
     fb->tile_ptr = l->tile_ptr, fb->tile_idx = l->tile_idx, fb->row_list = l->row_list;
     clattn_status s = params_buffer_add(ctx, set, P, pb, &fb->params);
     if (!s) s = params_buffer_add(ctx, set, P_rows, pb, &fb->params_rows);
-    if (!s && pb->count_tiles) {
-        cl_uint zero = 0;
-        s = buffer_set_add(ctx, set, 1, sizeof zero, &zero, &fb->tile_count, "tile counter");
-    }
+    if (!s && pb->count_tiles)
+        s = buffer_set_add_zeroed_word(ctx, set, &fb->tile_count, "tile counter");
     return s;
 }
 

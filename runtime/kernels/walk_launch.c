@@ -103,10 +103,8 @@ clattn_status walk_launch_run(clattn_context *ctx, const variant_plan *plan, con
     P_rows.row_mode = 1;
     clattn_status s = params_buffer_add(ctx, &cb.set, &P, pb, &cb.params);
     if (!s) s = params_buffer_add(ctx, &cb.set, &P_rows, pb, &cb.params_rows);
-    if (!s && pb->count_tiles) {
-        cl_uint zero = 0;
-        s = buffer_set_add(ctx, &cb.set, 1, sizeof zero, &zero, &cb.counter, "tile counter");
-    }
+    if (!s && pb->count_tiles)
+        s = buffer_set_add_zeroed_word(ctx, &cb.set, &cb.counter, "tile counter");
     if (!s) s = buffer_set_placeholder(ctx, &cb.set, &cb.placeholder);
     if (!s) s = run_passes(ctx, pb, w, buf, &cb, event);
     if (!s && cb.counter) {

@@ -1,7 +1,8 @@
 /*
  * The library where it once gave wrong answers in silence or a stale message (the reliability
  * issue): every failing call on a context leaves its own message; outputs overlapping inputs
- * through sub-buffers are refused; the gemm path plans around CLBlast's padded copies.
+ * through sub-buffers are refused; buffers that kernels write are read-write; the gemm path
+ * plans around CLBlast's padded copies.
  */
 #include <criterion/criterion.h>
 
@@ -163,6 +164,31 @@ Test(aliasing, disjoint_parts_of_one_buffer_are_fine) {
     s.desc.o.offset = 4 * s.align / 4; /* everything in one buffer, by offsets */
     expect_right(&s, s.parent, s.parent, s.parent, s.parent, 4 * s.align, "one buffer");
     alias_setup_release(&s);
+}
+
+/* ---------------------------------------------------------------- buffers kernels write */
+
+/* The tile counters and the KV cache's overflow flag start at zero from host memory and are
+ * written by kernels: such a buffer must be read-write (one created read-only and written is
+ * undefined; the flag was read-only until a review found it). */
+Test(buffers, a_zeroed_word_that_kernels_write_is_read_write) {
+    clattn_context *ctx = NULL;
+    cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
+    buffer_set set;
+    memset(&set, 0, sizeof set);
+    cl_mem word = NULL;
+    cr_assert_eq(buffer_set_add_zeroed_word(ctx, &set, &word, "flag"), CLATTN_SUCCESS);
+    cl_mem_flags flags = 0;
+    cr_assert_eq(clGetMemObjectInfo(word, CL_MEM_FLAGS, sizeof flags, &flags, NULL), CL_SUCCESS);
+    cr_expect(flags & CL_MEM_READ_WRITE, "flags 0x%llx", (unsigned long long)flags);
+    cl_uint value = 7;
+    cr_assert_eq(clEnqueueReadBuffer(clattn_context_queue(ctx), word, CL_TRUE, 0, sizeof value,
+                                     &value, 0, NULL, NULL),
+                 CL_SUCCESS);
+    cr_expect_eq(value, 0u);
+    cr_expect_eq(set.bytes, sizeof value);
+    buffer_set_release(&set);
+    clattn_context_destroy(ctx);
 }
 
 /* ---------------------------------------------------------------- gemm and CLBlast's copies */
