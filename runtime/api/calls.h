@@ -30,6 +30,7 @@ clattn_status attention_in_call(clattn_context *ctx, const clattn_attention_desc
                                 cl_mem k, cl_mem v, cl_mem o, cl_mem lse, cl_event *event);
 clattn_status kv_cache_append_in_call(clattn_kv_cache *c, const clattn_kv_rows *rows);
 clattn_status kv_cache_set_lengths_in_call(clattn_kv_cache *c, const int32_t *lengths);
+clattn_status kv_cache_lengths_in_call(const clattn_kv_cache *c, int32_t *lengths);
 clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
                                          cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
                                          cl_event *event);

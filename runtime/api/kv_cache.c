@@ -269,10 +269,16 @@ clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t 
     return c ? IN_CONTEXT(c->ctx, set_block_table_in_call(c, table)) : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
-clattn_status clattn_kv_cache_lengths(const clattn_kv_cache *c, int32_t *lengths) {
-    if (!c || !lengths) return CLATTN_ERR_INVALID_ARGUMENT;
+clattn_status kv_cache_lengths_in_call(const clattn_kv_cache *c, int32_t *lengths) {
+    if (!lengths) return CLATTN_ERR_INVALID_ARGUMENT;
     memcpy(lengths, c->lengths, c->desc.batch * sizeof *lengths);
     return CLATTN_SUCCESS;
+}
+
+/* A call like the others: another thread's append or set_lengths does not tear the copy. */
+clattn_status clattn_kv_cache_lengths(const clattn_kv_cache *c, int32_t *lengths) {
+    return c ? IN_CONTEXT(c->ctx, kv_cache_lengths_in_call(c, lengths))
+             : CLATTN_ERR_INVALID_ARGUMENT;
 }
 
 clattn_status kv_cache_set_lengths_in_call(clattn_kv_cache *c, const int32_t *lengths) {

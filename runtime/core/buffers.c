@@ -215,8 +215,8 @@ clattn_status buffer_set_add_zeroed_word(clattn_context *ctx, buffer_set *set, c
     cl_uint zero = 0;
     cl_mem buffer = NULL;
     *out = NULL;
-    clattn_status status = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
-                                         sizeof zero, &zero, &buffer, what);
+    clattn_status status = buffer_create(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                         &zero, &buffer, what);
     if (status != CLATTN_SUCCESS) return status;
     set->bytes += sizeof zero;
     return hold(ctx, set, buffer, out, what);

@@ -107,9 +107,12 @@ Test(threads, a_cache_context_shared_at_once_is_refused) {
     cr_expect_eq(clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect_eq(clattn_kv_cache_read_host(cache, rows, rows), CLATTN_ERR_INVALID_ARGUMENT);
+    /* a copy of the lengths too: taken during another thread's append it could be torn */
+    cr_expect_eq(clattn_kv_cache_lengths(cache, &lengths), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(lengths, -1, "a refused clattn_kv_cache_lengths wrote its output");
+    atomic_store(&ctx->in_call, 0); /* that call returned */
     cr_expect_eq(clattn_kv_cache_lengths(cache, &lengths), CLATTN_SUCCESS);
     cr_expect_eq(lengths, 0, "a refused append or set_lengths changed the cache");
-    atomic_store(&ctx->in_call, 0); /* that call returned */
     cr_expect_eq(clattn_kv_cache_append_host(cache, rows, rows, 1, &one), CLATTN_SUCCESS, "%s",
                  clattn_context_last_error(ctx));
     cr_expect_eq(clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL), CLATTN_SUCCESS, "%s",
