@@ -1042,8 +1042,9 @@ CLATTN_API clattn_status clattn_kv_cache_create(clattn_context *ctx,
 /** Wraps a caller's storage, as FlashAttention-2 takes plain tensors: k and v hold the
  *  contiguous caches or the page pools described by desc, at element offset 0 with the dense
  *  strides of desc->layout. clattn retains them while the cache lives; lengths start at
- *  `lengths` (host [batch], may be NULL for zeros). @return as clattn_kv_cache_create, and
- *  CLATTN_ERR_INVALID_ARGUMENT for buffers too small. */
+ *  `lengths` (host [batch], may be NULL for zeros; a paged cache starts empty, its lengths
+ *  zeros, until clattn_kv_cache_set_block_table gives its rows pages). @return as
+ *  clattn_kv_cache_create, and CLATTN_ERR_INVALID_ARGUMENT for buffers too small. */
 CLATTN_API clattn_status clattn_kv_cache_wrap(clattn_context *ctx, const clattn_kv_cache_desc *desc,
                                               cl_mem k, cl_mem v, const int32_t *lengths,
                                               clattn_kv_cache **cache);

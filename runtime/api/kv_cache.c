@@ -124,11 +124,15 @@ static clattn_status cache_start(clattn_context *ctx, const clattn_kv_cache_desc
     clattn_status s = check_desc(ctx, desc, &c->desc);
     if (!s) s = plan_storage(ctx, c);
     for (size_t b = 0; !s && lengths && b < c->desc.batch; b++)
-        if (lengths[b] < 0 || (size_t)lengths[b] > c->desc.capacity || c->desc.page_size)
+        if (c->desc.page_size && lengths[b] != 0) /* its rows have no pages yet */
             s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                          "kv cache: length %d of sequence %zu is not in [0, %zu]%s", lengths[b], b,
-                          c->desc.capacity,
-                          c->desc.page_size ? " (a paged cache starts empty)" : "");
+                          "kv cache: length %d of sequence %zu: a paged cache starts empty "
+                          "(lengths NULL or 0; set the block table, then the lengths)",
+                          lengths[b], b);
+        else if (lengths[b] < 0 || (size_t)lengths[b] > c->desc.capacity)
+            s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                          "kv cache: length %d of sequence %zu is not in [0, %zu]", lengths[b], b,
+                          c->desc.capacity);
     if (!s) s = make_bookkeeping(ctx, c, lengths);
     if (s) clattn_kv_cache_destroy(c);
     *out = s ? NULL : c;

@@ -452,6 +452,43 @@ Test(kvcache, an_append_into_a_missing_page_is_refused) {
     free(k), free(v);
 }
 
+/* clattn_kv_cache_wrap's initial lengths: a contiguous cache starts at them; a paged one starts
+ * empty, so it takes zeros as it takes NULL (zeros were refused with a message that allowed
+ * them) and refuses any other length, saying why. */
+Test(kvcache, a_wrapped_cache_starts_at_its_lengths_and_a_paged_one_empty) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const size_t bytes = (size_t)PAGES * PAGE * HKV * D * sizeof(float); /* >= B * CAP rows */
+    cl_int err = CL_SUCCESS;
+    cl_mem k = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem v = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cr_assert(k && v, "buffers: %d", err);
+    const int32_t zeros[B] = {0, 0}, some[B] = {5, 0};
+    int32_t got[B] = {-1, -1};
+    for (int paged = 0; paged < 2; paged++) {
+        clattn_kv_cache_desc d;
+        cr_assert_eq(clattn_kv_cache_desc_init(&d, B, HKV, D, D, CAP), CLATTN_SUCCESS);
+        if (paged) d.page_size = PAGE, d.num_pages = PAGES;
+        clattn_kv_cache *cache = NULL;
+        ASSERT_OK(ctx, clattn_kv_cache_wrap(ctx, &d, k, v, zeros, &cache));
+        clattn_kv_cache_destroy(cache);
+        clattn_status status = clattn_kv_cache_wrap(ctx, &d, k, v, some, &cache);
+        if (paged) {
+            cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT);
+            cr_expect(strstr(clattn_context_last_error(ctx), "a paged cache starts empty") != NULL,
+                      "'%s'", clattn_context_last_error(ctx));
+            cr_expect_null(cache);
+        } else {
+            cr_expect_eq(status, CLATTN_SUCCESS, "%s", clattn_context_last_error(ctx));
+            ASSERT_OK(ctx, clattn_kv_cache_lengths(cache, got));
+            cr_expect(got[0] == 5 && got[1] == 0, "lengths %d %d", got[0], got[1]);
+            clattn_kv_cache_destroy(cache);
+        }
+    }
+    clReleaseMemObject(k), clReleaseMemObject(v);
+}
+
 /* A paged cache's batch does not enter its storage size, but its lengths [B] and block table
  * [B][max_pages] do: a batch that overflows them is refused as such (found by the fuzzer,
  * tests/fuzz/fuzz_kv_cache.c: it was left to calloc to fail, as CLATTN_ERR_OUT_OF_MEMORY). */

@@ -148,7 +148,8 @@ static int32_t *take_lengths(fuzz_input *in, const clattn_kv_cache_desc *d, int 
     int32_t *lengths = malloc(d->batch * sizeof *lengths);
     for (size_t b = 0; b < d->batch; b++) {
         lengths[b] = take_index32(in, 0, (int32_t)d->capacity);
-        *ok &= lengths[b] >= 0 && (size_t)lengths[b] <= d->capacity && !d->page_size;
+        *ok &= lengths[b] >= 0 && (size_t)lengths[b] <= d->capacity &&
+               (!d->page_size || lengths[b] == 0);
     }
     return lengths;
 }
