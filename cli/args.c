@@ -1,6 +1,7 @@
 /* See args.h. */
 #define _XOPEN_SOURCE 700 /* realpath, beside the build's _POSIX_C_SOURCE */
 #include "args.h"
+#include "outfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -301,6 +302,9 @@ int args_same_file(const char *a, const char *b) {
     if (strcmp(a, b) == 0) return 1;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
         return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    outfile_target ta, tb; /* where a new file would go: a dangling link's target */
+    if (outfile_resolve(a, &ta) == 0) a = ta.path;
+    if (outfile_resolve(b, &tb) == 0) b = tb.path;
     return resolve_path(a, ra, sizeof ra) == 0 && resolve_path(b, rb, sizeof rb) == 0 &&
            strcmp(ra, rb) == 0;
 }

@@ -86,7 +86,8 @@ int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *
                     size_t *count);
 
 /* Whether two paths name the same file: equal text; when both exist, the same device and
- * inode; else the same resolved folder and name ("o.npy" and "./o.npy"). */
+ * inode; else the same resolved folder and name ("o.npy" and "./o.npy"), a dangling symbolic
+ * link standing for the file it would create. */
 int args_same_file(const char *a, const char *b);
 /* Every output option (present ones) must name a file of its own: not another output's, not an
  * input's. Prints "clattn CMD: --A and --B name the same file 'X'". @return 0 or EXIT_USAGE. */

@@ -32,13 +32,37 @@ const char *outfile_strerror(int code) {
     }
 }
 
+/* The file a new output at `path` creates: path itself, or where the symbolic links at path
+ * lead when they lead nowhere yet (a dangling link's target is created, the link kept).
+ * @return 0 or errno. */
+static int new_file_path(const char *path, char out[PATH_MAX]) {
+    char at[PATH_MAX], link[PATH_MAX];
+    snprintf(at, sizeof at, "%s", path);
+    for (int hops = 0; hops < 40; hops++) { /* Linux's limit on links followed */
+        struct stat st;
+        if (lstat(at, &st) != 0 || !S_ISLNK(st.st_mode)) {
+            memcpy(out, at, sizeof at); /* no link (more): the file to create */
+            return 0;
+        }
+        ssize_t n = readlink(at, link, sizeof link - 1);
+        if (n < 0) return errno;
+        link[n] = '\0';
+        const char *slash = strrchr(at, '/');
+        int dir_len = link[0] == '/' || !slash ? 0 : (int)(slash - at) + 1; /* relative: beside */
+        if ((size_t)dir_len + (size_t)n >= sizeof at) return ENAMETOOLONG;
+        memmove(at + dir_len, link, (size_t)n + 1);
+    }
+    return ELOOP;
+}
+
 int outfile_resolve(const char *path, outfile_target *target) {
     struct stat st, link;
     memset(target, 0, sizeof *target);
     if (!path) return EINVAL;
     if (strlen(path) >= sizeof target->path) return ENAMETOOLONG;
     snprintf(target->path, sizeof target->path, "%s", path);
-    if (stat(path, &st) != 0) return errno == ENOENT ? 0 : errno; /* a new file */
+    if (stat(path, &st) != 0) /* a new file */
+        return errno == ENOENT ? new_file_path(path, target->path) : errno;
     if (S_ISDIR(st.st_mode)) return EISDIR;
     if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
         target->in_place = 1;
@@ -69,23 +93,26 @@ static int write_parts_fd(int fd, const outfile_part *parts, size_t num_parts) {
     return 0;
 }
 
-/* A character device or FIFO, written where it is. Opening without blocking fails at once
- * (ENXIO) for a FIFO no process reads; then the writes block as usual (a slow reader). */
-static int write_in_place(const char *path, const outfile_part *parts, size_t num_parts) {
+/* A character device or FIFO opened to be written where it is. Opening without blocking fails
+ * at once (ENXIO) for a FIFO no process reads; then the writes block as usual (a slow reader).
+ * @return the descriptor, or -1 with *e set. */
+static int open_in_place(const char *path, int *e) {
     struct stat st;
     int fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
-        int e = errno;
-        return e == ENXIO && stat(path, &st) == 0 && S_ISFIFO(st.st_mode) ? OUTFILE_NO_READER : e;
+        int err = errno;
+        *e = err == ENXIO && stat(path, &st) == 0 && S_ISFIFO(st.st_mode) ? OUTFILE_NO_READER : err;
+        return -1;
     }
-    int e = 0, flags = fcntl(fd, F_GETFL);
+    int flags = fcntl(fd, F_GETFL);
     if (fstat(fd, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
-        e = OUTFILE_CHANGED; /* never write into a regular file without the temporary one */
+        *e = OUTFILE_CHANGED; /* never write into a regular file without the temporary one */
     else if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
-        e = errno;
-    if (e == 0) e = write_parts_fd(fd, parts, num_parts);
-    if (close(fd) != 0 && e == 0) e = errno;
-    return e;
+        *e = errno;
+    else
+        return fd;
+    close(fd);
+    return -1;
 }
 
 /* Creates `path` (never one that exists, nor through a link) holding the parts; removes it on
@@ -156,8 +183,13 @@ int outfile_prepare(const char *path, outfile_staged *s) {
     static atomic_uint writes; /* n of path.tmp.<pid>.<n>: threads never share a name */
     memset(s, 0, sizeof *s);
     s->registration = -1;
+    s->fd = -1;
     int e = outfile_resolve(path, &s->target);
-    if (e != 0 || s->target.in_place) return e;
+    if (e != 0) return e;
+    if (s->target.in_place) { /* opened now: a FIFO without a reader fails before any write */
+        s->fd = open_in_place(s->target.path, &e);
+        return e;
+    }
     remove_stale_temporaries(s->target.path);
     snprintf(s->tmp, sizeof s->tmp, "%s.tmp.%ld.%u", s->target.path, (long)getpid(),
              atomic_fetch_add(&writes, 1));
@@ -168,7 +200,12 @@ int outfile_prepare(const char *path, outfile_staged *s) {
 int outfile_stage(outfile_staged *s, const outfile_part *parts, size_t num_parts) {
     for (size_t i = 0; i < num_parts; i++)
         if (parts[i].size && !parts[i].data) return EINVAL;
-    if (s->target.in_place) return write_in_place(s->target.path, parts, num_parts);
+    if (s->target.in_place) {
+        int e = s->fd < 0 ? EBADF : write_parts_fd(s->fd, parts, num_parts);
+        if (s->fd >= 0 && close(s->fd) != 0 && e == 0) e = errno;
+        s->fd = -1;
+        return e;
+    }
     int e = write_new_file(s->tmp, parts, num_parts);
     s->pending = e == 0;
     return e;
@@ -198,7 +235,8 @@ int outfile_commit(outfile_staged *s, size_t n, size_t *failed) {
 void outfile_discard(outfile_staged *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (s[i].pending) unlink(s[i].tmp);
-        s[i].pending = 0;
+        if (s[i].fd >= 0) close(s[i].fd);
+        s[i].pending = 0, s[i].fd = -1;
         interrupt_untrack(s[i].registration);
         s[i].registration = -1;
     }

@@ -52,10 +52,13 @@ typedef struct outfile_staged {
     char tmp[PATH_MAX + 64]; /* a regular file's temporary, beside the target; "" in place */
     int registration;        /* of tmp with interrupt_track, or -1 */
     int pending;             /* tmp holds the output, not yet renamed */
+    int fd;                  /* in place: the device or FIFO, open from prepare to stage; or -1 */
 } outfile_staged;
 
 /* Resolves `path` (outfile_resolve); for a regular file, removes the stale temporaries beside
- * it and names and registers a new temporary, not created yet. @return 0 or a code. */
+ * it and names and registers a new temporary, not created yet; a device or FIFO is opened (a
+ * FIFO that no process reads is refused now, before any output of the set is written).
+ * @return 0 or a code. */
 int outfile_prepare(const char *path, outfile_staged *s);
 /* Writes the parts into the temporary (then pending), or in place for a device or FIFO.
  * @return 0 or a code; a failed temporary is removed. */
@@ -65,7 +68,7 @@ void outfile_mark_staged(outfile_staged *s);
 /* Renames every pending temporary over its target, in order, in one section that SIGINT and
  * SIGTERM wait for. Stops at the first failure. @return 0, or errno with *failed its index. */
 int outfile_commit(outfile_staged *s, size_t n, size_t *failed);
-/* Removes the temporaries still pending and ends every registration. */
+/* Removes the temporaries still pending, closes what is open, and ends every registration. */
 void outfile_discard(outfile_staged *s, size_t n);
 
 /* The text of a code outfile_write or outfile_resolve returned. */

@@ -52,6 +52,10 @@ mkfifo fifo
 expect 1 "FIFO that no process is reading" -- timeout 60 "$clattn" "${run[@]}" --out fifo
 expect 1 "FIFO that no process is reading" -- timeout 60 \
   "$clattn" pattern sliding --nq 8 --nk 8 --block 4,4 --out fifo
+# beside another output written in place: refused before that one is written (it was written)
+"$clattn" "${run[@]}" --out /dev/stdout --lse fifo 2> err | cat > captured
+grep -q "FIFO that no process is reading" err || fail "--lse fifo without a reader: $(cat err)"
+[ -s captured ] && fail "O went to stdout although --lse's FIFO was refused"
 exec 3<> fifo # a reader (and a writer: read below exactly what clattn wrote)
 timeout 60 "$clattn" "${run[@]}" --out fifo > /dev/null || fail "run --out to a FIFO with a reader"
 timeout 10 head -c "$ref_bytes" <&3 > from-fifo.npy
@@ -72,6 +76,15 @@ echo old > target.npy
 ln -s target.npy link.npy
 "$clattn" "${run[@]}" --out link.npy > /dev/null || fail "run --out through a symbolic link"
 [ -L link.npy ] && cmp -s target.npy ref.npy || fail "run --out link.npy: not written to its target"
+# a link to a link to a file that does not exist yet, in another folder: the file is created
+mkdir -p elsewhere
+ln -s elsewhere/new.npy elsewhere-link.npy && ln -s elsewhere-link.npy dangling.npy
+"$clattn" "${run[@]}" --out dangling.npy > /dev/null || fail "run --out through a dangling link"
+[ -L dangling.npy ] && [ -L elsewhere-link.npy ] && cmp -s elsewhere/new.npy ref.npy ||
+  fail "run --out dangling.npy: the link was replaced, or its target not created"
+rm elsewhere/new.npy
+expect 2 "--out and --lse name the same file" -- "$clattn" "${run[@]}" --out dangling.npy \
+  --lse elsewhere/new.npy
 ls ./*.tmp.* ./*.run-* 2> /dev/null && fail "temporary files were left behind"
 
 # ---- a driver registered but not loadable: the platform query's failure, not "no driver".
