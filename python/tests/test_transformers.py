@@ -338,6 +338,24 @@ def test_the_device_cache_refuses_what_it_cannot_do(context) -> None:
         _generate(model, "clattn", ids, attention_mask, num_beams=2, cache=cache)
 
 
+def test_a_refused_step_leaves_the_device_cache_counting_what_it_stored(context) -> None:
+    """A step the cache refuses (it would pass max_cache_len) raises, and the cache still counts
+    the tokens it holds (it counted the refused ones too), so the next step goes on at the right
+    positions."""
+    model = _model("llama_gqa", "float32")
+    model.set_attn_implementation("clattn")
+    ids = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(5))
+    cache = ct.DeviceCache(model.config, max_cache_len=8, page_size=8)
+    with torch.no_grad():
+        model(input_ids=ids, cache=cache, use_cache=True)
+        with pytest.raises(clattn.Error, match="is full"):
+            model(input_ids=ids[:, :3], cache=cache, use_cache=True)
+        assert cache.get_seq_length() == 6
+        model(input_ids=ids[:, :2], cache=cache, use_cache=True)
+    assert cache.get_seq_length() == 8
+    assert list(cache.layers[0].kv.lengths) == [8]
+
+
 def test_the_device_cache_resets_and_crops(context) -> None:
     """reset() empties every layer (pages back to the pool), so a second generation over the same
     cache gives the first's tokens; crop() forgets generated tokens (assisted decoding)."""

@@ -205,17 +205,11 @@ class DeviceLayer(CacheLayerMixin):
                     "sliding window counts positions; pad on the left, or use transformers' own cache"
                 )
 
-    def attend(self, query: torch.Tensor, mask: Any, scaling: Optional[float], causal: bool,
-               extra: Dict[str, Any]) -> torch.Tensor:
-        """Appends the pending rows (the real tokens only) and attends: [B, L, Hq, Dv]."""
-        if self.pending is None:
-            raise invalid("DeviceCache: attention without new rows (update was not called)")
-        k_new, v_new = self.pending
-        self.pending = None
-        q_length = query.shape[2]
-        valid = self._valid_rows(mask, q_length)
-        window = mask.window if isinstance(mask, Mask) else None
-        causal = mask.causal if isinstance(mask, Mask) else causal
+    def _append(self, k_new: torch.Tensor, v_new: torch.Tensor, query: torch.Tensor, mask: Any,
+                window: Any) -> tuple:
+        """Stores the pending rows' real tokens; Q [B, L, Hq, D] in the same order, the counts
+        appended (None: all) and the order (None: as given)."""
+        valid = self._valid_rows(mask, query.shape[2])
         # [B, H, L, D] views as [B, L, H, D], the cache's layout
         k, v, q = k_new.transpose(1, 2), v_new.transpose(1, 2), query.transpose(1, 2)
         counts, order = None, None
@@ -224,11 +218,28 @@ class DeviceLayer(CacheLayerMixin):
             order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # real rows first
             k, v, q = (_gather_rows(x, order) for x in (k, v, q))
             counts = valid.sum(dim=1).numpy().astype(np.int32)
-        new = counts if counts is not None else np.full(self.batch_size, q_length, dtype=np.int32)
-        first_fill = not self.stored.any()
+        new = counts if counts is not None else np.full(self.batch_size, query.shape[2], dtype=np.int32)
         self._give_pages(new)
         self.kv.append(k, v, new_lengths=counts)
         self.stored += new
+        return q, counts, order
+
+    def attend(self, query: torch.Tensor, mask: Any, scaling: Optional[float], causal: bool,
+               extra: Dict[str, Any]) -> torch.Tensor:
+        """Appends the pending rows (the real tokens only) and attends: [B, L, Hq, Dv]."""
+        if self.pending is None:
+            raise invalid("DeviceCache: attention without new rows (update was not called)")
+        k_new, v_new = self.pending
+        self.pending = None
+        q_length = query.shape[2]
+        window = mask.window if isinstance(mask, Mask) else None
+        causal = mask.causal if isinstance(mask, Mask) else causal
+        first_fill = not self.stored.any()
+        try:
+            q, counts, order = self._append(k_new, v_new, query, mask, window)
+        except Exception:
+            self.seen -= q_length  # update() counted rows the device did not store
+            raise
         if first_fill and q_length > 1:  # a prompt into an empty cache: see _attend_prompt
             return _attend_prompt(query, k_new, v_new, mask, scaling, causal, extra, self.context)
         out = self.kv.attention(q, causal=causal, window=window, scale=scaling, q_lengths=counts, **extra)
