@@ -109,7 +109,7 @@ static int setup_kv_storage(const cli_args *args, run_state *s) {
     if (s->desc.dim_qk % 32 || s->desc.dim_v % 32) {
         cli_error("run", "--kv-storage %s: head dims must be multiples of 32 (Dqk=%zu Dv=%zu)",
                   kv_dtypes[choice], s->desc.dim_qk, s->desc.dim_v);
-        return EXIT_USAGE;
+        return 1; /* the inputs' sizes, not the option */
     }
     npy_array *kv[2] = {&s->k, &s->v};
     for (int i = 0; i < 2; i++) {

@@ -7,6 +7,7 @@
 #include "common.h"
 #include "run.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +18,12 @@ static int load_per_head(const cli_args *args, const char *option, npy_array *a,
     int heads = a->ndim == 1 && a->shape[0] == d->heads_q;
     int batch = allow_batch && a->ndim == 2 && a->shape[0] == d->batch && a->shape[1] == d->heads_q;
     if (a->dtype != NPY_F32 || (!heads && !batch)) {
-        cli_error(args->command, "--%s %s: expected <f4 [%zu]%s (Hq%s), got %s of %zu dims", option,
-                  args_get(args, option), d->heads_q, allow_batch ? " or [B, Hq]" : "",
-                  allow_batch ? "; B, Hq" : "", npy_dtype_name(a->dtype), a->ndim);
+        char want[64] = "", got[128];
+        if (allow_batch)
+            snprintf(want, sizeof want, " or [%zu, %zu] ([B, Hq])", d->batch, d->heads_q);
+        run_format_shape(a->shape, a->ndim, got, sizeof got);
+        cli_error(args->command, "--%s %s: expected <f4 [%zu] ([Hq])%s, got %s %s", option,
+                  args_get(args, option), d->heads_q, want, npy_dtype_name(a->dtype), got);
         return 1;
     }
     if (per_batch) *per_batch = batch;

@@ -99,6 +99,11 @@ for path in reference fused; do
 done
 expect 1 "every size must be >= 1 (B=1 Hq=0" -- \
   "$clattn" run --q q0.npy --k k.npy --v v.npy --out z.npy --alibi # (it said nothing)
+expect 1 "--kv-storage q8_0: head dims must be multiples of 32 (Dqk=4 Dv=4)" -- \
+  "$clattn" run --q q.npy --k k.npy --v v.npy --out z.npy --kv-storage q8_0
+make_npy slopes.npy "(2, 2)" "$one"
+expect 1 "--alibi-slopes slopes.npy: expected <f4 [2] ([Hq]) or [1, 2] ([B, Hq]), got <f4 [2, 2]" \
+  -- "$clattn" run --q q.npy --k k.npy --v v.npy --out z.npy --alibi-slopes slopes.npy
 expect 1 "Hkv=0" -- "$clattn" run --q q.npy --k k0.npy --v k0.npy --out z.npy --path reference
 make_npy k1.npy "(0, 6, 1, 4)" "$zero"
 expect 1 "every size must be >= 1 (B=0 Hq=2" -- \
