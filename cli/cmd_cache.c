@@ -11,13 +11,14 @@
 #include "commands.h"
 #include "common.h"
 #include "jobs.h"
+#include "textbuf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define MAX_WARM_ITEMS 16
+#define MAX_WARM_ITEMS (4 * 8) /* --dtypes words x --head-dims values */
 
 static const cli_option cache_options[] = {
     {"device", "SPEC", "warm: the device (default $CLATTN_DEVICE, else the first)"},
@@ -56,6 +57,9 @@ static int cache_unavailable(clattn_status status) {
     return 1;
 }
 
+/* The cache's limit: CLATTN_CACHE_MAX_MB takes sizes below this many MiB, --max-mb too. */
+#define MAX_MB_LIMIT 1e12
+
 static int cache_info(const cli_args *args) {
     char folder[4096], oldest[64], newest[64];
     clattn_cache_info info;
@@ -66,12 +70,16 @@ static int cache_info(const cli_args *args) {
     format_time(info.oldest_use, oldest, sizeof oldest);
     format_time(info.newest_use, newest, sizeof newest);
     if (args_has(args, "json")) {
-        printf("{\"folder\": \"%s\", \"entries\": %zu, \"bytes\": %llu, "
+        textbuf name = {0};
+        textbuf_json_string(&name, folder); /* quotes and backslashes escaped */
+        printf("{\"folder\": %s, \"entries\": %zu, \"bytes\": %llu, "
                "\"other_version_entries\": %zu, \"other_version_bytes\": %llu, "
                "\"oldest_use\": %lld, \"newest_use\": %lld, \"limit_bytes\": %llu}\n",
-               folder, info.entries, (unsigned long long)info.bytes, info.other_version_entries,
-               (unsigned long long)info.other_version_bytes, (long long)info.oldest_use,
-               (long long)info.newest_use, (unsigned long long)info.limit_bytes);
+               name.failed ? "null" : name.data, info.entries, (unsigned long long)info.bytes,
+               info.other_version_entries, (unsigned long long)info.other_version_bytes,
+               (long long)info.oldest_use, (long long)info.newest_use,
+               (unsigned long long)info.limit_bytes);
+        textbuf_free(&name);
         return 0;
     }
     printf("folder      %s\n", folder);
@@ -95,18 +103,21 @@ static int cache_trim_to(const cli_args *args, int clear) {
     if (!clear && args_get(args, "max-mb")) {
         float mb = 0;
         if (parse_float(args, "max-mb", &mb) != 0) return EXIT_USAGE;
-        if (!(mb >= 0)) {
-            cli_error("cache", "--max-mb: expected a size >= 0 in MiB, got '%s'",
-                      args_get(args, "max-mb"));
+        if (!(mb >= 0 && mb < MAX_MB_LIMIT)) { /* a larger one would not fit 64 bits */
+            cli_error("cache", "--max-mb: expected a size >= 0 and below %.0e MiB, got '%s'",
+                      MAX_MB_LIMIT, args_get(args, "max-mb"));
             return EXIT_USAGE;
         }
         max_bytes = (uint64_t)((double)mb * 1048576.0);
     }
     size_t removed = 0;
     status = clattn_cache_trim(max_bytes, &removed);
-    if (status != CLATTN_SUCCESS) return cache_unavailable(status);
     printf("removed %zu of %zu compiled programs\n", removed, info.entries);
-    return 0;
+    if (status == CLATTN_ERR_IO) {
+        cli_error("cache", "some entries could not be removed (CLATTN_VERBOSE=1 names them)");
+        return 1;
+    }
+    return status == CLATTN_SUCCESS ? 0 : cache_unavailable(status);
 }
 
 /* ---------------------------------------------------------------- warm */
@@ -135,8 +146,14 @@ static int warm_items(const cli_args *args, warm_item *items, size_t *count) {
             cli_error("cache", "--dtypes: expected f32, f16 or bf16, got '%s'", words[w]);
             return EXIT_USAGE;
         }
-        for (size_t d = 0; d < num_dims && *count < MAX_WARM_ITEMS; d++)
-            items[(*count)++] = (warm_item){(clattn_dtype)t, dims[d]};
+        for (size_t d = 0; d < num_dims; d++) {
+            warm_item item = {(clattn_dtype)t, dims[d]};
+            size_t seen = 0; /* a dtype or dim given twice is warmed once */
+            while (seen < *count &&
+                   (items[seen].dtype != item.dtype || items[seen].head_dim != item.head_dim))
+                seen++;
+            if (seen == *count) items[(*count)++] = item;
+        }
     }
     return 0;
 }
@@ -183,8 +200,8 @@ static int cache_warm(const cli_args *args) {
     if (jobs > 1 && jobs_check_device("cache", list.spec) != 0) return 1;
     double start = seconds_now();
     rc = jobs == 1 ? warm_share(&list, 0, 1) : jobs_run("cache", warm_share, &list, jobs, 0);
-    printf("warmed %zu kinds of call in %.1f s with %zu jobs%s\n", count, seconds_now() - start,
-           jobs, rc ? "; some failed (above)" : "");
+    printf("%s %zu kinds of call in %.1f s with %zu jobs%s\n", rc ? "tried" : "warmed", count,
+           seconds_now() - start, jobs, rc ? "; some failed (above)" : "");
     return rc;
 }
 

@@ -813,7 +813,8 @@ CLATTN_API clattn_status clattn_cache_info_get(clattn_cache_info *info);
 
 /** Removes entries until they total at most max_bytes, in the order the limit uses; `removed`
  *  (may be NULL) receives how many. clattn_cache_trim(0, ...) removes them all; tuning.json
- *  always stays. @return as clattn_cache_info_get. */
+ *  always stays. @return as clattn_cache_info_get; CLATTN_ERR_IO also when an entry could not
+ *  be removed (the others are still removed and counted). */
 CLATTN_API clattn_status clattn_cache_trim(uint64_t max_bytes, size_t *removed);
 
 /** Builds ahead the programs that `auto` runs for inputs of `dtype` with head dimension

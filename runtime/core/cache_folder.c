@@ -137,13 +137,15 @@ static int removal_order(const void *a, const void *b) {
     return (x->last_use > y->last_use) - (x->last_use < y->last_use);
 }
 
-/* Unlinks `name` in `dir`; an entry another process removed first counts as removed. */
+/* Unlinks `name` in `dir`; an entry another process removed first counts as removed.
+ * @return 0, or errno. */
 static int remove_entry(const char *dir, const char *name) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (unlink(path) == 0 || errno == ENOENT) return 1;
-    log_msg("cannot remove cache entry %s: %s", path, strerror(errno));
-    return 0;
+    if (unlink(path) == 0 || errno == ENOENT) return 0;
+    int err = errno;
+    log_msg("cannot remove cache entry %s: %s", path, strerror(err));
+    return err;
 }
 
 int cache_trim(const char *dir, uint64_t limit_bytes, size_t *removed) {
@@ -162,12 +164,17 @@ int cache_trim(const char *dir, uint64_t limit_bytes, size_t *removed) {
         }
         qsort(files, count, sizeof *files, removal_order);
     }
+    int first_failure = 0; /* the others are still tried */
     for (size_t i = 0; i < count && total > limit_bytes; i++) {
-        if (!remove_entry(dir, files[i].name)) continue;
+        int failed = remove_entry(dir, files[i].name);
+        if (failed) {
+            first_failure = first_failure ? first_failure : failed;
+            continue;
+        }
         total -= files[i].bytes;
         (*removed)++;
     }
     free(files);
     if (*removed) log_msg("cache %s trimmed: %zu entries removed", dir, *removed);
-    return 0;
+    return first_failure;
 }

@@ -281,7 +281,8 @@ void cache_entry_touch(const char *path);
 /* What the folder's entries hold. @return 0, or errno. A missing folder holds nothing. */
 int cache_usage_get(const char *dir, cache_usage *usage);
 /* Removes entries until they total at most limit_bytes: other clattn versions first, then the
- * least recently used. @return 0, or errno; *removed counts the entries removed. */
+ * least recently used. @return 0, or the errno of the first entry that could not be removed
+ * (the others are still tried); *removed counts the entries removed. */
 int cache_trim(const char *dir, uint64_t limit_bytes, size_t *removed);
 
 /* Writes `size` bytes to `path` through a temporary file in the same folder and a rename, so

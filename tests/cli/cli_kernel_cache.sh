@@ -98,6 +98,17 @@ expect 2 "unknown action 'frob'" -- "$clattn" cache frob
 expect 2 "--jobs does not apply to 'cache info'" -- "$clattn" cache info --jobs 2
 expect 2 "--dtypes: expected f32, f16 or bf16, got 'f64'" -- "$clattn" cache warm --dtypes f64
 expect 2 "--max-mb" -- "$clattn" cache trim --max-mb=-1
+expect 2 "--max-mb: expected a size >= 0 and below 1e+12 MiB" -- "$clattn" cache trim --max-mb 1e30
+# (1e30 MiB overflowed 64 bits into a limit of 0, and emptied the folder)
+quoted="$work/a \"quoted\" \\folder"
+CLATTN_CACHE_DIR="$quoted" "$clattn" cache info --json > "$work/info.json" ||
+  fail "info --json in $quoted"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["folder"] == sys.argv[2]' \
+  "$work/info.json" "$quoted" || fail "info --json: not JSON, or not the folder: $(cat "$work/info.json")"
+# 3 dtypes x 8 head dims, f32 given twice: 24 kinds of call (16 were taken, the rest dropped)
+"$clattn" cache warm --device no-such-device --jobs 1 --dtypes f32,f16,bf16,f32 \
+  --head-dims 32,64,80,96,128,160,192,256 > "$work/out" 2>&1 && fail "warm on no device passed"
+grep -q "^tried 24 kinds of call" "$work/out" || fail "warm's items: $(cat "$work/out")"
 expect 1 "the cache is off" -- env CLATTN_CACHE_DIR=off "$clattn" cache info
 
 finish cli_kernel_cache
