@@ -45,10 +45,14 @@ def _candidates() -> Iterator[Tuple[str, str]]:
 
 
 def _library_version(lib: ctypes.CDLL) -> Tuple[int, ...]:
-    lib.clattn_version.restype = ctypes.c_char_p
-    lib.clattn_version.argtypes = []
-    text = lib.clattn_version().decode()
-    return tuple(int(part) for part in text.split("."))
+    """The library's version. Raises ValueError for a library that is not clattn's."""
+    try:
+        lib.clattn_version.restype = ctypes.c_char_p
+        lib.clattn_version.argtypes = []
+        text = lib.clattn_version().decode()
+        return tuple(int(part) for part in text.split("."))
+    except (AttributeError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"not libclattn (no clattn_version giving a version: {error})") from None
 
 
 def load() -> Tuple[ctypes.CDLL, str]:
@@ -64,7 +68,11 @@ def load() -> Tuple[ctypes.CDLL, str]:
         except OSError as error:
             tried.append(f"{origin}: {name}: {error}")
             continue
-        version = _library_version(lib)
+        try:
+            version = _library_version(lib)
+        except ValueError as error:
+            tried.append(f"{origin}: {name}: {error}")
+            continue
         if version[:2] != ABI_VERSION:
             tried.append(
                 f"{origin}: {name} is clattn {'.'.join(map(str, version))}, "

@@ -43,6 +43,14 @@ class _Handle:
     def __enter__(self: _Self) -> _Self:
         return self
 
+    def _not_copyable(self, *args: object) -> None:
+        """A copy would share the C object, and the first copy collected would free it under
+        the others: copying, deep copying and pickling raise TypeError."""
+        raise TypeError(f"a clattn.{type(self).__name__} owns a C object and cannot be copied "
+                        "or pickled; make another one")
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = _not_copyable
+
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 

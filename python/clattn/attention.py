@@ -180,7 +180,7 @@ class _Call:
             layout = layout[None]
         if layout.ndim != 3 or layout.shape[1:] != grid or layout.shape[0] not in (1, d.heads_q):
             raise invalid(
-                f"block_layout has shape {block_layout.shape}; with Nq={d.len_q}, Nk={d.len_k} and "
+                f"block_layout has shape {tuple(np.shape(block_layout))}; with Nq={d.len_q}, Nk={d.len_k} and "
                 f"block_size ({bq}, {bk}) it must be {grid} (shared by all heads) or "
                 f"({d.heads_q}, {grid[0]}, {grid[1]}) (one per query head)"
             )
@@ -200,8 +200,8 @@ class _Call:
             raise invalid(
                 f"bias of shape {tuple(values.shape)} does not broadcast to [B, Hq, Nq, Nk] = {list(full)}"
             ) from None
-        if d.len_k > 1 and values.strides[-1] != 4 or any(s < 0 for s in values.strides):
-            values = np.ascontiguousarray(values)  # the library reads keys with stride 1
+        if (d.len_k > 1 and values.strides[-1] != 4) or any(s < 0 or s % 4 for s in values.strides):
+            values = np.ascontiguousarray(values)  # keys with stride 1, and whole floats apart
         strides = [0 if n == 1 else s // 4 for n, s in zip(values.shape, values.strides)]
         self.keep.append(values)
         d.bias_host = ctypes.cast(values.__array_interface__["data"][0], ctypes.POINTER(ctypes.c_float))
@@ -213,8 +213,8 @@ class _Call:
         d = self.desc
         if modifiers.softcap is not None:
             cap = _checks.real(modifiers.softcap, "softcap")
-            if not (0 < cap < 3.4e38):
-                raise invalid(f"softcap={modifiers.softcap!r}: a positive finite float (None: off)")
+            if not (0 < cap < 3.4e38) or float(np.float32(cap)) == 0.0:  # 0 would mean off
+                raise invalid(f"softcap={modifiers.softcap!r}: a positive finite float32 (None: off)")
             d.softcap = cap
         if modifiers.alibi_slopes is not None:
             slopes = self._per_head(modifiers.alibi_slopes, "alibi_slopes", allow_batch=True)

@@ -215,13 +215,14 @@ _current: contextvars.ContextVar[Optional[Context]] = contextvars.ContextVar(
 def default_context() -> Context:
     """@return the context that calls without `context=` use: the one a `with clattn.using(...)`
     block set, else a process-wide context on the default device ($CLATTN_DEVICE, else the first
-    GPU, else the first device), opened on first use."""
+    GPU, else the first device), opened on first use, and again after it was closed (`with
+    clattn.default_context():` closes it at the block's end)."""
     current = _current.get()
     if current is not None:
         return current
     global _default_context
     with _default_lock:
-        if _default_context is None:
+        if _default_context is None or not _default_context._handle:
             _default_context = Context()
         return _default_context
 

@@ -29,6 +29,11 @@ class Error(ValueError):
         self.message = message or _capi.status_string(code)
         super().__init__(f"{self.status}: {self.message}")
 
+    def __reduce__(self) -> tuple:
+        """Rebuilt from its code and message: copies, pickles and errors raised in other
+        processes (concurrent.futures) arrive as clattn.Error."""
+        return (type(self), (self.code, self.message))
+
 
 def invalid(message: str) -> Error:
     """An Error for an argument the package refuses before calling the library (raise it)."""

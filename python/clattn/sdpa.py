@@ -107,7 +107,8 @@ def _to_bhsd(query: Any, key: Any, value: Any, enable_gqa: bool) -> Tuple[Any, A
     q = four_d(query, hq, L, E)
     k = four_d(key, hkv, S, E)
     v = four_d(value, hkv, S, Ev)
-    out_shape = batch_shape + ((hq,) if len(shapes[0]) >= 3 or hq > 1 else ()) + (L, Ev)
+    # the leading dimensions of all three broadcast, as torch.matmul's do
+    out_shape = batch_shape + ((hq,) if any(len(s) >= 3 for s in shapes) else ()) + (L, Ev)
     return q, k, v, out_shape
 
 

@@ -143,6 +143,16 @@ def test_bias_broadcasts(context, rng, bias_shape: Tuple[int, ...]) -> None:
     assert_lse_close(lse, ref_lse)
 
 
+def test_a_bias_whose_strides_are_not_whole_floats_is_copied(context, rng) -> None:
+    """Rows 150 bytes apart (37 float32 values and 2 bytes more) cannot be read in place: they
+    are copied, not read with the row stride rounded down (wrong weights, in silence)."""
+    q, k, v = make_inputs(rng, SHAPES["square"], "bhsd")
+    bias = np.ndarray((37, 37), "<f4", buffer=np.zeros(37 * 150, np.uint8), strides=(150, 4))
+    bias[...] = rng.normal(size=(37, 37))
+    o = clattn.attention(q, k, v, bias=bias, context=context)
+    assert_close(o, attention_reference(q, k, v, bias=np.ascontiguousarray(bias))[0], "float32")
+
+
 def test_bias_minus_inf_masks_and_empty_rows(context, rng) -> None:
     """-inf in the bias masks; a row that sees no key gives O = 0 and LSE = -inf. A large finite
     bias (Hugging Face's torch.finfo(float32).min) is added, never a mask."""
@@ -221,6 +231,16 @@ def test_default_context_and_using(rng) -> None:
         assert_close(clattn.attention(q, k, v), ref_o, "float32")
         assert ctx.last_stats().pairs == 2 * 2 * 1 * 29
     assert clattn.default_context() is not ctx
+
+
+def test_a_closed_default_context_is_opened_again(rng) -> None:
+    """`with clattn.default_context():` closes it at the end; the calls without `context=` that
+    follow open a new one (they failed with "the context is closed" until the process ended)."""
+    q, k, v = make_inputs(rng, SHAPES["decode"], "bhsd")
+    with clattn.default_context() as first:
+        pass
+    assert_close(clattn.attention(q, k, v), attention_reference(q, k, v)[0], "float32")
+    assert clattn.default_context() is not first
 
 
 # ---------------------------------------------------------------- torch tensors

@@ -92,6 +92,7 @@ def test_heads_not_a_multiple(context, rng) -> None:
     "kwargs,text",
     [
         ({"block_layout": np.ones((2, 2), np.uint8), "block_size": 4}, "block_layout has shape"),
+        ({"block_layout": [[1, 1], [1, 1]], "block_size": 4}, r"block_layout has shape \(2, 2\)"),
         ({"block_layout": np.ones((3, 3), np.uint8)}, "block_size"),
         ({"bias": np.zeros((9, 10), np.float32)}, "does not broadcast"),
         ({"bias": np.zeros((9, 11), bool)}, "not a float type"),
@@ -103,6 +104,7 @@ def test_heads_not_a_multiple(context, rng) -> None:
     ],
     ids=[
         "layout_shape",
+        "layout_list_shape",
         "layout_without_size",
         "bias_shape",
         "bias_dtype",
@@ -128,6 +130,36 @@ def test_a_device_that_does_not_exist(spec) -> None:
 def test_a_device_spec_of_the_wrong_type() -> None:
     with pytest.raises(clattn.Error):
         clattn.Context(1.5)  # type: ignore[arg-type]
+
+
+def test_objects_over_c_handles_are_not_copied(context) -> None:
+    """A copy would share the C object, which the first copy collected would free under the
+    others (a shallow copy crashed the interpreter)."""
+    import copy
+    import pickle
+
+    cache = clattn.KVCache(1, 1, 32, 8, context=context)
+    for owner in (context, cache):
+        for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be copied"):
+                make_copy(owner)
+    cache.close()
+
+
+def test_errors_survive_copies_and_pickles(context, rng) -> None:
+    """clattn.Error rebuilds from its code and message: an error raised in another process
+    (concurrent.futures) arrives as itself."""
+    import copy
+    import pickle
+
+    q, k = uniform(rng, 1, 3, 4, 8), uniform(rng, 1, 2, 4, 8)
+    with pytest.raises(clattn.Error) as caught:
+        clattn.attention(q, k, k, context=context)
+    for again in (copy.copy(caught.value), pickle.loads(pickle.dumps(caught.value))):
+        assert isinstance(again, clattn.Error)
+        assert (again.code, again.status, again.message) == (
+            caught.value.code, caught.value.status, caught.value.message)
+        assert str(again) == str(caught.value)
 
 
 def test_a_closed_context(qkv) -> None:

@@ -43,3 +43,16 @@ def test_no_library_is_an_import_error_listing_what_was_tried(tmp_path: Path) ->
     assert "ImportError: clattn: no usable libclattn found; tried" in done.stderr
     for place in ("the package:", "$CLATTN_LIBRARY:", "missing.so does not exist", "the system:"):
         assert place in done.stderr
+
+
+def test_a_library_that_is_not_clattns_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    """A file that loads but has no clattn_version (here Python's own libc) is one more place
+    tried, not an AttributeError."""
+    import ctypes.util
+
+    libc = ctypes.util.find_library("c") or "libc.so.6"
+    done = import_copy(tmp_path, CLATTN_LIBRARY=libc)
+    if done.returncode == 0:  # an installed libclattn.so.0.2 on the system: the last resort works
+        return
+    assert "ImportError: clattn: no usable libclattn found; tried" in done.stderr, done.stderr
+    assert "not libclattn" in done.stderr and "AttributeError" not in done.stderr

@@ -86,6 +86,8 @@ def test_bad_modifiers_are_refused(context):
     q = np.zeros((1, 2, 3, 32), np.float32)
     with pytest.raises(clattn.Error, match="softcap"):
         clattn.attention(q, q, q, softcap=-1.0, context=context)
+    with pytest.raises(clattn.Error, match="softcap=1e-50"):  # 0 in float32, which means off
+        clattn.attention(q, q, q, softcap=1e-50, context=context)
     with pytest.raises(clattn.Error, match="sinks has shape"):
         clattn.attention(q, q, q, sinks=np.zeros(3, np.float32), context=context)
     with pytest.raises(clattn.Error, match="alibi_slopes"):

@@ -22,6 +22,9 @@ SHAPES: Dict[str, Tuple[Tuple[int, ...], ...]] = {
     "2d": ((11, 16), (19, 16), (19, 16)),
     "5d_batch_broadcast": ((2, 3, 2, 7, 16), (1, 3, 2, 10, 16), (1, 3, 2, 10, 16)),
     "mqa_broadcast": ((2, 4, 9, 16), (2, 1, 14, 16), (2, 1, 14, 16)),
+    # a 2-D query broadcast against keys with heads (its output kept their dims: they were dropped)
+    "2d_query_4d_kv": ((5, 8), (2, 1, 6, 8), (2, 1, 6, 8)),
+    "2d_query_3d_kv": ((5, 8), (1, 6, 8), (1, 6, 8)),
 }
 
 
@@ -142,7 +145,7 @@ def _compare_with_torch(torch, context, dtype_name: str, *args: Any, **kwargs: A
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("name", ["4d_L<S", "4d_L>S", "3d", "mqa_broadcast"])
+@pytest.mark.parametrize("name", ["4d_L<S", "4d_L>S", "3d", "mqa_broadcast", "2d_query_4d_kv"])
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_matches_torch(torch, context, rng, dtype_name: str, name: str, is_causal: bool) -> None:
     q, k, v = (torch.from_numpy(x).to(getattr(torch, dtype_name)) for x in inputs(rng, name))
