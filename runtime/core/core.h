@@ -262,8 +262,9 @@ const char *program_cache_dir(char *buf, size_t size);
  * is off, or CLATTN_ERR_INVALID_ARGUMENT for no buffer or one too short. */
 clattn_status program_cache_path(const char *name, char *path, size_t size);
 /* The cache folder when it may be read (and, with `create`, written): enabled, made 0700 when
- * `create`, and private (folder_is_private). NULL otherwise; a folder refused is also said once
- * per process on stderr, with why. */
+ * `create`, and private (folder_is_private), as its real path, links resolved, which is what
+ * was judged. NULL otherwise; a folder refused is also said once per process on stderr, with
+ * why. */
 const char *program_cache_trusted_dir(char *buf, size_t size, int create);
 
 /* The cache folder's compiled kernels as a whole (cache_folder.c). */
@@ -305,8 +306,11 @@ char *read_regular_file(const char *path, size_t max_size, int follow_links, siz
 /* Whether a folder may hold what this process loads and runs (compiled kernels, tuning), as ssh
  * judges its files: a folder owned by the process's user and writable by no one else, below
  * folders owned by root or the user that others cannot write to (unless sticky, like /tmp).
+ * Its real path (links resolved), which was judged, goes to `resolved` (may be NULL): work
+ * through it, so that a link swapped after the check changes nothing.
  * @return 1, or 0 with the reason in `why`. */
-int folder_is_private(const char *path, char *why, size_t size);
+int folder_is_private(const char *path, char *why, size_t size, char *resolved,
+                      size_t resolved_size);
 /* mkdir -p; the folders it creates are 0700. @return 0 or -1 (errno). */
 int make_private_dirs(const char *path);
 

@@ -177,7 +177,8 @@ static int parents_private(char *real, uid_t uid, char *why, size_t size) {
     return 1;
 }
 
-int folder_is_private(const char *path, char *why, size_t size) {
+int folder_is_private(const char *path, char *why, size_t size, char *resolved,
+                      size_t resolved_size) {
     struct stat st;
     char *real = realpath(path, NULL);
     uid_t uid = geteuid();
@@ -193,6 +194,10 @@ int folder_is_private(const char *path, char *why, size_t size) {
     else if (st.st_mode & (S_IWGRP | S_IWOTH))
         snprintf(why, size, "writable by others (mode %03o): chmod go-w", st.st_mode & 0777),
             ok = 0;
+    if (ok && resolved && strlen(real) >= resolved_size)
+        snprintf(why, size, "its real path is longer than %zu bytes", resolved_size - 1), ok = 0;
+    else if (ok && resolved)
+        memcpy(resolved, real, strlen(real) + 1); /* before parents_private cuts it short */
     if (ok) ok = parents_private(real, uid, why, size);
     free(real);
     return ok;

@@ -216,7 +216,7 @@ const char *program_cache_trusted_dir(char *buf, size_t size, int create) {
     }
     struct stat st;
     if (!create && stat(buf, &st) != 0 && errno == ENOENT) return NULL; /* nothing cached yet */
-    if (folder_is_private(buf, why, sizeof why)) {
+    if (folder_is_private(buf, why, sizeof why, buf, size)) {
         sweep_cache_dir(buf);
         return buf;
     }
@@ -273,17 +273,25 @@ static clattn_status cache_entry_init(clattn_context *ctx, const char *source, c
     return CLATTN_SUCCESS;
 }
 
+/* The entry's file in `dir` (the trusted folder's real path; NULL: none) into path[4200].
+ * @return path, or NULL. */
+static const char *entry_path_in(const cache_entry *entry, const char *dir, char *path) {
+    const char *name = strrchr(entry->path, '/');
+    if (!dir || !name) return NULL;
+    snprintf(path, 4200, "%s%s", dir, name);
+    return path;
+}
+
 /* Returns the binary stored for the entry, or NULL (missing, damaged, foreign, not a regular
  * file, or in a folder others could have written). The key stored in the entry must be this
  * program's key, byte for byte: an entry renamed or copied from another program is a miss. */
 static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) {
     size_t size = 0;
-    char dir[4096];
-    if (!program_cache_trusted_dir(dir, sizeof dir, 0)) return NULL;
-    unsigned char *data =
-        (unsigned char *)read_regular_file(entry->path, MAX_ENTRY_BYTES, 0, &size);
+    char dir[4096], path[4200];
+    if (!entry_path_in(entry, program_cache_trusted_dir(dir, sizeof dir, 0), path)) return NULL;
+    unsigned char *data = (unsigned char *)read_regular_file(path, MAX_ENTRY_BYTES, 0, &size);
     if (!data) {
-        if (errno != ENOENT) log_msg("cache entry %s ignored (%s)", entry->path, strerror(errno));
+        if (errno != ENOENT) log_msg("cache entry %s ignored (%s)", path, strerror(errno));
         return NULL;
     }
     const char *why = NULL;
@@ -305,20 +313,20 @@ static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) 
             why = "checksum mismatch";
     }
     if (why) {
-        log_msg("cache entry %s ignored (%s); rebuilding", entry->path, why);
+        log_msg("cache entry %s ignored (%s); rebuilding", path, why);
         free(data);
         return NULL;
     }
     memmove(data, data + CACHE_HEADER_BYTES + key_len, bin_len);
     *binary_size = bin_len;
-    cache_entry_touch(entry->path);
+    cache_entry_touch(path);
     return data;
 }
 
 /* Writes header, key and binary as one file, atomically (file.c). */
 static void cache_write(const cache_entry *entry, const unsigned char *binary, size_t size) {
-    char dir[4096];
-    if (!program_cache_trusted_dir(dir, sizeof dir, 1)) return;
+    char dir[4096], path[4200];
+    if (!entry_path_in(entry, program_cache_trusted_dir(dir, sizeof dir, 1), path)) return;
     size_t total = CACHE_HEADER_BYTES + entry->key_len + size;
     unsigned char *file = malloc(total);
     if (!file) return;
@@ -329,13 +337,13 @@ static void cache_write(const cache_entry *entry, const unsigned char *binary, s
     put_u64(file + 24, fnv1a(fnv1a(FNV_SEED, entry->key, entry->key_len), binary, size));
     memcpy(file + CACHE_HEADER_BYTES, entry->key, entry->key_len);
     memcpy(file + CACHE_HEADER_BYTES + entry->key_len, binary, size);
-    int err = write_file_atomic(entry->path, file, total);
+    int err = write_file_atomic(path, file, total);
     free(file);
     if (err) {
-        log_msg("cannot write cache entry %s: %s", entry->path, strerror(err));
+        log_msg("cannot write cache entry %s: %s", path, strerror(err));
         return;
     }
-    log_msg("cached %s (%zu bytes)", entry->path, size);
+    log_msg("cached %s (%zu bytes)", path, size);
     size_t removed = 0;
     err = cache_trim(dir, cache_limit_bytes(), &removed);
     if (err) log_msg("cannot trim the cache folder %s: %s", dir, strerror(err));

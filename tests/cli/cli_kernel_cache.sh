@@ -71,6 +71,14 @@ for dim in 32 64; do
   [ "$(field entries)" -ge 1 ] || fail "the limit left no entry at all after warm D=$dim"
 done
 
+# ---- a cache folder named through a symbolic link: judged and used by its real path, so that
+# a link swapped after the check cannot send the programs elsewhere
+mkdir -m 700 "$work/real-cache" && ln -s real-cache "$work/linked-cache"
+CLATTN_CACHE_DIR="$work/linked-cache" CLATTN_VERBOSE=1 "$clattn" cache warm --dtypes f32 \
+  --head-dims 32 --jobs 1 > "$work/out" 2>&1 || fail "warm through a link: $(cat "$work/out")"
+grep -q "^clattn: cached $(realpath "$work/real-cache")/[0-9a-f]*\.clbin" "$work/out" ||
+  fail "the programs were not stored by the folder's real path: $(grep cached "$work/out")"
+
 # ---- warm in two processes, then a second warm only loads (seeded from the suite's folder,
 # whose entries for these calls, when present, spare the builds)
 "$clattn" cache clear > /dev/null
