@@ -402,13 +402,6 @@ static void output_shape(const run_state *s, size_t shape[4]) {
 }
 
 /* "[2, 37, 2, 32]" */
-void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) {
-    size_t n = (size_t)snprintf(buf, size, "[");
-    for (size_t i = 0; i < ndim && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, i ? ", %zu" : "%zu", shape[i]);
-    if (n < size) snprintf(buf + n, size - n, "]");
-}
-
 /* Resolves where an output goes (outfile_prepare); a folder, block device or socket is
  * refused. @return 0 or 1 (said). */
 static int prepare_output(const char *command, const run_output *o, outfile_staged *file) {

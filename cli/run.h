@@ -47,6 +47,8 @@ int run_tensor_dims(const cli_args *args, const char *option, const npy_array *a
                     clattn_layout layout, size_t dims[4]);
 clattn_dtype run_storage_of(npy_dtype dtype);
 int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to);
+/* run_inputs.c too: "[2, 37, 2, 32]" into buf. */
+void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size);
 
 /* cmd_run.c: the mask, scale and path options (--causal --window --dilation --global --block-layout
  * --block-size --bias --scale --out-dtype --path --variant) into s->desc, whose sizes are set;
@@ -68,8 +70,6 @@ int run_setup_modifiers(const cli_args *args, run_state *s);
  * rename failing after another succeeded (not seen on one file system) leaves the earlier
  * ones. At most RUN_MAX_OUTPUTS. Messages start "clattn COMMAND:". @return 0 or 1. */
 int run_write_all(const char *command, const run_output *outs, size_t n);
-/* "[2, 37, 2, 32]" into buf. */
-void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size);
 /* Frees what a run_state holds. */
 void run_release(run_state *s);
 

@@ -6,6 +6,7 @@
 #include "run.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 int run_load(const cli_args *args, const char *option, npy_array *out) {
@@ -51,4 +52,11 @@ int run_convert_array(npy_array *a, clattn_dtype from, clattn_dtype to) {
     a->data = data;
     a->dtype = to == CLATTN_F32 ? NPY_F32 : to == CLATTN_F16 ? NPY_F16 : NPY_U16;
     return 0;
+}
+
+void run_format_shape(const size_t *shape, size_t ndim, char *buf, size_t size) {
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (size_t i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ", %zu" : "%zu", shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
 }
