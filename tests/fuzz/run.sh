@@ -27,7 +27,7 @@ flags=(-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefine
 # The program's files that a target tests; the targets without any test the library, and the
 # option parser needs it too (it names variants through the library).
 declare -A sources=([npy]="hostio/npy.c hostio/outfile.c hostio/interrupt.c"
-                     [args]="cli/args.c hostio/message.c")
+                     [args]="cli/args.c hostio/message.c hostio/outfile.c hostio/interrupt.c")
 uses_library() { [ "$1" != npy ]; }
 known() { [[ " ${all[*]} " == *" $1 "* ]] || { echo "run.sh: no target '$1' (${all[*]})" >&2; exit 2; }; }
 
