@@ -401,7 +401,6 @@ static void output_shape(const run_state *s, size_t shape[4]) {
     shape[3] = d->dim_v;
 }
 
-/* "[2, 37, 2, 32]" */
 /* Resolves where an output goes (outfile_prepare); a folder, block device or socket is
  * refused. @return 0 or 1 (said). */
 static int prepare_output(const char *command, const run_output *o, outfile_staged *file) {
@@ -562,8 +561,6 @@ static int compare_lse_with(const cli_args *args, const run_state *s) {
     return run_report_comparison("run", "compare-lse", args, want != NULL, count, &result);
 }
 
-/* --compare and --compare-lse, after the outputs are written; with --lse but without
- * --compare-lse, a line says that LSE was not compared. @return 0, or 1 when a check failed. */
 int run_report_comparison(const char *command, const char *option, const cli_args *args,
                           int compared, size_t count, const case_result *r) {
     const char *file = args_get(args, option);
@@ -582,6 +579,8 @@ int run_report_comparison(const char *command, const char *option, const cli_arg
     return compared && !r->mismatches ? 0 : 1;
 }
 
+/* --compare and --compare-lse, after the outputs are written; with --lse but without
+ * --compare-lse, a line says that LSE was not compared. @return 0, or 1 when a check failed. */
 int run_compare_outputs(const cli_args *args, const run_state *s) {
     int rc = 0;
     if (args_has(args, "compare")) rc |= compare_with(args, s);
