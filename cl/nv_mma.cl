@@ -2,22 +2,25 @@
  * Attention on NVIDIA tensor cores (the `nv_mma` variant): FlashAttention-2's partition with
  * both products on `mma.sync.m16n8k16` (16-bit inputs, float32 accumulators) through inline PTX.
  *
- * Work partition: work-group (tile, b*Hq + h) of WARPS warps owns a query tile of BLOCK_M =
- * 16 * WARPS rows (tile_walk.cl's tile_row) and walks the key tiles of tile_walk.cl's walk,
- * BLOCK_N = 64 keys at a time, with an online softmax. Warp w owns rows 16w .. 16w + 15; in
+ * Work partition: work-group (tile, b*Hq + h) of WARPS warps owns a query tile of BLOCK_M rows
+ * (tile_walk.cl's tile_row) and walks the key tiles of tile_walk.cl's walk, BLOCK_N keys at a
+ * time, with an online softmax. Warp w owns M_TILES row tiles of 16 (rows 16 (M_TILES w + mt)
+ * .. + 15, mt < M_TILES), so that each K and V fragment it loads feeds M_TILES products; in
  * it, lane = 4 * g + t (g = lane / 4, t = lane % 4) holds the fragments PTX's m16n8k16 layout
  * gives it:
- *   Q (A operand)  q[ks][4]:    rows g, g + 8; dims 16 ks + 2t, +1 and 16 ks + 2t + 8, +9
- *   S (C operand)  s[nt][4]:    rows g (s[nt][0..1]) and g + 8 (s[nt][2..3]); keys 8 nt + 2t, +1
- *   O (C operand)  o[nv][4]:    the same rows; columns 8 nv + 2t, +1
- * so each lane holds two rows (ROW(e) = e / 2), and a row's maxima and sums are reduced over the
- * four lanes of a quad. S's fragments of key tiles 2 ks and 2 ks + 1 are exactly the A operand
- * of P V's k-step ks (the FA2 register trick), P rounded to the storage type on the way.
+ *   Q (A operand)  q[mt][ks][4]:  rows g, g + 8; dims 16 ks + 2t, +1 and 16 ks + 2t + 8, +9
+ *   S (C operand)  s[mt][nt][4]:  rows g (s[.][nt][0..1]) and g + 8 ([2..3]); keys 8 nt + 2t, +1
+ *   O (C operand)  o[mt][nv][4]:  the same rows; columns 8 nv + 2t, +1
+ * so each lane holds 2 M_TILES rows (slot SLOT(mt, e) = 2 mt + e / 2), and a row's maxima and
+ * sums are reduced over the four lanes of a quad. S's fragments of key tiles 2 ks and 2 ks + 1
+ * are exactly the A operand of P V's k-step ks (the FA2 register trick), P rounded to the
+ * storage type on the way.
  *
- * Local memory, as 32-bit words of two 16-bit values (the mma operands' registers):
+ * Local memory, as 32-bit words of two 16-bit values (the mma operands' registers), STAGES
+ * buffers of K and V (2: the next tile is stored while this one is computed):
  *   k_words [BLOCK_N][K_STRIDE]: key c, dims 2w and 2w + 1 in word w (the B operand of Q K^T)
  *   v_words [DV_PAD][V_STRIDE]:  V transposed: column n, keys 2w and 2w + 1 in word w
- *   p_tile  [BLOCK_M][BLOCK_N]:  16-bit P, only for a tile whose V holds a NaN or an infinity
+ *   p_tile  [BLOCK_M][P_COLS]:   16-bit P, only for a tile whose V holds a NaN or an infinity
  * Rows are padded by 4 words, so the 32 lanes of a fragment load (8 rows x 4 words) hit 32
  * different banks. K and V are copied as raw bits; dims past the head dim and keys past the
  * walk are zero.
@@ -32,10 +35,13 @@
  * MMA_PTX=1 (NVIDIA, compute capability 8.0 or higher) issues the PTX; MMA_PTX=0 emulates the
  * same instructions with the same fragment layouts through local memory and barriers, for
  * devices without tensor cores (the tests run the kernel's bookkeeping on PoCL that way). Built
- * after common.cl and tile_walk.cl; IN_DTYPE is float16 or bfloat16 (Q, K and V alike).
+ * after common.cl and tile_walk.cl; IN_DTYPE is float16 or bfloat16 (Q, K and V alike); the
+ * host sets BLOCK_M (a multiple of 16 M_TILES), BLOCK_N (32 or 64), M_TILES and STAGES (1, 2).
  */
-#define WARPS      4
+#define WARPS      (BLOCK_M / (16 * M_TILES))
 #define GROUP_SIZE (32 * WARPS)
+#define ROWS       (2 * M_TILES) /* query rows a lane holds */
+#define P_COLS     32            /* keys of P a pass of the careful P V (p_tile's columns) */
 #define NT         (BLOCK_N / 8)  /* S fragments: key columns of 8 */
 #define KS_QK      (DQK_PAD / 16) /* k-steps of Q K^T */
 #define KS_PV      (BLOCK_N / 16) /* k-steps of P V */
@@ -154,6 +160,14 @@ ALWAYS_INLINE uint pack2(float lo, float hi) {
 
 /* ---------------------------------------------------------------- state */
 
+/* One stage of local memory: a key tile's K and V, and the tag of the last tile stored there
+ * whose V holds a NaN or an infinity (tags count the group's tiles from 1, so no flag needs
+ * clearing). */
+typedef struct tile_buffer {
+    __local uint *k_words, *v_words;
+    __local int *bad_tag;
+} tile_buffer;
+
 typedef struct mma_ctx {
     __constant attn_params *P;
     long tile, b, h;
@@ -162,31 +176,36 @@ typedef struct mma_ctx {
     float scale;
     __global const int *gpos, *tile_ptr, *tile_idx, *row_list;
     __global const uchar *layout;
-    __local uint *k_words, *v_words;
+    tile_buffer buf[STAGES];
     __local ushort *p_tile;
     __local float *scratch; /* the warp's (emulation) */
-    __local int *bad;       /* [2]: the V tile of even / odd steps holds a NaN or an infinity */
     __global uint *tile_count;
 } mma_ctx;
 
-/* A lane's two rows (g and g + 8 of its warp) and their online softmax. */
+/* A lane's rows (slot 2 mt + r: row g + 8r of the warp's row tile mt) and their online
+ * softmax. */
 typedef struct mma_rows {
-    int i[2];                          /* query rows, -1 past the end */
-    __global const float *bias_row[2]; /* their bias rows (row 0 for -1) */
-    float m[2];                        /* running maximum */
-    float l[2];                        /* sum exp(s - m) over the row's keys so far */
-    float o[NV][4];                    /* O so far, normalised (the O fragments) */
+    int i[ROWS];                          /* query rows, -1 past the end */
+    __global const float *bias_row[ROWS]; /* their bias rows (row 0 for -1) */
+    float m[ROWS];                        /* running maximum */
+    float l[ROWS];                        /* sum exp(s - m) over the row's keys so far */
+    float o[M_TILES][NV][4];              /* O so far, normalised (the O fragments) */
 } mma_rows;
 
 /* One walk over key tiles (tile_walk.cl's key_walk). */
 typedef struct walk_state {
     key_walk k;
-    long classes;     /* class k.r of `classes` (1 for global keys) */
-    int lo[2], hi[2]; /* per row, the class-local keys it may see (TILE_BOUNDED) */
+    long classes;           /* class k.r of `classes` (1 for global keys) */
+    int lo[ROWS], hi[ROWS]; /* per row, the class-local keys it may see (TILE_BOUNDED) */
 } walk_state;
 
-#define ROW(e)    ((e) / 2)                      /* a fragment element's row: 0 (g) or 1 (g + 8) */
-#define COL(n, e) (8 * (n) + 2 * f->t + (e) % 2) /* its column in the key tile or O */
+#define SLOT(mt, e) (2 * (mt) + (e) / 2)       /* a fragment element's row slot */
+#define COL(n, e)   (8 * (n) + 2 * f->t + (e) % 2) /* its column in the key tile or O */
+
+/* The work-group's row of slot r (0 .. BLOCK_M - 1). */
+ALWAYS_INLINE int group_row(const mma_ctx *f, int r) {
+    return 16 * (M_TILES * f->warp + r / 2) + f->g + 8 * (r % 2);
+}
 
 /* ---------------------------------------------------------------- staging */
 
@@ -228,10 +247,12 @@ typedef struct staged_tile {
     uint4 v[V_CHUNKS][2];
 } staged_tile;
 
-/* Loads key tile k0 into *t (zero where a slot holds no key). */
-ALWAYS_INLINE void fetch_tile(const mma_ctx *f, const walk_state *w, long k0, staged_tile *t) {
+/* Loads the walk's tile `index` into *t (zero where a slot holds no key). */
+ALWAYS_INLINE void fetch_tile(const mma_ctx *f, const walk_state *w, long index, staged_tile *t) {
     __constant attn_params *P = f->P;
     const int lid = get_local_id(0), dqk = (int)P->dim_qk, dv = (int)P->dim_v;
+    long k0;
+    key_walk_tile(P, f->tile_ptr, f->tile_idx, &w->k, index, &k0);
     UNROLL for (int n = 0; n < K_CHUNKS; n++) {
         const int at = lid + n * GROUP_SIZE;
         const int c = at / (DQK_PAD / 8), d = at % (DQK_PAD / 8) * 8;
@@ -251,14 +272,14 @@ ALWAYS_INLINE void fetch_tile(const mma_ctx *f, const walk_state *w, long k0, st
     }
 }
 
-/* Stores *t into k_words and v_words (layouts at the top); sets *bad when V holds a NaN or an
+/* Stores *t into the buffer (layouts at the top), tagging it `tag` when V holds a NaN or an
  * infinity. Between barriers. */
-ALWAYS_INLINE void store_tile(const mma_ctx *f, const staged_tile *t, __local int *bad) {
+ALWAYS_INLINE void store_tile(const staged_tile *t, const tile_buffer *buf, int tag) {
     const int lid = get_local_id(0);
     UNROLL for (int n = 0; n < K_CHUNKS; n++) {
         const int at = lid + n * GROUP_SIZE;
         const int c = at / (DQK_PAD / 8), d = at % (DQK_PAD / 8) * 8;
-        if (at < BLOCK_N * (DQK_PAD / 8)) vstore4(t->k[n], 0, f->k_words + c * K_STRIDE + d / 2);
+        if (at < BLOCK_N * (DQK_PAD / 8)) vstore4(t->k[n], 0, buf->k_words + c * K_STRIDE + d / 2);
     }
     int any_bad = 0;
     UNROLL for (int n = 0; n < V_CHUNKS; n++) {
@@ -268,76 +289,85 @@ ALWAYS_INLINE void store_tile(const mma_ctx *f, const staged_tile *t, __local in
         any_bad |= !all_finite8(t->v[n][0]) || !all_finite8(t->v[n][1]);
         const uint8 words = convert_uint8(as_ushort8(t->v[n][0])) |
                             convert_uint8(as_ushort8(t->v[n][1])) << 16;
-        __local uint *col = f->v_words + d * V_STRIDE + pair;
+        __local uint *col = buf->v_words + d * V_STRIDE + pair;
         col[0 * V_STRIDE] = words.s0, col[1 * V_STRIDE] = words.s1;
         col[2 * V_STRIDE] = words.s2, col[3 * V_STRIDE] = words.s3;
         col[4 * V_STRIDE] = words.s4, col[5 * V_STRIDE] = words.s5;
         col[6 * V_STRIDE] = words.s6, col[7 * V_STRIDE] = words.s7;
     }
-    if (any_bad) atomic_or(bad, 1);
+    if (any_bad) atomic_max(buf->bad_tag, tag);
 }
 
 /* The lane's Q fragments, raw, zero past the head dim and for rows past the end. */
-ALWAYS_INLINE void load_q(const mma_ctx *f, const mma_rows *st, uint q[KS_QK][4]) {
+ALWAYS_INLINE void load_q(const mma_ctx *f, const mma_rows *st, uint q[M_TILES][KS_QK][4]) {
     __constant attn_params *P = f->P;
     const int dqk = (int)P->dim_qk;
-    UNROLL for (int ks = 0; ks < KS_QK; ks++) UNROLL for (int r = 0; r < 4; r++) {
-        const int i = st->i[r % 2], d = 16 * ks + 2 * f->t + 8 * (r / 2);
-        __global const ushort *row = f->q + (long)max(i, 0) * P->q_stride_s;
-        const uint lo = i >= 0 && d < dqk ? row[d] : 0u;
-        const uint hi = i >= 0 && d + 1 < dqk ? row[d + 1] : 0u;
-        q[ks][r] = lo | hi << 16;
-    }
+    UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int ks = 0; ks < KS_QK; ks++)
+        UNROLL for (int r = 0; r < 4; r++) {
+            const int i = st->i[2 * mt + r % 2], d = 16 * ks + 2 * f->t + 8 * (r / 2);
+            __global const ushort *row = f->q + (long)max(i, 0) * P->q_stride_s;
+            const uint lo = i >= 0 && d < dqk ? row[d] : 0u;
+            const uint hi = i >= 0 && d + 1 < dqk ? row[d + 1] : 0u;
+            q[mt][ks][r] = lo | hi << 16;
+        }
 }
 
 /* ---------------------------------------------------------------- one key tile */
 
 /* Score (row i, key slot c) again, without overflow on the way (common.cl, rescored). */
-ALWAYS_INLINE float rescore(const mma_ctx *f, int i, int c) {
+ALWAYS_INLINE float rescore(const mma_ctx *f, const tile_buffer *buf, int i, int c) {
     __global const ushort *q = f->q + (long)i * f->P->q_stride_s;
-    __local const ushort *k = (__local const ushort *)(f->k_words + c * K_STRIDE);
+    __local const ushort *k = (__local const ushort *)(buf->k_words + c * K_STRIDE);
     float dot = 0.0f;
     for (int d = 0; d < (int)f->P->dim_qk; d++)
         dot = fma(WIDEN_RAW(q[d]) * RESCORE_DOWN, WIDEN_RAW(k[d]) * RESCORE_DOWN, dot);
     return rescored(dot, f->scale);
 }
 
-/* s = scale * Q K^T for the warp's 16 rows and the tile's keys. */
-ALWAYS_INLINE void tile_scores(const mma_ctx *f, const mma_rows *st, const uint q[KS_QK][4],
-                               float s[NT][4]) {
+/* s = scale * Q K^T for the warp's rows and the tile's keys: each K fragment feeds the
+ * M_TILES row tiles. */
+ALWAYS_INLINE void tile_scores(const mma_ctx *f, const tile_buffer *buf, const mma_rows *st,
+                               const uint q[M_TILES][KS_QK][4], float s[M_TILES][NT][4]) {
+    UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int n = 0; n < NT; n++)
+        UNROLL for (int e = 0; e < 4; e++) s[mt][n][e] = 0.0f;
     UNROLL for (int n = 0; n < NT; n++) {
-        UNROLL for (int e = 0; e < 4; e++) s[n][e] = 0.0f;
-        __local const uint *key = f->k_words + (8 * n + f->g) * K_STRIDE + f->t;
-        UNROLL for (int ks = 0; ks < KS_QK; ks++)
-            mma_16816(s[n], q[ks], key[8 * ks], key[8 * ks + 4], f->scratch);
+        __local const uint *key = buf->k_words + (8 * n + f->g) * K_STRIDE + f->t;
+        UNROLL for (int ks = 0; ks < KS_QK; ks++) {
+            const uint b0 = key[8 * ks], b1 = key[8 * ks + 4];
+            UNROLL for (int mt = 0; mt < M_TILES; mt++)
+                mma_16816(s[mt][n], q[mt][ks], b0, b1, f->scratch);
+        }
     }
     int overflowed = 0;
-    UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = 0; e < 4; e++) {
-        overflowed |= !isfinite(s[n][e]) && st->i[ROW(e)] >= 0;
-        s[n][e] *= f->scale;
-    }
-    if (overflowed) /* rare: the fix-up is kept out of the common path */
-        UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = 0; e < 4; e++) {
-            const int i = st->i[ROW(e)];
-            if (!isfinite(s[n][e]) && i >= 0) s[n][e] = rescore(f, i, COL(n, e));
+    UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int n = 0; n < NT; n++)
+        UNROLL for (int e = 0; e < 4; e++) {
+            overflowed |= !isfinite(s[mt][n][e]) && st->i[SLOT(mt, e)] >= 0;
+            s[mt][n][e] *= f->scale;
         }
+    if (overflowed) /* rare: the fix-up is kept out of the common path */
+        UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int n = 0; n < NT; n++)
+            UNROLL for (int e = 0; e < 4; e++) {
+                const int i = st->i[SLOT(mt, e)];
+                if (!isfinite(s[mt][n][e]) && i >= 0) s[mt][n][e] = rescore(f, buf, i, COL(n, e));
+            }
 }
 
 /* The tile's masks, score modifiers and bias on the lane's fragments (tile_walk.cl's
  * walk_masked_score). */
 ALWAYS_INLINE void mask_scores(const mma_ctx *f, const walk_state *w, const mma_rows *st,
-                               int kind, long k0, float s[NT][4]) {
+                               int kind, long k0, float s[M_TILES][NT][4]) {
     __constant attn_params *P = f->P;
     const int modifies = P->has_bias || MODIFIES_SCORES(P);
     if (kind == TILE_FULL && !modifies) return;
-    UNROLL for (int n = 0; n < NT; n++)
+    UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int n = 0; n < NT; n++)
         UNROLL for (int e = 0; e < 4; e++) {
-            const int m = (int)k0 + COL(n, e), r = ROW(e);
+            const int m = (int)k0 + COL(n, e), r = SLOT(mt, e);
             const int j = kind == TILE_GENERAL || modifies
                               ? walk_key_position(&w->k, w->classes, f->gpos, m)
                               : (int)NO_KEY;
-            s[n][e] = walk_masked_score(P, f->layout, &w->k, kind, f->b, f->h, max(st->i[r], 0),
-                                        m, j, w->lo[r], w->hi[r], st->bias_row[r], s[n][e]);
+            s[mt][n][e] = walk_masked_score(P, f->layout, &w->k, kind, f->b, f->h,
+                                            max(st->i[r], 0), m, j, w->lo[r], w->hi[r],
+                                            st->bias_row[r], s[mt][n][e]);
         }
 }
 
@@ -354,109 +384,142 @@ ALWAYS_INLINE float quad_sum(float x, __local float *scratch) {
 
 /* The online softmax over one tile: the rows' new maxima and sums, s turned into P / sum, and
  * O rescaled by old sum * exp(old max - new max) / new sum. */
-ALWAYS_INLINE void softmax_step(const mma_ctx *f, mma_rows *st, float s[NT][4]) {
-    UNROLL for (int r = 0; r < 2; r++) {
+ALWAYS_INLINE void softmax_step(const mma_ctx *f, mma_rows *st, float s[M_TILES][NT][4]) {
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        const int mt = r / 2, e0 = 2 * (r % 2); /* the row's elements: e0, e0 + 1 */
         float x = -INFINITY; /* fmax drops NaN scores, so no NaN enters the reduction */
-        UNROLL for (int n = 0; n < NT; n++) x = fmax(x, fmax(s[n][2 * r], s[n][2 * r + 1]));
+        UNROLL for (int n = 0; n < NT; n++) x = fmax(x, fmax(s[mt][n][e0], s[mt][n][e0 + 1]));
         const float new_max = fmax(st->m[r], quad_max(x, f->scratch));
         const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
         float sum = 0.0f;
-        UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = 2 * r; e < 2 * r + 2; e++) {
-            s[n][e] = EXP2((s[n][e] - base) * M_LOG2E_F);
-            sum += s[n][e];
+        UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = e0; e < e0 + 2; e++) {
+            s[mt][n][e] = EXP2((s[mt][n][e] - base) * M_LOG2E_F);
+            sum += s[mt][n][e];
         }
         const float kept = st->l[r] * EXP2((st->m[r] - base) * M_LOG2E_F);
         const float total = kept + quad_sum(sum, f->scratch);
         const float inv = total == 0.0f ? 0.0f : 1.0f / total; /* a NaN sum stays NaN */
-        UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = 2 * r; e < 2 * r + 2; e++)
-            s[n][e] *= inv;
-        UNROLL for (int n = 0; n < NV; n++) UNROLL for (int e = 2 * r; e < 2 * r + 2; e++)
-            st->o[n][e] *= kept * inv;
+        UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = e0; e < e0 + 2; e++)
+            s[mt][n][e] *= inv;
+        UNROLL for (int n = 0; n < NV; n++) UNROLL for (int e = e0; e < e0 + 2; e++)
+            st->o[mt][n][e] *= kept * inv;
         st->m[r] = new_max;
         st->l[r] = total;
     }
 }
 
-/* O += P V on the tensor cores: P's fragments rounded to the storage type as the A operand. */
-ALWAYS_INLINE void accumulate_pv(const mma_ctx *f, mma_rows *st, float p[NT][4]) {
+/* O += P V on the tensor cores: P's fragments rounded to the storage type as the A operand;
+ * each V fragment feeds the M_TILES row tiles. */
+ALWAYS_INLINE void accumulate_pv(const mma_ctx *f, const tile_buffer *buf, mma_rows *st,
+                                 float p[M_TILES][NT][4]) {
     UNROLL for (int ks = 0; ks < KS_PV; ks++) {
-        const uint a[4] = {pack2(p[2 * ks][0], p[2 * ks][1]), pack2(p[2 * ks][2], p[2 * ks][3]),
-                           pack2(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                           pack2(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-        __local const uint *col = f->v_words + f->g * V_STRIDE + 8 * ks + f->t;
-        UNROLL for (int n = 0; n < NV; n++)
-            mma_16816(st->o[n], a, col[8 * n * V_STRIDE], col[8 * n * V_STRIDE + 4], f->scratch);
+        uint a[M_TILES][4];
+        UNROLL for (int mt = 0; mt < M_TILES; mt++) {
+            a[mt][0] = pack2(p[mt][2 * ks][0], p[mt][2 * ks][1]);
+            a[mt][1] = pack2(p[mt][2 * ks][2], p[mt][2 * ks][3]);
+            a[mt][2] = pack2(p[mt][2 * ks + 1][0], p[mt][2 * ks + 1][1]);
+            a[mt][3] = pack2(p[mt][2 * ks + 1][2], p[mt][2 * ks + 1][3]);
+        }
+        __local const uint *col = buf->v_words + f->g * V_STRIDE + 8 * ks + f->t;
+        UNROLL for (int n = 0; n < NV; n++) {
+            const uint b0 = col[8 * n * V_STRIDE], b1 = col[8 * n * V_STRIDE + 4];
+            UNROLL for (int mt = 0; mt < M_TILES; mt++)
+                mma_16816(st->o[mt][n], a[mt], b0, b1, f->scratch);
+        }
     }
 }
 
 /* The same one pair at a time, skipping zero probabilities: for a V tile holding a NaN or an
- * infinity. P goes through the P tile, since a row's P is spread over its quad. */
-ALWAYS_INLINE void accumulate_pv_careful(const mma_ctx *f, mma_rows *st, float p[NT][4]) {
-    __local ushort *rows = f->p_tile + (16 * f->warp + f->g) * BLOCK_N;
-    UNROLL for (int n = 0; n < NT; n++)
-        UNROLL for (int r = 0; r < 2; r++) {
-            const uint two = pack2(p[n][2 * r], p[n][2 * r + 1]);
-            rows[8 * r * BLOCK_N + 8 * n + 2 * f->t] = (ushort)two;
-            rows[8 * r * BLOCK_N + 8 * n + 2 * f->t + 1] = (ushort)(two >> 16);
-        }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    __local const ushort *v = (__local const ushort *)f->v_words;
-    UNROLL for (int n = 0; n < NV; n++)
-        UNROLL for (int e = 0; e < 4; e++) {
-            __local const ushort *prow = rows + 8 * ROW(e) * BLOCK_N;
-            const int col = COL(n, e);
-            float acc = st->o[n][e];
-            for (int c = 0; c < BLOCK_N; c++) {
-                const float pc = WIDEN_RAW(prow[c]);
-                if (pc != 0.0f) acc = fma(pc, WIDEN_RAW(v[col * (2 * V_STRIDE) + c]), acc);
+ * infinity. P goes through the P tile (a row's P is spread over its quad), P_COLS keys a pass. */
+ALWAYS_INLINE void accumulate_pv_careful(const mma_ctx *f, const tile_buffer *buf, mma_rows *st,
+                                         float p[M_TILES][NT][4]) {
+    __local const ushort *v = (__local const ushort *)buf->v_words;
+    UNROLL for (int pass = 0; pass < BLOCK_N / P_COLS; pass++) {
+        const int n0 = pass * (P_COLS / 8); /* the pass's first S fragment */
+        UNROLL for (int r = 0; r < ROWS; r++) {
+            __local ushort *prow = f->p_tile + group_row(f, r) * P_COLS + 2 * f->t;
+            UNROLL for (int n = 0; n < P_COLS / 8; n++) {
+                const int mt = r / 2, e = 2 * (r % 2);
+                const uint two = pack2(p[mt][n0 + n][e], p[mt][n0 + n][e + 1]);
+                prow[8 * n] = (ushort)two;
+                prow[8 * n + 1] = (ushort)(two >> 16);
             }
-            st->o[n][e] = acc;
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int n = 0; n < NV; n++)
+            UNROLL for (int e = 0; e < 4; e++) {
+                __local const ushort *prow = f->p_tile + group_row(f, SLOT(mt, e)) * P_COLS;
+                __local const ushort *vcol = v + COL(n, e) * (2 * V_STRIDE) + pass * P_COLS;
+                float acc = st->o[mt][n][e];
+                for (int c = 0; c < P_COLS; c++) {
+                    const float pc = WIDEN_RAW(prow[c]);
+                    if (pc != 0.0f) acc = fma(pc, WIDEN_RAW(vcol[c]), acc);
+                }
+                st->o[mt][n][e] = acc;
+            }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the P tile read before the next pass writes it */
+    }
+}
+
+/* Everything one key tile does, from the buffer it was stored in. */
+ALWAYS_INLINE void compute_tile(const mma_ctx *f, const walk_state *w, const tile_buffer *buf,
+                                int tag, int kind, long k0, const uint q[M_TILES][KS_QK][4],
+                                mma_rows *st) {
+    float s[M_TILES][NT][4];
+    tile_scores(f, buf, st, q, s);
+    mask_scores(f, w, st, kind, k0, s);
+    softmax_step(f, st, s);
+    if (*buf->bad_tag == tag)
+        accumulate_pv_careful(f, buf, st, s);
+    else
+        accumulate_pv(f, buf, st, s);
 }
 
 /* ---------------------------------------------------------------- walks */
 
-/* Every tile of a walk: fetched into registers, stored into local memory, computed. With
- * PREFETCH the next tile's loads are issued before this one is computed, so that their latency
- * hides behind it (head dims up to 64, where registers allow: 5 % faster on the H200 at D = 64);
- * V flags alternate with the step's parity. */
-ALWAYS_INLINE void walk_tiles(const mma_ctx *f, const walk_state *w, const uint q[KS_QK][4],
-                              mma_rows *st) {
-    const int lid = get_local_id(0);
+/* Every tile of a walk in one buffer: fetched into registers, stored into local memory,
+ * computed. With PREFETCH the next tile's loads are issued before this one is computed, so
+ * that their latency hides behind it (head dims up to 64, where registers allow: 5 % faster on
+ * the H200 at D = 64). Tags the tiles from *tag + 1 on. */
+ALWAYS_INLINE void walk_one_stage(const mma_ctx *f, const walk_state *w,
+                                  const uint q[M_TILES][KS_QK][4], mma_rows *st, int *tag) {
     const long count = w->k.count; /* the same in every work-item */
-    long k0;
     staged_tile tile;
-    barrier(CLK_LOCAL_MEM_FENCE); /* the walk before read its last flag */
-    if (lid == 0) f->bad[0] = 0;
-    if (PREFETCH) {
-        key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, 0, &k0);
-        fetch_tile(f, w, k0, &tile);
-    }
+    if (PREFETCH) fetch_tile(f, w, 0, &tile);
     for (long n = 0; n < count; n++) {
-        const int kind = key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, n, &k0);
-        const int parity = (int)(n & 1);
-        if (!PREFETCH) fetch_tile(f, w, k0, &tile);
-        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile read; its flag too */
-        if (lid == 0) {
-            f->bad[parity ^ 1] = 0; /* for step n + 1; last read by step n - 1 */
-            COUNT_TILE(f->tile_count);
-        }
-        store_tile(f, &tile, f->bad + parity);
+        if (!PREFETCH) fetch_tile(f, w, n, &tile);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile read */
+        if (get_local_id(0) == 0) COUNT_TILE(f->tile_count);
+        store_tile(&tile, &f->buf[0], ++*tag);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (PREFETCH && n + 1 < count) {
-            long k0_next;
-            key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, n + 1, &k0_next);
-            fetch_tile(f, w, k0_next, &tile);
-        }
-        float s[NT][4];
-        tile_scores(f, st, q, s);
-        mask_scores(f, w, st, kind, k0, s);
-        softmax_step(f, st, s);
-        if (f->bad[parity])
-            accumulate_pv_careful(f, st, s);
-        else
-            accumulate_pv(f, st, s);
+        if (PREFETCH && n + 1 < count) fetch_tile(f, w, n + 1, &tile);
+        long k0;
+        const int kind = key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, n, &k0);
+        compute_tile(f, w, &f->buf[0], *tag, kind, k0, q, st);
     }
+}
+
+/* The same in two buffers, one barrier a tile: tile n is computed from buffer n % 2 while tile
+ * n + 1, loaded before, is stored into the other. */
+ALWAYS_INLINE void walk_two_stages(const mma_ctx *f, const walk_state *w,
+                                   const uint q[M_TILES][KS_QK][4], mma_rows *st, int *tag) {
+    const long count = w->k.count; /* the same in every work-item */
+    const int first = *tag + 1;
+    staged_tile tile;
+    fetch_tile(f, w, 0, &tile);
+    barrier(CLK_LOCAL_MEM_FENCE); /* the walk before read its buffers */
+    store_tile(&tile, &f->buf[0], first);
+    for (long n = 0; n < count; n++) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* tile n stored; tile n - 1 read */
+        if (get_local_id(0) == 0) COUNT_TILE(f->tile_count);
+        if (n + 1 < count) fetch_tile(f, w, n + 1, &tile);
+        long k0;
+        const int kind = key_walk_tile(f->P, f->tile_ptr, f->tile_idx, &w->k, n, &k0);
+        const tile_buffer *buf = &f->buf[n & 1];
+        compute_tile(f, w, buf, first + (int)n, kind, k0, q, st);
+        if (n + 1 < count) store_tile(&tile, &f->buf[(n + 1) & 1], first + (int)n + 1);
+    }
+    *tag += (int)count;
 }
 
 /* Sets up walk n of the work-group, with each row's class-local key range. @return 0 when it
@@ -465,7 +528,8 @@ ALWAYS_INLINE int walk_at(const mma_ctx *f, const mma_rows *st, long n, walk_sta
     __constant attn_params *P = f->P;
     key_walk_begin(P, f->row_list, f->tile_ptr, f->gpos, f->tile, f->h, n, &w->k);
     w->classes = w->k.pass == PASS_GLOBAL_KEYS ? 1 : P->classes;
-    UNROLL for (int r = 0; r < 2; r++) walk_row_range(P, &w->k, st->i[r], &w->lo[r], &w->hi[r]);
+    UNROLL for (int r = 0; r < ROWS; r++)
+        walk_row_range(P, &w->k, st->i[r], &w->lo[r], &w->hi[r]);
     return w->k.count > 0;
 }
 
@@ -477,29 +541,30 @@ ALWAYS_INLINE void store_rows(const mma_ctx *f, const mma_rows *st,
                               __global const uchar *is_global, __global void *O,
                               __global float *LSE) {
     __constant attn_params *P = f->P;
-    UNROLL for (int r = 0; r < 2; r++) {
-        const int i = st->i[r];
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        const int i = st->i[r], mt = r / 2, e0 = 2 * (r % 2);
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
         const float keep = row_finish(P, LSE, f->h, (f->b * P->heads_q + f->h) * P->len_q + i,
                                       st->m[r], st->l[r], f->t == 0);
         const long row = o_row_start(P, f->b, f->h, i);
         UNROLL for (int n = 0; n < NV; n++)
-            UNROLL for (int e = 2 * r; e < 2 * r + 2; e++) {
+            UNROLL for (int e = e0; e < e0 + 2; e++) {
                 const int col = COL(n, e);
-                if (col < P->dim_v) store_o(P->out_dtype, st->o[n][e] * keep, O, row + col);
+                if (col < P->dim_v) store_o(P->out_dtype, st->o[mt][n][e] * keep, O, row + col);
             }
     }
 }
 
 ALWAYS_INLINE void init_rows(const mma_ctx *f, __global const float *bias,
                              __local const int *rows, mma_rows *st) {
-    UNROLL for (int r = 0; r < 2; r++) {
-        st->i[r] = rows[16 * f->warp + f->g + 8 * r];
+    UNROLL for (int r = 0; r < ROWS; r++) {
+        st->i[r] = rows[group_row(f, r)];
         st->bias_row[r] = bias_row_start(f->P, bias, f->b, f->h, st->i[r]);
         st->m[r] = -INFINITY;
         st->l[r] = 0.0f;
     }
-    UNROLL for (int n = 0; n < NV; n++) UNROLL for (int e = 0; e < 4; e++) st->o[n][e] = 0.0f;
+    UNROLL for (int mt = 0; mt < M_TILES; mt++) UNROLL for (int n = 0; n < NV; n++)
+        UNROLL for (int e = 0; e < 4; e++) st->o[mt][n][e] = 0.0f;
 }
 
 /* Work-group (tile, b*Hq + h) of GROUP_SIZE work-items. */
@@ -510,16 +575,16 @@ attention_nv_mma(__constant attn_params *P, __global const IN_T *Q, __global con
                  __global const uchar *is_global, __global const uchar *layout,
                  __global const int *tile_ptr, __global const int *tile_idx,
                  __global const int *row_list, float scale TILE_COUNTER_ARG) {
-    __local uint k_words[BLOCK_N * K_STRIDE];
-    __local uint v_words[DV_PAD * V_STRIDE];
-    __local ushort p_tile[BLOCK_M * BLOCK_N];
+    __local uint k_words[STAGES][BLOCK_N * K_STRIDE];
+    __local uint v_words[STAGES][DV_PAD * V_STRIDE];
+    __local ushort p_tile[BLOCK_M * P_COLS];
 #if MMA_PTX
     __local float scratch[1];
 #else
     __local float scratch[WARPS * WARP_SCRATCH];
 #endif
     __local int rows[BLOCK_M];
-    __local int bad[2];
+    __local int bad_tags[STAGES];
     const long tile = get_group_id(0), bh = get_group_id(1);
     if (tile_row(P, row_list, tile, 0) < 0) return; /* the whole group: a class's spare tile */
     mma_ctx f;
@@ -536,19 +601,29 @@ attention_nv_mma(__constant attn_params *P, __global const IN_T *Q, __global con
     f.scale = scale;
     f.gpos = gpos, f.tile_ptr = tile_ptr, f.tile_idx = tile_idx, f.row_list = row_list;
     f.layout = layout;
-    f.k_words = k_words, f.v_words = v_words, f.p_tile = p_tile, f.bad = bad;
+    UNROLL for (int b = 0; b < STAGES; b++) {
+        f.buf[b].k_words = k_words[b], f.buf[b].v_words = v_words[b];
+        f.buf[b].bad_tag = bad_tags + b;
+    }
+    f.p_tile = p_tile;
     f.scratch = scratch + (MMA_PTX ? 0 : f.warp * WARP_SCRATCH);
     TILE_COUNTER_INIT(f.tile_count);
     for (int m = get_local_id(0); m < BLOCK_M; m += GROUP_SIZE)
         rows[m] = (int)tile_row(P, row_list, tile, m);
+    if (get_local_id(0) < STAGES) bad_tags[get_local_id(0)] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     mma_rows st;
     init_rows(&f, bias, rows, &st);
-    uint q[KS_QK][4];
+    uint q[M_TILES][KS_QK][4];
     load_q(&f, &st, q);
+    int tag = 0; /* tiles walked so far */
     for (long n = 0; n < key_walks(P); n++) { /* one call site, so the walk is compiled once */
         walk_state w;
-        if (walk_at(&f, &st, n, &w)) walk_tiles(&f, &w, q, &st);
+        if (!walk_at(&f, &st, n, &w)) continue;
+        if (STAGES == 2)
+            walk_two_stages(&f, &w, q, &st, &tag);
+        else
+            walk_one_stage(&f, &w, q, &st, &tag);
     }
     store_rows(&f, &st, is_global, O, LSE);
 }

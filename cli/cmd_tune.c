@@ -378,11 +378,13 @@ static int setup_layers(tuner *t, size_t n) {
     return 0;
 }
 
-/* The representative shapes: MHA, causal GQA, and a float16 causal call with D=128. */
+/* The representative shapes: MHA, causal GQA, and a float16 causal call with D=128; the first
+ * two in float16 too for nv_mma (tensor cores take 16-bit storage only). */
 static int setup_shapes(tuner *t, size_t n, int with_reference) {
     if (t->gemm) return setup_layers(t, n);
-    return shape_setup(t->ctx, &t->shapes[0], 8, 8, n, 64, CLATTN_F32, 0, with_reference) ||
-           shape_setup(t->ctx, &t->shapes[1], 8, 2, n, 64, CLATTN_F32, 1, with_reference) ||
+    const clattn_dtype d64 = t->variant == CLATTN_VARIANT_NV_MMA ? CLATTN_F16 : CLATTN_F32;
+    return shape_setup(t->ctx, &t->shapes[0], 8, 8, n, 64, d64, 0, with_reference) ||
+           shape_setup(t->ctx, &t->shapes[1], 8, 2, n, 64, d64, 1, with_reference) ||
            shape_setup(t->ctx, &t->shapes[2], 4, 4, n, 128, CLATTN_F16, 1, with_reference);
 }
 

@@ -724,9 +724,10 @@ typedef struct clattn_tuning {
     unsigned wg_size;   /* work-items a work-group (gpu, gemm); 0: the variant's own rule */
     unsigned vector;    /* vector width */
     unsigned split;     /* decode kernels: key chunks a row; 0: from the compute units */
-    unsigned tile_m;    /* flash: query rows of a work-item's micro-tile */
+    unsigned tile_m;    /* flash: query rows of a work-item's micro-tile; nv_mma: row tiles of
+                           16 a warp */
     unsigned tile_n;    /* flash: keys of a work-item's micro-tile */
-    unsigned stages;    /* flash: key tiles in local memory, 1 or 2 (double buffering) */
+    unsigned stages;    /* flash, nv_mma: key tiles in local memory, 1 or 2 (double buffering) */
     unsigned subgroups; /* flash: 1 reduces rows through subgroups where the device has them */
 } clattn_tuning;
 

@@ -1,10 +1,12 @@
 /*
  * The nv_mma variant (cl/nv_mma.cl): FlashAttention-2's partition on NVIDIA's tensor cores, both
  * products on `mma.sync.m16n8k16` through inline PTX, for float16 and bfloat16 storage. A
- * work-group is 4 warps of 16 query rows; key tiles of 64 keys are staged in local memory. The
- * walk (query tiles, classes, passes, tile kinds, lists) is the fused kernels' (plan/tiles.h,
- * cl/tile_walk.cl), so every mask, bias, score modifier and sink the flash variant serves, this
- * one serves too; the shape is fixed, nothing to tune.
+ * work-group holds block_m query rows, tile_m row tiles of 16 a warp (so block_m / (16 tile_m)
+ * warps); key tiles of block_n keys are staged in local memory, in one buffer or two (stages).
+ * Those four come from the tuning database; the planner shrinks what does not fit the device's
+ * local memory. The walk (query tiles, classes, passes, tile kinds, lists) is the fused
+ * kernels' (plan/tiles.h, cl/tile_walk.cl), so every mask, bias, score modifier and sink the
+ * flash variant serves, this one serves too.
  *
  * Where it runs: NVIDIA's OpenCL on compute capability 8.0 or higher
  * (cl_nv_device_attribute_query), and only after a one-tile self-test has passed on the context
@@ -21,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NV_MMA_BLOCK_M      64 /* 4 warps of 16 rows */
-#define NV_MMA_BLOCK_N      64
-#define NV_MMA_GROUP_SIZE   128
-#define NV_MMA_MAX_HEAD_DIM 128 /* K, V (transposed) and P tiles within 48 KB of local memory */
+#define NV_MMA_MAX_HEAD_DIM 128 /* K and V (transposed) tiles within 48 KB of local memory */
+#define NV_MMA_MAX_WARPS    8
+#define NV_MMA_P_COLS       32 /* cl/nv_mma.cl's P_COLS */
+#define NV_MMA_FIT_ROUNDS   4
 
 /* cl_nv_device_attribute_query */
 #define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
@@ -32,7 +34,15 @@
 
 extern const attn_variant variant_nv_mma; /* the self-test plans and runs it */
 
+/* A kernel's shape (the tuning fields it reads). */
+typedef struct nv_mma_shape {
+    unsigned block_m, block_n; /* query rows and keys a tile */
+    unsigned tile_m;           /* row tiles of 16 a warp */
+    unsigned stages;           /* key tiles in local memory: 1, or 2 (double buffering) */
+} nv_mma_shape;
+
 typedef struct nv_mma_state {
+    nv_mma_shape shape;
     unsigned dqk_pad, dv_pad; /* head dims rounded up to 16 */
     int ptx;                  /* 1: the PTX build; 0: the emulated one (test builds) */
     int aligned_rows;         /* K and V rows start at multiples of 16 bytes (PTX build) */
@@ -106,43 +116,110 @@ static int suits(const clattn_device_info *device, const attn_problem *pb, char 
     return 1; /* wherever it runs */
 }
 
+/* ---------------------------------------------------------------- the shape */
+
+static unsigned group_size(const nv_mma_shape *s) {
+    return 32 * s->block_m / (16 * s->tile_m);
+}
+
+/* Whether the tuning entry's numbers are ones the kernel takes; names the first that is not. */
+static int tuning_valid(const tuning_params *t, const clattn_device_info *device, char *why,
+                        size_t size) {
+    const char *bad = t->tile_m < 1 || t->tile_m > 2 ? "tile_m"
+                      : t->block_m % (16 * t->tile_m) || t->block_m == 0 ||
+                              t->block_m / (16 * t->tile_m) > NV_MMA_MAX_WARPS
+                          ? "block_m"
+                      : t->block_n != 32 && t->block_n != 64 ? "block_n"
+                      : t->stages < 1 || t->stages > 2       ? "stages"
+                                                             : NULL;
+    if (bad) {
+        snprintf(why, size,
+                 "%s is out of range (block_m %u, block_n %u, tile_m %u, stages %u: tile_m 1 or "
+                 "2, block_m a multiple of 16 tile_m, up to %d warps of 16 tile_m rows; "
+                 "block_n 32 or 64; stages 1 or 2)",
+                 bad, t->block_m, t->block_n, t->tile_m, t->stages, NV_MMA_MAX_WARPS);
+        return 0;
+    }
+    const nv_mma_shape s = {t->block_m, t->block_n, t->tile_m, t->stages};
+    if (device && group_size(&s) > device->max_work_group_size) {
+        snprintf(why, size, "%u work-items a work-group; the device runs at most %zu",
+                 group_size(&s), device->max_work_group_size);
+        return 0;
+    }
+    return 1;
+}
+
+/* The local memory the kernel declares (cl/nv_mma.cl's arrays), in bytes. */
+static uint64_t local_bytes(const nv_mma_shape *s, const nv_mma_state *st) {
+    const uint64_t k_stride = st->dqk_pad / 2 + 4, v_stride = s->block_n / 2 + 4;
+    const uint64_t warps = s->block_m / (16 * s->tile_m);
+    const uint64_t scratch = st->ptx ? 4 : warps * 384 * 4;
+    return 4 * s->stages * (s->block_n * k_stride + st->dv_pad * v_stride) +
+           2 * (uint64_t)s->block_m * NV_MMA_P_COLS + 4 * s->block_m + 4 * s->stages + scratch;
+}
+
+/* Shrinks the shape until it fits the limits: one buffer, then 32 keys a tile, then fewer
+ * rows. @return 0 when even the smallest does not fit. */
+static int fit_limits(const launch_limits *limits, const nv_mma_state *st, nv_mma_shape *s) {
+    while (local_bytes(s, st) > limits->local_mem_bytes ||
+           group_size(s) > limits->work_group_size) {
+        if (s->stages > 1)
+            s->stages = 1;
+        else if (s->block_n > 32)
+            s->block_n = 32;
+        else if (s->block_m > 16 * s->tile_m)
+            s->block_m /= 2;
+        else if (s->tile_m > 1)
+            s->tile_m = 1, s->block_m = 16;
+        else
+            return 0;
+        if (s->block_m % (16 * s->tile_m)) s->tile_m = 1;
+    }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- the kernel */
 
 static clattn_status get_kernel(clattn_context *ctx, const attn_problem *pb, const nv_mma_state *st,
                                 cl_kernel *kernel) {
     static const char *const files[] = {ATTN_PRELUDE, "tile_walk.cl", "nv_mma.cl"};
-    char defines[256];
+    const nv_mma_shape *s = &st->shape;
+    char defines[320];
     snprintf(defines, sizeof defines,
-             "-DBLOCK_M=%d -DBLOCK_N=%d -DDQK_PAD=%u -DDV_PAD=%u -DIN_DTYPE=%d -DCOUNT_TILES=%d "
-             "-DMMA_PTX=%d -DALIGNED_ROWS=%d",
-             NV_MMA_BLOCK_M, NV_MMA_BLOCK_N, st->dqk_pad, st->dv_pad, (int)pb->dtype,
+             "-DBLOCK_M=%u -DBLOCK_N=%u -DM_TILES=%u -DSTAGES=%u -DDQK_PAD=%u -DDV_PAD=%u "
+             "-DIN_DTYPE=%d -DCOUNT_TILES=%d -DMMA_PTX=%d -DALIGNED_ROWS=%d",
+             s->block_m, s->block_n, s->tile_m, s->stages, st->dqk_pad, st->dv_pad, (int)pb->dtype,
              pb->count_tiles, st->ptx, st->aligned_rows);
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, "attention_nv_mma", kernel);
 }
 
-/* Builds the kernel and checks that it takes work-groups of 4 warps (a kernel short of
- * registers may not). */
-static clattn_status check_kernel(clattn_context *ctx, const variant_plan *plan,
-                                  const nv_mma_state *st) {
-    cl_kernel kernel = NULL;
-    clattn_status status = get_kernel(ctx, plan->problem, st, &kernel);
-    if (status) return status;
-    kernel_limits k;
-    kernel_limits_get(ctx, kernel, &k);
-    log_msg(
-        "nv_mma: the kernel takes work-groups of up to %zu, %llu bytes of local memory and %llu "
-        "of private memory a work-item (spilled registers)",
-        k.work_group_size, (unsigned long long)k.local_mem_bytes,
-        (unsigned long long)k.private_mem_bytes);
-    const launch_limits *limits = &plan->limits;
-    if (k.work_group_size >= NV_MMA_GROUP_SIZE && limits->work_group_size >= NV_MMA_GROUP_SIZE &&
-        k.local_mem_bytes <= limits->local_mem_bytes)
-        return CLATTN_SUCCESS;
+/* Fits the tuned shape to the call's limits, builds the kernel, and fits again while the
+ * kernel allows fewer work-items (registers) or declares more local memory than counted. */
+static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan,
+                                   nv_mma_state *st) {
+    const tuning_params *t = &plan->tuning;
+    launch_limits limits = plan->limits;
+    st->shape = (nv_mma_shape){t->block_m, t->block_n, t->tile_m, t->stages};
+    for (int round = 0; round < NV_MMA_FIT_ROUNDS; round++) {
+        if (!fit_limits(&limits, st, &st->shape)) break;
+        cl_kernel kernel = NULL;
+        clattn_status status = get_kernel(ctx, plan->problem, st, &kernel);
+        if (status) return status;
+        kernel_limits k;
+        kernel_limits_get(ctx, kernel, &k);
+        log_msg("nv_mma: bm%u bn%u tm%u s%u takes work-groups of up to %zu, %llu bytes of local "
+                "memory and %llu of private memory a work-item (spilled registers)",
+                st->shape.block_m, st->shape.block_n, st->shape.tile_m, st->shape.stages,
+                k.work_group_size, (unsigned long long)k.local_mem_bytes,
+                (unsigned long long)k.private_mem_bytes);
+        if (!launch_limits_narrow(&limits, group_size(&st->shape), local_bytes(&st->shape, st), &k))
+            return CLATTN_SUCCESS;
+    }
     return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
-                     "nv_mma: work-groups of %d work-items and %llu bytes of local memory; the "
-                     "kernel takes up to %zu work-items, the call's limits are %zu and %llu bytes",
-                     NV_MMA_GROUP_SIZE, (unsigned long long)k.local_mem_bytes, k.work_group_size,
-                     limits->work_group_size, (unsigned long long)limits->local_mem_bytes);
+                     "nv_mma: no shape fits (work-groups of up to %zu work-items, %llu bytes of "
+                     "local memory; head dims %u/%u)",
+                     limits.work_group_size, (unsigned long long)limits.local_mem_bytes,
+                     st->dqk_pad, st->dv_pad);
 }
 
 /* ---------------------------------------------------------------- the self-test */
@@ -255,7 +332,9 @@ static clattn_status self_tested(clattn_context *ctx) {
         t->state = 1;
         clattn_status status = run_self_test(ctx, t->why, sizeof t->why);
         log_msg("nv_mma: the one-tile self-test %s%s", status ? "failed: " : "passed",
-                t->why[0] ? t->why : status ? ctx->error.text : "");
+                t->why[0] ? t->why
+                : status  ? ctx->error.text
+                          : "");
         if (status && status != CLATTN_ERR_UNSUPPORTED) { /* memory, the driver: try again later */
             t->state = 0;
             return status;
@@ -292,9 +371,9 @@ static clattn_status plan(clattn_context *ctx, variant_plan *plan) {
     st->ptx = !emulated_by_request();
     /* (the emulation's CPU buffers may wrap host memory of any alignment) */
     st->aligned_rows = st->ptx && rows_of_8(&pb->k) && rows_of_8(&pb->v);
-    status = check_kernel(ctx, plan, st);
+    status = fit_to_kernel(ctx, plan, st);
     if (status) return status;
-    tiles_plan_geometry(pb, NV_MMA_BLOCK_M, NV_MMA_BLOCK_N, &st->geometry);
+    tiles_plan_geometry(pb, st->shape.block_m, st->shape.block_n, &st->geometry);
     plan->device_bytes = 2 * sizeof(attn_params) + sizeof(cl_uint);
     return tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
 }
@@ -310,22 +389,31 @@ static clattn_status run(clattn_context *ctx, const variant_plan *plan, const at
                          cl_event *event, clattn_stats *stats) {
     const attn_problem *pb = plan->problem;
     const nv_mma_state *st = plan->state;
-    walk_launch w = {"nv_mma",       NULL,          NV_MMA_GROUP_SIZE, NV_MMA_BLOCK_M,
-                     NV_MMA_BLOCK_N, &st->geometry, st->lists};
+    const nv_mma_shape *shape = &st->shape;
+    walk_launch w = {"nv_mma",       NULL,          group_size(shape), shape->block_m,
+                     shape->block_n, &st->geometry, st->lists};
     clattn_status s = get_kernel(ctx, pb, st, &w.kernel);
     if (!s) s = walk_launch_run(ctx, plan, &w, buf, event, stats);
     if (s) return s;
-    snprintf(stats->kernel, sizeof stats->kernel, "nv_mma bm%d bn%d d%u/%u %s%s", NV_MMA_BLOCK_M,
-             NV_MMA_BLOCK_N, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype),
-             st->ptx ? "" : " emulated");
+    snprintf(stats->kernel, sizeof stats->kernel, "nv_mma bm%u bn%u tm%u s%u d%u/%u %s%s",
+             shape->block_m, shape->block_n, shape->tile_m, shape->stages, st->dqk_pad, st->dv_pad,
+             dtype_name(pb->dtype), st->ptx ? "" : " emulated");
     log_msg("nv_mma: %s, %llu of %llu key tiles", stats->kernel,
             (unsigned long long)stats->tiles_visited, (unsigned long long)stats->tiles_total);
     return CLATTN_SUCCESS;
 }
 
-/* The shape is fixed (nothing to tune); the entry records it. */
+/* 8 warps of 16 rows, 64 keys, one buffer: the fastest of 14 shapes on the H200 at head dims
+ * 64 and 128 (bench/README.md, 2026-11-28). */
 static const tuning_default defaults[] = {
-    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = NV_MMA_BLOCK_M, .block_n = NV_MMA_BLOCK_N}},
+    {CL_DEVICE_TYPE_ALL, "", "", {.block_m = 128, .block_n = 64, .tile_m = 1, .stages = 1}},
+};
+
+static const clattn_tuning_axis axes[] = {
+    TUNING_AXIS(block_m, 64, 128),
+    TUNING_AXIS(block_n, 32, 64),
+    TUNING_AXIS(tile_m, 1, 2),
+    TUNING_AXIS(stages, 1, 2),
 };
 
 const attn_variant variant_nv_mma = {
@@ -336,6 +424,9 @@ const attn_variant variant_nv_mma = {
                "inline PTX), float16 and bfloat16",
     .defaults = defaults,
     .num_defaults = ARRAY_LEN(defaults),
+    .axes = axes,
+    .num_axes = ARRAY_LEN(axes),
+    .tuning_valid = tuning_valid,
     .supports = supports,
     .suits = suits,
     .plan = plan,

@@ -27,9 +27,9 @@
     X(wg_size, "work-items a work-group; 0: the variant's own rule")                               \
     X(vector, "vector width the kernel is specialised for; 0: its own")                            \
     X(split, "decode kernels: key chunks a row; 0: from the compute units")                        \
-    X(tile_m, "flash: query rows of a work-item's micro-tile")                                     \
+    X(tile_m, "flash: query rows of a work-item's micro-tile; nv_mma: row tiles of 16 a warp")     \
     X(tile_n, "flash: keys of a work-item's micro-tile")                                           \
-    X(stages, "flash: key tiles staged in local memory (2: double buffering)")                     \
+    X(stages, "flash, nv_mma: key tiles staged in local memory (2: double buffering)")             \
     X(subgroups, "flash: 1 reduces rows through subgroups where the device has them")
 
 #define TUNING_FIELD(name, meaning) unsigned name;

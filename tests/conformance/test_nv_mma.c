@@ -94,6 +94,69 @@ Test(nv_mma, emulated_kernel_matches_the_reference, .timeout = 600) {
     emulate(0);
 }
 
+static clattn_tuning nv_mma_tuning(unsigned bm, unsigned bn, unsigned tm, unsigned stages) {
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    t.block_m = bm, t.block_n = bn, t.tile_m = tm, t.stages = stages;
+    return t;
+}
+
+static void set_tuning_everywhere(const clattn_tuning *t) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t d = 0; d < devices; d++)
+        ASSERT_OK(ctxs[d], clattn_context_set_tuning(ctxs[d], CLATTN_VARIANT_NV_MMA, t));
+}
+
+/* Two row tiles a warp, 8 warps, 32-key tiles, two buffers: every shape stays right, with the
+ * careful P V in one pass and in two, and a dominant key over many tiles of both buffers. */
+Test(nv_mma, tunings_shape_the_kernel, .timeout = 600) {
+    emulate(1);
+    const clattn_tuning tunings[] = {nv_mma_tuning(128, 32, 2, 2), nv_mma_tuning(128, 64, 1, 2),
+                                     nv_mma_tuning(64, 64, 2, 1)};
+    for (size_t i = 0; i < COUNT(tunings); i++) {
+        set_tuning_everywhere(&tunings[i]);
+        attn_case cases[11];
+        size_t n = mask_cases(cases, i % 2 ? CLATTN_BF16 : CLATTN_F16);
+        case_init(&cases[n], 1, 2, 1, 150, 700, 64, 48);
+        cases[n].scale = 4.0f, cases[n++].dtype = CLATTN_F16;
+        char expected[64];
+        snprintf(expected, sizeof expected, "nv_mma bm%u bn%u tm%u s%u", tunings[i].block_m,
+                 tunings[i].block_n, tunings[i].tile_m, tunings[i].stages);
+        cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA), 0,
+                     "%s: failing cases are listed above", expected);
+        case_result r;
+        case_run(first_context(), &cases[0], CLATTN_PATH_FUSED, CLATTN_VARIANT_NV_MMA, &r);
+        cr_assert_eq(r.status, CLATTN_SUCCESS, "%s", r.message);
+        cr_expect(strstr(r.stats.kernel, expected) == r.stats.kernel, "%s, not %s", expected,
+                  r.stats.kernel);
+    }
+    set_tuning_everywhere(NULL);
+    emulate(0);
+}
+
+Test(nv_mma, tuning_values_it_cannot_take_are_named) {
+    emulate(1);
+    const struct {
+        clattn_tuning t;
+        const char *field;
+    } bad[] = {{nv_mma_tuning(64, 64, 3, 1), "tile_m"},
+               {nv_mma_tuning(48, 64, 2, 1), "block_m"},
+               {nv_mma_tuning(512, 64, 1, 1), "block_m"},
+               {nv_mma_tuning(64, 16, 1, 1), "block_n"},
+               {nv_mma_tuning(64, 64, 1, 3), "stages"}};
+    clattn_context *ctx = first_context();
+    for (size_t i = 0; i < COUNT(bad); i++) {
+        cr_expect_eq(clattn_context_set_tuning(ctx, CLATTN_VARIANT_NV_MMA, &bad[i].t),
+                     CLATTN_ERR_INVALID_ARGUMENT, "%s accepted", bad[i].field);
+        char expected[64];
+        snprintf(expected, sizeof expected, "nv_mma: %s is out of range", bad[i].field);
+        cr_expect(strstr(clattn_context_last_error(ctx), expected) != NULL, "%s",
+                  clattn_context_last_error(ctx));
+    }
+    emulate(0);
+}
+
 /* A kernel whose emulated A operand has its rows and column halves swapped (a wrong fragment
  * layout): its self-test fails on a fresh context and the variant refuses every call, with the
  * values it got; auto runs the call elsewhere. */

@@ -2,7 +2,7 @@
  * Per-kernel limits (core.h, "what a work-group may use"): a compiled kernel may allow fewer
  * work-items a work-group than its device (CL_KERNEL_WORK_GROUP_SIZE) or use more local memory
  * than its planner counted. Planners take their limits as an input, so these tests plan the
- * gpu, flash and gemm variants against limits lower than the device's: the tiles shrink to fit
+ * gpu, flash, nv_mma and gemm variants against limits lower than the device's: the tiles shrink to fit
  * and the call still matches the reference, or the plan refuses with the reason. How a
  * kernel's own limits narrow a plan's is checked on made-up kernels, and kernel_launch refuses
  * a work-group above the kernel's limit with a status, never a failed launch.
@@ -159,6 +159,57 @@ Test(limits, gemm_softmax_work_group_follows_the_limits) {
     cr_expect(strstr(stats.kernel, "softmax wg16 ") != NULL, "%s", stats.kernel);
     expect_reference("gemm against low limits");
     problem_release(&pb);
+}
+
+/* nv_mma (its emulated build) at head dim 32 against 64 work-items and 12 KiB: its default
+ * shape (8 warps, 64 keys) gives way to one buffer, 32 keys and 32 rows, and stays right. */
+Test(limits, nv_mma_shape_shrinks_to_limits_below_the_device) {
+    setenv("CLATTN_TEST_NV_MMA", "emulate", 1);
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    attn_problem pb;
+    clattn_attention_desc d = limited_desc(&pb);
+    problem_release(&pb);
+    d.dtype = CLATTN_F16; /* O stays float32 */
+    static uint16_t q16[NQ * HQ * D], k16[NK * D], v16[NK * D];
+    clattn_convert(CLATTN_F32, q, CLATTN_F16, q16, NQ * HQ * D);
+    clattn_convert(CLATTN_F32, k, CLATTN_F16, k16, NK * D);
+    clattn_convert(CLATTN_F32, v, CLATTN_F16, v16, NK * D);
+    cr_assert_eq(problem_build(&d, BIAS_FROM_HOST, NULL, &pb), CLATTN_SUCCESS);
+    static float ref32[NQ * HQ * D], ref_lse32[HQ * NQ];
+    cr_assert_eq(reference_attention_store(&pb, q16, k16, v16, NULL, ref32, ref_lse32, NULL),
+                 CLATTN_SUCCESS);
+    for (size_t i = 0; i < NQ * HQ * D; i++) ref_o[i] = ref32[i];
+
+    const launch_limits low = {64, 12288};
+    variant_plan plan;
+    ASSERT_OK(ctxs[0], variant_plan_make_limited(ctxs[0], variant_find(CLATTN_VARIANT_NV_MMA),
+                                                 &pb, 1, &low, &plan));
+    cl_context cl = clattn_context_cl_context(ctxs[0]);
+    cl_int err = CL_SUCCESS;
+    attn_buffers b;
+    memset(&b, 0, sizeof b);
+    b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof q16, q16, &err);
+    b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof k16, k16, &err);
+    b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof v16, v16, &err);
+    b.o = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof o, NULL, &err);
+    b.lse = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof lse, NULL, &err);
+    cr_assert(b.q && b.k && b.v && b.o && b.lse, "buffers: %d", (int)err);
+    clattn_stats stats;
+    memset(&stats, 0, sizeof stats);
+    ASSERT_OK(ctxs[0], plan.variant->run(ctxs[0], &plan, &b, NULL, &stats));
+    clEnqueueReadBuffer(clattn_context_queue(ctxs[0]), b.o, CL_TRUE, 0, sizeof o, o, 0, NULL,
+                        NULL);
+    clReleaseMemObject(b.q), clReleaseMemObject(b.k), clReleaseMemObject(b.v);
+    clReleaseMemObject(b.o), clReleaseMemObject(b.lse);
+    variant_plan_release(&plan);
+    problem_release(&pb);
+    unsetenv("CLATTN_TEST_NV_MMA");
+    cr_expect(strstr(stats.kernel, "nv_mma bm32 bn32 tm1 s1 ") == stats.kernel, "%s",
+              stats.kernel);
+    cr_expect_eq(compare_outputs("nv_mma against low limits", o, ref_o, NQ * HQ * D,
+                                 TOL_F16_ATOL, TOL_F16_RTOL),
+                 0);
 }
 
 /* ---------------------------------------------------------------- the launch */
