@@ -405,10 +405,17 @@ attention_split(__constant attn_params *P, __global const IN_T *Q, __global cons
  * GROUP work-items share a row block and a chunk: a tile is GROUP keys, one a work-item, whose
  * scores it computes for every row (its K row read whole, the queries from local memory); the
  * tile's maxima and sums are reduced across the group in local memory, and the weights shared
- * there; then work-item l accumulates the columns d = l + GROUP * u of every row's O over the
- * tile's keys, so that a V row is read by consecutive work-items. Every work-item keeps the same
- * running maxima and sums. Same semantics as attention_split, key for key. */
-#define GROUP_COLS ((DV_PAD + GROUP - 1) / GROUP) /* O columns a work-item holds a row */
+ * there. For P V, work-item l takes the 16-column block l % NDV of O and the keys
+ * k = key lane + KEY_LANES m of the tile (key lane l / NDV): a V row's blocks are read by
+ * consecutive work-items, 16 values each, and KEY_LANES rows at once, so that many loads are in
+ * flight (one 2-byte column a work-item, key after key, left a GPU waiting on each). The key
+ * lanes' sums are added in local memory once a chunk. Every work-item keeps the same running
+ * maxima and sums. Same semantics as attention_split, key for key. */
+#define GROUP_COLS ((DV_PAD + GROUP - 1) / GROUP) /* O columns a work-item stores a row */
+#define KEY_LANES  (GROUP / NDV)                  /* keys of a tile read at once */
+#if GROUP < NDV
+#error "the work-group form needs a work-item for each 16 columns of O (GROUP >= DV_PAD / 16)"
+#endif
 
 /* x[r] becomes its maximum (or sum) over the work-group, for each row r. */
 ALWAYS_INLINE void group_reduce(float x[BLOCK_R], int take_max, __local float (*scratch)[GROUP]) {
@@ -450,6 +457,43 @@ ALWAYS_INLINE void key_scores(__constant attn_params *P, __global const KV_T *K,
         const float x = isfinite(dots[r]) ? dots[r] : rescore(P, K, block_table, t, r, j);
         s[r] = keyed_score(P, bias, is_global, layout, t, r, j, x, simple);
     }
+}
+
+/* acc += the tile's weights times its V rows: the work-item's 16 columns of the n keys from j0
+ * on that fall to its key lane. */
+ALWAYS_INLINE void tile_values(__constant attn_params *P, __global const KV_T *V,
+                               __global const int *block_table, const row_block *t,
+                               __local const float (*weights)[GROUP], long j0, int n,
+                               float16 acc[BLOCK_R]) {
+    const int l = get_local_id(0);
+    if (l / NDV >= KEY_LANES) return; /* GROUP not a multiple of NDV: a spare work-item */
+    for (int k = l / NDV; k < n; k += KEY_LANES) {
+        const long row = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h,
+                                P->v_stride_s, t->b, t->kvh, j0 + k);
+        const float16 v = load_kv16(V, row, 16 * (l % NDV), P->dim_v);
+        for (int r = 0; r < BLOCK_R; r++) { /* a zero weight adds nothing, not 0 * inf */
+            const float w = weights[r][k];
+            if (w != 0.0f) acc[r] = fma((float16)w, v, acc[r]);
+        }
+    }
+}
+
+/* The key lanes' acc added into out, lane after lane; cols[r][u] = column l + GROUP u of row r
+ * (group_store's columns). */
+ALWAYS_INLINE void lanes_summed(const float16 acc[BLOCK_R], __local float (*out)[DV_PAD],
+                                float cols[BLOCK_R][GROUP_COLS]) {
+    const int l = get_local_id(0);
+    for (int lane = 0; lane < KEY_LANES; lane++) {
+        if (l / NDV == lane)
+            for (int r = 0; r < BLOCK_R; r++) {
+                __local float *o = out[r] + 16 * (l % NDV);
+                vstore16(lane == 0 ? acc[r] : vload16(0, o) + acc[r], 0, o);
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int r = 0; r < BLOCK_R; r++)
+        for (int u = 0; u < GROUP_COLS; u++)
+            cols[r][u] = l + GROUP * u < DV_PAD ? out[r][l + GROUP * u] : 0.0f;
 }
 
 /* The chunk's results, as store_rows writes them; work-item l writes the columns it holds. */
@@ -495,6 +539,7 @@ attention_split_group(__constant attn_params *P, __global const IN_T *Q, __globa
     __local float q[BLOCK_R][DQK_PAD];     /* the rows' queries, pre-scaled, zero past dim_qk */
     __local float weights[BLOCK_R][GROUP]; /* the tile's weights, key by key */
     __local float scratch[BLOCK_R][GROUP];
+    __local float out[BLOCK_R][DV_PAD]; /* the chunk's O, the key lanes' sums added */
     const int l = get_local_id(0);
     const long rb = get_group_id(0) / P->chunks, c = get_group_id(0) % P->chunks;
     row_block t;
@@ -508,11 +553,9 @@ attention_split_group(__constant attn_params *P, __global const IN_T *Q, __globa
                                                : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    float acc[BLOCK_R][GROUP_COLS], max[BLOCK_R], sum[BLOCK_R];
-    for (int r = 0; r < BLOCK_R; r++) {
-        max[r] = -INFINITY, sum[r] = 0.0f;
-        for (int u = 0; u < GROUP_COLS; u++) acc[r][u] = 0.0f;
-    }
+    float16 acc[BLOCK_R]; /* the work-item's 16 columns of O, over its key lane's keys */
+    float max[BLOCK_R], sum[BLOCK_R];
+    for (int r = 0; r < BLOCK_R; r++) max[r] = -INFINITY, sum[r] = 0.0f, acc[r] = 0.0f;
     long first, end;
     chunk_keys(P, &t, c, &first, &end);
     for (long j0 = first; j0 < end; j0 += GROUP) {
@@ -534,25 +577,15 @@ attention_split_group(__constant attn_params *P, __global const IN_T *Q, __globa
             keep[r] = sum[r] * keep[r] * inv;
             weights[r][l] = s[r] * inv;
             sum[r] = new_sum;
-            for (int u = 0; u < GROUP_COLS; u++) acc[r][u] *= keep[r];
+            acc[r] *= keep[r];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int n = (int)min((long)GROUP, end - j0);
-        for (int k = 0; k < n; k++) {
-            const long row = kv_row(P, block_table, P->v_offset, P->v_stride_b, P->v_stride_h,
-                                    P->v_stride_s, t.b, t.kvh, j0 + k);
-            for (int u = 0; u < GROUP_COLS; u++) {
-                const int d = l + GROUP * u;
-                const float v = d < P->dim_v ? LOAD_KV(V, row + d) : 0.0f;
-                for (int r = 0; r < BLOCK_R; r++) { /* a zero weight adds nothing, not 0 * inf */
-                    const float w = weights[r][k];
-                    if (w != 0.0f) acc[r][u] = fma(w, v, acc[r][u]);
-                }
-            }
-        }
+        tile_values(P, V, block_table, &t, weights, j0, (int)min((long)GROUP, end - j0), acc);
         barrier(CLK_LOCAL_MEM_FENCE); /* weights is written again next */
     }
-    group_store(P, &t, c, acc, max, sum, O_part, LSE_part, O, LSE);
+    float cols[BLOCK_R][GROUP_COLS];
+    lanes_summed(acc, out, cols);
+    group_store(P, &t, c, cols, max, sum, O_part, LSE_part, O, LSE);
 }
 #endif
 

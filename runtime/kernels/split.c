@@ -120,14 +120,17 @@ static unsigned pow2_at_least(size_t n, unsigned cap) {
     return p;
 }
 
-/* Local memory of the work-group form: the queries, and the weights and scratch of a tile. */
+/* Local memory of the work-group form: the queries, the weights and scratch of a tile, and
+ * the chunk's O. */
 static size_t group_local_bytes(const split_plan *p) {
-    return ((size_t)p->block_r * p->dqk_pad + 2 * (size_t)p->block_r * p->group) * sizeof(float);
+    return ((size_t)p->block_r * (p->dqk_pad + p->dv_pad) + 2 * (size_t)p->block_r * p->group) *
+           sizeof(float);
 }
 
-/* Whether the device takes the plan's work-group: its size and its local memory. */
+/* Whether the device takes the plan's work-group: its size and its local memory; and whether
+ * it has a work-item for each 16 columns of O (cl/split.cl's key lanes). */
 static int group_fits(const clattn_device_info *device, const split_plan *p) {
-    return p->group <= device->max_work_group_size &&
+    return p->group <= device->max_work_group_size && p->group * 16 >= p->dv_pad &&
            group_local_bytes(p) <= device->local_mem_bytes;
 }
 
