@@ -216,6 +216,23 @@ void expect_case_refused(clattn_context *ctx, const attn_case *c, clattn_variant
     cr_expect(strstr(r.message, words) != NULL, "%s", r.message);
 }
 
+void expect_tuning_refused(clattn_context *ctx, clattn_variant variant, const clattn_tuning *t,
+                           const char *field) {
+    cr_expect_eq(clattn_context_set_tuning(ctx, variant, t), CLATTN_ERR_INVALID_ARGUMENT,
+                 "%s accepted", field);
+    char expected[64];
+    snprintf(expected, sizeof expected, "%s: %s is out of range", clattn_variant_name(variant),
+             field);
+    cr_expect(strstr(clattn_context_last_error(ctx), expected) != NULL, "%s",
+              clattn_context_last_error(ctx));
+    attn_case c;
+    case_init(&c, 1, 2, 1, 8, 8, 16, 16);
+    c.dtype = CLATTN_F16; /* every fused variant takes it */
+    case_result r;
+    case_run(ctx, &c, CLATTN_PATH_FUSED, variant, &r);
+    cr_expect_eq(r.status, CLATTN_SUCCESS, "%s", r.message);
+}
+
 size_t mask_kind_cases(attn_case *cases, unsigned seed) {
     for (int kind = 0; kind < MASK_KINDS; kind++) {
         attn_case *c = &cases[kind];

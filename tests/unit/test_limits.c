@@ -2,10 +2,10 @@
  * Per-kernel limits (core.h, "what a work-group may use"): a compiled kernel may allow fewer
  * work-items a work-group than its device (CL_KERNEL_WORK_GROUP_SIZE) or use more local memory
  * than its planner counted. Planners take their limits as an input, so these tests plan the
- * gpu, flash, nv_mma and gemm variants against limits lower than the device's: the tiles shrink to fit
- * and the call still matches the reference, or the plan refuses with the reason. How a
- * kernel's own limits narrow a plan's is checked on made-up kernels, and kernel_launch refuses
- * a work-group above the kernel's limit with a status, never a failed launch.
+ * gpu, flash, nv_mma and gemm variants against limits lower than the device's: the tiles shrink to
+ * fit and the call still matches the reference, or the plan refuses with the reason. How a kernel's
+ * own limits narrow a plan's is checked on made-up kernels, and kernel_launch refuses a work-group
+ * above the kernel's limit with a status, never a failed launch.
  */
 #include <criterion/criterion.h>
 
@@ -61,20 +61,28 @@ static clattn_attention_desc limited_desc(attn_problem *pb) {
     return d;
 }
 
-/* Plans `variant` against `limits` and, when it plans, runs the plan; *stats gets what ran. */
-static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *variant,
-                                  const attn_problem *pb, const launch_limits *limits,
-                                  clattn_stats *stats) {
+/* The inputs of a run: Q, K and V as stored (any dtype), with their sizes in bytes. */
+typedef struct run_inputs {
+    const void *q, *k, *v;
+    size_t q_bytes, kv_bytes;
+} run_inputs;
+
+/* Plans `variant` against `limits` and, when it plans, runs the plan on `in` into o and lse;
+ * *stats gets what ran. */
+static clattn_status plan_and_run_inputs(clattn_context *ctx, const attn_variant *variant,
+                                         const attn_problem *pb, const launch_limits *limits,
+                                         const run_inputs *in, clattn_stats *stats) {
     variant_plan plan;
     clattn_status status = variant_plan_make_limited(ctx, variant, pb, 1, limits, &plan);
     if (status != CLATTN_SUCCESS) return status;
     cl_context cl = clattn_context_cl_context(ctx);
     cl_int err = CL_SUCCESS;
+    const cl_mem_flags input = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
     attn_buffers b;
     memset(&b, 0, sizeof b);
-    b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof q, q, &err);
-    b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof k, k, &err);
-    b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof v, v, &err);
+    b.q = clCreateBuffer(cl, input, in->q_bytes, (void *)in->q, &err);
+    b.k = clCreateBuffer(cl, input, in->kv_bytes, (void *)in->k, &err);
+    b.v = clCreateBuffer(cl, input, in->kv_bytes, (void *)in->v, &err);
     b.o = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof o, NULL, &err);
     b.lse = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof lse, NULL, &err);
     cr_assert(b.q && b.k && b.v && b.o && b.lse, "buffers: %d", (int)err);
@@ -89,6 +97,14 @@ static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *varia
     clReleaseMemObject(b.o), clReleaseMemObject(b.lse);
     variant_plan_release(&plan);
     return status;
+}
+
+/* The same on the float32 inputs q, k, v. */
+static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *variant,
+                                  const attn_problem *pb, const launch_limits *limits,
+                                  clattn_stats *stats) {
+    const run_inputs in = {q, k, v, sizeof q, sizeof k};
+    return plan_and_run_inputs(ctx, variant, pb, limits, &in, stats);
 }
 
 static void expect_reference(const char *what) {
@@ -117,7 +133,8 @@ Test(limits, gpu_tiles_shrink_to_limits_below_the_device) {
     low.work_group_size = 16, low.local_mem_bytes = 6144;
     cr_assert_lt(low.work_group_size, device.work_group_size);
     clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_ROWWISE), &pb, &low, &stats));
+    ASSERT_OK(ctxs[0],
+              plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_ROWWISE), &pb, &low, &stats));
     cr_expect_leq(stats.block_m, 16, "%s", stats.kernel);
     cr_expect_leq((size_t)(D + D) * stats.block_n * 4 + 1024, 6144, "%s", stats.kernel);
     expect_reference("gpu against low limits");
@@ -136,13 +153,15 @@ Test(limits, flash_tiles_shrink_to_limits_below_the_device) {
     limited_desc(&pb);
     launch_limits low = {8, 8192};
     clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats));
+    ASSERT_OK(ctxs[0],
+              plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats));
     unsigned bm, bn, tm, tn;
     flash_shape(stats.kernel, &bm, &bn, &tm, &tn);
     cr_expect_leq((bm / tm) * (bn / tn), 8, "work-items a work-group: %s", stats.kernel);
     expect_reference("flash against low limits");
     low.local_mem_bytes = 1024; /* the reserve alone: no tile */
-    cr_expect_eq(plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats), CLATTN_ERR_UNSUPPORTED);
+    cr_expect_eq(plan_and_run(ctxs[0], variant_find(CLATTN_VARIANT_FLASH), &pb, &low, &stats),
+                 CLATTN_ERR_UNSUPPORTED);
     cr_expect(strstr(clattn_context_last_error(ctxs[0]), "no tile fits") != NULL, "%s",
               clattn_context_last_error(ctxs[0]));
     problem_release(&pb);
@@ -182,33 +201,15 @@ Test(limits, nv_mma_shape_shrinks_to_limits_below_the_device) {
     for (size_t i = 0; i < NQ * HQ * D; i++) ref_o[i] = ref32[i];
 
     const launch_limits low = {64, 12288};
-    variant_plan plan;
-    ASSERT_OK(ctxs[0], variant_plan_make_limited(ctxs[0], variant_find(CLATTN_VARIANT_NV_MMA),
-                                                 &pb, 1, &low, &plan));
-    cl_context cl = clattn_context_cl_context(ctxs[0]);
-    cl_int err = CL_SUCCESS;
-    attn_buffers b;
-    memset(&b, 0, sizeof b);
-    b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof q16, q16, &err);
-    b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof k16, k16, &err);
-    b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof v16, v16, &err);
-    b.o = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof o, NULL, &err);
-    b.lse = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, sizeof lse, NULL, &err);
-    cr_assert(b.q && b.k && b.v && b.o && b.lse, "buffers: %d", (int)err);
+    const run_inputs in = {q16, k16, v16, sizeof q16, sizeof k16};
     clattn_stats stats;
-    memset(&stats, 0, sizeof stats);
-    ASSERT_OK(ctxs[0], plan.variant->run(ctxs[0], &plan, &b, NULL, &stats));
-    clEnqueueReadBuffer(clattn_context_queue(ctxs[0]), b.o, CL_TRUE, 0, sizeof o, o, 0, NULL,
-                        NULL);
-    clReleaseMemObject(b.q), clReleaseMemObject(b.k), clReleaseMemObject(b.v);
-    clReleaseMemObject(b.o), clReleaseMemObject(b.lse);
-    variant_plan_release(&plan);
+    ASSERT_OK(ctxs[0], plan_and_run_inputs(ctxs[0], variant_find(CLATTN_VARIANT_NV_MMA), &pb, &low,
+                                           &in, &stats));
     problem_release(&pb);
     unsetenv("CLATTN_TEST_NV_MMA");
-    cr_expect(strstr(stats.kernel, "nv_mma bm32 bn32 tm1 s1 ") == stats.kernel, "%s",
-              stats.kernel);
-    cr_expect_eq(compare_outputs("nv_mma against low limits", o, ref_o, NQ * HQ * D,
-                                 TOL_F16_ATOL, TOL_F16_RTOL),
+    cr_expect(strstr(stats.kernel, "nv_mma bm32 bn32 tm1 s1 ") == stats.kernel, "%s", stats.kernel);
+    cr_expect_eq(compare_outputs("nv_mma against low limits", o, ref_o, NQ * HQ * D, TOL_F16_ATOL,
+                                 TOL_F16_RTOL),
                  0);
 }
 
@@ -284,9 +285,8 @@ static void expect_prefix_matches(clattn_context *ctx, clattn_path path, clattn_
     cr_assert_eq(clattn_context_last_stats(ctx, stats), CLATTN_SUCCESS);
     cr_assert_eq(clattn_attention_reference(&d, q, k, v, ref, NULL), CLATTN_SUCCESS);
     for (size_t i = 0; i < N_Q * H * DIM; i++) ref64[i] = ref[i];
-    cr_expect_eq(compare_outputs(stats->kernel, out, ref64, N_Q * H * DIM, TOL_F32_ATOL,
-                                 TOL_F32_RTOL),
-                 0);
+    cr_expect_eq(
+        compare_outputs(stats->kernel, out, ref64, N_Q * H * DIM, TOL_F32_ATOL, TOL_F32_RTOL), 0);
 }
 
 /* A context that takes its device for llvmpipe (white-box: the planners read ctx->device).
@@ -317,8 +317,7 @@ Test(limits, llvmpipe_plans_stay_within_its_loop_budget) {
     const clattn_variant declining[] = {CLATTN_VARIANT_ROWWISE, CLATTN_VARIANT_GEMM};
     for (size_t i = 0; i < 2; i++) {
         d.path = i ? CLATTN_PATH_GEMM : CLATTN_PATH_FUSED, d.variant = declining[i];
-        cr_expect_eq(clattn_attention_host(ctx, &d, qs, ks, vs, out, NULL),
-                     CLATTN_ERR_UNSUPPORTED);
+        cr_expect_eq(clattn_attention_host(ctx, &d, qs, ks, vs, out, NULL), CLATTN_ERR_UNSUPPORTED);
         cr_expect(strstr(clattn_context_last_error(ctx), "loops") != NULL, "%s",
                   clattn_context_last_error(ctx));
     }
