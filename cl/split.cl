@@ -536,10 +536,12 @@ attention_split_group(__constant attn_params *P, __global const IN_T *Q, __globa
                       __global const uchar *layout, __global float *O_part,
                       __global float *LSE_part, __global void *O, __global float *LSE,
                       float scale) {
-    __local float q[BLOCK_R][DQK_PAD];     /* the rows' queries, pre-scaled, zero past dim_qk */
+    /* the rows' queries (pre-scaled, zero past dim_qk) while the keys are scored, then the
+     * chunk's O, the key lanes' sums added */
+    __local float q_then_o[BLOCK_R * (DQK_PAD > DV_PAD ? DQK_PAD : DV_PAD)];
+    __local float(*q)[DQK_PAD] = (__local float(*)[DQK_PAD])q_then_o;
     __local float weights[BLOCK_R][GROUP]; /* the tile's weights, key by key */
     __local float scratch[BLOCK_R][GROUP];
-    __local float out[BLOCK_R][DV_PAD]; /* the chunk's O, the key lanes' sums added */
     const int l = get_local_id(0);
     const long rb = get_group_id(0) / P->chunks, c = get_group_id(0) % P->chunks;
     row_block t;
@@ -584,7 +586,7 @@ attention_split_group(__constant attn_params *P, __global const IN_T *Q, __globa
         barrier(CLK_LOCAL_MEM_FENCE); /* weights is written again next */
     }
     float cols[BLOCK_R][GROUP_COLS];
-    lanes_summed(acc, out, cols);
+    lanes_summed(acc, (__local float(*)[DV_PAD])q_then_o, cols); /* q read: the last barrier */
     group_store(P, &t, c, cols, max, sum, O_part, LSE_part, O, LSE);
 }
 #endif

@@ -120,11 +120,11 @@ static unsigned pow2_at_least(size_t n, unsigned cap) {
     return p;
 }
 
-/* Local memory of the work-group form: the queries, the weights and scratch of a tile, and
- * the chunk's O. */
+/* Local memory of the work-group form: the queries (then the chunk's O, in the same place),
+ * and the weights and scratch of a tile. */
 static size_t group_local_bytes(const split_plan *p) {
-    return ((size_t)p->block_r * (p->dqk_pad + p->dv_pad) + 2 * (size_t)p->block_r * p->group) *
-           sizeof(float);
+    const size_t width = p->dqk_pad > p->dv_pad ? p->dqk_pad : p->dv_pad;
+    return ((size_t)p->block_r * width + 2 * (size_t)p->block_r * p->group) * sizeof(float);
 }
 
 /* Whether the device takes the plan's work-group: its size and its local memory; and whether
@@ -134,11 +134,13 @@ static int group_fits(const clattn_device_info *device, const split_plan *p) {
            group_local_bytes(p) <= device->local_mem_bytes;
 }
 
-/* The work-group size: the entry's, halved while the device cannot take it (down to 32); the
- * work-item form where even that does not fit. */
+/* The work-group size: 1 (the work-item form) when the entry says so; else the entry's, raised
+ * to a work-item for each 16 columns of O, then halved while the device cannot take it (down to
+ * 32 or that least); the work-item form where even that does not fit. */
 static void fit_group(const clattn_device_info *device, split_plan *p, unsigned wanted) {
-    p->group = wanted;
-    while (p->group > 32 && !group_fits(device, p)) p->group /= 2;
+    const unsigned least = pow2_at_least(p->dv_pad / 16, SPLIT_MAX_GROUP);
+    p->group = wanted == 1 || wanted > least ? wanted : least;
+    while (p->group > 32 && p->group > least && !group_fits(device, p)) p->group /= 2;
     if (!group_fits(device, p)) p->group = 1;
 }
 

@@ -299,40 +299,54 @@ Test(kvcache, every_chunk_count_and_mask_agrees_with_the_reference, .init = make
 }
 
 /* split's work-group form on plain calls: float16, q8_0 and q4_0 K/V, head dims of 6 and 8
- * blocks of 16 (spare work-items past the key lanes, and none), work-groups of 32 and 128, 3
- * chunks, NaN and +inf in V: the key lanes' partial sums add up to the reference. */
+ * blocks of 16 (spare work-items past the key lanes, and none), work-groups of 32 and 128 and a
+ * tuned 2 (raised to a work-item for each 16 columns), 3 chunks, NaN and +inf in V under a
+ * causal mask that hides them from some rows: the key lanes' partial sums add up to the
+ * reference, and every case ran the work-group form. */
+static void set_split_tuning(unsigned group) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    clattn_tuning t;
+    clattn_tuning_init(&t);
+    t.block_m = 8, t.block_n = 16, t.wg_size = group, t.split = 3;
+    for (size_t d = 0; d < devices; d++)
+        ASSERT_OK(ctxs[d],
+                  clattn_context_set_tuning(ctxs[d], CLATTN_VARIANT_SPLIT, group ? &t : NULL));
+}
+
 Test(kvcache, work_group_form_matches_the_reference_for_every_storage) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
-    clattn_context *ctx = ctxs[0];
-    static const unsigned groups[] = {32, 128};
+    static const unsigned groups[] = {32, 128, 2};
     static const clattn_dtype quant[] = {CLATTN_F32, CLATTN_Q8_0, CLATTN_Q4_0};
+    attn_case cases[2 * COUNT(quant) + 2];
+    size_t n = 0;
+    for (size_t q = 0; q < COUNT(quant); q++)
+        for (size_t dim = 96; dim <= 128; dim += 32) {
+            case_init(&cases[n], 2, 4, 1, 3, 150, dim, dim);
+            cases[n].dtype = CLATTN_F16, cases[n].kv_quant = quant[q];
+            cases[n++].causal = 1;
+        }
+    for (int bad = 1; bad <= 2; bad++) { /* rows 0 of each head do not see key 1 */
+        case_init(&cases[n], 1, 4, 2, 5, 5, 96, 96);
+        cases[n].dtype = CLATTN_F16, cases[n].causal = 1;
+        cases[n++].bad_value = bad;
+    }
     for (size_t g = 0; g < COUNT(groups); g++) {
-        clattn_tuning t;
-        clattn_tuning_init(&t);
-        t.block_m = 8, t.block_n = 16, t.wg_size = groups[g], t.split = 3;
-        ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_SPLIT, &t));
-        attn_case cases[2 * COUNT(quant) + 2];
-        size_t n = 0;
-        for (size_t q = 0; q < COUNT(quant); q++)
-            for (size_t dim = 96; dim <= 128; dim += 32) {
-                case_init(&cases[n], 2, 4, 1, 3, 150, dim, dim);
-                cases[n].dtype = CLATTN_F16, cases[n].kv_quant = quant[q];
-                cases[n++].causal = 1;
-            }
-        case_init(&cases[n], 1, 2, 2, 1, 150, 64, 64);
-        cases[n++].bad_value = 1;
-        case_init(&cases[n], 1, 2, 2, 1, 150, 64, 64);
-        cases[n++].bad_value = 2;
+        set_split_tuning(groups[g]);
         cr_expect_eq(check_cases(cases, n, CLATTN_PATH_FUSED, CLATTN_VARIANT_SPLIT), 0,
                      "work-groups of %u: failing cases are listed above", groups[g]);
-        case_result r;
-        case_run(ctx, &cases[1], CLATTN_PATH_FUSED, CLATTN_VARIANT_SPLIT, &r);
         char form[16];
-        snprintf(form, sizeof form, " g%u ", groups[g]);
-        cr_expect(strstr(r.stats.kernel, form) != NULL, "ran %s", r.stats.kernel);
+        /* 2 becomes 8: head dims 96 and 128 have 6 and 8 blocks of 16 */
+        snprintf(form, sizeof form, " g%u ", groups[g] == 2 ? 8 : groups[g]);
+        for (size_t i = 0; i < n; i++) {
+            case_result r;
+            case_run(ctxs[0], &cases[i], CLATTN_PATH_FUSED, CLATTN_VARIANT_SPLIT, &r);
+            cr_expect(strstr(r.stats.kernel, form) != NULL, "case %zu ran %s, expected%s", i,
+                      r.stats.kernel, form);
+        }
     }
-    ASSERT_OK(ctx, clattn_context_set_tuning(ctx, CLATTN_VARIANT_SPLIT, NULL));
+    set_split_tuning(0);
 }
 
 /* ---------------------------------------------------------------- refusals */
