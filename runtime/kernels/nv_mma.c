@@ -158,22 +158,31 @@ static uint64_t local_bytes(const nv_mma_shape *s, const nv_mma_state *st) {
            2 * (uint64_t)s->block_m * NV_MMA_P_COLS + 4 * s->block_m + 4 * s->stages + scratch;
 }
 
-/* Shrinks the shape until it fits the limits: one buffer, then 32 keys a tile, then fewer
- * rows. @return 0 when even the smallest does not fit. */
+/* About half the rows, whole warps still: @return 0 when the shape is one warp of 16 rows. */
+static int fewer_rows(nv_mma_shape *s) {
+    const unsigned warp_rows = 16 * s->tile_m, half = s->block_m / 2 / warp_rows * warp_rows;
+    if (s->block_m > warp_rows)
+        s->block_m = half > warp_rows ? half : warp_rows;
+    else if (s->tile_m > 1)
+        s->tile_m = 1, s->block_m = 16;
+    else
+        return 0;
+    return 1;
+}
+
+/* Shrinks the shape until it fits the limits: fewer rows for the work-group limit; one buffer,
+ * then 32 keys a tile, then fewer rows for local memory. @return 0 when even the smallest does
+ * not fit. */
 static int fit_limits(const launch_limits *limits, const nv_mma_state *st, nv_mma_shape *s) {
-    while (local_bytes(s, st) > limits->local_mem_bytes ||
-           group_size(s) > limits->work_group_size) {
+    while (group_size(s) > limits->work_group_size)
+        if (!fewer_rows(s)) return 0;
+    while (local_bytes(s, st) > limits->local_mem_bytes) {
         if (s->stages > 1)
             s->stages = 1;
         else if (s->block_n > 32)
             s->block_n = 32;
-        else if (s->block_m > 16 * s->tile_m)
-            s->block_m /= 2;
-        else if (s->tile_m > 1)
-            s->tile_m = 1, s->block_m = 16;
-        else
+        else if (!fewer_rows(s))
             return 0;
-        if (s->block_m % (16 * s->tile_m)) s->tile_m = 1;
     }
     return 1;
 }

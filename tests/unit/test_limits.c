@@ -180,8 +180,9 @@ Test(limits, gemm_softmax_work_group_follows_the_limits) {
     problem_release(&pb);
 }
 
-/* nv_mma (its emulated build) at head dim 32 against 64 work-items and 12 KiB: its default
- * shape (8 warps, 64 keys) gives way to one buffer, 32 keys and 32 rows, and stays right. */
+/* nv_mma (its emulated build) at head dim 32: against 64 work-items and 12 KiB its default
+ * shape (8 warps, 64 keys) gives way to one buffer, 32 keys and 32 rows; against a work-group
+ * limit alone, whole warps go and the keys stay. Each stays right. */
 Test(limits, nv_mma_shape_shrinks_to_limits_below_the_device) {
     setenv("CLATTN_TEST_NV_MMA", "emulate", 1);
     clattn_context **ctxs;
@@ -200,17 +201,32 @@ Test(limits, nv_mma_shape_shrinks_to_limits_below_the_device) {
                  CLATTN_SUCCESS);
     for (size_t i = 0; i < NQ * HQ * D; i++) ref_o[i] = ref32[i];
 
-    const launch_limits low = {64, 12288};
     const run_inputs in = {q16, k16, v16, sizeof q16, sizeof k16};
-    clattn_stats stats;
-    ASSERT_OK(ctxs[0], plan_and_run_inputs(ctxs[0], variant_find(CLATTN_VARIANT_NV_MMA), &pb, &low,
-                                           &in, &stats));
+    const struct {
+        unsigned block_m; /* tuned; 0: the default */
+        launch_limits limits;
+        const char *shape;
+    } fits[] = {{0, {64, 12288}, "nv_mma bm32 bn32 tm1 s1 "},
+                /* 3 warps, then 1 of 16 rows for the work-group limit; 64 keys kept */
+                {48, {32, 1 << 20}, "nv_mma bm16 bn64 tm1 s1 "},
+                {112, {128, 1 << 20}, "nv_mma bm48 bn64 tm1 s1 "}};
+    for (size_t i = 0; i < sizeof fits / sizeof fits[0]; i++) {
+        clattn_tuning t;
+        clattn_tuning_init(&t);
+        t.block_m = fits[i].block_m, t.block_n = 64, t.tile_m = 1, t.stages = 1;
+        ASSERT_OK(ctxs[0], clattn_context_set_tuning(ctxs[0], CLATTN_VARIANT_NV_MMA,
+                                                     fits[i].block_m ? &t : NULL));
+        clattn_stats stats;
+        ASSERT_OK(ctxs[0], plan_and_run_inputs(ctxs[0], variant_find(CLATTN_VARIANT_NV_MMA), &pb,
+                                               &fits[i].limits, &in, &stats));
+        cr_expect(strstr(stats.kernel, fits[i].shape) == stats.kernel, "%s, not %s", stats.kernel,
+                  fits[i].shape);
+        cr_expect_eq(
+            compare_outputs(fits[i].shape, o, ref_o, NQ * HQ * D, TOL_F16_ATOL, TOL_F16_RTOL), 0);
+    }
+    ASSERT_OK(ctxs[0], clattn_context_set_tuning(ctxs[0], CLATTN_VARIANT_NV_MMA, NULL));
     problem_release(&pb);
     unsetenv("CLATTN_TEST_NV_MMA");
-    cr_expect(strstr(stats.kernel, "nv_mma bm32 bn32 tm1 s1 ") == stats.kernel, "%s", stats.kernel);
-    cr_expect_eq(compare_outputs("nv_mma against low limits", o, ref_o, NQ * HQ * D, TOL_F16_ATOL,
-                                 TOL_F16_RTOL),
-                 0);
 }
 
 /* ---------------------------------------------------------------- the launch */
