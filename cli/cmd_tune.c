@@ -612,7 +612,7 @@ static int build_ahead(const tune_options_values *o) {
         return 0;
     if (jobs_check_device("tune", o->device)) return 1;
     double start = seconds_now();
-    jobs_run("tune", build_share, (void *)o, o->jobs, 1); /* a failed job: the search says why */
+    if (jobs_run("tune", build_share, (void *)o, o->jobs, 1)) return 0; /* the search says why */
     double seconds = seconds_now() - start;
     printf("built the first round's kernels ahead in %.1f s with %zu jobs\n", seconds, o->jobs);
     return 0;

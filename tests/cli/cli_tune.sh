@@ -4,7 +4,7 @@
 # is tuned, the variant listing takes its parameters from tuning.json, a `clattn run` builds the
 # kernel with exactly the saved values, and a second tune keeps the other entries of the file;
 # tune --gemm panels writes the GEMM row's entry, which the layer's GEMMs then take. An entry a
-# variant refuses makes bench name it.
+# variant refuses makes bench name it; a variant the device does not run is refused.
 # Child processes build the first round of candidates ahead (--jobs), not for --gemm.
 # Bad options are usage errors. Usage: cli_tune.sh PATH/TO/clattn
 set -uo pipefail
@@ -27,6 +27,13 @@ grep -q "^wrote the flash entry" "$work/tune.txt" ||
 grep -q '"variant": "flash"' "$json" || fail "tuning.json has no flash entry: $(cat "$json")"
 grep -q '"another device"' "$json" || fail "the other entry was dropped: $(cat "$json")"
 [ -z "$(find "$CLATTN_CACHE_DIR" -name 'tuning.json.tmp*')" ] || fail "a temporary file is left"
+
+# ---- a variant the device does not run (nv_mma: NVIDIA's tensor cores) is refused, with the
+# reason, before anything is built ahead
+"$clattn" tune --device 0 --variant nv_mma --time 3 --jobs 2 --dry-run > "$work/nv.txt" 2>&1
+[ $? -eq 1 ] || fail "tune --variant nv_mma did not exit 1: $(cat "$work/nv.txt")"
+grep -q "nv_mma does not run on" "$work/nv.txt" || fail "no reason: $(cat "$work/nv.txt")"
+! grep -q "built the first round" "$work/nv.txt" || fail "built ahead anyway: $(cat "$work/nv.txt")"
 
 # ---- the entry is used afterwards
 "$clattn" devices | grep -q "tuned: flash (tuning.json" || fail "devices: $("$clattn" devices)"
