@@ -276,17 +276,22 @@ static int compute_reference(layer_state *s, char *where, size_t where_size) {
     return 0;
 }
 
+/* --gemm's row (auto when not given). @return 0, or EXIT_USAGE after saying why. */
+static int layer_gemm(const cli_args *args, clattn_gemm *gemm) {
+    *gemm = CLATTN_GEMM_AUTO;
+    if (!args_has(args, "gemm") || !clattn_gemm_from_name(args_get(args, "gemm"), gemm)) return 0;
+    cli_error("layer", "--gemm: expected auto, clblast or panels, got '%s'",
+              args_get(args, "gemm"));
+    return EXIT_USAGE;
+}
+
 /* The layer on a device: created, run once, described. */
 static int compute_device(const cli_args *args, layer_state *s, char *where, size_t where_size) {
     clattn_context *ctx = NULL;
     clattn_mha *mha = NULL;
-    clattn_gemm gemm = CLATTN_GEMM_AUTO;
-    if (args_has(args, "gemm") && clattn_gemm_from_name(args_get(args, "gemm"), &gemm)) {
-        cli_error("layer", "--gemm: expected auto, clblast or panels, got '%s'",
-                  args_get(args, "gemm"));
-        return EXIT_USAGE;
-    }
-    int rc = cli_open_context("layer", args_get(args, "device"), &ctx);
+    clattn_gemm gemm;
+    int rc = layer_gemm(args, &gemm);
+    if (!rc) rc = cli_open_context("layer", args_get(args, "device"), &ctx);
     if (rc != 0) return rc;
     clattn_status status = clattn_context_set_gemm(ctx, gemm);
     if (status == CLATTN_SUCCESS) status = clattn_mha_create(ctx, &s->layer, &mha);
@@ -349,7 +354,9 @@ static int check_layer_args(const cli_args *args) {
             cli_error("layer", "--%s is required (see clattn help layer)", required[i]);
             return EXIT_USAGE;
         }
-    return args_check_outputs(args, outputs, 1, inputs, ARRAY_LEN(inputs));
+    clattn_gemm gemm; /* checked on every path, the reference's too */
+    int rc = layer_gemm(args, &gemm);
+    return rc ? rc : args_check_outputs(args, outputs, 1, inputs, ARRAY_LEN(inputs));
 }
 
 /* Reads and checks everything, computes, and only then writes: a failure writes nothing. */

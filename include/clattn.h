@@ -1385,12 +1385,16 @@ CLATTN_API clattn_status clattn_mha_desc_init_sized(clattn_mha_desc *desc, size_
 CLATTN_API clattn_status clattn_mha_create(clattn_context *ctx, const clattn_mha_desc *desc,
                                            clattn_mha **mha);
 
-/** Releases the layer and what it owns. Accepts NULL. */
+/** Releases the layer and what it owns. Accepts NULL. Not a call on its context: it must not
+ *  overlap one. */
 CLATTN_API void clattn_mha_destroy(clattn_mha *mha);
 
 /** Sets the heads kept, host [heads_q] (nonzero: kept; NULL: every head), and repacks the
- *  weights. A KV cache filled under another mask no longer fits the layer when the kv heads
- *  the attention reads change (clattn_mha_info.attention_heads_kv). @return CLATTN_SUCCESS, or
+ *  weights. A KV cache holds the rows of the kv heads kept when it was filled: after a mask
+ *  that keeps other kv heads, start it again (clattn_kv_cache_set_lengths to zeros) and append
+ *  the sequence anew. The layer cannot tell, so it reads the old rows when only which heads, not
+ *  how many, changed (when the count changes, clattn_mha_info.attention_heads_kv, the cache no
+ *  longer fits and its calls are refused). @return CLATTN_SUCCESS, or
  *  CLATTN_ERR_INVALID_ARGUMENT for a mask that keeps no head; on any error the layer keeps its
  *  previous mask and weights. */
 CLATTN_API clattn_status clattn_mha_set_head_mask(clattn_mha *mha, const uint8_t *head_mask);

@@ -44,6 +44,7 @@ typedef struct mha_run {
     double ms[3];               /* projection, attention, output, while timing */
     gemm_ran ran[2];            /* the GEMM rows of the projections and the output */
     double t0;
+    int32_t *cache_lengths; /* a cache's lengths before the call appended to it, else NULL */
 } mha_run;
 
 /* A scratch buffer of at least `bytes`, kept by the layer (grown when a call needs more). */
@@ -159,6 +160,7 @@ static clattn_status run_begin(mha_run *r, clattn_mha *m, const clattn_attention
 
 static void run_end(mha_run *r) {
     free(r->layout);
+    free(r->cache_lengths);
 }
 
 /* ---------------------------------------------------------------- kernels and GEMMs */
@@ -320,8 +322,8 @@ static clattn_status project_output(mha_run *r) {
 }
 
 /* The attention of the kept heads into O: over Q, K, V, or with a cache, append K and V and
- * attend over the cache (sequence b's queries being its new_len[b] new rows). An attention that
- * fails after the append sets the cache's lengths back, keeping its own message. */
+ * attend over the cache (sequence b's queries being its new_len[b] new rows), keeping the
+ * cache's lengths from before the append in r->cache_lengths. */
 static clattn_status attend(mha_run *r, clattn_kv_cache *cache, const int32_t *new_len) {
     clattn_mha *m = r->m;
     size_t rows = r->call.batch * r->call.len_q, b = r->call.batch;
@@ -337,15 +339,12 @@ static clattn_status attend(mha_run *r, clattn_kv_cache *cache, const int32_t *n
     clattn_kv_rows kv = {r->proj,    r->proj,       r->attn.k, r->attn.v,
                          CLATTN_F32, r->call.len_q, new_len};
     if (!st) st = kv_cache_append_in_call(cache, &kv);
-    int appended = st == CLATTN_SUCCESS;
+    if (!st)
+        r->cache_lengths = saved;
+    else
+        free(saved);
     if (!st) st = phase_done(r, 0); /* the append is part of the projection phase */
     if (!st) st = kv_cache_attention_in_call(cache, &r->attn, r->proj, new_len, r->o, NULL, NULL);
-    if (st && appended) {
-        error_record message = m->ctx->error;
-        kv_cache_set_lengths_in_call(cache, saved);
-        m->ctx->error = message;
-    }
-    free(saved);
     return st;
 }
 
@@ -445,6 +444,11 @@ static clattn_status forward_cache_in_call(clattn_mha *m, clattn_kv_cache *cache
     clattn_status status = run_begin(&r, m, call, kv_cache_desc(cache)->capacity);
     if (status == CLATTN_SUCCESS) status = check_cache(&r, cache, new_len);
     if (status == CLATTN_SUCCESS) status = run_phases(&r, cache, new_len, event);
+    if (status != CLATTN_SUCCESS && r.cache_lengths) { /* failed after the append: undo it */
+        error_record message = m->ctx->error;
+        kv_cache_set_lengths_in_call(cache, r.cache_lengths);
+        m->ctx->error = message;
+    }
     run_end(&r);
     return status;
 }
@@ -510,9 +514,13 @@ clattn_status clattn_mha_stats_init_sized(clattn_mha_stats *stats, size_t struct
     return struct_init_zeroed(stats, struct_size, MHA_STATS_BASE_SIZE);
 }
 
-clattn_status clattn_mha_last_stats(const clattn_mha *m, clattn_mha_stats *stats) {
-    if (!m || !stats || !m->has_stats ||
-        struct_write(stats, &m->stats, sizeof m->stats, MHA_STATS_BASE_SIZE))
+static clattn_status last_stats_in_call(const clattn_mha *m, clattn_mha_stats *stats) {
+    if (!m->has_stats || struct_write(stats, &m->stats, sizeof m->stats, MHA_STATS_BASE_SIZE))
         return CLATTN_ERR_INVALID_ARGUMENT;
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_mha_last_stats(const clattn_mha *m, clattn_mha_stats *stats) {
+    if (!m || !stats) return CLATTN_ERR_INVALID_ARGUMENT;
+    return IN_CONTEXT(m->ctx, last_stats_in_call(m, stats)); /* a call may be writing them */
 }

@@ -227,8 +227,7 @@ clattn_status clattn_mha_info_init_sized(clattn_mha_info *info, size_t struct_si
     return struct_init_zeroed(info, struct_size, sizeof *info);
 }
 
-clattn_status clattn_mha_get_info(const clattn_mha *m, clattn_mha_info *info) {
-    if (!m || !info || info->struct_size < sizeof *info) return CLATTN_ERR_INVALID_ARGUMENT;
+static clattn_status get_info_in_call(const clattn_mha *m, clattn_mha_info *info) {
     const mha_shape *s = &m->shape;
     clattn_mha_info d;
     memset(&d, 0, sizeof d);
@@ -242,4 +241,9 @@ clattn_status clattn_mha_get_info(const clattn_mha *m, clattn_mha_info *info) {
     d.weight_bytes = m->weights.bytes;
     struct_write(info, &d, sizeof d, sizeof d);
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_mha_get_info(const clattn_mha *m, clattn_mha_info *info) {
+    if (!m || !info || info->struct_size < sizeof *info) return CLATTN_ERR_INVALID_ARGUMENT;
+    return IN_CONTEXT(m->ctx, get_info_in_call(m, info)); /* a mask may be changing it */
 }

@@ -33,9 +33,10 @@ clattn_status clattn_mha_desc_init_sized(clattn_mha_desc *desc, size_t struct_si
 
 /* Rows and columns of every parameter ([out, in]; a bias is [out, 1]); 1 on overflow. */
 static int param_shapes(mha_shape *s) {
-    size_t q = 0, k = 0, v = 0, o = 0;
+    size_t q = 0, k = 0, v = 0, o = 0, plan = 0; /* plan: the head plan's arrays (size_t) */
     if (size_mul(s->heads_q, s->dim_qk, &q) || size_mul(s->heads_kv, s->dim_qk, &k) ||
-        size_mul(s->heads_kv, s->dim_v, &v) || size_mul(s->heads_q, s->dim_v, &o))
+        size_mul(s->heads_kv, s->dim_v, &v) || size_mul(s->heads_q, s->dim_v, &o) ||
+        size_mul(s->heads_q, sizeof(size_t), &plan))
         return 1;
     const size_t rows[MHA_PARAMS] = {q, k, v, s->d_model, q, k, v, s->d_model};
     const size_t cols[MHA_PARAMS] = {s->d_model, s->d_kv, s->d_kv, o, 1, 1, 1, 1};

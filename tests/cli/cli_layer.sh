@@ -62,6 +62,8 @@ done
   fail "--gemm clblast: $(cat "$work/out")"
 grep -q "GEMMs clblast (" "$work/out" || fail "--gemm clblast: not named: $(cat "$work/out")"
 expect 2 "--gemm: expected auto, clblast or panels" -- "$clattn" "${self[@]}" --out "$work/never.npy" --gemm sgemm
+expect 2 "--gemm: expected auto, clblast or panels" -- "$clattn" "${self[@]}" --out "$work/never.npy" \
+  --gemm sgemm --path reference # a usage error on every path
 CLATTN_GEMM=sgemm "$clattn" "${self[@]}" --out "$work/never.npy" > "$work/out" 2>&1 &&
   fail "CLATTN_GEMM=sgemm ran"
 grep -q "CLATTN_GEMM=sgemm: no such GEMM row" "$work/out" || fail "CLATTN_GEMM=sgemm: $(cat "$work/out")"

@@ -678,6 +678,20 @@ Test(mha, bad_layers_are_refused) {
     weights_free(&w);
 }
 
+/* A head count whose head plan (a size_t a query head) overflows size_t is refused, not
+ * allocated short: the reference used to write past 8 bytes (heads_q = 2^61 + 1). */
+Test(mha, a_head_count_past_memory_is_refused) {
+    static float dummy[64];
+    const size_t hq = ((size_t)1 << 61) + 1;
+    clattn_mha_desc d;
+    cr_assert_eq(clattn_mha_desc_init(&d, 1, hq, 1, 1, 1), CLATTN_SUCCESS);
+    d.w_q.host = d.w_k.host = d.w_v.host = d.w_o.host = dummy;
+    clattn_attention_desc call;
+    clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, 1, hq, 1, 1, 1, 1, 1);
+    float x[1] = {0}, y[1] = {0};
+    cr_expect_eq(clattn_mha_reference(&d, &call, x, NULL, y), CLATTN_ERR_INVALID_ARGUMENT);
+}
+
 /* Refused calls write nothing: Y keeps its bytes, a refused head mask keeps the layer's, and a
  * refused cache call keeps the cache's lengths. */
 Test(mha, bad_calls_change_nothing) {
@@ -793,9 +807,10 @@ Test(mha, stats_describe_the_last_call) {
     weights_free(&w);
 }
 
-/* An attention that fails after the append (its kernel's build fails: the test hook) sets the
- * cache's lengths back and keeps its own message. */
-Test(mha, failed_cache_attention_rolls_the_append_back) {
+/* One cache call failing after its append (a build failed by the test hook: `failing`), with Y
+ * stored as out_dtype: the cache's lengths are set back, the call's own message kept, and the
+ * next call appends once. */
+static void expect_rolled_back(const char *failing, clattn_dtype out_dtype) {
     clattn_context *ctx = NULL;
     cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     layer_case lc = self_gqa;
@@ -807,6 +822,7 @@ Test(mha, failed_cache_attention_rolls_the_append_back) {
     clattn_attention_desc call;
     layer_desc(&lc, &w, &d);
     call_desc(&lc, &call);
+    call.out_dtype = out_dtype;
     clattn_mha *mha = NULL;
     ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
     clattn_kv_cache_desc cd;
@@ -815,26 +831,33 @@ Test(mha, failed_cache_attention_rolls_the_append_back) {
     ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
     size_t bytes = in.y_count * 4;
     cl_mem x = device_copy(ctx, in.x, bytes), y = device_copy(ctx, NULL, bytes);
-    setenv("CLATTN_TEST_FAIL_BUILD", "split.cl", 1); /* the variant that serves caches */
+    setenv("CLATTN_TEST_FAIL_BUILD", failing, 1);
     clattn_status status = clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL);
     unsetenv("CLATTN_TEST_FAIL_BUILD");
-    cr_expect_neq(status, CLATTN_SUCCESS);
+    cr_expect_neq(status, CLATTN_SUCCESS, "%s", failing);
     cr_expect(strstr(clattn_context_last_error(ctx), "CLATTN_TEST_FAIL_BUILD") != NULL, "'%s'",
               clattn_context_last_error(ctx));
     int32_t lengths[2] = {-1, -1};
     clattn_kv_cache_lengths(cache, lengths);
-    cr_expect(lengths[0] == 0 && lengths[1] == 0, "lengths %d %d after the failed call", lengths[0],
-              lengths[1]);
+    cr_expect(lengths[0] == 0 && lengths[1] == 0, "%s: lengths %d %d after the failed call",
+              failing, lengths[0], lengths[1]);
     ASSERT_OK(ctx, clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL));
     clattn_kv_cache_lengths(cache, lengths);
-    cr_expect(lengths[0] == (int32_t)lc.n && lengths[1] == (int32_t)lc.n, "lengths %d %d",
-              lengths[0], lengths[1]);
+    cr_expect(lengths[0] == (int32_t)lc.n && lengths[1] == (int32_t)lc.n, "%s: lengths %d %d",
+              failing, lengths[0], lengths[1]);
     clattn_kv_cache_destroy(cache);
     clattn_mha_destroy(mha);
     clReleaseMemObject(x), clReleaseMemObject(y);
     clattn_context_destroy(ctx);
     inputs_free(&in);
     weights_free(&w);
+}
+
+/* The attention (split serves caches) or the output phase after it (Y narrowed to float16 by
+ * convert.cl) failing. */
+Test(mha, failed_cache_attention_rolls_the_append_back) {
+    expect_rolled_back("split.cl", CLATTN_F32);
+    expect_rolled_back("convert.cl", CLATTN_F16);
 }
 
 /* A layer whose K/V weights read another width (d_kv != d_model) is cross-attention only: without

@@ -72,14 +72,25 @@ Test(threads, a_layer_context_shared_at_once_is_refused) {
     clattn_attention_desc call;
     clattn_attention_desc_init(&call, CLATTN_LAYOUT_BSHD, 1, 2, 2, 4, 4, 8, 8);
     call.causal = 1;
+    clattn_mha_stats stats;
+    clattn_mha_stats_init(&stats);
+    clattn_mha_info info;
+    clattn_mha_info_init(&info);
     atomic_store(&ctx->in_call, 1); /* another thread is inside a call */
     cr_expect_eq(clattn_mha_create(ctx, &desc, &second), CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect_eq(clattn_mha_forward_host(mha, &call, x, NULL, y), CLATTN_ERR_INVALID_ARGUMENT);
     atomic_store(&ctx->in_call, 0); /* that call returned */
     cr_expect_eq(clattn_mha_forward_host(mha, &call, x, NULL, y), CLATTN_SUCCESS, "%s",
                  clattn_context_last_error(ctx));
-    clattn_mha_stats stats;
-    clattn_mha_stats_init(&stats);
+    /* the getters too: a head mask or a call may be rewriting what they read */
+    atomic_store(&ctx->in_call, 1);
+    cr_expect_eq(clattn_mha_get_info(mha, &info), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(info.heads_q, 0, "a refused clattn_mha_get_info wrote its output");
+    cr_expect_eq(clattn_mha_last_stats(mha, &stats), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(stats.kernel[0], '\0', "a refused clattn_mha_last_stats wrote its output");
+    atomic_store(&ctx->in_call, 0);
+    cr_expect_eq(clattn_mha_get_info(mha, &info), CLATTN_SUCCESS);
+    cr_expect_eq(info.heads_q, 2);
     cr_expect_eq(clattn_mha_last_stats(mha, &stats), CLATTN_SUCCESS);
     cr_expect(stats.kernel[0] != '\0', "the layer's statistics lack the attention's kernel");
     clattn_mha_destroy(mha);
