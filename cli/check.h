@@ -82,6 +82,7 @@ typedef struct check_plan {
     clattn_path paths[3];
     size_t num_paths;
     int variants[MAX_VARIANTS]; /* by clattn_variant: chosen with --variant (all when none) */
+    int variants_named;         /* --variant was given */
     int required[MAX_VARIANTS]; /* by clattn_variant: named by --require */
     long only_case;             /* -1: all */
     int quick;                  /* the quick sweep: its case numbers differ from the full one's */

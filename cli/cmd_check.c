@@ -23,8 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 static const cli_option check_options[] = {
     {"device", "SPEC", "devices to check (default all)"},
@@ -234,11 +238,13 @@ static int parse_paths(const cli_args *args, check_plan *plan) {
                         : strcmp(words[i], "gemm") == 0      ? CLATTN_PATH_GEMM
                         : strcmp(words[i], "reference") == 0 ? CLATTN_PATH_REFERENCE
                                                              : CLATTN_PATH_AUTO;
-        if (p == CLATTN_PATH_AUTO || plan->num_paths == 3) {
+        if (p == CLATTN_PATH_AUTO) {
             cli_error("check", "--path: expected fused, gemm or reference, got '%s'", words[i]);
             return EXIT_USAGE;
         }
-        plan->paths[plan->num_paths++] = p;
+        int seen = 0; /* a path given twice runs once */
+        for (size_t j = 0; j < plan->num_paths; j++) seen |= plan->paths[j] == p;
+        if (!seen) plan->paths[plan->num_paths++] = p;
     }
     return 0;
 }
@@ -265,6 +271,7 @@ static int parse_variant_list(const cli_args *args, const char *option, int chos
 /* --variant (every variant when absent) and --require (none when absent). */
 static int parse_variants(const cli_args *args, check_plan *plan) {
     for (int v = 0; v < MAX_VARIANTS; v++) plan->variants[v] = !args_has(args, "variant");
+    plan->variants_named = args_has(args, "variant");
     if (args_has(args, "variant") && parse_variant_list(args, "variant", plan->variants) != 0)
         return EXIT_USAGE;
     if (args_has(args, "require") && parse_variant_list(args, "require", plan->required) != 0)
@@ -320,6 +327,7 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         if (check_output_file("check", "report", plan->report)) return 1;
         snprintf(plan->report_tmp, sizeof plan->report_tmp, "%s.tmp.%ld", plan->report,
                  (long)getpid());
+        unlink(plan->report_tmp); /* one left by a killed check of the same pid: not ours */
     }
     if (!rc && plan->dump_dir) rc = make_output_dir("check", "dump", plan->dump_dir);
     if (rc) return rc;
@@ -354,9 +362,10 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index, c
     fprintf(stderr, "FAIL case %zu on device %zu, path %s, variant %s: %s\n  %s\n", index,
             row->device, check_path_name(row->path), variant_name(row->variant), what, r->message);
     fprintf(stderr,
-            "  replay with: clattn check%s --case %zu --device %zu --path %s --variant %s%s\n",
-            plan->quick ? " --quick" : "", index, row->device, check_path_name(row->path),
-            variant_name(row->variant),
+            "  replay with: clattn check%s%s%s --case %zu --device %zu --path %s --variant %s%s\n",
+            plan->quick ? " --quick" : "", plan->storage_name ? " --storage " : "",
+            plan->storage_name ? plan->storage_name : "", index, row->device,
+            check_path_name(row->path), variant_name(row->variant),
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
     if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
     plan->failures++;
@@ -592,11 +601,38 @@ static void run_rows(device_rows *d) {
     }
 }
 
+/* A context for check's own calls: it names each variant, so no verification policy
+ * ($CLATTN_VERIFY=require-verified would refuse every unverified variant, and first-use would
+ * start a check of its own) stands between a row and its kernels. */
+static clattn_status check_context(size_t device, clattn_context **ctx) {
+    clattn_status status = clattn_context_create(ctx, device);
+    if (status == CLATTN_SUCCESS) status = clattn_context_set_verify(*ctx, CLATTN_VERIFY_TRUST, 0);
+    return status;
+}
+
+/* The variants --variant names that --path leaves out, listed with the reason (not run), unless
+ * --require names them too (note_required_not_run says so). */
+static void note_named_left_out(check_plan *plan, clattn_context *ctx, size_t device) {
+    for (int v = 1; plan->variants_named && v < MAX_VARIANTS; v++) {
+        clattn_variant_info info;
+        clattn_variant_info_init(&info);
+        if (!plan->variants[v] || plan->required[v] ||
+            clattn_variant_describe(ctx, (clattn_variant)v, &info) != CLATTN_SUCCESS ||
+            !info.supported || path_chosen(plan, info.path))
+            continue;
+        char why[160];
+        snprintf(why, sizeof why, "its path, %s, is not among --path", check_path_name(info.path));
+        printf("%-3zu %-36s %-9s %-7s not run: %s\n", device, "", check_path_name(info.path),
+               info.name, why);
+        note_not_run(plan, device, info.variant, 0, why);
+    }
+}
+
 /* Every chosen row of the variant table on one device (the variants numbered from 1 while
  * they have a name); a row the device cannot run is listed with the reason, not run. */
 static int check_device(check_plan *plan, const sweep *s, size_t device) {
     clattn_context *ctx = NULL;
-    clattn_status status = clattn_context_create(&ctx, device);
+    clattn_status status = check_context(device, &ctx);
     if (status != CLATTN_SUCCESS) {
         cli_error("check", "cannot open device %zu: %s", device, clattn_status_name(status));
         plan->failures++;
@@ -625,11 +661,21 @@ static int check_device(check_plan *plan, const sweep *s, size_t device) {
             row->device = device, row->path = info.path, row->variant = info.variant;
             rows.count++;
         }
+    note_named_left_out(plan, ctx, device);
     run_rows(&rows);
     fflush(stdout); /* the table before the lines on stderr */
     note_required_not_run(plan, ctx, device, ran);
     clattn_context_destroy(ctx);
     return 0;
+}
+
+/* Ends this process when the check that started it ends, however it ends (a SIGKILL to the
+ * parent would leave a hung row running for ever). Linux; elsewhere the parent's time limit
+ * and its signal handler are all there is. */
+static void die_with_parent(void) {
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
 }
 
 /* A child's row (--child-fd): the one device and variant its parent names. Exit status 0 (every
@@ -638,8 +684,9 @@ static int run_child_row(check_plan *plan, const sweep *s) {
     clattn_variant variant = CLATTN_VARIANT_AUTO;
     for (int v = 1; v < MAX_VARIANTS && variant == CLATTN_VARIANT_AUTO; v++)
         if (plan->variants[v]) variant = (clattn_variant)v;
+    die_with_parent();
     clattn_context *ctx = NULL;
-    clattn_status status = clattn_context_create(&ctx, plan->devices[0]);
+    clattn_status status = check_context(plan->devices[0], &ctx);
     if (plan->num_devices != 1 || plan->num_paths != 1 || variant == CLATTN_VARIANT_AUTO ||
         status != CLATTN_SUCCESS) {
         cli_error("check", "--child-fd: cannot run the row (device %zu: %s)", plan->devices[0],
@@ -803,6 +850,8 @@ int cmd_check(int argc, char **argv) {
     if (rc) return rc;
     plan.storage_name = storage;
     if (plan.child_fd >= 0) return run_child_row(&plan, &s);
+    static const char *const outputs[] = {"json", "report"};
+    if (args_check_outputs(&args, outputs, ARRAY_LEN(outputs), NULL, 0)) return EXIT_USAGE;
     if (args_has(&args, "json") && check_output_file("check", "json", args_get(&args, "json")))
         return 1;
     printf("%-3s %-36s %-9s %-7s %6s %6s %9s %10s\n", "#", "device", "path", "variant", "passed",

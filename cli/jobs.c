@@ -1,5 +1,6 @@
 /* Work spread over child processes (jobs.h). */
 #include "jobs.h"
+#include "interrupt.h"
 
 #include "commands.h"
 
@@ -30,8 +31,15 @@ int jobs_run(const char *command, job_share share, void *arg, size_t jobs, int q
     size_t started = 0;
     fflush(stdout);
     for (; started < jobs; started++) {
+        interrupt_section section; /* a signal to this process ends the child too */
+        interrupt_defer_begin(&section);
         pid_t pid = fork();
-        if (pid == 0) _exit(child_share(share, arg, started, jobs, quiet));
+        if (pid == 0) {
+            interrupt_defer_end(&section);
+            _exit(child_share(share, arg, started, jobs, quiet));
+        }
+        if (pid > 0) interrupt_child_add(pid);
+        interrupt_defer_end(&section);
         if (pid < 0) {
             cli_error(command, "cannot start a build process; building the rest here");
             for (size_t job = started; job < jobs; job++) rc |= share(arg, job, jobs) != 0;
@@ -40,7 +48,9 @@ int jobs_run(const char *command, job_share share, void *arg, size_t jobs, int q
     }
     for (size_t i = 0; i < started; i++) {
         int wstatus = 0;
-        if (wait(&wstatus) < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) rc = 1;
+        pid_t pid = wait(&wstatus);
+        if (pid > 0) interrupt_child_remove(pid);
+        if (pid < 0 || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) rc = 1;
     }
     return rc;
 }

@@ -72,6 +72,25 @@ grep -q "all passed" out && fail "check said all passed with lanes required and 
   fail "--require reference with --path reference: $(cat out)"
 grep -q "^all passed" out || fail "every required variant ran, yet not all passed: $(cat out)"
 
+# ---- a variant --variant names and --path leaves out is listed with the reason, not dropped
+"$clattn" check --quick --case 0 --device 0 --path reference --variant lanes --no-record > out 2>&1 ||
+  fail "--variant lanes with --path reference: $(cat out)"
+grep -qE "lanes +not run: its path, fused, is not among --path" out ||
+  fail "--variant lanes left out by --path is not listed: $(cat out)"
+grep -q "^passed where run" out || fail "a variant left out, yet: $(tail -n 1 out)"
+# a path given twice runs once; --json and --report naming one file is a usage error
+"$clattn" check --quick --case 0 --device 0 --path reference,reference --no-record > out 2>&1 ||
+  fail "--path reference,reference: $(cat out)"
+[ "$(grep -c ' reference reference ' out)" -eq 1 ] || fail "a path given twice ran twice: $(cat out)"
+"$clattn" check --quick --case 0 --path reference --json same.json --report same.json > out 2> err
+status=$?
+[ "$status" -eq 2 ] || fail "--json and --report on one file exited $status, not 2"
+grep -q "name the same file" err || fail "--json and --report on one file: $(cat err)"
+# $CLATTN_VERIFY=require-verified does not stand between check and the variants it names
+CLATTN_VERIFY=require-verified "$clattn" check --quick --case 0 --device 0 --path fused \
+  --variant lanes --no-record > out 2>&1 || fail "check under require-verified: $(cat out)"
+grep -qE "^0 +.* fused +lanes +1 +0 " out || fail "under require-verified lanes ran nothing: $(cat out)"
+
 # ---- a variant the device refuses (PoCL's work-groups limited below the rowwise variant's 8)
 small=(env POCL_MAX_WORK_GROUP_SIZE=4)
 if "${small[@]}" "$clattn" devices --variants 2> /dev/null | grep -qE '^ +rowwise +no '; then

@@ -2,8 +2,9 @@
 # `clattn check` survives a row that hangs or crashes: a copy of cl/ ($CLATTN_KERNEL_DIR) whose
 # rowwise kernel spins for ever makes that row time out (named with its case) while the other
 # rows run to the end (two at once with --jobs 2), the exit status fails, --json records every
-# case; a kernel that crashes its process is reported with the signal; a terminal shows the
-# running case; and no "no variant N" line comes out of the walk over the variant table.
+# case; a check killed outright takes its rows with it; a kernel that crashes its process is
+# reported with the signal; a terminal shows the running case; and no "no variant N" line comes
+# out of the walk over the variant table.
 # Usage: cli_check_hang.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
@@ -24,6 +25,28 @@ grep -q "volatile int spin" spin/rowwise.cl ||
   fail "the spin no longer applies to cl/rowwise.cl's kernel: update this test"
 mkdir spin-cache
 spin_env=(env CLATTN_KERNEL_DIR="$work/spin" CLATTN_CACHE_DIR="$work/spin-cache")
+
+# ---- a check killed outright (SIGKILL: no handler runs) takes its hung row with it: the row's
+# process asked the kernel for SIGKILL when its parent dies (Linux)
+"${spin_env[@]}" "$clattn" check --quick --device 0 --variant rowwise --timeout 60 --no-record \
+  > killed.out 2>&1 &
+check_pid=$!
+row=""
+for _ in $(seq 100); do
+  row=$(pgrep -P "$check_pid" -f -- "--child-fd" | head -n 1)
+  [ -n "$row" ] && break
+  sleep 0.2
+done
+[ -n "$row" ] || fail "no row process started under the check"
+sleep 1
+kill -KILL "$check_pid"
+wait "$check_pid" 2> /dev/null
+for _ in $(seq 50); do
+  state=$(ps -o stat= -p "$row" 2> /dev/null)
+  [ -z "$state" ] || [[ "$state" == Z* ]] && break
+  sleep 0.1
+done
+[ -z "$state" ] || [[ "$state" == Z* ]] || fail "the hung row $row outlived its killed check ($state)"
 
 # ---- a hang: the row times out in case 0, the reference row still runs (beside it: --jobs 2
 # starts both rows' processes at once), the check fails

@@ -120,6 +120,10 @@ CLATTN_CACHE_DIR=off CLATTN_TEST_FAIL_BUILD=lanes.cl \
 hint=$(grep -m1 "replay with:" stderr)
 case=$(grep -m1 "^FAIL case" stderr)
 [[ "$hint" == *"clattn check --quick --case"* ]] || fail "the replay hint lacks --quick: $hint"
+CLATTN_CACHE_DIR=off CLATTN_TEST_FAIL_BUILD=lanes.cl \
+  "$clattn_hooked" check --quick --storage f16 --case 0 --path fused --variant lanes > stdout 2> stderr
+hint=$(grep -m1 "replay with:" stderr)
+[[ "$hint" == *"clattn check --quick --storage f16 --case 0"* ]] || fail "the replay hint lacks --storage: $hint"
 index=$(sed -n 's/^FAIL case \([0-9]*\).*/\1/p' <<< "$case")
 listed=$("$clattn" check --quick --list | awk -v n="$index" '$1 == n { $1 = ""; print substr($0, 2) }')
 [ -n "$index" ] && [[ "$case" == *": $listed" ]] || fail "quick case $index is not '$case': '$listed'"
