@@ -216,6 +216,13 @@ void expect_case_refused(clattn_context *ctx, const attn_case *c, clattn_variant
     cr_expect(strstr(r.message, words) != NULL, "%s", r.message);
 }
 
+void set_tuning_everywhere(clattn_variant variant, const clattn_tuning *t) {
+    clattn_context **ctxs;
+    size_t devices = test_contexts(&ctxs);
+    for (size_t d = 0; d < devices; d++)
+        ASSERT_OK(ctxs[d], clattn_context_set_tuning(ctxs[d], variant, t));
+}
+
 void expect_tuning_refused(clattn_context *ctx, clattn_variant variant, const clattn_tuning *t,
                            const char *field) {
     cr_expect_eq(clattn_context_set_tuning(ctx, variant, t), CLATTN_ERR_INVALID_ARGUMENT,

@@ -109,6 +109,9 @@ case_result run_small_causal(clattn_context *ctx, clattn_path path, clattn_varia
 void expect_case_refused(clattn_context *ctx, const attn_case *c, clattn_variant variant,
                          clattn_status want, const char *words);
 
+/* Sets t (NULL: back to the database's) for `variant` on every test context. */
+void set_tuning_everywhere(clattn_variant variant, const clattn_tuning *t);
+
 /* Expects clattn_context_set_tuning to refuse t for `variant` with "NAME: FIELD is out of
  * range", and the context to keep its parameters: a small call still runs. */
 void expect_tuning_refused(clattn_context *ctx, clattn_variant variant, const clattn_tuning *t,

@@ -67,11 +67,9 @@ Test(flash, tunings_shape_the_kernel) {
         flash_tuning(32, 8, 4, 8, 16, 2),
     };
     clattn_context **ctxs;
-    size_t devices = test_contexts(&ctxs);
+    test_contexts(&ctxs);
     for (size_t i = 0; i < COUNT(tunings); i++) {
-        for (size_t d = 0; d < devices; d++)
-            ASSERT_OK(ctxs[d],
-                      clattn_context_set_tuning(ctxs[d], CLATTN_VARIANT_FLASH, &tunings[i]));
+        set_tuning_everywhere(CLATTN_VARIANT_FLASH, &tunings[i]);
         case_result r;
         attn_case c;
         case_init(&c, 1, 2, 1, 45, 61, 32, 32);
@@ -81,8 +79,7 @@ Test(flash, tunings_shape_the_kernel) {
         cr_expect_eq(r.stats.block_n, tunings[i].block_n, "%s", r.stats.kernel);
         expect_mask_cases_pass(r.stats.kernel);
     }
-    for (size_t d = 0; d < devices; d++)
-        ASSERT_OK(ctxs[d], clattn_context_set_tuning(ctxs[d], CLATTN_VARIANT_FLASH, NULL));
+    set_tuning_everywhere(CLATTN_VARIANT_FLASH, NULL);
 }
 
 Test(flash, tuning_values_it_cannot_take_are_named) {

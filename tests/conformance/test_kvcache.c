@@ -304,14 +304,10 @@ Test(kvcache, every_chunk_count_and_mask_agrees_with_the_reference, .init = make
  * causal mask that hides them from some rows: the key lanes' partial sums add up to the
  * reference, and every case ran the work-group form. */
 static void set_split_tuning(unsigned group) {
-    clattn_context **ctxs;
-    size_t devices = test_contexts(&ctxs);
     clattn_tuning t;
     clattn_tuning_init(&t);
     t.block_m = 8, t.block_n = 16, t.wg_size = group, t.split = 3;
-    for (size_t d = 0; d < devices; d++)
-        ASSERT_OK(ctxs[d],
-                  clattn_context_set_tuning(ctxs[d], CLATTN_VARIANT_SPLIT, group ? &t : NULL));
+    set_tuning_everywhere(CLATTN_VARIANT_SPLIT, group ? &t : NULL);
 }
 
 Test(kvcache, work_group_form_matches_the_reference_for_every_storage) {

@@ -101,13 +101,6 @@ static clattn_tuning nv_mma_tuning(unsigned bm, unsigned bn, unsigned tm, unsign
     return t;
 }
 
-static void set_tuning_everywhere(const clattn_tuning *t) {
-    clattn_context **ctxs;
-    size_t devices = test_contexts(&ctxs);
-    for (size_t d = 0; d < devices; d++)
-        ASSERT_OK(ctxs[d], clattn_context_set_tuning(ctxs[d], CLATTN_VARIANT_NV_MMA, t));
-}
-
 /* Two row tiles a warp, 8 warps, 32-key tiles, two buffers: every shape stays right, with the
  * careful P V in one pass and in two, and a dominant key over many tiles of both buffers. */
 Test(nv_mma, tunings_shape_the_kernel, .timeout = 600) {
@@ -115,7 +108,7 @@ Test(nv_mma, tunings_shape_the_kernel, .timeout = 600) {
     const clattn_tuning tunings[] = {nv_mma_tuning(128, 32, 2, 2), nv_mma_tuning(128, 64, 1, 2),
                                      nv_mma_tuning(64, 64, 2, 1)};
     for (size_t i = 0; i < COUNT(tunings); i++) {
-        set_tuning_everywhere(&tunings[i]);
+        set_tuning_everywhere(CLATTN_VARIANT_NV_MMA, &tunings[i]);
         attn_case cases[11];
         size_t n = mask_cases(cases, i % 2 ? CLATTN_BF16 : CLATTN_F16);
         case_init(&cases[n], 1, 2, 1, 150, 700, 64, 48);
@@ -131,7 +124,7 @@ Test(nv_mma, tunings_shape_the_kernel, .timeout = 600) {
         cr_expect(strstr(r.stats.kernel, expected) == r.stats.kernel, "%s, not %s", expected,
                   r.stats.kernel);
     }
-    set_tuning_everywhere(NULL);
+    set_tuning_everywhere(CLATTN_VARIANT_NV_MMA, NULL);
     emulate(0);
 }
 
