@@ -322,6 +322,11 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         return EXIT_USAGE;
     plan->record = !args_has(args, "no-record");
     plan->in_process = args_has(args, "in-process");
+    if (!rc && plan->in_process && args_has(args, "timeout")) {
+        cli_error("check", "--timeout needs rows in processes of their own; --in-process runs "
+                           "them without a time limit");
+        return EXIT_USAGE;
+    }
     plan->report = args_get(args, "report");
     if (!rc && plan->report) {
         if (check_output_file("check", "report", plan->report)) return 1;
@@ -842,6 +847,15 @@ int cmd_check(int argc, char **argv) {
     const char *storage = NULL;
     if (apply_storage(&args, &s, &storage)) return EXIT_USAGE;
     if (args_has(&args, "list")) {
+        for (size_t i = 0; i < n; i++) { /* it runs nothing: options of a run would be lost */
+            const char *name = check_options[i].name;
+            if (args_has(&args, name) && strcmp(name, "list") && strcmp(name, "quick") &&
+                strcmp(name, "storage")) {
+                cli_error("check", "--list lists the sweep and runs nothing; it takes only "
+                                   "--quick and --storage, got --%s", name);
+                return EXIT_USAGE;
+            }
+        }
         list_cases(&s);
         return 0;
     }

@@ -176,6 +176,12 @@ grep -qE "^0 +.* fused +lanes +1 +0 " out || fail "lanes did not pass case 0 in 
 status=$?
 [ "$status" -eq 2 ] || fail "--storage f64 exited $status, not 2"
 grep -qF -- "--storage" err || fail "--storage f64: the message does not name the option: $(cat err)"
+# --list runs nothing, so options of a run are refused rather than ignored; so is a time limit
+# for rows that run in this process
+expect 2 "--list lists the sweep and runs nothing" -- "$clattn" check --list --case 3
+expect 2 "got --device" -- "$clattn" check --quick --list --device 0
+expect 2 "--timeout needs rows in processes of their own" -- \
+  "$clattn" check --quick --in-process --timeout 5 --no-record
 "$clattn" check --list | grep -qE 'Nk=1500 .* scale=4 ' ||
   fail "the full sweep has no case of a few dominant keys on long rows"
 "$clattn" check --list | grep -qE 'window=0,0 ' || fail "the full sweep has no rows of one key"
