@@ -20,6 +20,8 @@ How it maps PyTorch's semantics onto clattn's (exactly, with no approximation):
   torch.nn.functional.scaled_dot_product_attention returns.
 - scale=None is 1/sqrt(E), as in PyTorch; scale=0.0 gives PyTorch's uniform weights; a scale
   that is not 0 but rounds to 0 in float32 (1e-46) is refused, as clattn.attention refuses it.
+- Zero sizes give what PyTorch gives: an empty result when a dimension of the output is 0,
+  zeros when S is 0 (every row sees no key), and uniform weights when E is 0 (every score 0).
 - dropout_p must be 0: clattn computes inference attention, with no dropout.
 - No autograd: tensors that require grad raise clattn.Error outside torch.no_grad().
 Inputs with strides clattn cannot read in place (a negative stride, a strided last dimension)
@@ -155,6 +157,13 @@ def _readable(x: Any, name: str) -> Any:
     return x.contiguous() if is_torch_tensor(x) else np.ascontiguousarray(x)
 
 
+def _zeros(like: Any, shape: Tuple[int, ...]) -> Any:
+    """Zeros of `like`'s kind (torch tensor or NumPy array) and dtype."""
+    if is_torch_tensor(like):
+        return torch_module().zeros(shape, dtype=like.dtype)
+    return np.zeros(shape, dtype=like.dtype)
+
+
 def _zeros_like(x: Any) -> Any:
     if is_torch_tensor(x):
         return torch_module().zeros_like(x)
@@ -209,6 +218,12 @@ def scaled_dot_product_attention(
         else:
             window = (-1, L - S)
     bias = None if attn_mask is None else _mask_as_bias(attn_mask, query, out_shape, batch, hq, L, S)
+    if S == 0 or int(np.prod(out_shape, dtype=np.int64)) == 0:
+        for x, name in ((query, "query"), (key, "key"), (value, "value")):
+            host_tensor(x, name)  # what a call would refuse (dtype, device, grad) still is
+        return _zeros(query, out_shape)  # nothing to compute, or rows that see no key: O = 0
+    if _shape(q)[3] == 0:  # E = 0: every score is 0, as with scale 0
+        q, k, scale = _zeros(q, (batch, hq, L, 1)), _zeros(k, _shape(k)[:3] + (1,)), 0.0
     if scale == 0.0:
         q, scale = _zeros_like(q), 1.0  # every score 0, as PyTorch's scale 0 makes them
     out = attention(

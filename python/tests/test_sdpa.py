@@ -177,3 +177,24 @@ def test_requires_grad_is_refused_outside_no_grad(torch, context, rng) -> None:
     q = torch.from_numpy(uniform(rng, 1, 1, 4, 8)).requires_grad_()
     with clattn.using(context), pytest.raises(clattn.Error, match="no_grad"):
         clattn.scaled_dot_product_attention(q, q, q)
+
+
+# (query, key, value) shapes with a zero size: no rows, no batch, no keys, no head dim
+ZERO_SIZES = {
+    "no_rows": ((1, 2, 0, 8), (1, 2, 4, 8), (1, 2, 4, 5)),
+    "no_batch": ((0, 2, 3, 8), (0, 2, 4, 8), (0, 2, 4, 5)),
+    "no_keys": ((1, 2, 3, 8), (1, 2, 0, 8), (1, 2, 0, 5)),
+    "no_head_dim": ((1, 2, 3, 0), (1, 2, 4, 0), (1, 2, 4, 5)),
+    "no_value_dim": ((1, 2, 3, 8), (1, 2, 4, 8), (1, 2, 4, 0)),
+}
+
+
+@pytest.mark.parametrize("name", list(ZERO_SIZES))
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_zero_sizes_match_torch(torch, context, rng, name: str, is_causal: bool) -> None:
+    """PyTorch returns an empty result, zeros for rows that see no key, and V's mean when every
+    score is 0 (no head dim); so does clattn, where the C library refuses zero sizes."""
+    q, k, v = (torch.from_numpy(uniform(rng, *shape)) for shape in ZERO_SIZES[name])
+    _compare_with_torch(torch, context, "float32", q, k, v, is_causal=is_causal)
+    mask = torch.from_numpy(rng.random((q.shape[-2], k.shape[-2])) < 0.5)
+    _compare_with_torch(torch, context, "float32", q, k, v, attn_mask=mask)
