@@ -100,6 +100,11 @@ void bench_config_defaults(bench_config *c);
  * where the presets take it and OpenBLAS is there. @return 0, or -1 for an unknown name. */
 int bench_apply_preset(const char *name, bench_config *c);
 
+/* The measurements a sweep (no preset decode or layer, not distributed) takes: devices x paths x
+ * shapes x patterns, each pattern scaled to each shape; at most BENCH_MAX_RECORDS a run. */
+#define BENCH_MAX_RECORDS 4096
+size_t bench_sweep_measurements(const bench_config *c);
+
 /* Runs what the config asks on its devices, printing a table as it goes, and writes its
  * outputs (all or none). @return 0, or 1 after naming what failed. */
 int bench_run(const bench_config *c);

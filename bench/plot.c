@@ -57,26 +57,35 @@ static plot_series *plot_add(plot_spec *p, const char *style) {
     return s;
 }
 
+/* Text between gnuplot's single quotes, where '' stands for a quote. */
+static void print_quoted(textbuf *t, const char *text) {
+    textbuf_printf(t, "'");
+    for (const char *c = text; *c; c++) textbuf_printf(t, *c == '\'' ? "''" : "%c", *c);
+    textbuf_printf(t, "'");
+}
+
 /* The gnuplot commands, drawing into `png`: the series read from DIR/series-K.dat (plot.gp,
  * for a reader), or given inline (what gnuplot itself is fed, before those files are in
  * place). */
 static void plot_commands(const plot_spec *p, const char *dir, const char *png, int inline_data,
                           textbuf *t) {
-    textbuf_printf(t, "set terminal png size 1000,650\nset output '%s'\n", png);
+    textbuf_printf(t, "set terminal png size 1000,650\nset output ");
+    print_quoted(t, png);
+    textbuf_printf(t, "\n");
     if (p->settings.len) textbuf_printf(t, "%s", p->settings.data);
     for (size_t k = 0; inline_data && k < p->count; k++)
         textbuf_printf(t, "$series%zu << EOD\n%sEOD\n", k,
                        p->series[k].data.len ? p->series[k].data.data : "");
     for (size_t k = 0; k < p->count; k++) {
         textbuf_printf(t, k ? ", \\\n     " : "plot ");
+        char data[OUTPUT_PATH_MAX];
+        snprintf(data, sizeof data, "%s/series-%zu.dat", dir, k);
         if (inline_data)
             textbuf_printf(t, "$series%zu", k);
         else
-            textbuf_printf(t, "'%s/series-%zu.dat'", dir, k);
-        textbuf_printf(t, " using 1:2 with %s title '", p->series[k].style);
-        for (const char *c = p->series[k].title; *c; c++) /* '' is a quote in '...' */
-            textbuf_printf(t, *c == '\'' ? "''" : "%c", *c);
-        textbuf_printf(t, "'");
+            print_quoted(t, data);
+        textbuf_printf(t, " using 1:2 with %s title ", p->series[k].style);
+        print_quoted(t, p->series[k].title);
     }
     textbuf_printf(t, "\n");
 }

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_RECORDS 4096
+#define MAX_RECORDS BENCH_MAX_RECORDS
 
 /* ---------------------------------------------------------------- measuring */
 
@@ -235,6 +235,10 @@ static size_t measurements_per_device(const bench_config *c) {
     return total;
 }
 
+size_t bench_sweep_measurements(const bench_config *c) {
+    return c->num_devices * measurements_per_device(c);
+}
+
 clattn_context *bench_open_timed(size_t device, clattn_gemm gemm, clattn_device_info *info) {
     clattn_context *ctx = NULL;
     clattn_device_info_init(info);
@@ -327,7 +331,7 @@ static int write_outputs(const sweep_run *run, const char *csv, const char *json
 int bench_sweep(const bench_config *c) {
     static bench_record records[MAX_RECORDS];
     sweep_run run = {c, records, 0, 0, 0, 0};
-    run.total = c->num_devices * measurements_per_device(c);
+    run.total = bench_sweep_measurements(c);
     for (size_t i = 0; i < c->num_devices; i++) bench_device(&run, c->devices[i]);
     if (run.num_records == 0) { /* the failures, if any, have been named */
         if (!run.failed) cli_error("bench", "nothing was measured");

@@ -245,6 +245,13 @@ int parse_variant(const cli_args *args, const char *name, clattn_variant *varian
     return bad_value(args, name, "no variant (see clattn devices --variants)");
 }
 
+/* A list longer than the caller holds: the limit is named. */
+static int too_many(const cli_args *args, const char *name, size_t cap) {
+    char why[64];
+    snprintf(why, sizeof why, "a list of at most %zu values", cap);
+    return bad_value(args, name, why);
+}
+
 int parse_word_list(const cli_args *args, const char *name, char storage[][64], size_t cap,
                     size_t *count) {
     const char *s = args_get(args, name);
@@ -253,7 +260,8 @@ int parse_word_list(const cli_args *args, const char *name, char storage[][64], 
         const char *end = strchr(start, ',');
         if (!end) end = start + strlen(start);
         size_t len = (size_t)(end - start);
-        if (len == 0 || len >= 64 || *count == cap)
+        if (*count == cap) return too_many(args, name, cap);
+        if (len == 0 || len >= 64)
             return bad_value(args, name, "expected a comma-separated list of names");
         memcpy(storage[*count], start, len);
         storage[(*count)++][len] = '\0';
@@ -273,8 +281,8 @@ int parse_size_list(const cli_args *args, const char *name, size_t min, size_t *
         const char *end = strchr(start, ',');
         if (!end) end = start + strlen(start);
         int64_t v = 0;
-        if (to_int64(start, end, &v) != 0 || v < (int64_t)min || *count == cap)
-            return bad_value(args, name, why);
+        if (*count == cap) return too_many(args, name, cap);
+        if (to_int64(start, end, &v) != 0 || v < (int64_t)min) return bad_value(args, name, why);
         out[(*count)++] = (size_t)v;
         if (!*end) break;
         start = end + 1;

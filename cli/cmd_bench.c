@@ -5,6 +5,7 @@
  * results. See bench/README.md for the presets and results.
  */
 #include "args.h"
+#include "common.h" /* ARRAY_LEN */
 #include "bench.h"
 #include "commands.h"
 #include "host_attention.h"
@@ -136,8 +137,10 @@ static int parse_paths(const cli_args *args, bench_config *c) {
     return 0;
 }
 
+static const char *const list_names[7] = {"b", "hq", "hkv", "nq", "nk", "d", "dv"}; /* L_* */
+
 static int parse_lists(const cli_args *args, bench_config *c) {
-    static const char *const names[7] = {"b", "hq", "hkv", "nq", "nk", "d", "dv"};
+    const char *const *names = list_names;
     for (int i = 0; i < 7; i++)
         if (args_has(args, names[i]) &&
             parse_size_list(args, names[i], 1, c->list[i], BENCH_MAX_LIST, &c->count[i]) != 0)
@@ -174,10 +177,15 @@ static int parse_settings(const cli_args *args, bench_config *c) {
     if (args_has(args, "kept") &&
         parse_size_list(args, "kept", 1, c->kept, BENCH_MAX_LIST, &c->num_kept) != 0)
         return EXIT_USAGE;
-    if (args_has(args, "warmup") && parse_size(args, "warmup", 0, &c->warmup) != 0)
-        return EXIT_USAGE;
-    if (args_has(args, "repeat") && parse_size(args, "repeat", 1, &c->repeat) != 0)
-        return EXIT_USAGE;
+    int64_t runs = 0; /* untimed at most 1000, timed at most the 256 a record holds */
+    if (args_has(args, "warmup")) {
+        if (parse_int64_range(args, "warmup", 0, 1000, &runs) != 0) return EXIT_USAGE;
+        c->warmup = (size_t)runs;
+    }
+    if (args_has(args, "repeat")) {
+        if (parse_int64_range(args, "repeat", 1, 256, &runs) != 0) return EXIT_USAGE;
+        c->repeat = (size_t)runs;
+    }
     if (args_has(args, "pattern")) c->curve_patterns = 0; /* the given patterns, as given */
     if (args_has(args, "pattern") &&
         bench_parse_patterns(args_get(args, "pattern"), c->patterns, &c->num_patterns) != 0) {
@@ -200,6 +208,53 @@ static int apply_preset(const char *name, bench_config *c) {
     }
     cli_error("bench", "--preset: expected quick, paths, sparse, decode or layer, got '%s'", name);
     return EXIT_USAGE;
+}
+
+/* Every Hq of the sweep must be a multiple of every Hkv, checked before anything runs. */
+static int check_heads(const bench_config *c) {
+    for (size_t i = 0; i < c->count[L_HQ]; i++)
+        for (size_t k = 0; k < c->count[L_HKV]; k++)
+            if (c->list[L_HQ][i] % c->list[L_HKV][k] != 0) {
+                cli_error("bench", "--hq %zu and --hkv %zu: the query heads must be a multiple "
+                                   "of the key/value heads", c->list[L_HQ][i], c->list[L_HKV][k]);
+                return EXIT_USAGE;
+            }
+    return 0;
+}
+
+/* The outputs must not overwrite each other or an input: --csv, --json, the tables and plot
+ * files of --out's folder, and every blocks: layout. @return 0 or EXIT_USAGE. */
+static int check_bench_files(const bench_config *c) {
+    static const char *const folder_files[] = {"bench.csv",  "bench.json", "decode.csv",
+                                               "decode.json", "layer.csv", "layer.json",
+                                               "plot.gp",    "plot.png"};
+    enum { MAX_FILES = 2 + ARRAY_LEN(folder_files) };
+    char paths[MAX_FILES][OUTPUT_PATH_MAX];
+    const char *outputs[MAX_FILES], *labels[MAX_FILES];
+    size_t count = 0;
+    if (c->csv) outputs[count] = c->csv, labels[count++] = "--csv";
+    if (c->json) outputs[count] = c->json, labels[count++] = "--json";
+    for (size_t f = 0; c->out && f < ARRAY_LEN(folder_files); f++) {
+        int n = snprintf(paths[count], sizeof paths[count], "%s/%s", c->out, folder_files[f]);
+        if (n < 0 || (size_t)n >= sizeof paths[count]) break; /* make_output_dir refuses it */
+        outputs[count] = paths[count], labels[count++] = "the folder of --out";
+    }
+    for (size_t o = 0; o < count; o++) {
+        for (size_t i = o + 1; i < count; i++)
+            if (args_same_file(outputs[o], outputs[i])) {
+                cli_error("bench", "%s and %s name the same file '%s'", labels[o], labels[i],
+                          outputs[i]);
+                return EXIT_USAGE;
+            }
+        for (size_t p = 0; p < c->num_patterns; p++)
+            if (c->patterns[p].kind == P_BLOCKS &&
+                args_same_file(outputs[o], c->patterns[p].file)) {
+                cli_error("bench", "%s '%s' would overwrite the layout of --pattern %s", labels[o],
+                          outputs[o], c->patterns[p].text);
+                return EXIT_USAGE;
+            }
+    }
+    return 0;
 }
 
 /* The host baseline (OpenBLAS sgemm) is float32 only: with a 16-bit --dtype it is dropped with a
@@ -232,6 +287,7 @@ static int parse_config(const cli_args *args, bench_config *c) {
     c->csv = args_get(args, "csv");
     c->json = args_get(args, "json");
     if (args_has(args, "out")) c->out = args_get(args, "out");
+    if (check_heads(c) || check_bench_files(c)) return EXIT_USAGE;
     if (c->out && make_output_dir("bench", "out", c->out) != 0) return 1;
     if ((c->csv && check_output_file("bench", "csv", c->csv)) ||
         (c->json && check_output_file("bench", "json", c->json)))
@@ -255,6 +311,39 @@ static int parse_distributed(const cli_args *args, bench_config *c) {
     c->distributed = mode == 1 ? BENCH_ULYSSES : BENCH_RING;
     c->sharding = (clattn_sharding)sharding;
     return 0;
+}
+
+/* What a mode does not read is refused, not ignored: the options in `unread` (space-separated
+ * names), and more than one value in the lists of `first_only`, of which it takes the first.
+ * @return 0 or EXIT_USAGE. */
+static int refuse_unread(const cli_args *args, const bench_config *c, const char *mode,
+                         const char *unread, const char *first_only) {
+    for (size_t i = 0; i < ARRAY_LEN(bench_options); i++)
+        if (args_has(args, bench_options[i].name) && args_listed(unread, bench_options[i].name)) {
+            cli_error("bench", "--%s does not apply to %s", bench_options[i].name, mode);
+            return EXIT_USAGE;
+        }
+    for (int i = 0; i < 7; i++)
+        if (c->count[i] > 1 && args_listed(first_only, list_names[i])) {
+            cli_error("bench", "--%s: %s takes one value, got '%s'", list_names[i], mode,
+                      args_get(args, list_names[i]));
+            return EXIT_USAGE;
+        }
+    return 0;
+}
+
+/* The options each mode reads (bench/presets.c). @return 0 or EXIT_USAGE. */
+static int refuse_unread_options(const cli_args *args, const bench_config *c) {
+    if (args_has(args, "distributed"))
+        return refuse_unread(args, c, "--distributed", "layout variant gemm steps kept out",
+                             "b hq hkv d dv");
+    if (c->decode)
+        return refuse_unread(args, c, "--preset decode",
+                             "path variant pattern layout gemm kept dv", "b hq hkv d");
+    if (c->layer)
+        return refuse_unread(args, c, "--preset layer", "dv layout steps", "b hq hkv d nk");
+    return refuse_unread(args, c, "this sweep (--preset decode and layer take it)", "steps kept",
+                         "");
 }
 
 /* --preset layer: the attention's path is the first of --path, fused or gemm; each --kept at
@@ -287,6 +376,7 @@ int cmd_bench(int argc, char **argv) {
     if (parsed) return parsed;
     static bench_config config;
     int rc = parse_config(&args, &config);
+    if (!rc) rc = refuse_unread_options(&args, &config);
     if (rc) return rc;
     if (args_has(&args, "distributed")) {
         rc = parse_distributed(&args, &config);
@@ -297,5 +387,13 @@ int cmd_bench(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (config.layer && (rc = check_layer(&config)) != 0) return rc;
+    size_t measurements = config.decode || config.layer ? 0 : bench_sweep_measurements(&config);
+    if (measurements > BENCH_MAX_RECORDS) {
+        cli_error("bench",
+                  "the sweep has %zu measurements (devices x paths x shapes x patterns), more "
+                  "than the %d a run holds: split it into runs",
+                  measurements, BENCH_MAX_RECORDS);
+        return EXIT_USAGE;
+    }
     return bench_run(&config);
 }

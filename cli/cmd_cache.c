@@ -18,7 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_WARM_ITEMS (4 * 8) /* --dtypes words x --head-dims values */
+#define MAX_WARM_DIMS  8
+#define MAX_WARM_ITEMS (3 * MAX_WARM_DIMS) /* f32, f16, bf16 x --head-dims values */
 
 static const cli_option cache_options[] = {
     {"device", "SPEC", "warm: the device (default $CLATTN_DEVICE, else the first)"},
@@ -101,14 +102,15 @@ static int cache_trim_to(const cli_args *args, int clear) {
     if (status != CLATTN_SUCCESS) return cache_unavailable(status);
     uint64_t max_bytes = clear ? 0 : info.limit_bytes;
     if (!clear && args_get(args, "max-mb")) {
-        float mb = 0;
-        if (parse_float(args, "max-mb", &mb) != 0) return EXIT_USAGE;
-        if (!(mb >= 0 && mb < MAX_MB_LIMIT)) { /* a larger one would not fit 64 bits */
+        const char *text = args_get(args, "max-mb");
+        char *end = NULL;
+        double mb = strtod(text, &end); /* a double: float32 would round 1e12 down into range */
+        if (end == text || *end || !(mb >= 0 && mb < MAX_MB_LIMIT)) { /* 64 bits of bytes */
             cli_error("cache", "--max-mb: expected a size >= 0 and below %.0e MiB, got '%s'",
-                      MAX_MB_LIMIT, args_get(args, "max-mb"));
+                      MAX_MB_LIMIT, text);
             return EXIT_USAGE;
         }
-        max_bytes = (uint64_t)((double)mb * 1048576.0);
+        max_bytes = (uint64_t)(mb * 1048576.0);
     }
     size_t removed = 0;
     status = clattn_cache_trim(max_bytes, &removed);
@@ -131,13 +133,24 @@ static const char *const dtype_names[] = {"f32", "f16", "bf16", NULL}; /* clattn
 
 /* The dtypes x head dimensions of the options, into items. @return 0 or EXIT_USAGE. */
 static int warm_items(const cli_args *args, warm_item *items, size_t *count) {
-    char words[4][64] = {"f32", "f16"};
-    size_t dims[8] = {64, 128}, num_words = 2, num_dims = 2;
-    if (args_get(args, "dtypes") && parse_word_list(args, "dtypes", words, 4, &num_words) != 0)
+    char words[16][64] = {"f32", "f16"};
+    size_t dims[32] = {64, 128}, num_words = 2, num_dims = 2, distinct = 0;
+    if (args_get(args, "dtypes") && parse_word_list(args, "dtypes", words, 16, &num_words) != 0)
         return EXIT_USAGE;
     if (args_get(args, "head-dims") &&
-        parse_size_list(args, "head-dims", 1, dims, 8, &num_dims) != 0)
+        parse_size_list(args, "head-dims", 1, dims, 32, &num_dims) != 0)
         return EXIT_USAGE;
+    for (size_t d = 0; d < num_dims; d++) { /* a dim named twice counts once */
+        size_t seen = 0;
+        while (seen < distinct && dims[seen] != dims[d]) seen++;
+        if (seen == distinct) dims[distinct++] = dims[d];
+    }
+    num_dims = distinct;
+    if (num_dims > MAX_WARM_DIMS) {
+        cli_error("cache", "--head-dims: at most %d different head dims, got %zu",
+                  MAX_WARM_DIMS, num_dims);
+        return EXIT_USAGE;
+    }
     *count = 0;
     for (size_t w = 0; w < num_words; w++) {
         int t = 0;
@@ -194,7 +207,7 @@ static int cache_warm(const cli_args *args) {
     size_t count = 0, jobs = jobs_default();
     int rc = warm_items(args, items, &count);
     if (rc != 0) return rc;
-    if (args_get(args, "jobs") && parse_size(args, "jobs", 1, &jobs) != 0) return EXIT_USAGE;
+    if (jobs_parse(args, &jobs) != 0) return EXIT_USAGE;
     warm_list list = {args_get(args, "device"), items, count};
     if (jobs > count) jobs = count > 0 ? count : 1;
     if (jobs > 1 && jobs_check_device("cache", list.spec) != 0) return 1;
@@ -224,10 +237,9 @@ int cmd_cache(int argc, char **argv) {
     if (argc < 1 || argv[0][0] == '-') {
         cli_args args;
         int rc = args_parse(&args, cache_options, NUM_CACHE_OPTIONS, "cache", argc, argv);
-        if (rc == 1) return 0;
         if (rc == 0) cli_error("cache", "name an action: info, clear, trim or warm");
-        if (rc == 0) usage();
-        return EXIT_USAGE;
+        if (rc <= 1) usage();
+        return rc == 1 ? 0 : EXIT_USAGE;
     }
     int action = 0;
     while (action < 4 && strcmp(actions[action], argv[0]) != 0) action++;
@@ -237,6 +249,7 @@ int cmd_cache(int argc, char **argv) {
     }
     cli_args args;
     int rc = args_parse(&args, cache_options, NUM_CACHE_OPTIONS, "cache", argc - 1, argv + 1);
+    if (rc == 1) usage();
     if (rc != 0) return rc == 1 ? 0 : EXIT_USAGE;
     if (!options_fit(&args, actions[action], action_options[action])) return EXIT_USAGE;
     if (action == 0) return cache_info(&args);

@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "npy.h"
 #include "interrupt.h"
+#include "jobs.h"
 #include "textbuf.h"
 
 #include <errno.h>
@@ -316,10 +317,8 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
         if (parse_size(args, "child-fd", 3, &fd) != 0) return EXIT_USAGE;
         plan->child_fd = (int)fd;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    plan->jobs = cores > 0 ? (size_t)cores : 1;
-    if (!rc && args_has(args, "jobs") && parse_size(args, "jobs", 1, &plan->jobs) != 0)
-        return EXIT_USAGE;
+    plan->jobs = jobs_default();
+    if (!rc && jobs_parse(args, &plan->jobs) != 0) return EXIT_USAGE;
     plan->record = !args_has(args, "no-record");
     plan->in_process = args_has(args, "in-process");
     if (!rc && plan->in_process && args_has(args, "timeout")) {

@@ -337,7 +337,7 @@ static int parse_tune(const cli_args *args, tune_options_values *o) {
         (args_has(args, "time") && parse_size(args, "time", 1, &seconds)) ||
         (args_has(args, "n") && parse_size(args, "n", 1, &o->n)) ||
         (args_has(args, "repeat") && parse_size(args, "repeat", 1, &o->repeat)) ||
-        (args_has(args, "jobs") && parse_size(args, "jobs", 1, &o->jobs)))
+        jobs_parse(args, &o->jobs))
         return EXIT_USAGE;
     if (o->repeat > TUNE_REPEAT_MAX) {
         cli_error("tune", "--repeat: at most %d timed runs a candidate and shape, got %zu",

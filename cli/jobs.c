@@ -57,5 +57,13 @@ int jobs_run(const char *command, job_share share, void *arg, size_t jobs, int q
 
 size_t jobs_default(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores > 1 ? (size_t)cores : 1;
+    return cores <= 1 ? 1 : cores < MAX_CHILDREN ? (size_t)cores : MAX_CHILDREN;
+}
+
+int jobs_parse(const cli_args *args, size_t *jobs) {
+    int64_t n = 0;
+    if (!args_has(args, "jobs")) return 0;
+    if (parse_int64_range(args, "jobs", 1, MAX_CHILDREN, &n) != 0) return EXIT_USAGE;
+    *jobs = (size_t)n;
+    return 0;
 }

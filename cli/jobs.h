@@ -8,6 +8,8 @@
 #ifndef CLATTN_CLI_JOBS_H
 #define CLATTN_CLI_JOBS_H
 
+#include "args.h"
+
 #include <stddef.h>
 
 /* Share `job` of `jobs` (items job, job + jobs, ... of the caller's list). @return an exit
@@ -25,7 +27,13 @@ int jobs_check_device(const char *command, const char *spec);
  * when a share failed. */
 int jobs_run(const char *command, job_share share, void *arg, size_t jobs, int quiet);
 
-/* The cores online (at least 1): the default number of jobs. */
+/* The cores online, at least 1 and at most the children a signal handler follows
+ * (MAX_CHILDREN, interrupt.h): the default number of jobs. */
 size_t jobs_default(void);
+
+/* --jobs N into *jobs (left as it is when not given): from 1 to MAX_CHILDREN, since a child
+ * the signal handler does not know would outlive an interrupted command. @return 0 or
+ * EXIT_USAGE. */
+int jobs_parse(const cli_args *args, size_t *jobs);
 
 #endif

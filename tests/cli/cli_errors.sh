@@ -167,6 +167,33 @@ for pattern in window:-2,0 window:-5,-5 dilated:4,4,0 dilated:4,4,-1 bigbird:16,
   expect 2 "--pattern $pattern" -- "$clattn" bench --pattern "$pattern" --nq 8 --hq 1 --d 8
 done
 
+# outputs that would overwrite each other or an input, heads that do not divide, options a mode
+# does not read, and sweeps past what a run holds are refused before anything is measured
+small=(bench --nq 8 --hq 1 --d 8 --repeat 1)
+expect 2 "--csv and --json name the same file 'x.csv'" -- "$clattn" "${small[@]}" --csv x.csv \
+  --json x.csv
+expect 2 "--json and the folder of --out name the same file" -- "$clattn" "${small[@]}" \
+  --out sameout --json sameout/bench.csv
+expect 2 "would overwrite the layout of --pattern blocks:ref.npy" -- "$clattn" "${small[@]}" \
+  --pattern blocks:ref.npy,4,4 --csv ref.npy
+expect 2 "--hq 2 and --hkv 3" -- "$clattn" "${small[@]}" --hq 2 --hkv 2,3 --csv heads.csv
+expect 2 "--variant does not apply to --preset decode" -- "$clattn" bench --preset decode \
+  --variant flash
+expect 2 "--hq: --preset decode takes one value" -- "$clattn" bench --preset decode --hq 8,16
+expect 2 "--steps does not apply to this sweep" -- "$clattn" "${small[@]}" --steps 3
+expect 2 "--repeat: expected an integer from 1 to 256" -- "$clattn" "${small[@]}" --repeat 1000
+expect 2 "--nq: a list of at most 16 values" -- "$clattn" bench --nq "$(seq -s, 17)"
+many=$(seq -s, 1 16)
+patterns="full,causal$(for w in $(seq 46); do printf ',window:%d,%d' "$w" "$w"; done)"
+expect 2 "the sweep has 4608 measurements" -- "$clattn" bench --nq "$many" --b 1,2,3 \
+  --pattern "$patterns" --path fused,reference
+ls x.csv heads.csv sameout/bench.csv ref.npy.tmp.* 2> /dev/null && fail "a refused bench wrote a file"
+# --jobs beyond the children an interrupt stops
+expect 2 "--jobs: expected an integer from 1 to 16" -- "$clattn" tune --jobs 17
+expect 2 "--jobs: expected an integer from 1 to 16" -- "$clattn" cache warm --jobs 99
+expect 2 "--max-mb: expected a size >= 0 and below 1e+12 MiB, got '1e12'" -- \
+  "$clattn" cache trim --max-mb 1e12
+
 # ---- bench --out: its files are written together, plot.png drawn by gnuplot from the same
 # data first; without gnuplot the rest is written, plot.png stays as it was, and the exit is 1
 bench=(bench --nq 16,32 --hq 1 --d 8 --repeat 1 --path fused --out plots)
@@ -195,6 +222,10 @@ SH
   expect 1 "gnuplot failed or is missing" -- env PATH="$work/fakegp:$PATH" "$clattn" "${bench[@]}"
   cmp -s plots/plot.png <(echo old) || fail "a failing gnuplot replaced plot.png"
   ls plots/*.tmp.* 2> /dev/null && fail "bench left a failing gnuplot's temporary"
+  # a folder whose name holds a quote: gnuplot's strings escape it
+  "$clattn" bench --nq 16 --hq 1 --d 8 --repeat 1 --out "it's" > stdout 2> stderr ||
+    fail "bench --out \"it's\": $(cat stderr)"
+  [ "$(head -c 4 "it's/plot.png" | tail -c 3)" = PNG ] || fail "bench --out \"it's\" drew no plot"
 else
   echo "cli_errors: gnuplot is not installed: bench --out's plot is not checked"
 fi

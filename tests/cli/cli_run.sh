@@ -121,7 +121,7 @@ fi
 # ---- help, version, devices
 "$clattn" --version | grep -q "^clattn [0-9]" || fail "--version"
 "$clattn" --help | grep -q "commands:" || fail "--help"
-for cmd in devices run check bench pattern; do
+for cmd in devices run layer check bench pattern tune cache; do
   "$clattn" help "$cmd" | grep -q "usage: clattn $cmd" || fail "help $cmd"
 done
 "$clattn" devices | grep -q "Portable Computing Language" || fail "devices does not list PoCL"
