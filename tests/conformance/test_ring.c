@@ -123,6 +123,7 @@ static clattn_attention_desc desc_of(size_t nq, size_t nk, int causal) {
 static void expect_cover(const clattn_attention_desc *d, clattn_sharding sharding, size_t parts,
                          size_t n, int keys) {
     unsigned char *seen = calloc(n, 1);
+    cr_assert_not_null(seen);
     for (size_t p = 0; p < parts; p++) {
         clattn_shard s;
         cr_assert_eq(
@@ -130,7 +131,11 @@ static void expect_cover(const clattn_attention_desc *d, clattn_sharding shardin
             CLATTN_SUCCESS);
         cr_expect_eq(s.rows, s.len[0] + s.len[1]);
         for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < s.len[k]; i++) seen[s.start[k] + i]++;
+            for (size_t i = 0; i < s.len[k]; i++) {
+                size_t row = s.start[k] + i;
+                cr_assert_lt(row, n, "part %zu holds row %zu of %zu", p, row, n);
+                seen[row]++;
+            }
     }
     for (size_t i = 0; i < n; i++)
         cr_expect_eq(seen[i], 1, "row %zu of %zu held %d times (%zu parts)", i, n, seen[i], parts);
