@@ -34,6 +34,11 @@ clattn_status kv_cache_lengths_in_call(const clattn_kv_cache *c, int32_t *length
 clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,
                                          cl_mem q, const int32_t *q_len, cl_mem o, cl_mem lse,
                                          cl_event *event);
+/* What kv_cache_attention_in_call would refuse before it runs anything: the desc against the
+ * cache, and a variant the call names that does not serve calls over a cache. The layer asks
+ * before it appends, so that a refused call leaves the cache's rows as they were. */
+clattn_status kv_cache_attention_check(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                       const int32_t *q_len);
 
 /* Tuning parameters as the caller sees them (clattn_tuning's fields; struct_size untouched). */
 void tuning_to_public(const tuning_params *in, clattn_tuning *out);

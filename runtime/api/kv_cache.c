@@ -9,6 +9,7 @@
  * cache exactly as it was.
  */
 #include "api/calls.h"
+#include "kernels/dispatch.h"
 #include "plan/params.h"
 #include "reference/reference.h"
 
@@ -643,6 +644,15 @@ static clattn_status cache_problem(clattn_kv_cache *c, const clattn_attention_de
     kv_view view = {cd->dtype, c->lengths, q_len, cd->page_size, c->max_pages, c->table};
     pb->kv = view;
     return CLATTN_SUCCESS;
+}
+
+clattn_status kv_cache_attention_check(clattn_kv_cache *c, const clattn_attention_desc *desc,
+                                       const int32_t *q_len) {
+    attn_problem pb;
+    clattn_status s = cache_problem(c, desc, q_len, BIAS_FROM_BUFFER, &pb);
+    if (s == CLATTN_SUCCESS) s = dispatch_named_serves(c->ctx, &pb);
+    problem_release(&pb);
+    return s;
 }
 
 clattn_status kv_cache_attention_in_call(clattn_kv_cache *c, const clattn_attention_desc *desc,

@@ -76,13 +76,21 @@ static clattn_status probe_host_memory(clattn_context *ctx, const variant_plan *
 }
 
 /* Plans and runs one row. */
-static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *row,
-                                  const attn_problem *pb, const attn_buffers *b, cl_event *event) {
+/* CLATTN_ERR_UNSUPPORTED, naming why, when the row does not serve the call. */
+static clattn_status row_serves(clattn_context *ctx, const attn_variant *row,
+                                const attn_problem *pb) {
     char why[256] = "";
     if (!row->supports(ctx, pb, why, sizeof why))
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "%s: %s", row->name, why);
+    return CLATTN_SUCCESS;
+}
+
+static clattn_status plan_and_run(clattn_context *ctx, const attn_variant *row,
+                                  const attn_problem *pb, const attn_buffers *b, cl_event *event) {
+    clattn_status status = row_serves(ctx, row, pb);
+    if (status != CLATTN_SUCCESS) return status;
     variant_plan plan;
-    clattn_status status = variant_plan_make(ctx, row, pb, b->lse != NULL, &plan);
+    status = variant_plan_make(ctx, row, pb, b->lse != NULL, &plan);
     if (status != CLATTN_SUCCESS) return status;
     clattn_stats stats;
     stats_begin(row, &stats);
@@ -264,6 +272,24 @@ static clattn_status dispatch(clattn_context *ctx, const attn_problem *pb, const
     clattn_status status = named_row(ctx, pb, &row);
     if (status != CLATTN_SUCCESS) return status;
     return row ? run_named(ctx, row, pb, b, event) : run_auto(ctx, pb, b, event);
+}
+
+clattn_status dispatch_named_serves(clattn_context *ctx, const attn_problem *pb) {
+    const attn_variant *row = NULL;
+    clattn_status status = named_row(ctx, pb, &row);
+    if (status != CLATTN_SUCCESS || row) return status ? status : row_serves(ctx, row, pb);
+    candidate c[MAX_CANDIDATES];
+    verify_settings vs = verify_settings_of(ctx);
+    vs.policy = CLATTN_VERIFY_TRUST; /* which rows serve the call, whatever their verdicts */
+    size_t n = list_candidates(ctx, pb, &vs, c);
+    for (size_t i = 0; i < n; i++) {
+        if (c[i].row->supports(ctx, pb, c[i].why, sizeof c[i].why)) return CLATTN_SUCCESS;
+        c[i].tried = 1;
+    }
+    char reasons[1024];
+    describe_fallback(c, n, &vs, reasons, sizeof reasons);
+    return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED, "no variant serves the call%s%s",
+                     *reasons ? ": " : "", reasons);
 }
 
 clattn_status dispatch_call(clattn_context *ctx, const attn_problem *pb, const attn_buffers *b,

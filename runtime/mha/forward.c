@@ -336,6 +336,7 @@ static clattn_status attend(mha_run *r, clattn_kv_cache *cache, const int32_t *n
     int32_t *saved = st ? NULL : malloc(b * sizeof *saved);
     if (!st && !saved) st = ctx_error(m->ctx, CLATTN_ERR_OUT_OF_MEMORY, "mha: cache lengths");
     if (!st) st = kv_cache_lengths_in_call(cache, saved);
+    if (!st) st = kv_cache_attention_check(cache, &r->attn, new_len); /* before any row changes */
     clattn_kv_rows kv = {r->proj,    r->proj,       r->attn.k, r->attn.v,
                          CLATTN_F32, r->call.len_q, new_len};
     if (!st) st = kv_cache_append_in_call(cache, &kv);

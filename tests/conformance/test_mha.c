@@ -692,8 +692,42 @@ Test(mha, a_head_count_past_memory_is_refused) {
     cr_expect_eq(clattn_mha_reference(&d, &call, x, NULL, y), CLATTN_ERR_INVALID_ARGUMENT);
 }
 
+/* A cache call naming a variant or a path that does not serve caches is refused before its
+ * append: rows kept in storage past a rollback (which set_lengths may bring back) stay as they
+ * were. `cache` (made from cd, float32) is empty; `good` a call that runs. */
+static void expect_cache_rows_kept(clattn_context *ctx, clattn_mha *mha, clattn_kv_cache *cache,
+                                   const clattn_kv_cache_desc *cd,
+                                   const clattn_attention_desc *good, cl_mem x, cl_mem y) {
+    size_t k_count = cd->batch * cd->capacity * cd->heads_kv * cd->dim_qk;
+    size_t v_count = cd->batch * cd->capacity * cd->heads_kv * cd->dim_v;
+    float *k = malloc(2 * (k_count + v_count) * sizeof *k), *v = k + k_count;
+    float *k_after = v + v_count, *v_after = k_after + k_count;
+    ASSERT_OK(ctx, clattn_mha_forward_cache(mha, cache, good, x, NULL, y, NULL));
+    const int32_t two[2] = {2, 2};
+    ASSERT_OK(ctx, clattn_kv_cache_set_lengths(cache, two)); /* rows 2.. kept in storage */
+    ASSERT_OK(ctx, clattn_kv_cache_read_host(cache, k, v));
+    for (int bad = 0; bad < 2; bad++) {
+        clattn_attention_desc call = *good;
+        if (bad == 0) call.variant = CLATTN_VARIANT_LANES;
+        if (bad == 1) call.path = CLATTN_PATH_GEMM;
+        cr_expect_eq(clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL),
+                     CLATTN_ERR_UNSUPPORTED, "case %d", bad);
+        cr_expect(strstr(clattn_context_last_error(ctx), "KV cache") != NULL, "case %d: '%s'", bad,
+                  clattn_context_last_error(ctx));
+        int32_t lengths[2] = {-1, -1};
+        clattn_kv_cache_lengths(cache, lengths);
+        cr_expect(lengths[0] == 2 && lengths[1] == 2, "case %d: lengths %d %d", bad, lengths[0],
+                  lengths[1]);
+        ASSERT_OK(ctx, clattn_kv_cache_read_host(cache, k_after, v_after));
+        cr_expect(memcmp(k, k_after, k_count * sizeof *k) == 0 &&
+                      memcmp(v, v_after, v_count * sizeof *v) == 0,
+                  "case %d: a refused call changed the cache's rows", bad);
+    }
+    free(k);
+}
+
 /* Refused calls write nothing: Y keeps its bytes, a refused head mask keeps the layer's, and a
- * refused cache call keeps the cache's lengths. */
+ * refused cache call keeps the cache's lengths and rows. */
 Test(mha, bad_calls_change_nothing) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
@@ -757,6 +791,7 @@ Test(mha, bad_calls_change_nothing) {
     cr_expect(lengths[0] == 0 && lengths[1] == 0, "lengths %d %d", lengths[0], lengths[1]);
     read_back(ctx, y, after, bytes);
     cr_expect(memcmp(after, sentinel, bytes) == 0, "a refused cache call wrote Y");
+    expect_cache_rows_kept(ctx, mha, right, &cd, &good, x, y);
     clattn_kv_cache_destroy(wrong), clattn_kv_cache_destroy(right);
     clattn_mha_destroy(mha);
     clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(short_x);
