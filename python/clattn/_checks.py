@@ -68,10 +68,10 @@ def size(value: Any, name: str, minimum: int = 1) -> int:
 def _as_array(values: Any, name: str) -> np.ndarray:
     """values as a NumPy array: a torch tensor through the host, a list as it is (object
     dtype for ints beyond int64, checked one by one)."""
-    from ._tensors import is_torch_tensor  # _tensors imports this module
+    from ._tensors import host_values, is_torch_tensor  # _tensors imports this module
 
     if is_torch_tensor(values):
-        return values.detach().cpu().numpy()
+        return host_values(values, name).numpy()
     if isinstance(values, (str, bytes)):
         raise invalid(f"{name}={values!r}: integers are needed, not a {type(values).__name__}")
     try:

@@ -117,12 +117,30 @@ def _torch_dtype(tensor: Any, name: str, bits_are_bf16: bool) -> int:
     raise invalid(f"{name}: dtype {tensor.dtype} is not a storage type (float32, float16 or bfloat16)")
 
 
-def _from_torch(tensor: Any, name: str, bits_are_bf16: bool) -> HostTensor:
+def _check_torch_memory(tensor: Any, name: str) -> None:
+    """A tensor clattn can read: dense values in host memory (not CUDA, not meta, not sparse;
+    not a lazily negated view, whose memory holds the values unnegated)."""
+    torch = torch_module()
     if tensor.device.type != "cpu":
         raise invalid(
             f"{name} is on {tensor.device}: clattn reads host memory; move it with .cpu() "
             "(clattn runs on OpenCL devices, not through torch's devices)"
         )
+    if tensor.layout != torch.strided:
+        raise invalid(f"{name} is a {tensor.layout} tensor: clattn reads dense ones (.to_dense())")
+    if tensor.is_neg() or tensor.is_conj():
+        raise invalid(f"{name} is a lazily negated or conjugated view: call .resolve_neg() first")
+
+
+def host_values(tensor: Any, name: str) -> Any:
+    """A torch tensor's values, detached, for the small inputs clattn copies anyway (masks,
+    biases, slopes, sinks, layouts, index lists): what host_tensor refuses is refused here too."""
+    _check_torch_memory(tensor, name)
+    return tensor.detach()
+
+
+def _from_torch(tensor: Any, name: str, bits_are_bf16: bool) -> HostTensor:
+    _check_torch_memory(tensor, name)
     torch = torch_module()
     if tensor.requires_grad and torch.is_grad_enabled():
         raise invalid(

@@ -25,6 +25,7 @@ from ._tensors import (
     convert,
     empty,
     host_tensor,
+    host_values,
     is_torch_tensor,
     parse_storage,
     torch_module,
@@ -171,7 +172,8 @@ class _Call:
             raise invalid("block_layout needs block_size: BQ or (BQ, BK), in rows and keys")
         bq, bk = _checks.block_size(block_size)
         layout = as_numpy(
-            block_layout.cpu() if is_torch_tensor(block_layout) else block_layout, "block_layout"
+            host_values(block_layout, "block_layout") if is_torch_tensor(block_layout) else block_layout,
+            "block_layout",
         )
         grid = (math.ceil(d.len_q / bq), math.ceil(d.len_k / bk))
         if layout.dtype.kind not in "biuf":
@@ -227,7 +229,7 @@ class _Call:
         """float32 [Hq] (or [B, Hq]), contiguous, kept alive with the call."""
         d = self.desc
         if is_torch_tensor(values):
-            values = values.detach().cpu().float().numpy()
+            values = host_values(values, name).float().numpy()
         array = np.ascontiguousarray(as_numpy(values, name), dtype=np.float32)
         shapes = [(d.heads_q,)] + ([(d.batch, d.heads_q)] if allow_batch else [])
         if array.shape not in shapes:
@@ -312,7 +314,7 @@ def _inputs(q: Any, k: Any, v: Any, storage: Optional[int]) -> Tuple[HostTensor,
     """Q, K, V as the library reads them, in the storage type of the call."""
     tensors = [_input(x, name, storage) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
     dtypes = {t.dtype for t in tensors}
-    if len(dtypes) != 1:
+    if len(dtypes) != 1 and storage is None:  # with storage=, each is converted to it
         names = ", ".join(f"{n}: {DTYPE_NAMES[t.dtype]}" for n, t in zip("qkv", tensors))
         raise invalid(f"q, k and v must share one dtype ({names}); convert them, or set storage=")
     dtype = storage if storage is not None else dtypes.pop()
@@ -388,7 +390,7 @@ def _bias_as_float32(bias: Any) -> np.ndarray:
     """The bias as float32 values NumPy can broadcast (a float32 array is not copied)."""
     if is_torch_tensor(bias):
         if bias.dtype.is_floating_point:
-            bias = bias.detach().cpu().float().numpy()
+            bias = host_values(bias, "bias").float().numpy()
         else:
             raise invalid(
                 f"bias: dtype {bias.dtype} is not a float type; a boolean mask is np.where(mask, 0, -inf)"

@@ -39,6 +39,7 @@ from ._tensors import (
     dense,
     empty,
     host_tensor,
+    host_values,
     is_torch_tensor,
     parse_dtype,
     parse_storage,
@@ -134,7 +135,7 @@ def _head_mask(mask: Any, heads: int) -> Optional[np.ndarray]:
     if mask is None:
         return None
     if is_torch_tensor(mask):
-        mask = mask.detach().cpu().numpy()
+        mask = host_values(mask, "head_mask").numpy()
     values = as_numpy(mask, "head_mask")
     if values.dtype.kind not in "biuf":
         raise invalid(f"head_mask: bools or integers needed, got dtype {values.dtype}")
@@ -508,7 +509,12 @@ class MultiheadAttention(_OwnedHandle):
             if kv_cache is not None:
                 raise invalid("x_kv and kv_cache: a call over a KV cache projects K and V from x")
             xkv, kv_unbatched = self._input(x_kv, "x_kv", self._d_kv, storage_dtype)
-            if kv_unbatched != unbatched or xkv.shape[0] != batch:
+            if kv_unbatched != unbatched:
+                raise invalid(
+                    f"x has shape {tuple(x.shape)} and x_kv {tuple(x_kv.shape)}: give both a batch "
+                    "dimension ([B, N, width]) or neither ([N, width])"
+                )
+            if xkv.shape[0] != batch:
                 raise invalid(
                     f"x has shape {xt.shape} and x_kv {xkv.shape} (as [B, N, width]): their batches differ"
                 )

@@ -35,7 +35,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _checks
-from ._tensors import as_numpy, host_tensor, is_torch_tensor, torch_module
+from ._tensors import as_numpy, host_tensor, host_values, is_torch_tensor, torch_module
 from .attention import attention
 from .errors import invalid
 
@@ -119,7 +119,7 @@ def _mask_as_float32(attn_mask: Any, query: Any) -> np.ndarray:
     mask as it is. The dtypes PyTorch takes: bool, float32, or the query's dtype."""
     if is_torch_tensor(attn_mask):
         torch = torch_module()
-        mask = attn_mask.detach().cpu()
+        mask = host_values(attn_mask, "attn_mask")
         if mask.dtype == torch.bool:
             bias = torch.zeros(mask.shape, dtype=torch.float32)
             return bias.masked_fill_(~mask, float("-inf")).numpy()

@@ -29,6 +29,10 @@ def test_mixed_dtypes(context, qkv) -> None:
     q, k, v = qkv
     with pytest.raises(clattn.Error, match="share one dtype"):
         clattn.attention(q, k.astype(np.float16), v, context=context)
+    # as the message says, storage= takes them: each is converted to it
+    mixed = clattn.attention(q, k.astype(np.float16), v, storage="f16", context=context)
+    same = clattn.attention(*(x.astype(np.float16) for x in (q, k, v)), context=context)
+    np.testing.assert_array_equal(mixed, same)
 
 
 def test_not_an_array(context, qkv) -> None:
@@ -195,3 +199,24 @@ def test_torch_dtype_and_device(torch, context, rng) -> None:
     meta = q.to("meta")
     with pytest.raises(clattn.Error, match="is on meta"):
         clattn.attention(meta, meta, meta, context=context)
+
+
+def test_torch_memory_clattn_cannot_read(torch, context, rng) -> None:
+    """Sparse tensors, lazily negated views and tensors without data (meta) are refused by name,
+    as q, k and v and as the small inputs (bias, sinks, masks, layouts) alike."""
+    q = torch.from_numpy(uniform(rng, 1, 2, 4, 8))
+    with pytest.raises(clattn.Error, match="q is a torch.sparse_coo tensor"):
+        clattn.attention(q.to_sparse(), q, q, context=context)
+    with pytest.raises(clattn.Error, match="v is a lazily negated"):
+        clattn.attention(q, q, torch._neg_view(q), context=context)
+    on_meta = {
+        "bias": dict(bias=torch.zeros(4, 4, device="meta")),
+        "sinks": dict(sinks=torch.zeros(2, device="meta")),
+        "alibi_slopes": dict(alibi_slopes=torch.zeros(2, device="meta")),
+    }
+    for name, extra in on_meta.items():
+        with pytest.raises(clattn.Error, match=f"{name} is on meta"):
+            clattn.attention(q, q, q, context=context, **extra)
+    mask = torch.ones(4, 4, dtype=torch.bool).to_sparse()
+    with clattn.using(context), pytest.raises(clattn.Error, match="attn_mask is a torch.sparse"):
+        clattn.scaled_dot_product_attention(q, q, q, attn_mask=mask)

@@ -443,6 +443,8 @@ def test_errors(context, rng) -> None:
             layer(uniform(rng, 1, 4, 40))
         with pytest.raises(clattn.Error, match="batches differ"):
             layer(x, uniform(rng, 2, 4, D_MODEL))
+        with pytest.raises(clattn.Error, match=r"x_kv \(4, 48\): give both a batch dimension"):
+            layer(x, uniform(rng, 4, D_MODEL))
         with pytest.raises(clattn.Error, match="must share one dtype"):
             layer(x, x.astype(np.float16))
         with pytest.raises(clattn.Error, match="not a storage type"):
