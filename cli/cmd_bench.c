@@ -115,10 +115,11 @@ static int check_patterns(const bench_pattern *patterns, size_t count) {
 
 /* ---------------------------------------------------------------- configuration */
 
+/* --path: each path once, however often it is named (as check and cache warm do). */
 static int parse_paths(const cli_args *args, bench_config *c) {
-    char words[4][64];
+    char words[16][64];
     size_t n = 0;
-    if (parse_word_list(args, "path", words, 4, &n) != 0) return EXIT_USAGE;
+    if (parse_word_list(args, "path", words, 16, &n) != 0) return EXIT_USAGE;
     c->num_paths = 0;
     for (size_t i = 0; i < n; i++) {
         bench_path p = BENCH_FUSED;
@@ -132,7 +133,9 @@ static int parse_paths(const cli_args *args, bench_config *c) {
             cli_error("bench", "--path host: %s", host_attention_unavailable());
             return EXIT_USAGE;
         }
-        c->paths[c->num_paths++] = p;
+        size_t seen = 0;
+        while (seen < c->num_paths && c->paths[seen] != p) seen++;
+        if (seen == c->num_paths) c->paths[c->num_paths++] = p;
     }
     return 0;
 }

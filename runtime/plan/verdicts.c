@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 /* The fields of an entry, every one a string, by their names in the file. */
@@ -71,11 +72,16 @@ static void read_entry(json_reader *r, void *entry) {
 
 /* A file's entries (none when it does not exist), and in *fault where it is malformed (byte
  * + 1; 0: read whole). @return 0, or an errno. */
-static int read_entries(const char *path, verdict_entry **entries, size_t *count, size_t *fault) {
+/* The entries of a store or report at `path`; *marked (when not NULL): whether the text holds
+ * the format's key, "clattn_verdicts", which every file written here and every report has. */
+static int read_entries(const char *path, verdict_entry **entries, size_t *count, size_t *fault,
+                        int *marked) {
     size_t size = 0;
     *entries = NULL, *count = 0, *fault = 0;
     char *text = read_regular_file(path, (size_t)1 << 24, 0, &size);
+    if (marked) *marked = 0;
     if (!text) return errno == ENOENT ? 0 : errno;
+    if (marked) *marked = strstr(text, "\"clattn_verdicts\"") != NULL;
     *entries =
         json_read_entries(text, size, sizeof **entries, read_entry, count, fault, "verdicts");
     free(text);
@@ -121,7 +127,7 @@ static void reload_store(const char *path) {
     snprintf(store.path, sizeof store.path, "%s", path);
     store.mtime = st.st_mtim, store.size = st.st_size;
     size_t fault; /* lookups take the entries before a fault */
-    read_entries(path, &store.entries, &store.count, &fault);
+    read_entries(path, &store.entries, &store.count, &fault, NULL);
 }
 
 int verdict_find(verdict_entry *e) {
@@ -195,7 +201,7 @@ static clattn_status add_entries(const char *file, const verdict_entry *added, s
     verdict_entry *entries = NULL;
     size_t count = 0, fault = 0;
     int lock = shared ? file_lock(file) : -1; /* against the others' updates, until the rename */
-    int e = shared && lock < 0 ? errno : read_entries(file, &entries, &count, &fault);
+    int e = shared && lock < 0 ? errno : read_entries(file, &entries, &count, &fault, NULL);
     if (!e && !fault) e = write_with(file, entries, count, added, num_added);
     file_unlock(lock);
     free(entries);
@@ -219,8 +225,16 @@ clattn_status verdict_write(const char *file, const verdict_entry *e, error_reco
 clattn_status verdicts_merge(const char *file, size_t *merged, size_t *ignored, error_record *err) {
     verdict_entry *entries = NULL, mine;
     size_t count = 0, kept = 0, fault = 0;
-    int e = read_entries(file, &entries, &count, &fault);
+    int marked = 0;
+    int e = read_entries(file, &entries, &count, &fault, &marked);
     if (e) return error_set(err, CLATTN_ERR_IO, "reading %s: %s", file, strerror(e));
+    if (!fault && !marked && access(file, F_OK) == 0) { /* JSON, but another kind of file */
+        free(entries);
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "%s is not a verdicts report (clattn check --report): it has no "
+                         "\"clattn_verdicts\" key",
+                         file);
+    }
     if (fault) {
         free(entries);
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,

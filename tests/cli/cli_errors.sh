@@ -188,6 +188,10 @@ patterns="full,causal$(for w in $(seq 46); do printf ',window:%d,%d' "$w" "$w"; 
 expect 2 "the sweep has 4608 measurements" -- "$clattn" bench --nq "$many" --b 1,2,3 \
   --pattern "$patterns" --path fused,reference
 ls x.csv heads.csv sameout/bench.csv ref.npy.tmp.* 2> /dev/null && fail "a refused bench wrote a file"
+# a path named twice is measured once
+"$clattn" "${small[@]}" --path fused,fused,reference --csv twice.csv > /dev/null 2>&1 ||
+  fail "bench --path fused,fused,reference failed"
+[ "$(grep -c ',fused,' twice.csv)" -eq 1 ] || fail "bench measured a path named twice twice: $(cat twice.csv)"
 # --jobs beyond the children an interrupt stops
 expect 2 "--jobs: expected an integer from 1 to 16" -- "$clattn" tune --jobs 17
 expect 2 "--jobs: expected an integer from 1 to 16" -- "$clattn" cache warm --jobs 99

@@ -106,6 +106,9 @@ expect 1 "--verdicts $work/absent.json" -- "$clattn" devices --verdicts "$work/a
 echo "not json" > garbage.txt
 expect 1 "not a verdicts report (clattn check --report): malformed, or more than 4096 entries, \
 near byte 0" -- "$clattn" devices --verdicts garbage.txt
+echo '{"foo": [1, 2]}' > other.json # well-formed JSON, another kind of file
+expect 1 'other.json is not a verdicts report (clattn check --report): it has no "clattn_verdicts"' \
+  -- "$clattn" devices --verdicts other.json
 cp other/verdicts.json stored.json
 sed -i '0,/"device": "[^"]*"/s//"device": {1: 2}/' other/verdicts.json
 cp other/verdicts.json damaged.json
