@@ -61,6 +61,26 @@ static int cache_unavailable(clattn_status status) {
 /* The cache's limit: CLATTN_CACHE_MAX_MB takes sizes below this many MiB, --max-mb too. */
 #define MAX_MB_LIMIT 1e12
 
+/* A size in MiB from 0 to below MAX_MB_LIMIT, the whole text; -1 for anything else. */
+static double size_mb(const char *text) {
+    char *end = NULL;
+    double mb = text && *text ? strtod(text, &end) : -1;
+    return end && !*end && mb >= 0 && mb < MAX_MB_LIMIT ? mb : -1;
+}
+
+/* Where the limit comes from, as the library reads $CLATTN_CACHE_MAX_MB (which it ignores,
+ * quietly but for CLATTN_VERBOSE, when the value is not a size). */
+static void print_limit_source(void) {
+    const char *env = getenv("CLATTN_CACHE_MAX_MB");
+    if (!env || !*env)
+        printf(" (the default; $CLATTN_CACHE_MAX_MB sets it)\n");
+    else if (size_mb(env) < 0)
+        printf(" (the default: CLATTN_CACHE_MAX_MB=%s is not a size in MiB below %.0e)\n", env,
+               MAX_MB_LIMIT);
+    else
+        printf(" ($CLATTN_CACHE_MAX_MB)\n");
+}
+
 static int cache_info(const cli_args *args) {
     char folder[4096], oldest[64], newest[64];
     clattn_cache_info info;
@@ -89,7 +109,8 @@ static int cache_info(const cli_args *args) {
     printf("  of them   %zu of other clattn versions, %.1f MiB (removed first)\n",
            info.other_version_entries, (double)info.other_version_bytes / 1048576.0);
     printf("last used   oldest %s, newest %s\n", oldest, newest);
-    printf("limit       %.1f MiB ($CLATTN_CACHE_MAX_MB)\n", (double)info.limit_bytes / 1048576.0);
+    printf("limit       %.1f MiB", (double)info.limit_bytes / 1048576.0);
+    print_limit_source();
     printf("PoCL        keeps its devices' compiled kernels in its own cache, not here, unless\n"
            "            POCL_KERNEL_CACHE=0 (docs/kernel-cache.md)\n");
     return 0;
@@ -103,9 +124,8 @@ static int cache_trim_to(const cli_args *args, int clear) {
     uint64_t max_bytes = clear ? 0 : info.limit_bytes;
     if (!clear && args_get(args, "max-mb")) {
         const char *text = args_get(args, "max-mb");
-        char *end = NULL;
-        double mb = strtod(text, &end); /* a double: float32 would round 1e12 down into range */
-        if (end == text || *end || !(mb >= 0 && mb < MAX_MB_LIMIT)) { /* 64 bits of bytes */
+        double mb = size_mb(text); /* a double: float32 would round 1e12 down into range */
+        if (mb < 0) {
             cli_error("cache", "--max-mb: expected a size >= 0 and below %.0e MiB, got '%s'",
                       MAX_MB_LIMIT, text);
             return EXIT_USAGE;

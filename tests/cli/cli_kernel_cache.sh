@@ -47,6 +47,12 @@ echo notes > "$CLATTN_CACHE_DIR/notes.txt"
 [ "$(field bytes)" = 614400 ] || fail "info: bytes $(field bytes), expected 614400"
 "$clattn" cache info | grep -q "6 compiled programs" || fail "info's text: $("$clattn" cache info)"
 "$clattn" cache info | grep -q "^PoCL .* its own cache" || fail "info does not say where PoCL keeps its kernels"
+# the limit's source, and a $CLATTN_CACHE_MAX_MB that is not a size named rather than ignored
+CLATTN_CACHE_MAX_MB=12 "$clattn" cache info | grep -q '^limit  *12.0 MiB (\$CLATTN_CACHE_MAX_MB)' ||
+  fail "info does not show CLATTN_CACHE_MAX_MB=12: $("$clattn" cache info | grep limit)"
+CLATTN_CACHE_MAX_MB=12abc "$clattn" cache info |
+  grep -q '^limit  *256.0 MiB (the default: CLATTN_CACHE_MAX_MB=12abc is not a size' ||
+  fail "info does not name a bad CLATTN_CACHE_MAX_MB: $(CLATTN_CACHE_MAX_MB=12abc "$clattn" cache info)"
 
 # 307200 bytes (0.29296875 MiB): the other version's three go, though they were used last
 "$clattn" cache trim --max-mb 0.29296875 > "$work/out" || fail "trim: $(cat "$work/out")"
