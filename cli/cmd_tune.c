@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TUNE_SHAPES 3
 #define TUNE_GAIN   0.98 /* a candidate must beat the best by 2% */
@@ -271,6 +272,19 @@ static void format_params(const clattn_tuning *p, const clattn_tuning_axis *axes
                                  *field_of((clattn_tuning *)p, &axes[a]));
 }
 
+/* On a terminal without --verbose, one line on stderr that says the search goes on (cleared
+ * before the table). */
+static void show_progress(const tuner *t, const char *what) {
+    if (t->verbose || !isatty(STDERR_FILENO)) return;
+    double left = t->deadline - seconds_now();
+    fprintf(stderr, "\r  candidate %zu: %s; at most %.0f s left   ", t->tried + 1, what,
+            left > 0 ? left : 0);
+}
+
+static void clear_progress(const tuner *t) {
+    if (!t->verbose && isatty(STDERR_FILENO)) fprintf(stderr, "\r%70s\r", "");
+}
+
 /* Coordinate descent from *best: each field through its values, the best kept, in rounds
  * until a round improves nothing or the time is up. */
 static void search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes, clattn_tuning *best,
@@ -284,6 +298,9 @@ static void search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes, cl
                 *field_of(&c, &axes[a]) = axes[a].values[v];
                 if (seen_before(t, &c)) continue;
                 char kernel[96] = "", text[256];
+                char what[64];
+                snprintf(what, sizeof what, "other %s values", axes[a].field);
+                show_progress(t, what);
                 double score = evaluate(t, &c, kernel, sizeof kernel);
                 int better = score < *best_score + log(TUNE_GAIN);
                 if (t->verbose) {
@@ -446,16 +463,21 @@ static int run_search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes,
     tuning_in_effect(t, &before, &source);
     char kernel[96] = "", text_before[512], text_after[512], params[256];
     seen_before(t, &before);
+    show_progress(t, "the parameters in effect");
     double best_score = evaluate(t, &before, kernel, sizeof kernel);
     for (size_t i = 0; i < TUNE_SHAPES; i++)
         t->shapes[i].before_ms = t->shapes[i].best_ms = isinf(best_score) ? 0 : t->shapes[i].ms;
     format_params(&before, axes, num_axes, params, sizeof params);
     snprintf(text_before, sizeof text_before, "%s (%s)%s", params, sources[source],
              isinf(best_score) ? ": failed" : "");
-    if (isinf(best_score)) printf("the parameters in effect fail: %s\n", text_before);
+    if (isinf(best_score)) {
+        clear_progress(t);
+        printf("the parameters in effect fail: %s\n", text_before);
+    }
     *best = before;
     double before_score = best_score;
     if (off_the_axes(&before, axes, num_axes, &start) && !seen_before(t, &start)) {
+        show_progress(t, "the middle of the axes");
         double start_score = evaluate(t, &start, kernel, sizeof kernel);
         if (!isinf(start_score)) { /* descend from the middle; keep it only if it wins */
             *best = start, best_score = start_score;
@@ -463,6 +485,7 @@ static int run_search(tuner *t, const clattn_tuning_axis *axes, size_t num_axes,
         }
     }
     search(t, axes, num_axes, best, &best_score);
+    clear_progress(t);
     if (!isinf(before_score) && best_score >= before_score + log(TUNE_GAIN))
         *best = before, best_score = before_score; /* nothing beat the parameters in effect */
     if (isinf(best_score)) {
