@@ -17,13 +17,14 @@ static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
                                    const attn_buffers *b) {
     const clattn_attention_extents *ext = &pb->extents;
     size_t in = dtype_size(pb->dtype), out = dtype_size(pb->out_dtype);
+    clattn_dtype kv = pb->kv.dtype; /* Q's storage, or K's and V's q8_0/q4_0 blocks */
     const struct {
         const char *name;
         cl_mem buffer;
         size_t need, first; /* bytes to the extent's end, and to its first element */
     } list[] = {{"Q", b->q, ext->q, pb->q.offset * in},
-                {"K", b->k, ext->k, pb->k.offset * in},
-                {"V", b->v, ext->v, pb->v.offset * in},
+                {"K", b->k, ext->k, dtype_bytes(kv, pb->k.offset)},
+                {"V", b->v, ext->v, dtype_bytes(kv, pb->v.offset)},
                 {"O", b->o, ext->o, pb->o.offset * out},
                 {"LSE", b->lse, ext->lse, 0},
                 {"bias", b->bias, ext->bias, pb->bias.offset * sizeof(float)}};

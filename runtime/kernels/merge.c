@@ -1,6 +1,7 @@
 /* clattn_attention_merge: a partial attention result merged into an accumulator through the
  * LSEs, on the device (cl/merge.cl), for ring attention's key/value shards. */
 #include "core/core.h"
+#include "plan/problem.h"
 
 #include <string.h>
 
@@ -34,10 +35,6 @@ static size_t tensor_end(const clattn_merge_desc *d, const clattn_tensor *t, siz
     return last;
 }
 
-static int spans_meet(cl_mem a, size_t a0, size_t a1, cl_mem b, size_t b0, size_t b1) {
-    return a == b && a0 < b1 && b0 < a1;
-}
-
 /* Sizes, extents, and the outputs apart from every other tensor. */
 static clattn_status merge_check(clattn_context *ctx, const clattn_merge_desc *d, cl_mem mem[4]) {
     static const char *const names[4] = {"O", "LSE", "O_part", "LSE_part"};
@@ -47,9 +44,12 @@ static clattn_status merge_check(clattn_context *ctx, const clattn_merge_desc *d
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "merge: every size must be >= 1 (B=%zu H=%zu N=%zu D=%zu)", d->batch,
                          d->heads, d->len, d->dim);
+    byte_range range[4];
     for (int i = 0; i < 4; i++) {
         end[i] = tensor_end(d, t[i], i % 2 ? 1 : d->dim, &first[i]);
-        if (i % 2 && d->lse_parts) end[i] *= 2, first[i] *= 2; /* pairs */
+        if (i % 2 && d->lse_parts && /* pairs (max, sum): twice the bytes */
+            (size_mul(end[i], 2, &end[i]) || size_mul(first[i], 2, &first[i])))
+            end[i] = 0;
         if (!mem[i] || !end[i])
             return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "merge: %s is %s", names[i],
                              mem[i] ? "too large (its sizes overflow)" : "NULL");
@@ -57,13 +57,24 @@ static clattn_status merge_check(clattn_context *ctx, const clattn_merge_desc *d
             return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                              "merge: %s needs %zu bytes, its buffer holds %zu", names[i], end[i],
                              buffer_size(mem[i]));
+        range[i] = buffer_bytes(mem[i], first[i], end[i]);
     }
-    for (int out = 0; out < 2; out++)
+    for (int out = 0; out < 2; out++) {
+        /* an output's own elements apart (LSE as a [B, H, N, 1] tensor; its pairs are whole) */
+        if (tensor_rows_overlap(t[out], d->batch, d->heads, d->len, out ? 1 : d->dim))
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "merge: %s's strides (batch %zu, head %zu, seq %zu) put two of its "
+                             "elements in one place",
+                             names[out], t[out]->stride_batch, t[out]->stride_head,
+                             t[out]->stride_seq);
         for (int other = 0; other < 4; other++)
-            if (other != out &&
-                spans_meet(mem[out], first[out], end[out], mem[other], first[other], end[other]))
+            if (other != out && byte_ranges_overlap(&range[out], &range[other]))
                 return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                                 "merge: %s overlaps %s in one buffer", names[out], names[other]);
+                                 "merge: %s overlaps %s: bytes [%zu, %zu) and [%zu, %zu) of the "
+                                 "same memory (a sub-buffer counts as its parent)",
+                                 names[out], names[other], range[out].begin, range[out].end,
+                                 range[other].begin, range[other].end);
+    }
     return CLATTN_SUCCESS;
 }
 

@@ -65,10 +65,10 @@ static int tensor_span(const clattn_tensor *t, size_t batch, size_t heads, size_
     return 0;
 }
 
-/* O must not have two elements in one place: each stride (of a dimension longer than 1), taken
- * from the smallest, must step over everything the smaller dimensions span. */
-static int output_overlaps(const clattn_tensor *t, size_t batch, size_t heads, size_t len,
-                           size_t dim) {
+/* Each stride (of a dimension longer than 1), taken from the smallest, must step over
+ * everything the smaller dimensions span. */
+int tensor_rows_overlap(const clattn_tensor *t, size_t batch, size_t heads, size_t len,
+                        size_t dim) {
     size_t stride[3] = {t->stride_seq, t->stride_head, t->stride_batch};
     size_t count[3] = {len, heads, batch};
     for (int a = 0; a < 3; a++) /* sort by stride, ascending */
@@ -237,7 +237,7 @@ static clattn_status check_extents(error_record *err, const clattn_attention_des
                          "Dv=%zu)",
                          d->batch, d->heads_q, d->heads_kv, d->len_q, d->len_k, d->dim_qk,
                          d->dim_v);
-    if (output_overlaps(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v))
+    if (tensor_rows_overlap(&d->o, d->batch, d->heads_q, d->len_q, d->dim_v))
         return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
                          "O's strides (batch %zu, head %zu, seq %zu) make rows overlap "
                          "(Dv=%zu)",

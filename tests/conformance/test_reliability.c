@@ -166,6 +166,34 @@ Test(aliasing, disjoint_parts_of_one_buffer_are_fine) {
     alias_setup_release(&s);
 }
 
+/* K in q8_0 blocks lies at byte offset / 32 * 34, not at offset times Q's element size: O over
+ * those bytes is refused too (it ran, writing over K). */
+Test(aliasing, an_output_over_quantised_k_is_refused) {
+    clattn_context *ctx = first_context();
+    clattn_attention_desc d;
+    ASSERT_OK(ctx, clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 4, 32, 32));
+    d.kv_q8_0 = 1;
+    d.k.offset = 3200;  /* blocks 100..103: bytes [3400, 3536) */
+    d.o.offset = 850;   /* float32: bytes [3400, 3528) */
+    static unsigned char zeros[8192];
+    cl_context cl = clattn_context_cl_context(ctx);
+    cl_int err = CL_SUCCESS;
+    cl_mem shared = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros,
+                                   zeros, &err);
+    cl_mem q = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 32 * sizeof(float),
+                              zeros, &err);
+    cl_mem v = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 4 * 34, zeros, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cr_expect_eq(clattn_attention(ctx, &d, q, shared, v, shared, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "O overlaps K: bytes [3400, 3528) and "
+                                                     "[3400, 3536)") != NULL,
+              "%s", clattn_context_last_error(ctx));
+    d.o.offset = 3536 / sizeof(float); /* just past K: runs */
+    ASSERT_OK(ctx, clattn_attention(ctx, &d, q, shared, v, shared, NULL, NULL));
+    clReleaseMemObject(shared), clReleaseMemObject(q), clReleaseMemObject(v);
+}
+
 /* ---------------------------------------------------------------- buffers kernels write */
 
 /* The tile counters and the KV cache's overflow flag start at zero from host memory and are

@@ -109,6 +109,47 @@ Test(ring, merge_of_lse_parts_keeps_the_sums) {
     clReleaseMemObject(ob), clReleaseMemObject(lb), clReleaseMemObject(pb), clReleaseMemObject(plb);
 }
 
+/* Refused before the kernel runs: LSE pairs whose span overflows once doubled (it wrapped to a
+ * few bytes, passed the size check and crashed the kernel), an LSE inside O's memory through a
+ * sub-buffer, and O's rows on one another. */
+Test(ring, merge_refuses_outputs_that_overflow_or_overlap) {
+    enum { B = 2, H = 2, N = 1, D = 8, ROWS = B * H * N };
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    float zeros[2 * ROWS * D] = {0};
+    cl_mem ob = buffer_of(ctx, zeros, 2 * ROWS * D), lb = buffer_of(ctx, zeros, 2 * ROWS);
+    cl_mem pb = buffer_of(ctx, zeros, ROWS * D), plb = buffer_of(ctx, zeros, 2 * ROWS);
+    clattn_merge_desc m;
+    cr_assert_eq(clattn_merge_desc_init(&m, CLATTN_LAYOUT_BHSD, B, H, N, D), CLATTN_SUCCESS);
+    m.lse_parts = 1;
+    m.lse.stride_batch = m.lse.stride_head = (size_t)1 << 60; /* 2^63 bytes and more, doubled */
+    cr_expect_eq(clattn_attention_merge(ctx, &m, ob, lb, pb, plb, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "LSE is too large"), "%s",
+              clattn_context_last_error(ctx));
+
+    cr_assert_eq(clattn_merge_desc_init(&m, CLATTN_LAYOUT_BHSD, B, H, N, D), CLATTN_SUCCESS);
+    cl_buffer_region tail = {ROWS * D * sizeof(float), ROWS * sizeof(float)}; /* in O's buffer */
+    cl_mem in_o =
+        clCreateSubBuffer(ob, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &tail, NULL);
+    cr_assert(in_o != NULL);
+    m.o.stride_batch = 2 * H * N * D; /* O spans the whole buffer, its second half unused */
+    cr_expect_eq(clattn_attention_merge(ctx, &m, ob, in_o, pb, plb, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "O overlaps LSE"), "%s",
+              clattn_context_last_error(ctx));
+
+    cr_assert_eq(clattn_merge_desc_init(&m, CLATTN_LAYOUT_BHSD, B, H, N, D), CLATTN_SUCCESS);
+    m.o.stride_head = 0; /* the heads' rows in one place */
+    cr_expect_eq(clattn_attention_merge(ctx, &m, ob, lb, pb, plb, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "O's strides"), "%s",
+              clattn_context_last_error(ctx));
+    clReleaseMemObject(in_o);
+    clReleaseMemObject(ob), clReleaseMemObject(lb), clReleaseMemObject(pb), clReleaseMemObject(plb);
+}
+
 /* ---------------------------------------------------------------- shards */
 
 static clattn_attention_desc desc_of(size_t nq, size_t nk, int causal) {
