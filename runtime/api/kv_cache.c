@@ -176,6 +176,14 @@ static clattn_status wrap_in_call(clattn_context *ctx, const clattn_kv_cache_des
                       "%zu and %zu",
                       c->k_bytes, c->v_bytes, buffer_size(k), buffer_size(v));
     if (!s) {
+        byte_range kr = buffer_bytes(k, 0, c->k_bytes), vr = buffer_bytes(v, 0, c->v_bytes);
+        if (byte_ranges_overlap(&kr, &vr))
+            s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                          "kv cache: the K and V storage share memory (bytes [%zu, %zu) and "
+                          "[%zu, %zu)): an append would write one over the other",
+                          kr.begin, kr.end, vr.begin, vr.end);
+    }
+    if (!s) {
         clRetainMemObject(k), clRetainMemObject(v);
         c->k = k, c->v = v, c->wrapped = 1;
     } else {
@@ -333,6 +341,17 @@ static clattn_status check_append(clattn_kv_cache *c, const clattn_kv_rows *r, i
                          "kv cache append: %zu new rows need %zu bytes of K and %zu of V; the "
                          "buffers hold %zu and %zu",
                          r->len, ext.k, ext.v, buffer_size(r->k), buffer_size(r->v));
+    size_t elem = dtype_size(r->dtype);
+    byte_range rows[2] = {buffer_bytes(r->k, r->k_tensor.offset * elem, ext.k),
+                          buffer_bytes(r->v, r->v_tensor.offset * elem, ext.v)};
+    byte_range storage[2] = {buffer_bytes(c->k, 0, c->k_bytes), buffer_bytes(c->v, 0, c->v_bytes)};
+    for (int i = 0; i < 2; i++) /* the storage is the append's output */
+        for (int j = 0; j < 2; j++)
+            if (byte_ranges_overlap(&rows[i], &storage[j]))
+                return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                                 "kv cache append: the new rows of %s share memory with the "
+                                 "cache's %s storage, which the append writes",
+                                 i ? "V" : "K", j ? "V" : "K");
     for (size_t b = 0; b < d->batch; b++) {
         counts[b] = r->new_len ? r->new_len[b] : (int32_t)r->len;
         size_t end = (size_t)c->lengths[b] + (size_t)counts[b], missing = 0;

@@ -536,6 +536,42 @@ Test(kvcache, a_wrapped_cache_starts_at_its_lengths_and_a_paged_one_empty) {
     clReleaseMemObject(k), clReleaseMemObject(v);
 }
 
+/* The storage is what an append writes: new rows read from it, and K and V storage sharing
+ * memory, are refused (an append read rows it was overwriting, or wrote V over K). */
+Test(kvcache, storage_an_append_would_read_or_write_twice_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    clattn_kv_cache_desc d;
+    cr_assert_eq(clattn_kv_cache_desc_init(&d, 1, 1, 16, 16, 8), CLATTN_SUCCESS);
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &d, &cache));
+    cl_mem k = NULL, v = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_buffers(cache, &k, &v));
+    clattn_kv_rows rows = {k, v, {0}, {0}, CLATTN_F32, 4, NULL}; /* rows 2..5 into rows 0..3 */
+    clattn_tensor_dense(&rows.k_tensor, CLATTN_LAYOUT_BSHD, 1, 4, 16, 2 * 16);
+    clattn_tensor_dense(&rows.v_tensor, CLATTN_LAYOUT_BSHD, 1, 4, 16, 2 * 16);
+    cr_expect_eq(clattn_kv_cache_append(cache, &rows), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "share memory with the cache's K storage"),
+              "'%s'", clattn_context_last_error(ctx));
+    int32_t lengths[1] = {-1};
+    ASSERT_OK(ctx, clattn_kv_cache_lengths(cache, lengths));
+    cr_expect_eq(lengths[0], 0);
+    clattn_kv_cache_destroy(cache);
+
+    cl_int err = CL_SUCCESS;
+    cl_mem one = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE,
+                                8 * 16 * sizeof(float), NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    cache = NULL;
+    cr_expect_eq(clattn_kv_cache_wrap(ctx, &d, one, one, NULL, &cache),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "the K and V storage share memory"), "'%s'",
+              clattn_context_last_error(ctx));
+    cr_expect_null(cache);
+    clReleaseMemObject(one);
+}
+
 /* A paged cache's batch does not enter its storage size, but its lengths [B] and block table
  * [B][max_pages] do: a batch that overflows them is refused as such (found by the fuzzer,
  * tests/fuzz/fuzz_kv_cache.c: it was left to calloc to fail, as CLATTN_ERR_OUT_OF_MEMORY). */
