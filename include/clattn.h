@@ -556,7 +556,8 @@ CLATTN_API clattn_status clattn_tolerance(clattn_dtype dtype, clattn_dtype out_d
 
 /** Counts the (b, h, i, j) pairs the desc's mask allows (docs/semantics.md section 2; the bias is
  * not counted), exactly and without visiting every pair.
- *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT or CLATTN_ERR_OUT_OF_MEMORY. */
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (a bad desc, or a count that does not fit
+ *  64 bits: *pairs is then UINT64_MAX) or CLATTN_ERR_OUT_OF_MEMORY. */
 CLATTN_API clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t *pairs);
 
 /** Writes which keys query rows [row0, row0 + rows) of query head `head` may see:

@@ -49,6 +49,8 @@ clattn_status clattn_attention_pairs(const clattn_attention_desc *desc, uint64_t
     clattn_status status = problem_build(desc, BIAS_FROM_EITHER, NULL, &pb);
     if (status == CLATTN_SUCCESS)
         *pairs = mask_count_pairs(&pb.mask, (int64_t)pb.batch, (int64_t)pb.heads_q);
+    if (status == CLATTN_SUCCESS && *pairs == UINT64_MAX) /* 2^64 - 1 pairs take no real call */
+        status = CLATTN_ERR_INVALID_ARGUMENT;
     problem_release(&pb);
     return status;
 }

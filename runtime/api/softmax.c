@@ -4,6 +4,7 @@
 #include "kernels/variant.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 clattn_status clattn_softmax_desc_init_sized(clattn_softmax_desc *desc, size_t struct_size,
@@ -67,6 +68,9 @@ static clattn_status softmax_check(clattn_context *ctx, const clattn_softmax_des
     if (!dtype_known(d->dtype))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: unknown dtype %d",
                          (int)d->dtype);
+    if (!isfinite(d->scale)) /* as attention's: NaN or an infinity makes every row NaN */
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "softmax: scale must be finite, got %g",
+                         (double)d->scale);
     if ((d->rows > 1 && (d->in_row_stride < d->cols || d->out_row_stride < d->cols)))
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "softmax: row strides (in %zu, out %zu) must be >= cols (%zu)",

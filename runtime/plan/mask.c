@@ -198,9 +198,14 @@ uint64_t mask_count_pairs(const mask_spec *m, int64_t batch, int64_t heads) {
     uint64_t total = 0;
     for (int64_t h = 0; h < distinct_heads; h++) {
         int32_t *prefix = m->layout ? layout_prefix(m, h) : NULL;
-        for (int64_t i = 0; i < m->len_q; i++) total += (uint64_t)count_row(m, prefix, h, i);
+        int overflow = 0;
+        for (int64_t i = 0; i < m->len_q; i++)
+            overflow |= __builtin_add_overflow(total, (uint64_t)count_row(m, prefix, h, i), &total);
         free(prefix);
+        if (overflow) return UINT64_MAX;
     }
-    if (distinct_heads == 1) total *= (uint64_t)heads;
-    return total * (uint64_t)batch;
+    if (distinct_heads == 1 && __builtin_mul_overflow(total, (uint64_t)heads, &total))
+        return UINT64_MAX;
+    if (__builtin_mul_overflow(total, (uint64_t)batch, &total)) return UINT64_MAX;
+    return total;
 }

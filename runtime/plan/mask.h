@@ -93,8 +93,9 @@ static inline int mask_allowed(const mask_spec *m, int64_t head, int64_t i, int6
                         mask_is_global(m, p));
 }
 
-/* Allowed pairs of the pattern over all (b, h, i, j) (bias not counted). Exact; costs
- * O(Hq * Nq * (1 + blocks_k + globals)) at worst, not O(Nq * Nk). */
+/* Allowed pairs of the pattern over all (b, h, i, j) (bias not counted). Exact, or UINT64_MAX
+ * when the count passes 64 bits; costs O(Hq * Nq * (1 + blocks_k + globals)) at worst, not
+ * O(Nq * Nk). */
 uint64_t mask_count_pairs(const mask_spec *m, int64_t batch, int64_t heads);
 
 #endif

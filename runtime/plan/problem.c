@@ -87,6 +87,20 @@ int tensor_rows_overlap(const clattn_tensor *t, size_t batch, size_t heads, size
     return 0;
 }
 
+/* The path and the variant a desc names: values of their enums. */
+static clattn_status check_choices(error_record *err, const clattn_attention_desc *d) {
+    if ((unsigned)d->path > CLATTN_PATH_REFERENCE)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "path %d is none of CLATTN_PATH_AUTO (0), FUSED, GEMM and REFERENCE (3)",
+                         (int)d->path);
+    if ((unsigned)d->variant > CLATTN_VARIANT_NV_MMA)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "variant %d is no variant (CLATTN_VARIANT_AUTO 0 to NV_MMA %d; "
+                         "clattn_variant_from_name gives them by name)",
+                         (int)d->variant, (int)CLATTN_VARIANT_NV_MMA);
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status check_sizes(error_record *err, const clattn_attention_desc *d) {
     if (d->batch == 0 || d->heads_q == 0 || d->heads_kv == 0 || d->len_q == 0 || d->len_k == 0 ||
         d->dim_qk == 0 || d->dim_v == 0)
@@ -277,6 +291,7 @@ clattn_status problem_build(const clattn_attention_desc *given, bias_source bias
     clattn_status status = read_desc(err, given, &d);
     int has_bias = status == CLATTN_SUCCESS && has_bias_from(&d, bias);
     if (status == CLATTN_SUCCESS) status = check_sizes(err, &d);
+    if (status == CLATTN_SUCCESS) status = check_choices(err, &d);
     if (status == CLATTN_SUCCESS) status = check_shard(err, &d);
     if (status == CLATTN_SUCCESS) status = check_mask(err, &d);
     if (status == CLATTN_SUCCESS) status = check_modifiers(err, &d);

@@ -5,10 +5,11 @@
 #include <string.h>
 
 /* Row where chunk c of `chunks` starts in a sequence of n rows (n at the end), on a multiple of
- * granule. n / chunks * c + (n % chunks) * c / chunks = floor(c * n / chunks) without overflow. */
+ * granule: n / chunks * c + (n % chunks) * c / chunks = floor(c * n / chunks), the second
+ * product in 128 bits (a part count past 2^32 overflowed it). */
 static size_t chunk_edge(size_t n, size_t chunks, size_t c, size_t granule) {
     if (c >= chunks) return n;
-    size_t edge = n / chunks * c + n % chunks * c / chunks;
+    size_t edge = n / chunks * c + (size_t)((unsigned __int128)(n % chunks) * c / chunks);
     return granule > 1 ? edge / granule * granule : edge;
 }
 

@@ -210,6 +210,17 @@ Test(fused, bad_calls_are_named_before_any_launch) {
     cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, 4096, NULL, NULL);
     clattn_attention_desc d;
     ASSERT_OK(ctx, clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 3, 2, 4, 4, 8, 8));
+    char message[256];
+    clattn_attention_desc good, named; /* d's heads do not divide: the checks would stop there */
+    ASSERT_OK(ctx, clattn_attention_desc_init(&good, CLATTN_LAYOUT_BSHD, 1, 2, 1, 4, 4, 8, 8));
+    named = good, named.path = (clattn_path)7;
+    cr_expect_eq(clattn_attention_desc_check(&named, NULL, message, sizeof message),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(message, "path 7 is none of") != NULL, "'%s'", message);
+    named = good, named.variant = (clattn_variant)99;
+    cr_expect_eq(clattn_attention_desc_check(&named, NULL, message, sizeof message),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(message, "variant 99 is no variant") != NULL, "'%s'", message);
     d.path = CLATTN_PATH_FUSED;
     cr_assert_eq(clattn_attention(ctx, &d, buf, buf, buf, out, NULL, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);

@@ -183,6 +183,28 @@ static void expect_cover(const clattn_attention_desc *d, clattn_sharding shardin
     free(seen);
 }
 
+/* Counts past 64 bits: a part count past 2^32 (whose chunk edges overflowed into rows past N)
+ * and a pair count past 2^64 (which wrapped) for a call the checks otherwise accept. */
+Test(ring, shards_and_pairs_of_huge_counts) {
+    clattn_attention_desc d = desc_of(((size_t)1 << 31) - 1, ((size_t)1 << 31) - 1, 0);
+    const size_t parts = (size_t)1 << 40, n = d.len_q;
+    for (size_t part = 0; part < parts; part += parts / 7 + 12345) {
+        clattn_shard q;
+        cr_assert_eq(clattn_attention_shards(&d, CLATTN_SHARDING_CONTIGUOUS, parts, part, &q, NULL),
+                     CLATTN_SUCCESS);
+        cr_expect(q.start[0] <= n && q.len[0] <= n - q.start[0], "part %zu: [%zu, +%zu) of %zu",
+                  part, q.start[0], q.len[0], n);
+    }
+    clattn_attention_desc wide;
+    cr_assert_eq(clattn_attention_desc_init(&wide, CLATTN_LAYOUT_BSHD, (size_t)1 << 40, 1, 1, 1,
+                                            ((size_t)1 << 31) - 1, 1, 1),
+                 CLATTN_SUCCESS);
+    wide.k.stride_batch = wide.v.stride_batch = 0; /* one K and V for every sequence */
+    uint64_t pairs = 0;
+    cr_expect_eq(clattn_attention_pairs(&wide, &pairs), CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(pairs, UINT64_MAX);
+}
+
 Test(ring, shards_cover_every_row_once) {
     clattn_attention_desc d = desc_of(100, 37, 1);
     clattn_shard q, k;
