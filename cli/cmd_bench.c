@@ -143,10 +143,9 @@ static int parse_paths(const cli_args *args, bench_config *c) {
 static const char *const list_names[7] = {"b", "hq", "hkv", "nq", "nk", "d", "dv"}; /* L_* */
 
 static int parse_lists(const cli_args *args, bench_config *c) {
-    const char *const *names = list_names;
     for (int i = 0; i < 7; i++)
-        if (args_has(args, names[i]) &&
-            parse_size_list(args, names[i], 1, c->list[i], BENCH_MAX_LIST, &c->count[i]) != 0)
+        if (args_has(args, list_names[i]) &&
+            parse_size_list(args, list_names[i], 1, c->list[i], BENCH_MAX_LIST, &c->count[i]) != 0)
             return EXIT_USAGE;
     return 0;
 }
@@ -218,8 +217,10 @@ static int check_heads(const bench_config *c) {
     for (size_t i = 0; i < c->count[L_HQ]; i++)
         for (size_t k = 0; k < c->count[L_HKV]; k++)
             if (c->list[L_HQ][i] % c->list[L_HKV][k] != 0) {
-                cli_error("bench", "--hq %zu and --hkv %zu: the query heads must be a multiple "
-                                   "of the key/value heads", c->list[L_HQ][i], c->list[L_HKV][k]);
+                cli_error("bench",
+                          "--hq %zu and --hkv %zu: the query heads must be a multiple "
+                          "of the key/value heads",
+                          c->list[L_HQ][i], c->list[L_HKV][k]);
                 return EXIT_USAGE;
             }
     return 0;
@@ -228,9 +229,9 @@ static int check_heads(const bench_config *c) {
 /* The outputs must not overwrite each other or an input: --csv, --json, the tables and plot
  * files of --out's folder, and every blocks: layout. @return 0 or EXIT_USAGE. */
 static int check_bench_files(const bench_config *c) {
-    static const char *const folder_files[] = {"bench.csv",  "bench.json", "decode.csv",
-                                               "decode.json", "layer.csv", "layer.json",
-                                               "plot.gp",    "plot.png"};
+    static const char *const folder_files[] = {"bench.csv",   "bench.json", "decode.csv",
+                                               "decode.json", "layer.csv",  "layer.json",
+                                               "plot.gp",     "plot.png"};
     enum { MAX_FILES = 2 + ARRAY_LEN(folder_files) };
     char paths[MAX_FILES][OUTPUT_PATH_MAX];
     const char *outputs[MAX_FILES], *labels[MAX_FILES];
@@ -327,7 +328,8 @@ static int refuse_unread(const cli_args *args, const bench_config *c, const char
             return EXIT_USAGE;
         }
     for (int i = 0; i < 7; i++)
-        if (c->count[i] > 1 && args_listed(first_only, list_names[i])) {
+        if (c->count[i] > 1 && args_has(args, list_names[i]) &&
+            args_listed(first_only, list_names[i])) {
             cli_error("bench", "--%s: %s takes one value, got '%s'", list_names[i], mode,
                       args_get(args, list_names[i]));
             return EXIT_USAGE;
@@ -341,8 +343,8 @@ static int refuse_unread_options(const cli_args *args, const bench_config *c) {
         return refuse_unread(args, c, "--distributed", "layout variant gemm steps kept out",
                              "b hq hkv d dv");
     if (c->decode)
-        return refuse_unread(args, c, "--preset decode",
-                             "path variant pattern layout gemm kept dv", "b hq hkv d");
+        return refuse_unread(args, c, "--preset decode", "path variant pattern layout gemm kept dv",
+                             "b hq hkv d");
     if (c->layer)
         return refuse_unread(args, c, "--preset layer", "dv layout steps", "b hq hkv d nk");
     return refuse_unread(args, c, "this sweep (--preset decode and layer take it)", "steps kept",

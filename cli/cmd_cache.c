@@ -167,8 +167,8 @@ static int warm_items(const cli_args *args, warm_item *items, size_t *count) {
     }
     num_dims = distinct;
     if (num_dims > MAX_WARM_DIMS) {
-        cli_error("cache", "--head-dims: at most %d different head dims, got %zu",
-                  MAX_WARM_DIMS, num_dims);
+        cli_error("cache", "--head-dims: at most %d different head dims, got %zu", MAX_WARM_DIMS,
+                  num_dims);
         return EXIT_USAGE;
     }
     *count = 0;

@@ -850,8 +850,10 @@ int cmd_check(int argc, char **argv) {
             const char *name = check_options[i].name;
             if (args_has(&args, name) && strcmp(name, "list") && strcmp(name, "quick") &&
                 strcmp(name, "storage")) {
-                cli_error("check", "--list lists the sweep and runs nothing; it takes only "
-                                   "--quick and --storage, got --%s", name);
+                cli_error("check",
+                          "--list lists the sweep and runs nothing; it takes only "
+                          "--quick and --storage, got --%s",
+                          name);
                 return EXIT_USAGE;
             }
         }

@@ -82,7 +82,6 @@ void problem_release(attn_problem *pb);
 
 /* Whether two elements of an output tensor [batch, heads, len, dim] (strides in elements, dim
  * contiguous) fall in one place; the strides' products must not overflow (checked first). */
-int tensor_rows_overlap(const clattn_tensor *t, size_t batch, size_t heads, size_t len,
-                        size_t dim);
+int tensor_rows_overlap(const clattn_tensor *t, size_t batch, size_t heads, size_t len, size_t dim);
 
 #endif

@@ -173,13 +173,13 @@ Test(aliasing, an_output_over_quantised_k_is_refused) {
     clattn_attention_desc d;
     ASSERT_OK(ctx, clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 1, 4, 32, 32));
     d.kv_q8_0 = 1;
-    d.k.offset = 3200;  /* blocks 100..103: bytes [3400, 3536) */
-    d.o.offset = 850;   /* float32: bytes [3400, 3528) */
+    d.k.offset = 3200; /* blocks 100..103: bytes [3400, 3536) */
+    d.o.offset = 850;  /* float32: bytes [3400, 3528) */
     static unsigned char zeros[8192];
     cl_context cl = clattn_context_cl_context(ctx);
     cl_int err = CL_SUCCESS;
-    cl_mem shared = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros,
-                                   zeros, &err);
+    cl_mem shared =
+        clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, zeros, &err);
     cl_mem q = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 32 * sizeof(float),
                               zeros, &err);
     cl_mem v = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 4 * 34, zeros, &err);

@@ -190,7 +190,8 @@ Test(softmax, bad_arguments_are_named) {
     clattn_softmax_desc two = {sizeof(clattn_softmax_desc), 2, 2, CLATTN_F32, 1.0f, 0, 2, 0, 2};
     cr_assert_eq(clattn_softmax(ctx, &two, small, small, tiny_lse, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);
-    clattn_softmax_desc nan_scale = {sizeof(clattn_softmax_desc), 1, 4, CLATTN_F32, NAN, 0, 4, 0, 4};
+    clattn_softmax_desc nan_scale = {
+        sizeof(clattn_softmax_desc), 1, 4, CLATTN_F32, NAN, 0, 4, 0, 4};
     cr_assert_eq(clattn_softmax(ctx, &nan_scale, small, small, NULL, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT, "a NaN scale made every row NaN");
     cr_assert(strstr(clattn_context_last_error(ctx), "scale must be finite") != NULL, "%s",
