@@ -121,7 +121,11 @@ static int shape_setup(clattn_context *ctx, const size_t shape[7], clattn_dtype 
     clattn_attention_desc *d = &s->desc;
     if (clattn_attention_desc_init(d, layout, shape[L_B], shape[L_HQ], shape[L_HKV], shape[L_NQ],
                                    shape[L_NK], shape[L_D], shape[L_DV])) {
-        cli_error("bench", "invalid sizes (Hq must be a multiple of Hkv)");
+        cli_error("bench",
+                  "B=%zu Hq=%zu Hkv=%zu Nq=%zu Nk=%zu D=%zu Dv=%zu: the tensors' sizes "
+                  "overflow",
+                  shape[L_B], shape[L_HQ], shape[L_HKV], shape[L_NQ], shape[L_NK], shape[L_D],
+                  shape[L_DV]); /* (the heads were checked by the program) */
         return 1;
     }
     d->dtype = d->out_dtype = dtype;
