@@ -52,7 +52,9 @@ static void format_time(int64_t seconds, char *out, size_t size) {
 
 static int cache_unavailable(clattn_status status) {
     if (status == CLATTN_ERR_UNSUPPORTED)
-        cli_error("cache", "the cache is off (CLATTN_CACHE_DIR=off, or no HOME)");
+        cli_error(
+            "cache",
+            "the cache is off (CLATTN_CACHE_DIR=off, no HOME, or a folder name past 4095 bytes)");
     else
         cli_error("cache", "cannot read the cache folder (%s)", clattn_status_name(status));
     return 1;

@@ -153,22 +153,26 @@ static void build_options(const clattn_device_info *device, const char *defines,
 
 /* ---------------------------------------------------------------- disk cache */
 
+/* A folder name that does not fit is no folder: cut short, it would name another one. */
+static const char *whole_or_off(int written, char *buf, size_t size, const char *from) {
+    if (written >= 0 && (size_t)written < size) return buf;
+    log_msg("the kernel cache is off: the folder named by %s is %d bytes long, past %zu", from,
+            written, size - 1);
+    return NULL;
+}
+
 const char *program_cache_dir(char *buf, size_t size) {
     const char *dir = getenv("CLATTN_CACHE_DIR");
     if (dir && strcmp(dir, "off") == 0) return NULL;
-    if (dir && *dir) {
-        snprintf(buf, size, "%s", dir);
-        return buf;
-    }
+    if (dir && *dir)
+        return whole_or_off(snprintf(buf, size, "%s", dir), buf, size, "CLATTN_CACHE_DIR");
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
     if (xdg && *xdg)
-        snprintf(buf, size, "%s/clattn", xdg);
-    else if (home && *home)
-        snprintf(buf, size, "%s/.cache/clattn", home);
-    else
-        return NULL;
-    return buf;
+        return whole_or_off(snprintf(buf, size, "%s/clattn", xdg), buf, size, "XDG_CACHE_HOME");
+    if (home && *home)
+        return whole_or_off(snprintf(buf, size, "%s/.cache/clattn", home), buf, size, "HOME");
+    return NULL;
 }
 
 clattn_status program_cache_path(const char *name, char *path, size_t size) {

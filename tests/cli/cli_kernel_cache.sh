@@ -124,5 +124,9 @@ python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["folder"] == s
   --head-dims 32,64,80,96,128,160,192,256 > "$work/out" 2>&1 && fail "warm on no device passed"
 grep -q "^tried 24 kinds of call" "$work/out" || fail "warm's items: $(cat "$work/out")"
 expect 1 "the cache is off" -- env CLATTN_CACHE_DIR=off "$clattn" cache info
+# a folder name past 4095 bytes turns the cache off (cut short, it named another folder, which
+# was made and used)
+long_dir="$work$(for i in $(seq 21); do printf '/%0200d' 0; done)"
+expect 1 "a folder name past 4095 bytes" -- env CLATTN_CACHE_DIR="$long_dir" "$clattn" cache info
 
 finish cli_kernel_cache
