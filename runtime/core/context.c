@@ -289,6 +289,7 @@ clattn_status clattn_context_wrap(clattn_context **out, cl_context cl_ctx, cl_de
         free(ctx);
         return status;
     }
+    device_place(&ctx->device);
     clRetainContext(cl_ctx);
     clRetainCommandQueue(queue);
     ctx->cl_ctx = cl_ctx;

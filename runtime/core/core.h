@@ -237,6 +237,10 @@ void *context_data_find(const clattn_context *ctx, context_cleanup cleanup);
 
 clattn_status device_describe(cl_platform_id platform, cl_device_id device,
                               clattn_device_info *info);
+/* A wrapped device's place in the process's discovery: info->index, platform_index and
+ * device_index of the listed device that is info->device, or index SIZE_MAX when discovery does
+ * not list it (then no "--device N" names it). */
+void device_place(clattn_device_info *info);
 
 /* The likely cause of a platform that loaded but offered no device, by its CL_PLATFORM_NAME:
  * one clause, naming what to check (no_device.c). */

@@ -258,6 +258,19 @@ static clattn_status devices(const device_list **list) {
     return status;
 }
 
+void device_place(clattn_device_info *info) {
+    const device_list *list = NULL;
+    info->index = SIZE_MAX;
+    if (devices(&list) != CLATTN_SUCCESS) return;
+    for (size_t i = 0; i < list->count; i++)
+        if (list->device[i] == info->device) {
+            info->index = i;
+            info->platform_index = list->platform_index[i];
+            info->device_index = list->device_index[i];
+            return;
+        }
+}
+
 clattn_status clattn_device_count(size_t *count) {
     if (!count) return CLATTN_ERR_INVALID_ARGUMENT;
     const device_list *list = NULL;

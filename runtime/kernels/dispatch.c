@@ -196,12 +196,14 @@ static clattn_status refuse(clattn_context *ctx, const candidate *c, size_t n,
     if (vs->strict && n)
         return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                          "strict mode (CLATTN_STRICT): auto would fall back%s: %s", what, reasons);
+    char device[32] = "SPEC"; /* a wrapped device clattn's list lacks has no index */
+    if (ctx->device.index != SIZE_MAX) snprintf(device, sizeof device, "%zu", ctx->device.index);
     return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
                      "CLATTN_VERIFY=require-verified: no variant that serves this call has "
                      "passed clattn check on %s (driver %s, clattn %s): verify with `clattn "
-                     "check --quick --device %zu`, or set CLATTN_VERIFY=prefer-verified%s%s",
-                     ctx->device.name, ctx->device.driver_version, CLATTN_VERSION_STRING,
-                     ctx->device.index, *reasons ? "; " : "", reasons);
+                     "check --quick --device %s`, or set CLATTN_VERIFY=prefer-verified%s%s",
+                     ctx->device.name, ctx->device.driver_version, CLATTN_VERSION_STRING, device,
+                     *reasons ? "; " : "", reasons);
 }
 
 /* Records what auto did in the statistics and the log: the verdict of the row that ran, and

@@ -80,6 +80,12 @@ void verify_first_use(clattn_context *ctx, const char *const *rows, size_t count
     if (ctx->first_use_checked) return;
     ctx->first_use_checked = 1;
     if (count == 0) return;
+    if (ctx->device.index == SIZE_MAX) { /* a wrapped device no spec names */
+        log_msg("first use on %s: not verified, since no --device names it (clattn's device "
+                "list does not hold it)",
+                ctx->device.name);
+        return;
+    }
     first_use_args(ctx, rows, count, device, sizeof device, variants, sizeof variants, argv);
     log_msg("first use on %s (%s): verifying %s with %s check --quick (its output on stderr)",
             ctx->device.name, ctx->device.driver_version, variants, argv[0]);

@@ -210,6 +210,31 @@ Test(device, wrapped_context_leaves_ownership_with_the_caller) {
     caller_objects_release(&mine);
 }
 
+/* A wrapped context describes its device as clattn's list does, its index and P:D included:
+ * first-use verification and messages name the device by them (every wrapped device was 0). */
+Test(device, a_wrapped_context_knows_its_device_index) {
+    size_t count = 0;
+    cr_assert_eq(clattn_device_count(&count), CLATTN_SUCCESS);
+    for (size_t i = 0; i < count; i++) {
+        clattn_device_info listed, wrapped;
+        clattn_device_info_init(&listed), clattn_device_info_init(&wrapped);
+        cr_assert_eq(clattn_device_get_info(i, &listed), CLATTN_SUCCESS);
+        cl_int err = CL_SUCCESS;
+        cl_context cl = clCreateContext(NULL, 1, &listed.device, NULL, NULL, &err);
+        cl_command_queue queue = cl ? clCreateCommandQueue(cl, listed.device, 0, &err) : NULL;
+        cr_assert(queue != NULL, "device %zu: %d", i, (int)err);
+        clattn_context *ctx = NULL;
+        cr_assert_eq(clattn_context_wrap(&ctx, cl, listed.device, queue), CLATTN_SUCCESS);
+        cr_assert_eq(clattn_context_device_info(ctx, &wrapped), CLATTN_SUCCESS);
+        cr_expect(wrapped.index == i && wrapped.platform_index == listed.platform_index &&
+                      wrapped.device_index == listed.device_index,
+                  "device %zu wrapped as %zu (%u:%u)", i, wrapped.index, wrapped.platform_index,
+                  wrapped.device_index);
+        clattn_context_destroy(ctx);
+        clReleaseCommandQueue(queue), clReleaseContext(cl);
+    }
+}
+
 /* clattn enqueues in order; a caller's out-of-order queue is refused rather than misused. */
 Test(device, out_of_order_queues_are_refused) {
     caller_objects mine;
