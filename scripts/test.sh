@@ -110,6 +110,8 @@ section "tests under AddressSanitizer and UndefinedBehaviorSanitizer"
 log=build-sanitize/sanitizers.log
 # use_sigaltstack=0: LLVM (inside PoCL) gives a thread that builds a kernel an alternate signal
 # stack from malloc, which ASan then fails to unmap as its own when the thread ends.
+# ASAN_OPTIONS is the fuzzers' (below): the tests set their own, with slow unwinding and
+# PoCL's leak suppressions (tests/CMakeLists.txt).
 export ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 UBSAN_OPTIONS=print_stacktrace=1
 if ! "${pocl_only[@]}" ctest --test-dir build-sanitize -j "$jobs" -V -E '^downstream$' > "$log" 2>&1; then
   grep -E '(Passed|Failed|\*\*\*)' "$log" | tail -n 30
