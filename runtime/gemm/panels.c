@@ -64,7 +64,7 @@ static double packed_bytes(const gemm_desc *g, unsigned nr) {
 static clattn_status check(const clattn_context *ctx, const gemm_desc *g, char *why, size_t size) {
     if (!g) return CLATTN_SUCCESS;
     if (g->test_fail) {
-        snprintf(why, size, "the test switch CLATTN_TEST_FAIL_GEMM is set");
+        snprintf(why, size, "a test hook makes this row refuse the call");
         return CLATTN_ERR_UNSUPPORTED;
     }
     unsigned long budget = device_loop_budget(&ctx->device);

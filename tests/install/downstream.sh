@@ -14,8 +14,11 @@ installed=$(find "$work/prefix" -type f \( -name 'libclattn*' -o -path '*/bin/*'
 [ "$(wc -w <<< "$installed")" -ge 3 ] || { echo "expected libclattn.so, .a and bin/clattn: $installed"; exit 1; }
 hooks=0
 for file in $installed; do
-  if strings -a "$file" | grep -q 'CLATTN_TEST_' || nm -a "$file" 2> /dev/null | grep -q 'CLATTN_TEST_'; then
-    echo "installed $file names a test hook: $(strings -a "$file" | grep -m3 'CLATTN_TEST_' | tr '\n' ' ')"
+  # grep reads all of its input (no -q: with pipefail, a grep that stops at the first match
+  # fails the pipeline through strings' SIGPIPE, and the match went unnoticed)
+  names=$({ strings -a "$file"; nm -a "$file" 2> /dev/null || true; } | grep 'CLATTN_TEST_' || true)
+  if [ -n "$names" ]; then
+    echo "installed $file names a test hook: $(head -n 3 <<< "$names" | tr '\n' ' ')"
     hooks=1
   fi
 done
