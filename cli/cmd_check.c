@@ -343,15 +343,14 @@ static int parse_plan(const cli_args *args, const sweep *s, check_plan *plan) {
 
 /* Writes a case's inputs into DIR/case-N (DIR made by parse_plan) and prints the clattn run
  * line that computes it; a failure counts in plan->dump_failures (exit 1). */
-static void dump_case(check_plan *plan, const attn_case *c, size_t index, clattn_path path,
-                      size_t device) {
+static void dump_case(check_plan *plan, const attn_case *c, size_t index, const run_row *row) {
     char dir[OUTPUT_PATH_MAX], cmd[4096], err[512], dev[32];
     snprintf(dir, sizeof dir, "%s/case-%zu", plan->dump_dir, index);
-    snprintf(dev, sizeof dev, "%zu", device);
+    snprintf(dev, sizeof dev, "%zu", row->device);
     if (make_output_dir("check", "dump", dir) != 0) {
         plan->dump_failures++;
-    } else if (case_dump(c, dir, check_path_name(path), dev, cmd, sizeof cmd, err, sizeof err) !=
-               CLATTN_SUCCESS) {
+    } else if (case_dump(c, dir, check_path_name(row->path), clattn_variant_name(row->variant),
+                         dev, cmd, sizeof cmd, err, sizeof err) != CLATTN_SUCCESS) {
         cli_error("check", "--dump: %s", err);
         plan->dump_failures++;
     } else {
@@ -371,7 +370,7 @@ static void report_failure(check_plan *plan, const attn_case *c, size_t index, c
             plan->storage_name ? plan->storage_name : "", index, row->device,
             check_path_name(row->path), variant_name(row->variant),
             plan->dump_dir ? "" : " (add --dump DIR for .npy inputs and a clattn run line)");
-    if (plan->dump_dir) dump_case(plan, c, index, row->path, row->device);
+    if (plan->dump_dir) dump_case(plan, c, index, row);
     plan->failures++;
 }
 
@@ -418,7 +417,7 @@ static void run_one_case(check_plan *plan, clattn_context *ctx, const sweep *s, 
     if (served && !ok)
         report_failure(plan, &s->cases[i], i, row, &r);
     else if (plan->only_case >= 0 && plan->dump_dir)
-        dump_case(plan, &s->cases[i], i, row->path, row->device);
+        dump_case(plan, &s->cases[i], i, row);
 }
 
 /* Every case of the sweep (or the one asked for) on one (device, path, variant), in this

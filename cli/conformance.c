@@ -454,12 +454,14 @@ static clattn_status dump_inputs(const attn_case *c, const case_data *data, cons
 
 /* The `clattn run` line that computes the case from the dumped files. */
 static void replay_command(const attn_case *c, const char *dir, const char *path_name,
-                           const char *device, char *cmd, size_t size) {
+                           const char *variant, const char *device, char *cmd, size_t size) {
     snprintf(cmd, size,
              "clattn run --q %s/q.npy --k %s/k.npy --v %s/v.npy --out %s/o.npy "
              "--lse %s/lse.npy --layout %s --out-dtype %s --path %s --device %s",
              dir, dir, dir, dir, dir, c->layout == CLATTN_LAYOUT_BSHD ? "bshd" : "bhsd",
              dtype_text(c->out_dtype), path_name, device);
+    if (strcmp(path_name, "fused") == 0 && strcmp(variant, "auto") != 0)
+        append(cmd, size, " --variant %s", variant); /* other paths' rows name their path */
     if (c->dtype == CLATTN_BF16) append(cmd, size, " --storage bf16");
     if (c->causal) append(cmd, size, " --causal");
     if (c->left >= 0 || c->right >= 0)
@@ -479,15 +481,15 @@ static void replay_command(const attn_case *c, const char *dir, const char *path
 }
 
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
-                        const char *device, char *cmd, size_t cmd_size, char *err,
-                        size_t err_size) {
+                        const char *variant, const char *device, char *cmd, size_t cmd_size,
+                        char *err, size_t err_size) {
     case_data data;
     clattn_status status = case_setup(c, &data);
     if (status != CLATTN_SUCCESS)
         snprintf(err, err_size, "setting up the case: %s", clattn_status_name(status));
     else
         status = dump_inputs(c, &data, dir, err, err_size);
-    if (status == CLATTN_SUCCESS) replay_command(c, dir, path_name, device, cmd, cmd_size);
+    if (status == CLATTN_SUCCESS) replay_command(c, dir, path_name, variant, device, cmd, cmd_size);
     case_free(&data);
     return status;
 }

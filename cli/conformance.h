@@ -85,10 +85,11 @@ void compare_values(const char *what, const float *got, const double *ref, size_
                     double rtol, case_result *result);
 
 /* Writes the case's inputs as .npy files into `dir` (which must exist) and the `clattn run`
- * command that computes it from them into cmd. @return CLATTN_SUCCESS or the failing status
- * with `err` naming the file. */
+ * command that computes it from them on that path, variant ("auto": left to the planner) and
+ * device into cmd. @return CLATTN_SUCCESS or the failing status with `err` naming the file. */
 clattn_status case_dump(const attn_case *c, const char *dir, const char *path_name,
-                        const char *device, char *cmd, size_t cmd_size, char *err, size_t err_size);
+                        const char *variant, const char *device, char *cmd, size_t cmd_size,
+                        char *err, size_t err_size);
 
 /* docs/semantics.md section 4's tolerance for a call with these storage types: the loosest of them
  * (bfloat16, then float16, then float32). */

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The clattn program end to end: `run` for every mask kind on every path (inputs from
-# `check --dump`, the reference's output compared with --compare), malformed inputs and bad
-# options (one clear line, the documented exit status, no output file), help and version, the
-# message when no OpenCL platform is installed, and the program cache found warm by a second
-# process. Usage: cli_run.sh PATH/TO/clattn
+# `check --dump`, the reference's output compared with --compare; a dumped line keeps its
+# row's variant), malformed inputs and bad options (one clear line, the documented exit status,
+# no output file), help and version, the message when no OpenCL platform is installed, and the
+# program cache found warm by a second process. Usage: cli_run.sh PATH/TO/clattn
 set -uo pipefail
 clattn="$(realpath "$1")"
 # fail, expect STATUS TEXT -- COMMAND...
@@ -26,6 +26,13 @@ for kind in "window=0,0" "window=9,-1" "dilation=" "global=" "layout=per-head" \
       fail "$kind on the $path path: $(cat "$work/stdout")"
   done
 done
+
+# ---- a dumped case's line runs the row's variant (it ran auto's choice before)
+line=$("$clattn" check --quick --case 0 --variant rowwise --dump "$work/variant" |
+       grep -o 'clattn run.*') || fail "check --variant rowwise --dump"
+read -r -a run <<< "${line#clattn }"
+"$clattn" "${run[@]}" > "$work/stdout" 2>&1 && grep -q "fused-rowwise" "$work/stdout" ||
+  fail "the dumped line of a rowwise row ran: $(cat "$work/stdout")"
 
 # ---- malformed inputs: exit 1, one line naming the file, no output written
 index=$("$clattn" check --list --quick | grep -m1 "Nk=53 Dqk=32" | awk '{print $1}')
