@@ -129,7 +129,9 @@ def _check_torch_memory(tensor: Any, name: str) -> None:
     if tensor.layout != torch.strided:
         raise invalid(f"{name} is a {tensor.layout} tensor: clattn reads dense ones (.to_dense())")
     if tensor.is_neg() or tensor.is_conj():
-        raise invalid(f"{name} is a lazily negated or conjugated view: call .resolve_neg() first")
+        lazy = "negated" if tensor.is_neg() else "conjugated"
+        fix = ".resolve_neg()" if tensor.is_neg() else ".resolve_conj()"
+        raise invalid(f"{name} is a lazily {lazy} view: call {fix} first")
 
 
 def host_values(tensor: Any, name: str) -> Any:

@@ -164,12 +164,6 @@ def _zeros(like: Any, shape: Tuple[int, ...]) -> Any:
     return np.zeros(shape, dtype=like.dtype)
 
 
-def _zeros_like(x: Any) -> Any:
-    if is_torch_tensor(x):
-        return torch_module().zeros_like(x)
-    return np.zeros_like(x)
-
-
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -225,7 +219,7 @@ def scaled_dot_product_attention(
     if _shape(q)[3] == 0:  # E = 0: every score is 0, as with scale 0
         q, k, scale = _zeros(q, (batch, hq, L, 1)), _zeros(k, _shape(k)[:3] + (1,)), 0.0
     if scale == 0.0:
-        q, scale = _zeros_like(q), 1.0  # every score 0, as PyTorch's scale 0 makes them
+        q, scale = _zeros(q, _shape(q)), 1.0  # every score 0, as PyTorch's scale 0 makes them
     out = attention(
         _readable(q, "query"),
         _readable(k, "key"),

@@ -207,8 +207,11 @@ def test_torch_memory_clattn_cannot_read(torch, context, rng) -> None:
     q = torch.from_numpy(uniform(rng, 1, 2, 4, 8))
     with pytest.raises(clattn.Error, match="q is a torch.sparse_coo tensor"):
         clattn.attention(q.to_sparse(), q, q, context=context)
-    with pytest.raises(clattn.Error, match="v is a lazily negated"):
+    with pytest.raises(clattn.Error, match=r"v is a lazily negated view: call \.resolve_neg\(\)"):
         clattn.attention(q, q, torch._neg_view(q), context=context)
+    conj = torch.zeros(1, 2, 4, 8, dtype=torch.complex64).conj()
+    with pytest.raises(clattn.Error, match=r"k is a lazily conjugated view: call \.resolve_conj\(\)"):
+        clattn.attention(q, conj, q, context=context)
     on_meta = {
         "bias": dict(bias=torch.zeros(4, 4, device="meta")),
         "sinks": dict(sinks=torch.zeros(2, device="meta")),
