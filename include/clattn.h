@@ -1221,7 +1221,9 @@ typedef struct clattn_ring clattn_ring;
  *  uploads the query shard and allocates the accumulators. The desc's host arrays (global
  *  tokens, block layout) must outlive the ring.
  *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (naming the problem on ctx),
- *  CLATTN_ERR_UNSUPPORTED (kv_q8_0), CLATTN_ERR_OUT_OF_MEMORY or an OpenCL error. */
+ *  CLATTN_ERR_UNSUPPORTED (kv_q8_0, kv_q4_0; softcap, alibi_slopes, sinks and lse_parts
+ *  are INVALID_ARGUMENT: a part sees only some of a row's keys), CLATTN_ERR_OUT_OF_MEMORY or an
+ *  OpenCL error. */
 CLATTN_API clattn_status clattn_ring_create(clattn_context *ctx, const clattn_attention_desc *desc,
                                             clattn_layout layout, clattn_sharding sharding,
                                             size_t parts, size_t part, const void *q_shard,
@@ -1248,6 +1250,12 @@ CLATTN_API clattn_status clattn_ring_attend(clattn_ring *ring, size_t kv_part, c
  *  NULL). @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (a key/value part not yet
  *  attended), or an OpenCL error. */
 CLATTN_API clattn_status clattn_ring_finish(clattn_ring *ring, void *o_shard, float *lse_shard);
+
+/** The ring's work so far: the shard calls it ran (query chunk, key chunk pairs with an allowed
+ *  pair) and the chunk pairs it skipped because their mask allows none; either pointer may be
+ *  NULL. @return CLATTN_SUCCESS or CLATTN_ERR_INVALID_ARGUMENT (ring NULL). */
+CLATTN_API clattn_status clattn_ring_counts(const clattn_ring *ring, size_t *calls,
+                                            size_t *skipped);
 
 /** The whole call on several devices of one process: the rows are sharded over the contexts
  *  (each on its own thread) and the key/value shards go round the ring, as clattn_ring does

@@ -78,8 +78,9 @@ typedef struct clattn_mpi_report {
     double total_ms;    /* the call, from the first check to the result */
     double compute_ms;  /* waiting for this rank's device work (attention and merges) */
     double wait_ms;     /* waiting for other ranks after this rank's own work was done */
-    size_t calls;       /* shard calls this rank ran (chunk pairs with an allowed pair) */
-    size_t skipped;     /* chunk pairs skipped because their mask allows no pair */
+    size_t calls;       /* shard calls this rank ran: the ring's chunk pairs with an allowed
+                           pair; Ulysses' 1, the call over this rank's heads */
+    size_t skipped;     /* the ring's chunk pairs skipped because their mask allows no pair */
     uint64_t bytes_sent;
 } clattn_mpi_report;
 
@@ -109,9 +110,11 @@ CLATTN_MPI_API clattn_status clattn_mpi_attention(clattn_context *ctx, MPI_Comm 
 
 /** Gathers every rank's rows of O and LSE into the whole call's arrays on rank `root`:
  *  o_whole [B, Nq, Hq, Dv] dense in options->layout and desc->out_dtype, lse_whole float32
- *  [B, Hq, Nq] (NULL: LSE is not gathered, on every rank). Collective; the other ranks pass
- *  NULL for o_whole. @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (agreed, as for
- *  clattn_mpi_attention), CLATTN_ERR_TIMEOUT or CLATTN_ERR_COMM. */
+ *  [B, Hq, Nq]. LSE is gathered when the ranks pass lse_shard: all of them or none (the ranks
+ *  must agree; a rank without rows passes any non-NULL pointer, which is not read), and the
+ *  root then passes lse_whole. Collective; the other ranks pass NULL for o_whole.
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (agreed, as for clattn_mpi_attention),
+ *  CLATTN_ERR_TIMEOUT or CLATTN_ERR_COMM. */
 CLATTN_MPI_API clattn_status clattn_mpi_gather(MPI_Comm comm, const clattn_attention_desc *desc,
                                                const clattn_mpi_options *options,
                                                const void *o_shard, const float *lse_shard,

@@ -68,12 +68,16 @@ static clattn_status check_desc(mpi_call *c, const clattn_attention_desc *desc, 
     if (s) return s;
     desc_copy(desc, &c->whole);
     const clattn_attention_desc *w = &c->whole;
-    if (w->kv_q8_0) {
-        snprintf(message, size, "q8_0 key/value shards are not supported");
+    if (w->kv_q8_0 || w->kv_q4_0) {
+        snprintf(message, size, "q8_0 and q4_0 key/value shards are not supported");
         return CLATTN_ERR_UNSUPPORTED;
     }
     if (w->bias && !w->bias_host) {
         snprintf(message, size, "the bias must be the whole call's host array (bias_host)");
+        return CLATTN_ERR_INVALID_ARGUMENT;
+    }
+    if (w->lse_parts) {
+        snprintf(message, size, "lse_parts is not supported (lse_shard is one float32 a row)");
         return CLATTN_ERR_INVALID_ARGUMENT;
     }
     s = clattn_attention_shards(w, c->opt.sharding, (size_t)c->link.size, (size_t)c->link.rank,
@@ -196,6 +200,7 @@ static clattn_status ring_run(mpi_call *c, const void *q, const void *k, const v
         local = clattn_ring_finish(ring, o, lse);
         if (local) snprintf(message, sizeof message, "%s", clattn_context_last_error(c->ctx));
     }
+    clattn_ring_counts(ring, &c->calls, &c->skipped); /* accepts a NULL ring */
     clattn_ring_destroy(ring);
     return s ? s : link_agree(&c->link, local, message, 0);
 }
@@ -212,6 +217,7 @@ static void fill_report(const mpi_call *c, clattn_status s, double start,
     report->compute_ms = c->link.compute_s * 1e3;
     report->wait_ms = c->link.wait_s * 1e3;
     report->bytes_sent = c->link.bytes_sent;
+    report->calls = c->calls, report->skipped = c->skipped;
 }
 
 clattn_status clattn_mpi_attention(clattn_context *ctx, MPI_Comm comm,

@@ -88,9 +88,13 @@ static clattn_status check_gather(gather *g, const clattn_attention_desc *desc,
         snprintf(message, size, "root %d is no rank of %d", g->root, c->link.size);
     if (!s && c->q_rows.rows && !o_shard)
         s = CLATTN_ERR_INVALID_ARGUMENT, snprintf(message, size, "o_shard is NULL");
-    if (!s && c->link.rank == g->root && (!o_whole || (g->with_lse && !lse_whole)))
+    if (!s && c->link.rank == g->root && !o_whole)
+        s = CLATTN_ERR_INVALID_ARGUMENT, snprintf(message, size, "the root's o_whole is NULL");
+    if (!s && c->link.rank == g->root && g->with_lse && !lse_whole)
         s = CLATTN_ERR_INVALID_ARGUMENT,
-        snprintf(message, size, "the root's o_whole%s is NULL", o_whole ? "'s lse_whole" : "");
+        snprintf(message, size,
+                 "the root's lse_whole is NULL but its lse_shard is not (LSE is gathered when "
+                 "the ranks pass lse_shard)");
     g->elem = !s && c->whole.out_dtype != CLATTN_F32 ? 2 : 4;
     return s;
 }

@@ -14,6 +14,7 @@ typedef struct mpi_call {
     clattn_mpi_options opt;
     clattn_shard q_rows, k_rows; /* this rank's */
     mpi_link link;
+    size_t calls, skipped; /* this rank's shard calls, and chunk pairs skipped (the report's) */
 } mpi_call;
 
 /* The options (NULL: the defaults), checked. @return CLATTN_SUCCESS or

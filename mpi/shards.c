@@ -69,6 +69,9 @@ uint64_t call_fingerprint(const clattn_attention_desc *d, const clattn_mpi_optio
                       d->path,
                       d->variant,
                       d->kv_q8_0,
+                      d->kv_q4_0,
+                      d->lse_parts,
+                      d->alibi_per_batch,
                       d->dtype,
                       d->out_dtype,
                       o->mode,
@@ -77,7 +80,13 @@ uint64_t call_fingerprint(const clattn_attention_desc *d, const clattn_mpi_optio
     HASH_FIELD(h, sizes);
     HASH_FIELD(h, mask);
     HASH_FIELD(h, d->scale);
+    HASH_FIELD(h, d->softcap);
     h = fnv1a(h, d->global_tokens, d->num_global_tokens * sizeof *d->global_tokens);
+    size_t slopes = d->alibi_per_batch ? d->batch * d->heads_q : d->heads_q;
+    int64_t present[] = {d->alibi_slopes != NULL, d->sinks != NULL};
+    HASH_FIELD(h, present);
+    if (d->alibi_slopes) h = fnv1a(h, d->alibi_slopes, slopes * sizeof *d->alibi_slopes);
+    if (d->sinks) h = fnv1a(h, d->sinks, d->heads_q * sizeof *d->sinks);
     if (d->bias_host) HASH_FIELD(h, d->bias_strides);
     if (d->block_layout) {
         size_t heads = d->block_layout_per_head ? d->heads_q : 1;

@@ -182,7 +182,26 @@ static clattn_status allocate_buffers(ulysses *u, int phase_in) {
     return CLATTN_SUCCESS;
 }
 
-/* This rank's heads of the whole call, on its device. */
+/* ALiBi's slopes of this rank's heads [h0, h0 + hq): a view of per-head slopes [Hq], or the
+ * rows of per-batch ones [B][Hq] copied into slopes ([B][hq], the caller frees). */
+static clattn_status head_slopes(const ulysses *u, size_t h0, clattn_attention_desc *d,
+                                 float **slopes) {
+    const clattn_attention_desc *w = &u->c->whole;
+    *slopes = NULL;
+    if (!w->alibi_slopes || !w->alibi_per_batch) {
+        if (w->alibi_slopes) d->alibi_slopes = w->alibi_slopes + h0;
+        return CLATTN_SUCCESS;
+    }
+    *slopes = malloc(w->batch * u->hq * sizeof **slopes);
+    if (!*slopes) return CLATTN_ERR_OUT_OF_MEMORY;
+    for (size_t b = 0; b < w->batch; b++)
+        memcpy(*slopes + b * u->hq, w->alibi_slopes + b * w->heads_q + h0, u->hq * sizeof **slopes);
+    d->alibi_slopes = *slopes;
+    return CLATTN_SUCCESS;
+}
+
+/* This rank's heads of the whole call, on its device: every per-head input (block layout,
+ * bias, slopes, sinks) from head h0 on. */
 static clattn_status attend_heads(ulysses *u, char *message, size_t size) {
     const mpi_call *c = u->c;
     clattn_attention_desc d = c->whole;
@@ -196,8 +215,17 @@ static clattn_status attend_heads(ulysses *u, char *message, size_t size) {
         d.block_layout +=
             h0 * ((d.len_q + d.block_q - 1) / d.block_q) * ((d.len_k + d.block_k - 1) / d.block_k);
     if (d.bias_host) d.bias_strides.offset += h0 * d.bias_strides.stride_head;
-    clattn_status s = clattn_attention_host(c->ctx, &d, u->q, u->k, u->v, u->o, u->lse);
+    if (d.sinks) d.sinks += h0;
+    float *slopes;
+    clattn_status s = head_slopes(u, h0, &d, &slopes);
+    if (s) {
+        snprintf(message, size, "out of host memory for the heads' ALiBi slopes");
+        return s;
+    }
+    s = clattn_attention_host(c->ctx, &d, u->q, u->k, u->v, u->o, u->lse);
     if (s) snprintf(message, size, "%s", clattn_context_last_error(c->ctx));
+    u->c->calls = s ? 0 : 1; /* the whole call for this rank's heads */
+    free(slopes);
     return s;
 }
 

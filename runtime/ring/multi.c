@@ -145,10 +145,8 @@ static clattn_status multi_check(clattn_context *const *ctxs, size_t n,
                                  "a time, so each part needs its own",
                                  i, j);
     clattn_status s = ring_read_whole(desc, &ctx->error, &c->whole);
+    if (!s) s = ring_check_splittable(&c->whole, "multi", &ctx->error);
     if (s) return s;
-    if (c->whole.kv_q8_0 || c->whole.kv_q4_0)
-        return ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
-                         "multi: q8_0 and q4_0 key/value shards are not supported");
     if (c->whole.bias && !c->whole.bias_host)
         return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                          "multi: the bias must be a host array (desc->bias_host)");

@@ -32,6 +32,7 @@ struct clattn_ring {
     cl_mem o_part, lse_part; /* one chunk call's outputs, float32, the longest query chunk */
     cl_mem bias[2];          /* each query chunk's rows of the bias, every key */
     clattn_tensor bias_rows[2];
+    size_t calls, skipped; /* chunk pairs attended, and those whose mask allows no pair */
 };
 
 /* Row where chunk a starts in a part's shard arrays. */
@@ -195,9 +196,7 @@ clattn_status clattn_ring_create(clattn_context *ctx, const clattn_attention_des
     clattn_status s = ring_read_whole(desc, &ctx->error, &r->whole);
     if (!s && layout != CLATTN_LAYOUT_BSHD && layout != CLATTN_LAYOUT_BHSD)
         s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: unknown layout %d", (int)layout);
-    if (!s && (r->whole.kv_q8_0 || r->whole.kv_q4_0))
-        s = ctx_error(ctx, CLATTN_ERR_UNSUPPORTED,
-                      "ring: q8_0 and q4_0 key/value shards are not supported");
+    if (!s) s = ring_check_splittable(&r->whole, "ring", &ctx->error);
     if (!s) s = ring_plan(r, sharding, part);
     if (!s && r->q_rows.rows && !q_shard)
         s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT, "ring: q_shard is NULL (%zu rows)",
@@ -265,7 +264,9 @@ static clattn_status attend_chunks(clattn_ring *r, size_t p, cl_event *event) {
             clattn_attention_desc d = chunk_call(r, a, p, c);
             uint64_t pairs = 0;
             s = clattn_attention_pairs(&d, &pairs);
+            if (!s && pairs == 0) r->skipped++;
             if (s || pairs == 0) continue; /* no pair: LSE = -inf, nothing to merge */
+            r->calls++;
             s = clattn_attention(r->ctx, &d, r->q[a], r->k[c], r->v[c], r->o_part, r->lse_part,
                                  NULL);
             if (*event) clReleaseEvent(*event), *event = NULL;
@@ -339,6 +340,13 @@ static clattn_status read_result(clattn_ring *r, float *o, float *lse) {
     }
     return err == CL_SUCCESS ? CLATTN_SUCCESS
                              : ctx_cl_error(r->ctx, err, "ring: reading the result");
+}
+
+clattn_status clattn_ring_counts(const clattn_ring *r, size_t *calls, size_t *skipped) {
+    if (!r) return CLATTN_ERR_INVALID_ARGUMENT;
+    if (calls) *calls = r->calls;
+    if (skipped) *skipped = r->skipped;
+    return CLATTN_SUCCESS;
 }
 
 clattn_status clattn_ring_finish(clattn_ring *r, void *o_shard, float *lse_shard) {

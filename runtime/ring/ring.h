@@ -18,6 +18,13 @@ void shard_rows(size_t n, size_t parts, size_t part, int zigzag, size_t granule,
 clattn_status ring_read_whole(const clattn_attention_desc *given, error_record *err,
                               clattn_attention_desc *whole);
 
+/* What a call split over parts cannot take, refused with `who` ("ring", "multi") naming the
+ * caller: quantised K/V shards, score modifiers and sinks (a part's call sees only some of a
+ * row's keys) and lse_parts (the parts' LSEs are merged as one float32 a row).
+ * @return CLATTN_SUCCESS, CLATTN_ERR_UNSUPPORTED or CLATTN_ERR_INVALID_ARGUMENT (in err). */
+clattn_status ring_check_splittable(const clattn_attention_desc *whole, const char *who,
+                                    error_record *err);
+
 /* The query and key rows of a part (either may be NULL), AUTO resolved from whole->causal. */
 clattn_status ring_shards(const clattn_attention_desc *whole, clattn_sharding sharding,
                           size_t parts, size_t part, error_record *err, clattn_shard *q_rows,

@@ -42,6 +42,23 @@ clattn_status ring_read_whole(const clattn_attention_desc *given, error_record *
     return CLATTN_SUCCESS;
 }
 
+clattn_status ring_check_splittable(const clattn_attention_desc *whole, const char *who,
+                                    error_record *err) {
+    if (whole->kv_q8_0 || whole->kv_q4_0)
+        return error_set(err, CLATTN_ERR_UNSUPPORTED,
+                         "%s: q8_0 and q4_0 key/value shards are not supported", who);
+    if (whole->softcap > 0.0f || whole->alibi_slopes || whole->sinks)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "%s: softcap, alibi_slopes and sinks are not combined with shard "
+                         "positions (each part sees only some of a row's keys; over MPI, "
+                         "Ulysses takes them)",
+                         who);
+    if (whole->lse_parts)
+        return error_set(err, CLATTN_ERR_INVALID_ARGUMENT,
+                         "%s: lse_parts is not supported (the LSE is one float32 a row)", who);
+    return CLATTN_SUCCESS;
+}
+
 clattn_status ring_shards(const clattn_attention_desc *whole, clattn_sharding sharding,
                           size_t parts, size_t part, error_record *err, clattn_shard *q_rows,
                           clattn_shard *k_rows) {

@@ -567,6 +567,28 @@ Test(ring, multi_refuses_before_any_device_starts) {
     cr_expect(strstr(clattn_context_last_error(pair[0]), "window"), "%s",
               clattn_context_last_error(pair[0]));
     d.window_left = -1;
+    /* what a part's call cannot take is named before any part starts (it was refused in the
+     * parts, with an empty message) */
+    float slope = 0.5f;
+    for (int what = 0; what < 4; what++) {
+        clattn_attention_desc m = d;
+        if (what == 0) m.softcap = 10.0f;
+        if (what == 1) m.alibi_slopes = &slope;
+        if (what == 2) m.sinks = &slope;
+        if (what == 3) m.lse_parts = 1;
+        const char *expected = what == 3 ? "multi: lse_parts is not supported"
+                                         : "multi: softcap, alibi_slopes and sinks are not";
+        cr_expect_eq(clattn_attention_multi(pair, 2, &m, CLATTN_SHARDING_AUTO, q, k, v, o, lse),
+                     CLATTN_ERR_INVALID_ARGUMENT);
+        cr_expect(strstr(clattn_context_last_error(pair[0]), expected), "%s",
+                  clattn_context_last_error(pair[0]));
+        clattn_ring *ring = NULL;
+        cr_expect_eq(clattn_ring_create(pair[0], &m, CLATTN_LAYOUT_BSHD, CLATTN_SHARDING_AUTO, 2, 0,
+                                        q, &ring),
+                     CLATTN_ERR_INVALID_ARGUMENT);
+        cr_expect_null(ring);
+    }
+    cr_expect_eq(clattn_ring_counts(NULL, NULL, NULL), CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect_eq(clattn_attention_multi(pair, 2, &d, (clattn_sharding)7, q, k, v, o, lse),
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect_eq(clattn_attention_multi(pair, 2, &d, CLATTN_SHARDING_AUTO, q, k, NULL, o, lse),

@@ -40,6 +40,8 @@ typedef struct mpi_case {
     int block_layout; /* 0 none, 1 shared, 2 per head */
     size_t bq, bk;
     int bias;
+    int alibi; /* 0 none, 1 slopes [Hq], 2 slopes [B][Hq] */
+    int sinks;
 } mpi_case;
 
 /* Uniform in [-1, 1] from a seed, the same on every rank. */
@@ -87,7 +89,7 @@ static void shard_copy(clattn_layout layout, size_t b, size_t h, size_t n, size_
 typedef struct whole_call {
     clattn_attention_desc desc;
     void *q, *k, *v;
-    float *bias, *o_ref, *lse_ref;
+    float *bias, *o_ref, *lse_ref, *slopes, *sinks;
     uint8_t *layout;
 } whole_call;
 
@@ -118,6 +120,17 @@ static void setup(const mpi_case *c, whole_call *w) {
         d->bias_host = w->bias;
         d->bias_strides = (clattn_tensor){0, c->hq * c->nq * c->nk, c->nq * c->nk, c->nk};
     }
+    if (c->alibi) { /* a different slope a (batch, head) */
+        size_t n = (c->alibi == 2 ? c->b : 1) * c->hq;
+        w->slopes = malloc(n * sizeof *w->slopes);
+        for (size_t i = 0; i < n; i++) w->slopes[i] = 0.05f * (float)(i + 1);
+        d->alibi_slopes = w->slopes, d->alibi_per_batch = c->alibi == 2;
+    }
+    if (c->sinks) {
+        w->sinks = malloc(c->hq * sizeof *w->sinks);
+        for (size_t h = 0; h < c->hq; h++) w->sinks[h] = 0.5f * (float)h - 1.0f;
+        d->sinks = w->sinks;
+    }
     clattn_attention_desc ref = *d;
     ref.out_dtype = CLATTN_F32;
     w->o_ref = malloc(c->b * c->hq * c->nq * c->d * 4);
@@ -127,7 +140,7 @@ static void setup(const mpi_case *c, whole_call *w) {
 
 static void release(whole_call *w) {
     free(w->q), free(w->k), free(w->v), free(w->bias), free(w->o_ref), free(w->lse_ref),
-        free(w->layout);
+        free(w->layout), free(w->slopes), free(w->sinks);
 }
 
 /* O (in out_dtype) and LSE of `rows` against the reference's rows; tolerance of docs/semantics.md section 4. */
@@ -156,6 +169,21 @@ static void compare(const char *what, const mpi_case *c, const whole_call *w,
     free(got), free(want);
 }
 
+/* The report's calls and skipped chunk pairs: Ulysses runs one call; the ring runs some, skips
+ * none without a mask, and with causality over Nq = Nk skips on every rank at least the pair
+ * of its first query chunk and the last key chunk of each part (zigzag). */
+static void check_counts(const mpi_case *c, const clattn_mpi_report *report) {
+    int unmasked = !c->causal && c->left < 0 && c->right < 0 && c->dilation <= 1 &&
+                   !c->num_globals && !c->block_layout && !c->bias;
+    if (c->mode == CLATTN_MPI_ULYSSES && (report->calls != 1 || report->skipped != 0))
+        fail("%s: ulysses reports %zu calls, %zu skipped", c->name, report->calls, report->skipped);
+    if (c->mode == CLATTN_MPI_RING &&
+        (report->calls == 0 || (unmasked && report->skipped != 0) ||
+         (c->causal && c->nq == c->nk && ranks > 1 && report->skipped < (size_t)ranks)))
+        fail("%s: the ring reports %zu calls, %zu skipped", c->name, report->calls,
+             report->skipped);
+}
+
 static void run_case(clattn_context *ctx, const mpi_case *c) {
     whole_call w;
     setup(c, &w);
@@ -179,6 +207,7 @@ static void run_case(clattn_context *ctx, const mpi_case *c) {
         clattn_mpi_attention(ctx, MPI_COMM_WORLD, &w.desc, &opt, q, k, v, o, lse, &report);
     if (s) fail("%s: %s: %s", c->name, clattn_status_name(s), report.message);
     if (!s) compare("this rank's rows", c, &w, &qs, o, lse);
+    if (!s) check_counts(c, &report);
     char *o_all = rank == 0 ? malloc(c->b * c->hq * c->nq * c->d * e) : NULL;
     float *lse_all = rank == 0 ? malloc(c->b * c->hq * c->nq * 4) : NULL;
     if (!s) {
@@ -207,6 +236,8 @@ static mpi_case base(const char *name, size_t nq, size_t nk) {
                   -1,
                   1,
                   {0},
+                  0,
+                  0,
                   0,
                   0,
                   0,
@@ -242,6 +273,13 @@ static void every_case(clattn_context *ctx) {
     c = base("ulysses, per-head layout, bias, BHSD", 30, 36), c.mode = CLATTN_MPI_ULYSSES;
     c.hkv = c.hq = (size_t)ranks, c.block_layout = 2, c.bq = 5, c.bk = 6, c.bias = 1;
     c.layout = CLATTN_LAYOUT_BHSD;
+    run_case(ctx, &c);
+    /* each rank's heads take their own slopes and sinks (every rank read head 0's) */
+    c = base("ulysses, ALiBi per batch, sinks", 26, 26), c.mode = CLATTN_MPI_ULYSSES;
+    c.hkv = (size_t)ranks, c.hq = 2 * (size_t)ranks, c.causal = 1, c.alibi = 2, c.sinks = 1;
+    run_case(ctx, &c);
+    c = base("ulysses, ALiBi a head", 20, 24), c.mode = CLATTN_MPI_ULYSSES, c.alibi = 1;
+    c.hkv = c.hq = (size_t)ranks;
     run_case(ctx, &c);
 }
 
@@ -280,6 +318,26 @@ static void collective_failures(clattn_context *ctx) {
     s = clattn_mpi_attention(ctx, MPI_COMM_WORLD, &other, NULL, q, k, v, o, lse, &report);
     expect_collective("a desc that differs on rank 1", s, CLATTN_ERR_INVALID_ARGUMENT,
                       report.message, "rank 1: its desc or options differ from rank 0's");
+    other = d; /* a score modifier counts as the desc */
+    other.softcap = rank == 1 ? 2.0f : 0.0f;
+    s = clattn_mpi_attention(ctx, MPI_COMM_WORLD, &other, NULL, q, k, v, o, lse, &report);
+    expect_collective("a softcap that differs on rank 1", s, CLATTN_ERR_INVALID_ARGUMENT,
+                      report.message, "rank 1: its desc or options differ from rank 0's");
+    float slopes[1] = {0.5f};
+    other = d, other.alibi_slopes = slopes;
+    s = clattn_mpi_attention(ctx, MPI_COMM_WORLD, &other, NULL, q, k, v, o, lse, &report);
+    expect_collective("ALiBi over the ring", s, CLATTN_ERR_INVALID_ARGUMENT, report.message,
+                      "rank 0: ring: softcap, alibi_slopes and sinks are not combined");
+    other = d, other.lse_parts = 1;
+    s = clattn_mpi_attention(ctx, MPI_COMM_WORLD, &other, NULL, q, k, v, o, lse, &report);
+    expect_collective("lse_parts", s, CLATTN_ERR_INVALID_ARGUMENT, report.message,
+                      "rank 0: lse_parts is not supported");
+    float o_whole[N * D];
+    s = clattn_mpi_gather(MPI_COMM_WORLD, &d, NULL, o, lse, 0, rank == 0 ? o_whole : NULL, NULL,
+                          &report);
+    expect_collective("a gather of LSE without the root's lse_whole", s,
+                      CLATTN_ERR_INVALID_ARGUMENT, report.message,
+                      "rank 0: the root's lse_whole is NULL but its lse_shard is not");
     clattn_mpi_options opt;
     clattn_mpi_options_init(&opt);
     opt.mode = CLATTN_MPI_ULYSSES;
