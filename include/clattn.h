@@ -1266,7 +1266,8 @@ CLATTN_API clattn_status clattn_ring_counts(const clattn_ring *ring, size_t *cal
  *  be distinct (a context serves one thread at a time). Everything is checked before any
  *  device starts; o and lse are written only when every part succeeded. A failure is named in
  *  clattn_context_last_error(ctxs[0]), with the device that failed.
- *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT, CLATTN_ERR_UNSUPPORTED (kv_q8_0),
+ *  @return CLATTN_SUCCESS, CLATTN_ERR_INVALID_ARGUMENT (also softcap, alibi_slopes, sinks and
+ *  lse_parts, as clattn_ring_create), CLATTN_ERR_UNSUPPORTED (kv_q8_0, kv_q4_0),
  *  CLATTN_ERR_OUT_OF_MEMORY, or the first failing part's error. */
 CLATTN_API clattn_status clattn_attention_multi(clattn_context *const *ctxs, size_t num_ctxs,
                                                 const clattn_attention_desc *desc,
