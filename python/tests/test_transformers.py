@@ -5,8 +5,9 @@ prompts of different lengths; with the DeviceCache and with transformers' own ca
 encoder gives the same hidden states on a padded batch, the masks are clattn's (never a dense
 [B, 1, L, S] tensor) and dropping them would change the result, the arguments clattn cannot
 compute are refused by name, Gemma 2's soft-capping and gpt-oss's sinks generate as eager does,
-and a decoding step's host-to-device traffic over the DeviceCache
-does not grow with the context. Skipped, saying why, where transformers is not installed."""
+a decoding step's host-to-device traffic over the DeviceCache does not grow with the context,
+and the DeviceCache survives a refused call, takes chunked prefill after all-padding chunks and
+refuses layers that share keys. Skipped, saying why, where transformers is not installed."""
 
 from __future__ import annotations
 
@@ -385,3 +386,52 @@ def test_transformers_static_cache_with_clattns_attention(context) -> None:
         got = _generate(model, "clattn", ids, attention_mask, cache_implementation="static")
     _assert_same_generation(reference, got, LOGITS_ATOL["float32"])
     assert torch.equal(reference.sequences, got.sequences)
+
+
+def test_a_refused_call_leaves_the_device_cache_as_it_was(context) -> None:
+    """A call refused before the attention stores anything (output_attentions) leaves the layer
+    without the update's rows, so the same call without it runs on the same cache."""
+    model = _model("llama_gqa", "float32")
+    model.set_attn_implementation("clattn")
+    ids, attention_mask = _prompts()
+    cache = ct.DeviceCache(model.config, max_cache_len=32)
+    with torch.no_grad():
+        with pytest.raises(clattn.Error, match="output_attentions"):
+            model(input_ids=ids, attention_mask=attention_mask, cache=cache, output_attentions=True)
+        assert cache.get_seq_length() == 0
+        model(input_ids=ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+    assert cache.get_seq_length() == ids.shape[1]
+
+
+def test_an_integer_mask_is_refused_not_added(context) -> None:
+    """sdpa refuses a 0/1 integer mask; added as a float bias it would mask nothing."""
+    q = torch.randn(1, 2, 3, 16)
+    with pytest.raises(clattn.Error, match="attention_mask is torch.int64"):
+        ct.attention_forward(torch.nn.Module(), q, q, q, torch.ones(1, 1, 3, 3, dtype=torch.long))
+
+
+def test_chunked_prefill_whose_first_chunk_is_all_padding(context) -> None:
+    """A prompt padded far on the left and prefilled in chunks: the first chunk stores nothing,
+    and the next starts past position 0 (it took the empty cache's shortcut, which refused it)."""
+    model = _model("llama_gqa", "float32")
+    ids, attention_mask = _prompts((4, 3))
+    pad = torch.zeros(2, 5, dtype=torch.long)
+    ids, attention_mask = torch.cat([pad, ids], 1), torch.cat([pad, attention_mask], 1)
+    with torch.no_grad():
+        reference = _generate(model, "sdpa", ids, attention_mask, prefill_chunk_size=4)
+        cache = ct.DeviceCache(model.config, max_cache_len=32)
+        got = _generate(model, "clattn", ids, attention_mask, prefill_chunk_size=4, cache=cache)
+    _assert_same_generation(reference, got, LOGITS_ATOL["float32"])
+    assert torch.equal(reference.sequences, got.sequences)
+
+
+@pytest.mark.parametrize("sharing", ["kv_sharing_modes", "num_kv_shared_layers"])
+def test_layers_that_reuse_another_layers_keys_are_refused(context, sharing: str) -> None:
+    config = _model("llama_gqa", "float32").config
+    if sharing == "kv_sharing_modes":
+        config.kv_sharing_modes = [None] * (config.num_hidden_layers - 1) + ["reuse"]
+    else:
+        config.num_kv_shared_layers = 1
+    layer = config.num_hidden_layers - 1
+    with pytest.raises(clattn.Error, match=f"layer {layer} reuses another layer's keys"):
+        ct.DeviceCache(config, max_cache_len=32)

@@ -120,7 +120,13 @@ def plan_mask(mask: Mask, q_length: int, keys: int) -> Plan:
 
 
 def plan_tensor(mask: torch.Tensor, keys: int) -> Plan:
-    """A model's own mask [.., L, S]: bool (True = attend) or float, added as sdpa adds it."""
+    """A model's own mask [.., L, S]: bool (True = attend) or float, added as sdpa adds it (sdpa
+    refuses other dtypes: an integer 0/1 mask added as a bias would mask nothing)."""
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise invalid(
+            f"attention_mask is {mask.dtype}: clattn reads bool masks (True = attend) or float "
+            "ones (added to the scores), as sdpa does"
+        )
     bias = _minus_inf_where_not(mask) if mask.dtype == torch.bool else mask.float()
     return Plan(keys, False, None, bias)
 
@@ -148,13 +154,18 @@ def attention_forward(
     **kwargs: Any,
 ) -> Tuple[torch.Tensor, None]:
     """transformers' attention interface for "clattn": returns ([B, L, Hq, Dv], None)."""
-    refuse_what_clattn_cannot_compute(module, dropout, kwargs)
-    extra = passed_through(kwargs)
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     layer = getattr(key, "_clattn_layer", None)
-    if layer is not None:  # a DeviceCache's placeholder: its layer attends on the device
-        if position_bias is not None:
+    try:
+        refuse_what_clattn_cannot_compute(module, dropout, kwargs)
+        extra = passed_through(kwargs)
+        if layer is not None and position_bias is not None:
             raise invalid("position_bias: a DeviceCache takes no bias; use transformers' own cache")
+    except Exception:
+        if layer is not None:  # a DeviceCache's placeholder: its layer forgets the update
+            layer.discard_pending()
+        raise
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if layer is not None:  # a DeviceCache's placeholder: its layer attends on the device
         return layer.attend(query, attention_mask, scaling, causal, extra), None
     q_length, keys = query.shape[2], key.shape[2]
     if isinstance(attention_mask, Mask):

@@ -100,6 +100,13 @@ class DeviceLayer(CacheLayerMixin):
         self.values = _placeholder(value_states, (batch, heads, self.seen, value_states.shape[-1]), self)
         return self.keys, self.values
 
+    def discard_pending(self) -> None:
+        """Forgets update()'s rows when the attention function refuses the call before storing
+        them: the layer is as it was before the update."""
+        if self.pending is not None:
+            self.seen -= self.pending[0].shape[2]
+            self.pending = None
+
     def get_mask_sizes(self, query_length: int) -> tuple:
         return self.seen + query_length, 0
 
@@ -134,8 +141,8 @@ class DeviceLayer(CacheLayerMixin):
 
     def _refuse(self, what: str) -> None:
         if self.seen > 0:
-            raise invalid(f"DeviceCache: {what} is not supported (beam search, or several sequences a "
-                          "prompt); use transformers' own cache for it")
+            raise invalid(f"DeviceCache: {what} of a cache that holds rows is not supported (beam "
+                          "search); use transformers' own cache for it")
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self._refuse("reordering the sequences")
@@ -202,7 +209,8 @@ class DeviceLayer(CacheLayerMixin):
             if (self.stored[b] > 0 and not bool(row.all())) or not bool(row[first:].all()):
                 raise invalid(
                     f"DeviceCache: sequence {b} has padding after a real token, and the layer's "
-                    "sliding window counts positions; pad on the left, or use transformers' own cache"
+                    "sliding window counts positions; pad on the left, or use transformers' own cache "
+                    "(earlier layers may have stored this forward's rows: reset() the cache)"
                 )
 
     def _append(self, k_new: torch.Tensor, v_new: torch.Tensor, query: torch.Tensor, mask: Any,
@@ -234,7 +242,8 @@ class DeviceLayer(CacheLayerMixin):
         q_length = query.shape[2]
         window = mask.window if isinstance(mask, Mask) else None
         causal = mask.causal if isinstance(mask, Mask) else causal
-        first_fill = not self.stored.any()
+        # a prompt from position 0 into an empty cache (not a later chunk after all-padding ones)
+        first_fill = not self.stored.any() and self.seen == q_length
         try:
             q, counts, order = self._append(k_new, v_new, query, mask, window)
         except Exception:
@@ -300,6 +309,14 @@ class DeviceCache(Cache):
         for index, kind in enumerate(layer_types):
             if kind not in _LAYER_TYPES:
                 raise invalid(f"DeviceCache: layer {index} is {kind!r}; it holds {' and '.join(_LAYER_TYPES)} layers")
+        sharing = getattr(text_config, "kv_sharing_modes", None) or []
+        shared = [i for i, mode in enumerate(sharing) if mode == "reuse"]
+        if not sharing and getattr(text_config, "num_kv_shared_layers", 0):
+            shared = list(range(text_config.num_hidden_layers - text_config.num_kv_shared_layers,
+                                text_config.num_hidden_layers))
+        if shared:
+            raise invalid(f"DeviceCache: layer {shared[0]} reuses another layer's keys and values; "
+                          "the device cache holds each layer's own (use transformers' own cache)")
         context = resolve_context(context)
         layers = [DeviceLayer(max_cache_len, page_size, dtype, context) for _ in layer_types]
         super().__init__(layers=layers)
