@@ -243,10 +243,13 @@ inline float mul_saturating(float a, float b) {
 
 /* Scores are float32 (docs/semantics.md section 9): scale * q.k is an infinity only when that
  * product itself is beyond float32. A kernel's float32 sum of products (and a q pre-scaled by
- * scale) can overflow on the way even so; such a score is summed again with each operand scaled by
- * 2^-RESCORE_SHIFT (no product or partial sum of FLT_MAX-sized values then overflows), and
- * rescored() puts scale and 2^(2*RESCORE_SHIFT) back at once: scale's mantissa first, then its
- * exponent with ldexp, which is exact up to the final overflow or underflow. */
+ * scale) can overflow on the way even so; such a score is summed again (rescore_add, then
+ * rescore_end): q.k as it is, which is exact unless it overflows (a huge scale over ordinary
+ * values, 3e38 say), and with each operand scaled by 2^-RESCORE_SHIFT, which never overflows for
+ * FLT_MAX-sized values but puts products of ordinary ones among float32's subnormals (a
+ * thousandth off). The first is taken where finite, times scale; else rescored() puts scale and
+ * 2^(2*RESCORE_SHIFT) back into the second at once: scale's mantissa first, then its exponent
+ * with ldexp, which is exact up to the final overflow or underflow. */
 #define RESCORE_SHIFT 70
 #define RESCORE_DOWN  0x1.0p-70f
 
@@ -265,6 +268,16 @@ inline float rescored(float scaled_dot, float scale) {
         m = as_float((bits & 0x807fffffu) | (126u << 23));
     }
     return ldexp(m * scaled_dot, e + 2 * RESCORE_SHIFT);
+}
+
+/* The two sums of q.k a rescore keeps (above): .x as it is, .y scaled down. */
+inline float2 rescore_add(float2 dot, float q, float k) {
+    return (float2)(fma(q, k, dot.x), fma(q * RESCORE_DOWN, k * RESCORE_DOWN, dot.y));
+}
+
+/* scale * q.k from rescore_add's sums. */
+inline float rescore_end(float2 dot, float scale) {
+    return isfinite(dot.x) ? scale * dot.x : rescored(dot.y, scale);
 }
 
 /* Integer division with its remainder. */

@@ -220,10 +220,9 @@ ALWAYS_INLINE float rescore(const flash_ctx *f, const walk_state *w, long k0, in
     __global const KV_T *tile = key_tile_start(w, f->k, P->k_stride_s, k0, &step);
     __global const KV_T *k = key_row(f, w, f->k, tile, P->k_stride_s, step, k0, slot);
     __global const IN_T *q = f->q + (long)i * P->q_stride_s;
-    float dot = 0.0f;
-    for (int d = 0; d < (int)P->dim_qk; d++)
-        dot = fma(LOAD_IN(q, d) * RESCORE_DOWN, LOAD_KV(k, d) * RESCORE_DOWN, dot);
-    return rescored(dot, f->q_scale);
+    float2 dot = (float2)0.0f;
+    for (int d = 0; d < (int)P->dim_qk; d++) dot = rescore_add(dot, LOAD_IN(q, d), LOAD_KV(k, d));
+    return rescore_end(dot, f->q_scale);
 }
 
 /* s += Q K^T over the QK_COLS columns of the local tiles, for the work-item's micro-tile. */

@@ -131,11 +131,11 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, cons
     const long i = t->row_i[m];
     if (i < 0) return 0.0f;
     const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
-    float dot = 0.0f;
+    float2 dot = (float2)0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(load_as(FEATURE(P, q_dtype), t->Q, row + d) * RESCORE_DOWN,
-                  rows->k[j * rows->k_step + d] * RESCORE_DOWN, dot);
-    return rescored(dot, t->scale);
+        dot = rescore_add(dot, load_as(FEATURE(P, q_dtype), t->Q, row + d),
+                          rows->k[j * rows->k_step + d]);
+    return rescore_end(dot, t->scale);
 }
 
 /* Rescores the tile's non-finite scores: rare (huge inputs, or NaN and infinities in them), so

@@ -318,10 +318,10 @@ ALWAYS_INLINE void load_q(const mma_ctx *f, const mma_rows *st, uint q[M_TILES][
 ALWAYS_INLINE float rescore(const mma_ctx *f, const tile_buffer *buf, int i, int c) {
     __global const ushort *q = f->q + (long)i * f->P->q_stride_s;
     __local const ushort *k = (__local const ushort *)(buf->k_words + c * K_STRIDE);
-    float dot = 0.0f;
+    float2 dot = (float2)0.0f;
     for (int d = 0; d < (int)f->P->dim_qk; d++)
-        dot = fma(WIDEN_RAW(q[d]) * RESCORE_DOWN, WIDEN_RAW(k[d]) * RESCORE_DOWN, dot);
-    return rescored(dot, f->scale);
+        dot = rescore_add(dot, WIDEN_RAW(q[d]), WIDEN_RAW(k[d]));
+    return rescore_end(dot, f->scale);
 }
 
 /* s = scale * Q K^T for the warp's rows and the tile's keys: each K fragment feeds the

@@ -32,12 +32,11 @@ ALWAYS_INLINE void copy_to_local(__local float *dst, __global const float *src, 
  * came out non-finite from the pre-scaled q. NaN or an infinity in the inputs stays so. */
 ALWAYS_INLINE float rescore(__constant attn_params *P, const row_state *st, __local const float *kt,
                             int c) {
-    float dot = 0.0f;
-    for (int d = 0; d < P->dim_qk; d++) {
-        const float q = load_as(FEATURE(P, q_dtype), st->q_src, st->q_row + d) * RESCORE_DOWN;
-        dot = fma(q, kt[d * BLOCK_N + c] * RESCORE_DOWN, dot);
-    }
-    return rescored(dot, st->scale);
+    float2 dot = (float2)0.0f;
+    for (int d = 0; d < P->dim_qk; d++)
+        dot = rescore_add(dot, load_as(FEATURE(P, q_dtype), st->q_src, st->q_row + d),
+                          kt[d * BLOCK_N + c]);
+    return rescore_end(dot, st->scale);
 }
 
 /* The row against one key tile in local memory: scores, masks, softmax update, P V. O stays

@@ -103,10 +103,10 @@ inline float rescore(__constant attn_params *P, __global const IN_T *Q, __global
     const long kvh = h / (P->heads_q / P->heads_kv);
     const long q = P->q_offset + b * P->q_stride_b + h * P->q_stride_h + i * P->q_stride_s;
     const long k = P->k_offset + b * P->k_stride_b + kvh * P->k_stride_h + j * P->k_stride_s;
-    float dot = 0.0f;
+    float2 dot = (float2)0.0f;
     for (long d = 0; d < P->dim_qk; d++)
-        dot = fma(LOAD_IN(Q, q + d) * RESCORE_DOWN, LOAD_IN(K, k + d) * RESCORE_DOWN, dot);
-    return rescored(dot, scale);
+        dot = rescore_add(dot, LOAD_IN(Q, q + d), LOAD_IN(K, k + d));
+    return rescore_end(dot, scale);
 }
 
 /* The masked softmax works on vectors of SV keys aligned to the keys' own indices: vector `av`

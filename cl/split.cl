@@ -206,11 +206,10 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, __global const KV_T *K,
     const long q_row = query_start(P, t, r);
     const long k_row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
                               P->k_stride_s, t->b, t->kvh, j);
-    float dot = 0.0f;
+    float2 dot = (float2)0.0f;
     for (int d = 0; d < P->dim_qk; d++)
-        dot = fma(LOAD_IN(t->Q, q_row + d) * RESCORE_DOWN, LOAD_KV(K, k_row + d) * RESCORE_DOWN,
-                  dot);
-    return rescored(dot, t->scale);
+        dot = rescore_add(dot, LOAD_IN(t->Q, q_row + d), LOAD_KV(K, k_row + d));
+    return rescore_end(dot, t->scale);
 }
 
 /* The lanes (keys j0 + c) of row r's tile that are masked before any key-by-key rule: c >= n,

@@ -476,6 +476,22 @@ Test(fused, keys_read_in_place) {
         }
 }
 
+/* A huge scale over ordinary values (3e38 x q.k) overflows a pre-scaled q's sums on the way:
+ * those scores are summed again, and must keep float32's precision there (summed with both
+ * operands scaled down they fell among the subnormals, and the LSE came out a thousandth off). */
+Test(fused, scores_summed_again_keep_their_precision) {
+    static const float scales[] = {3e38f, 1.5e38f, 6e37f};
+    attn_case cases[2 * COUNT(scales)];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 1, 4, 2, 100, i % 2 ? 6 : 12, 64, 64);
+        cases[i].scale = scales[i / 2];
+        cases[i].layout = i % 2 ? CLATTN_LAYOUT_BHSD : CLATTN_LAYOUT_BSHD;
+        cases[i].seed = 130 + i;
+    }
+    expect_all_pass(cases, COUNT(cases));
+    cr_expect_eq(check_cases(cases, COUNT(cases), CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0);
+}
+
 /* The packed variants build a plain program (without the code of bias, block layouts, global
  * tokens and non-float32 storage) for calls that use none of them, and the general one for
  * calls that use any: each case matches the reference and says "plain" exactly when it has no
