@@ -2,7 +2,8 @@
  * Fused attention shaped for CPUs. One work-item (work-groups of one) owns a query tile of
  * BLOCK_M rows (a multiple of 16) and walks its key tiles. The 16 lanes of every vector are 16
  * query rows (GROUPS = BLOCK_M / 16 lane groups), so the online softmax is lane-wise: the row
- * maxima, sums and rescale factors are vectors and no step reduces across lanes. CPU OpenCL
+ * maxima, sums and rescale factors are vectors and no step reduces across lanes. (A tile of at
+ * most 4 global rows puts the keys in the lanes instead: "few rows", at the end of this file.) CPU OpenCL
  * compilers (PoCL's LLVM) turn the float16 code into AVX-512 (or pairs of AVX2) registers:
  *
  *   S^T tile [BLOCK_N][BLOCK_M] = K tile [BLOCK_N][DQK_PAD] x Q^T [DQK_PAD][BLOCK_M]
@@ -32,6 +33,11 @@
  * compiles to nothing.
  */
 #define GROUPS (BLOCK_M / 16) /* lane groups: 16 query rows per vector */
+
+/* The width of a global-key tile that holds at most this many keys (Longformer's few global
+ * tokens): it computes those slots only, where a whole tile of BLOCK_N keys would mostly compute
+ * padding. Even (softmax_update takes keys in pairs), and below BLOCK_N (at least KEY_BLOCK). */
+#define NARROW_KEYS 4
 
 /* Accumulators of the two products: KEY_BLOCK (or VALUE_BLOCK) x GROUPS vectors, <= 24. */
 #if GROUPS == 1
@@ -97,13 +103,16 @@ typedef struct key_rows {
     long k_step, v_step;
 } key_rows;
 
-/* S^T [BLOCK_N][BLOCK_M] = K Q^T for one key tile; k_rows: K tile [BLOCK_N][k_step]. */
+/* S^T [keys][BLOCK_M] = K Q^T for the first `keys` keys of a tile (BLOCK_N, or NARROW_KEYS: a
+ * constant, so that each call's loops unroll to their own width); k_rows: K tile [keys][k_step]. */
 ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows, long k_step,
-                               float16 s_t[BLOCK_N][GROUPS]) {
-    for (int j0 = 0; j0 < BLOCK_N; j0 += KEY_BLOCK) {
+                               int keys, float16 s_t[BLOCK_N][GROUPS]) {
+    const int block =
+        keys < KEY_BLOCK ? keys : KEY_BLOCK; /* not min(): PoCL links it after unrolling */
+    for (int j0 = 0; j0 < keys; j0 += KEY_BLOCK) {
         float16 s[KEY_BLOCK][GROUPS];
 #pragma unroll
-        for (int j = 0; j < KEY_BLOCK; j++)
+        for (int j = 0; j < block; j++)
 #pragma unroll
             for (int g = 0; g < GROUPS; g++) s[j][g] = (float16)0.0f;
         for (int d = 0; d < DQK_PAD; d++) {
@@ -111,56 +120,63 @@ ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows
 #pragma unroll
             for (int g = 0; g < GROUPS; g++) q[g] = t->q_t[d][g];
 #pragma unroll
-            for (int j = 0; j < KEY_BLOCK; j++) {
+            for (int j = 0; j < block; j++) {
                 const float16 k = (float16)k_rows[(j0 + j) * k_step + d];
 #pragma unroll
                 for (int g = 0; g < GROUPS; g++) s[j][g] = fma(q[g], k, s[j][g]);
             }
         }
 #pragma unroll
-        for (int j = 0; j < KEY_BLOCK; j++)
+        for (int j = 0; j < block; j++)
 #pragma unroll
             for (int g = 0; g < GROUPS; g++) s_t[j0 + j][g] = s[j][g];
     }
 }
 
-/* Score (j, m) again without overflow on the way (common.cl, rescored): for a score that came
- * out non-finite from the pre-scaled Q^T. NaN or an infinity in the inputs stays so. */
+/* Score (query row i of head (b, h), key row k) again without overflow on the way (common.cl,
+ * rescored): for a score that came out non-finite from the pre-scaled Q. NaN or an infinity in
+ * the inputs stays so. */
+ALWAYS_INLINE float rescore_row(__constant attn_params *P, __global const void *Q, float scale,
+                                long b, long h, long i, __global const float *k) {
+    const long row = P->q_offset + b * P->q_stride_b + h * P->q_stride_h + i * P->q_stride_s;
+    float2 dot = (float2)0.0f;
+    for (int d = 0; d < P->dim_qk; d++)
+        dot = rescore_add(dot, load_as(FEATURE(P, q_dtype), Q, row + d), k[d]);
+    return rescore_end(dot, scale);
+}
+
+/* Score (j, m) of a tile again (rescore_row). */
 ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, const key_rows *rows,
                             int j, int m) {
     const long i = t->row_i[m];
     if (i < 0) return 0.0f;
-    const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s;
-    float2 dot = (float2)0.0f;
-    for (int d = 0; d < P->dim_qk; d++)
-        dot = rescore_add(dot, load_as(FEATURE(P, q_dtype), t->Q, row + d),
-                          rows->k[j * rows->k_step + d]);
-    return rescore_end(dot, t->scale);
+    return rescore_row(P, t->Q, t->scale, t->b, t->h, i, rows->k + j * rows->k_step);
 }
 
 /* Rescores the tile's non-finite scores: rare (huge inputs, or NaN and infinities in them), so
  * one vector test per score vector, and plain code past it. */
 ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t,
-                                     const key_rows *rows, float16 s_t[BLOCK_N][GROUPS]) {
+                                     const key_rows *rows, int keys, float16 s_t[BLOCK_N][GROUPS]) {
     int16 bad = (int16)0;
-    for (int j = 0; j < BLOCK_N; j++)
+    for (int j = 0; j < keys; j++)
         for (int g = 0; g < GROUPS; g++) bad |= isinf(s_t[j][g]) | isnan(s_t[j][g]);
     if (!any(bad)) return;
     float *s = (float *)s_t;
-    for (int j = 0; j < BLOCK_N; j++)
+    for (int j = 0; j < keys; j++)
         for (int m = 0; m < BLOCK_M; m++)
             if (!isfinite(s[j * BLOCK_M + m])) s[j * BLOCK_M + m] = rescore(P, t, rows, j, m);
 }
 
 /* -inf outside each row's class-local range [lo, hi]; k0 is the tile's first class index. */
-ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, float16 s_t[BLOCK_N][GROUPS]) {
+ALWAYS_INLINE void mask_bounded(const query_tile *t, long k0, int keys,
+                                float16 s_t[BLOCK_N][GROUPS]) {
     for (int g = 0; g < GROUPS; g++) {
         int16 lo, hi; /* the lanes' bounds relative to the tile, clamped to fit an int */
         for (int l = 0; l < 16; l++) {
             ((int *)&lo)[l] = (int)clamp(t->lo[g * 16 + l] - k0, -1L, (long)BLOCK_N);
             ((int *)&hi)[l] = (int)clamp(t->hi[g * 16 + l] - k0, -1L, (long)BLOCK_N);
         }
-        for (int j = 0; j < BLOCK_N; j++)
+        for (int j = 0; j < keys; j++)
             s_t[j][g] = select(s_t[j][g], (float16)(-INFINITY), (int16)j < lo || (int16)j > hi);
     }
 }
@@ -178,14 +194,14 @@ ALWAYS_INLINE int global_keys_in_vectors(__constant attn_params *P) {
  * vectors: the slot holds a global key j, j <= p if causal, and j lies outside the row's
  * window [p - left, p + right]. kpos: the slots' key positions (NO_KEY for empty slots). */
 ALWAYS_INLINE void mask_global_keys(__constant attn_params *P, const query_tile *t,
-                                    const long *kpos, float16 s_t[BLOCK_N][GROUPS]) {
+                                    const long *kpos, int keys, float16 s_t[BLOCK_N][GROUPS]) {
     const long i0 = t->row_i[0]; /* a live tile's first row is a row */
     const int left = (int)min(P->left, 1L << 30), right = (int)min(P->right, 1L << 30);
     for (int g = 0; g < GROUPS; g++) {
         int16 lane_row; /* each lane's row less the first (rows past the end: 0, never stored) */
         for (int l = 0; l < 16; l++)
             ((int *)&lane_row)[l] = t->row_i[g * 16 + l] < 0 ? 0 : (int)(t->row_i[g * 16 + l] - i0);
-        for (int c = 0; c < BLOCK_N; c++) {
+        for (int c = 0; c < keys; c++) {
             const int16 d = (int16)(int)(kpos[c] - i0 - P->offset) - lane_row; /* j - p */
             const int16 after_left = left < 0 ? (int16)(-1) : (d >= (int16)(-left));
             const int16 before_right = right < 0 ? (int16)(-1) : (d <= (int16)right);
@@ -219,9 +235,10 @@ ALWAYS_INLINE float16 soft_cap(float16 x, float cap, float k) {
 }
 
 /* Soft-capping alone on a tile's S^T, which needs no key positions. */
-ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N][GROUPS]) {
+ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, int keys,
+                                 float16 s_t[BLOCK_N][GROUPS]) {
     const float cap = as_float((uint)MODIFIER(P, softcap)), k = -2.0f * M_LOG2E_F / cap;
-    for (int j = 0; j < BLOCK_N; j++)
+    for (int j = 0; j < keys; j++)
         for (int g = 0; g < GROUPS; g++) {
             const float16 x = s_t[j][g];
             s_t[j][g] = select(soft_cap(x, cap, k), x, !(x > (float16)(-INFINITY))); /* NaN, -inf */
@@ -233,7 +250,7 @@ ALWAYS_INLINE void soft_cap_tile(__constant attn_params *P, float16 s_t[BLOCK_N]
  * cap * tanh(s / cap) (soft_cap), then s - slope * |p - j| with the rows' positions p in the
  * lanes. A NaN or -inf score stays as it was. */
 ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, const long *kpos,
-                               float16 s_t[BLOCK_N][GROUPS]) {
+                               int keys, float16 s_t[BLOCK_N][GROUPS]) {
     const float cap = MODIFIER(P, softcap) != 0 ? as_float((uint)MODIFIER(P, softcap)) : 0.0f;
     const float cap_exponent = cap != 0.0f ? -2.0f * M_LOG2E_F / cap : 0.0f; /* soft_cap's k */
     float slope = 0.0f;
@@ -251,7 +268,7 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
         for (int l = 0; l < 16; l++)
             position[l] = (float)(max(t->row_i[g * 16 + l], 0L) + P->offset);
         const float16 p = vload16(0, position);
-        for (int j = 0; j < BLOCK_N; j++) {
+        for (int j = 0; j < keys; j++) {
             const float16 x = s_t[j][g];
             float16 y = x;
             if (cap != 0.0f) y = soft_cap(x, cap, cap_exponent);
@@ -274,11 +291,11 @@ ALWAYS_INLINE void modify_tile(__constant attn_params *P, const query_tile *t, c
  * (V near FLT_MAX cannot overflow it), for one multiply per probability; store_rows turns it
  * into (sum of p V) / sum. keep[g]: the factor the old output keeps. A row that has seen no
  * allowed key keeps max = -inf and sum 0, and its output stays 0. */
-ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
+ALWAYS_INLINE void softmax_update(query_tile *t, int keys, float16 s_t[BLOCK_N][GROUPS],
                                   float16 keep[GROUPS]) {
     for (int g = 0; g < GROUPS; g++) {
         float16 max_even = t->row_max[g], max_odd = max_even; /* two chains: half the latency */
-        for (int j = 0; j < BLOCK_N; j += 2) {
+        for (int j = 0; j < keys; j += 2) {
             max_even = max_of(max_even, s_t[j][g]);
             max_odd = max_of(max_odd, s_t[j + 1][g]);
         }
@@ -286,10 +303,10 @@ ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
         /* base 0 where no allowed key was seen yet: avoids -inf - -inf */
         const float16 base = select(new_max, (float16)0.0f, new_max == (float16)(-INFINITY));
         const float16 alpha = exp2_nonpositive((old_max - base) * M_LOG2E_F);
-        const float16 old_sum = t->row_sum[g], bound = fma(old_sum, alpha, (float16)BLOCK_N);
+        const float16 old_sum = t->row_sum[g], bound = fma(old_sum, alpha, (float16)keys);
         const float16 inv = 1.0f / bound;
         float16 sum_even = (float16)0.0f, sum_odd = (float16)0.0f;
-        for (int j = 0; j < BLOCK_N; j += 2) {
+        for (int j = 0; j < keys; j += 2) {
             const float16 p_even = exp2_nonpositive((s_t[j][g] - base) * M_LOG2E_F);
             const float16 p_odd = exp2_nonpositive((s_t[j + 1][g] - base) * M_LOG2E_F);
             sum_even += p_even;
@@ -305,7 +322,7 @@ ALWAYS_INLINE void softmax_update(query_tile *t, float16 s_t[BLOCK_N][GROUPS],
 }
 
 /* O^T = O^T * keep + V^T P^T for one key tile; vt: V tile [BLOCK_N][v_step]. */
-ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GROUPS],
+ALWAYS_INLINE void tile_accumulate(query_tile *t, int keys, const float16 p_t[BLOCK_N][GROUPS],
                                    __global const float *vt, long v_step,
                                    const float16 keep[GROUPS]) {
     for (int c0 = 0; c0 < DV_PAD; c0 += VALUE_BLOCK) {
@@ -314,7 +331,7 @@ ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GRO
         for (int c = 0; c < VALUE_BLOCK; c++)
 #pragma unroll
             for (int g = 0; g < GROUPS; g++) o[c][g] = t->o_t[c0 + c][g] * keep[g];
-        for (int j = 0; j < BLOCK_N; j++) {
+        for (int j = 0; j < keys; j++) {
             float16 p[GROUPS];
 #pragma unroll
             for (int g = 0; g < GROUPS; g++) p[g] = p_t[j][g];
@@ -334,13 +351,14 @@ ALWAYS_INLINE void tile_accumulate(query_tile *t, const float16 p_t[BLOCK_N][GRO
 
 /* The same for a tile whose V holds a NaN or an infinity: a zero probability (a key the row
  * does not see) adds nothing, instead of 0 * NaN. Rare, so plain. */
-ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float16 p_t[BLOCK_N][GROUPS],
+ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, int keys,
+                                           const float16 p_t[BLOCK_N][GROUPS],
                                            __global const float *vt, long v_step,
                                            const float16 keep[GROUPS]) {
     for (int c = 0; c < DV_PAD; c++)
         for (int g = 0; g < GROUPS; g++) {
             float16 o = t->o_t[c][g] * keep[g];
-            for (int j = 0; j < BLOCK_N; j++) {
+            for (int j = 0; j < keys; j++) {
                 const float16 p = p_t[j][g];
                 o = select(fma(p, (float16)vt[j * v_step + c], o), o, p == (float16)0.0f);
             }
@@ -348,38 +366,40 @@ ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, const float16 p_t[BLOC
         }
 }
 
-/* One key tile of a pass: scores, masks (and bias), softmax update, accumulation.
+/* The first `keys` keys of a key tile of a pass (BLOCK_N, or NARROW_KEYS for a last global-key
+ * tile that holds no more: a constant): scores, masks (and bias), softmax update, accumulation.
  * rows: the tile's K and V rows; k0: first class index (or global-list index) of the tile's
  * keys; careful: the V tile holds a NaN or an infinity. */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
                                __global const float *bias, __global const int *gpos, query_tile *t,
-                               int pass, int kind, long k0, const key_rows *rows, int careful) {
-    float16 s_t[BLOCK_N][GROUPS]; /* S^T, then P^T: [BLOCK_N][BLOCK_M] */
+                               int pass, int kind, long k0, int keys, const key_rows *rows,
+                               int careful) {
+    float16 s_t[BLOCK_N][GROUPS]; /* S^T, then P^T: [keys][BLOCK_M] */
     float16 keep[GROUPS];
     COUNT_TILE(t->tile_count);
-    tile_scores(t, rows->k, rows->k_step, s_t);
-    rescore_overflows(P, t, rows, s_t);
-    if (kind == TILE_BOUNDED) mask_bounded(t, k0, s_t);
+    tile_scores(t, rows->k, rows->k_step, keys, s_t);
+    rescore_overflows(P, t, rows, keys, s_t);
+    if (kind == TILE_BOUNDED) mask_bounded(t, k0, keys, s_t);
     const int positions = kind == TILE_GENERAL || FEATURE(P, has_bias) || MODIFIER(P, alibi) != 0;
-    if (!positions && MODIFIER(P, softcap) != 0) soft_cap_tile(P, s_t);
+    if (!positions && MODIFIER(P, softcap) != 0) soft_cap_tile(P, keys, s_t);
     if (positions) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, t->r, k0, kpos);
         if (kind == TILE_GENERAL && pass == PASS_GLOBAL_KEYS && global_keys_in_vectors(P)) {
-            mask_global_keys(P, t, kpos, s_t);
+            mask_global_keys(P, t, kpos, keys, s_t);
             kind = TILE_BOUNDED; /* masked: what is left is bias and modifiers */
         }
         const int vector_modify = kind != TILE_GENERAL && MODIFIES_SCORES(P);
-        if (vector_modify) modify_tile(P, t, kpos, s_t);
+        if (vector_modify) modify_tile(P, t, kpos, keys, s_t);
         if (kind == TILE_GENERAL || FEATURE(P, has_bias))
-            mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, 1, BLOCK_M,
-                          kpos, !vector_modify, (float *)s_t);
+            mask_and_bias(P, layout, bias, pass, kind, t->b, t->h, t->row_i, BLOCK_M, keys, 1,
+                          BLOCK_M, kpos, !vector_modify, (float *)s_t);
     }
-    softmax_update(t, s_t, keep);
+    softmax_update(t, keys, s_t, keep);
     if (careful)
-        tile_accumulate_careful(t, s_t, rows->v, rows->v_step, keep);
+        tile_accumulate_careful(t, keys, s_t, rows->v, rows->v_step, keep);
     else
-        tile_accumulate(t, s_t, rows->v, rows->v_step, keep);
+        tile_accumulate(t, keys, s_t, rows->v, rows->v_step, keep);
 }
 
 /* 16 values down column `col` of a [rows][BLOCK_M] float array from row r0 on, written and
@@ -432,15 +452,15 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *
  * which is packed alone in Kt, Vt. */
 ALWAYS_INLINE void rows_in_place(__constant attn_params *P, __global const float *K,
                                  __global const float *V, __global const float *Kt,
-                                 __global const float *Vt, const query_tile *t, const key_walk *w,
+                                 __global const float *Vt, long b, long kv_bh, const key_walk *w,
                                  long k0, key_rows *rows) {
-    const long r = w->r, kv_h = t->kv_bh - t->b * P->heads_kv, j = r + k0 * P->classes;
+    const long r = w->r, kv_h = kv_bh - b * P->heads_kv, j = r + k0 * P->classes;
     if (k0 + BLOCK_N <= w->keys) {
-        rows->k = K + P->k_offset + t->b * P->k_stride_b + kv_h * P->k_stride_h + j * P->k_stride_s;
-        rows->v = V + P->v_offset + t->b * P->v_stride_b + kv_h * P->v_stride_h + j * P->v_stride_s;
+        rows->k = K + P->k_offset + b * P->k_stride_b + kv_h * P->k_stride_h + j * P->k_stride_s;
+        rows->v = V + P->v_offset + b * P->v_stride_b + kv_h * P->v_stride_h + j * P->v_stride_s;
         rows->k_step = P->classes * P->k_stride_s, rows->v_step = P->classes * P->v_stride_s;
     } else {
-        const long tail = (t->kv_bh * P->classes + r) * BLOCK_N; /* pack.cl's PACK_TAIL slots */
+        const long tail = (kv_bh * P->classes + r) * BLOCK_N; /* pack.cl's PACK_TAIL slots */
         rows->k = Kt + tail * DQK_PAD;
         rows->v = Vt + tail * DV_PAD;
     }
@@ -467,10 +487,27 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, l
         const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, &w, i, &k0);
         key_rows rows = {k + k0 * DQK_PAD, v + k0 * DV_PAD, DQK_PAD, DV_PAD};
         if (IN_PLACE && !global_keys)
-            rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, t, &w, k0, &rows);
-        attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, &rows,
-                    tile_has_bad_values(v_bad + k0));
+            rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, t->b, t->kv_bh, &w, k0, &rows);
+        const int careful = tile_has_bad_values(v_bad + k0);
+        if (global_keys && w.keys - k0 <= NARROW_KEYS) /* the last global keys: few */
+            attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, NARROW_KEYS, &rows,
+                        careful);
+        else
+            attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, BLOCK_N, &rows,
+                        careful);
     }
+}
+
+/* O[at, at + n) = the first n values of o (all 16 when n >= 16), in O's storage. */
+ALWAYS_INLINE void store_o16(__constant attn_params *P, __global void *O, long at, long n,
+                             float16 o) {
+    if (n >= 16) {
+        store16_o(FEATURE(P, out_dtype), o, O, at);
+        return;
+    }
+    float lanes[16];
+    vstore16(o, 0, lanes);
+    for (int d = 0; d < n; d++) store_o(FEATURE(P, out_dtype), lanes[d], O, at + d);
 }
 
 /* O rows = O^T * bound / sum (0 for empty rows) and LSE = max + log(sum) (-inf for an empty
@@ -490,20 +527,208 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
         const float keep = sink_fold(P, t->h, &top, &sum);
         /* bound / sum is in [1, 1 + BLOCK_N] */
         const float scale = empty ? 0.0f : row_bound[m] / row_sum[m] * keep;
-        for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
-            const float16 o = load_column16((const float *)t->o_t, d0, m) * scale;
-            if (d0 + 16 <= P->dim_v) {
-                store16_o(FEATURE(P, out_dtype), o, O, row + d0);
-            } else {
-                float lanes[16];
-                vstore16(o, 0, lanes);
-                for (int d = d0; d < P->dim_v; d++)
-                    store_o(FEATURE(P, out_dtype), lanes[d - d0], O, row + d);
-            }
-        }
+        for (int d0 = 0; d0 < P->dim_v; d0 += 16)
+            store_o16(P, O, row + d0, P->dim_v - d0,
+                      load_column16((const float *)t->o_t, d0, m) * scale);
         store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, top, sum,
                   top == -INFINITY && sum == 0.0f);
     }
+}
+
+/* ---- The global-row pass's short tiles: keys in the lanes.
+ *
+ * The global-row pass (row_mode 1) lists the rows of global tokens, often only a few of a head
+ * (Longformer's 4): in the lanes above they would keep 4 of 16 lanes busy over every key of the
+ * head. A tile of at most FEW_ROWS rows, in a call without a rule that needs key positions (bias,
+ * block layout, soft-capping, ALiBi), walks the same key tiles with the keys in the lanes
+ * instead, as split.cl does: each K row is read once as DQK_PAD / 16 vectors for every row, each
+ * row's 16 dot products are summed across lanes at once (sum_lanes16x16), and each V row is read
+ * once as DV_PAD / 16 vectors. The output stays normalised (O = sum p V / sum p at every step),
+ * so that values near FLT_MAX never overflow it. */
+#define FEW_ROWS 4
+
+typedef struct few_rows {
+    long b, h, kv_bh;
+    long row_i[FEW_ROWS];               /* query row, or -1 */
+    long lo[FEW_ROWS], hi[FEW_ROWS];    /* class-local key range of each row in the current walk */
+    float16 q[FEW_ROWS][DQK_PAD / 16];  /* pre-scaled by scale, zero past dim_qk */
+    float16 o[FEW_ROWS][DV_PAD / 16];   /* O so far, normalised */
+    float max[FEW_ROWS], sum[FEW_ROWS]; /* running maximum and sum of exp(s - max) */
+    __global const void *Q;             /* Q, for rescore_row */
+    float scale;                        /* what Q is multiplied by: the call's scale */
+} few_rows;
+
+/* Whether query tile t (rows set) takes the few-row path. The listed rows come first, so a
+ * tile holds at most FEW_ROWS of them when its row FEW_ROWS is past the list. */
+ALWAYS_INLINE int takes_few_rows(__constant attn_params *P, const query_tile *t) {
+    return FEATURE(P, row_mode) == 1 && t->row_i[FEW_ROWS] < 0 && !FEATURE(P, has_bias) &&
+           !FEATURE(P, has_layout) && !MODIFIES_SCORES(P);
+}
+
+/* The rows of query tile t, their pre-scaled queries, and an empty softmax state. */
+ALWAYS_INLINE void few_rows_load(__constant attn_params *P, const query_tile *t, few_rows *f) {
+    f->b = t->b, f->h = t->h, f->kv_bh = t->kv_bh, f->Q = t->Q, f->scale = t->scale;
+    for (int r = 0; r < FEW_ROWS; r++) {
+        const long i = t->row_i[r];
+        const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
+                         (i < 0 ? 0 : i) * P->q_stride_s;
+        f->row_i[r] = i;
+        for (int v = 0; v < DQK_PAD / 16; v++)
+            f->q[r][v] =
+                load_row16_as(FEATURE(P, q_dtype), t->Q, row, 16 * v, P->dim_qk, i >= 0) * f->scale;
+        for (int v = 0; v < DV_PAD / 16; v++) f->o[r][v] = (float16)0.0f;
+        f->max[r] = -INFINITY, f->sum[r] = 0.0f;
+    }
+}
+
+/* Scores of keys c0 + c (c < n, n <= 16) of a key tile for every row, keys in the lanes:
+ * -inf for c >= n and, on a bounded tile (class index of key c0 + c: k0 + c0 + c), outside
+ * the row's [lo, hi]. */
+ALWAYS_INLINE void few_rows_scores(__constant attn_params *P, const few_rows *f,
+                                   const key_rows *rows, long k0, int c0, int n, int bounded,
+                                   float16 s[FEW_ROWS]) {
+    float16 dots[FEW_ROWS][16]; /* q.k lane by lane; summed across lanes below */
+    for (int c = 0; c < 16; c++) {
+        __global const float *k = rows->k + (c0 + min(c, n - 1)) * rows->k_step;
+        float16 kv[DQK_PAD / 16];
+        for (int v = 0; v < DQK_PAD / 16; v++) kv[v] = vload16(v, k);
+#pragma unroll
+        for (int r = 0; r < FEW_ROWS; r++) {
+            float16 even = (float16)0.0f, odd = (float16)0.0f; /* two chains, half as long */
+            for (int v = 0; v + 1 < DQK_PAD / 16; v += 2)
+                even = fma(f->q[r][v], kv[v], even), odd = fma(f->q[r][v + 1], kv[v + 1], odd);
+            if ((DQK_PAD / 16) % 2)
+                even = fma(f->q[r][DQK_PAD / 16 - 1], kv[DQK_PAD / 16 - 1], even);
+            dots[r][c] = even + odd;
+        }
+    }
+    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int rare = 0; /* a row's score came out non-finite: huge inputs, NaN or infinities */
+    for (int r = 0; r < FEW_ROWS; r++) {
+        s[r] = sum_lanes16x16(dots[r]);
+        rare |= f->row_i[r] >= 0 && any((isinf(s[r]) | isnan(s[r])) & (key < (int16)n));
+    }
+    for (int r = 0; r < FEW_ROWS; r++) {
+        if (rare && f->row_i[r] >= 0) {
+            float x[16];
+            vstore16(s[r], 0, x);
+            for (int c = 0; c < n; c++)
+                if (!isfinite(x[c]))
+                    x[c] = rescore_row(P, f->Q, f->scale, f->b, f->h, f->row_i[r],
+                                       rows->k + (c0 + c) * rows->k_step);
+            s[r] = vload16(0, x);
+        }
+        const long first = k0 + c0; /* class index of lane 0 */
+        const int lo = bounded ? (int)clamp(f->lo[r] - first, -1L, 16L) : 0;
+        const int hi = bounded ? (int)clamp(f->hi[r] - first, -1L, 16L) : 15;
+        s[r] = select(s[r], (float16)(-INFINITY),
+                      (key >= (int16)n) | (key < (int16)lo) | (key > (int16)hi));
+    }
+}
+
+/* Online softmax over one tile's scores s (keys in the lanes), and s turned into the weights of
+ * the normalised update o = o * keep + sum_c s[c] V[c]. */
+ALWAYS_INLINE void few_rows_weights(few_rows *f, float16 s[FEW_ROWS], float keep[FEW_ROWS]) {
+    for (int r = 0; r < FEW_ROWS; r++) {
+        const float new_max = fmax(f->max[r], hmax16(s[r]));
+        const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
+        const float alpha = exp2((f->max[r] - base) * M_LOG2E_F);
+        const float16 e = exp2_nonpositive((s[r] - (float16)base) * M_LOG2E_F);
+        const float new_sum = f->sum[r] * alpha + hsum16(e);
+        const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
+        keep[r] = f->sum[r] * alpha * inv;
+        s[r] = e * inv;
+        f->max[r] = new_max;
+        f->sum[r] = new_sum;
+    }
+}
+
+/* o = o * keep + sum_c w[c] V[c] over keys c0 + c (c < n) of a key tile; `careful`: a V row
+ * may hold a NaN or an infinity, and a zero weight (a key the row does not see) adds nothing. */
+ALWAYS_INLINE void few_rows_accumulate(few_rows *f, const key_rows *rows, int c0, int n,
+                                       const float16 w[FEW_ROWS], const float keep[FEW_ROWS],
+                                       int careful) {
+    float wt[FEW_ROWS][16];
+    float16 o[FEW_ROWS][DV_PAD / 16]; /* in registers over the keys */
+#pragma unroll
+    for (int r = 0; r < FEW_ROWS; r++) {
+        vstore16(w[r], 0, wt[r]);
+#pragma unroll
+        for (int v = 0; v < DV_PAD / 16; v++) o[r][v] = f->o[r][v] * keep[r];
+    }
+    for (int c = 0; c < n; c++) {
+        __global const float *vrow = rows->v + (c0 + c) * rows->v_step;
+        float16 vv[DV_PAD / 16];
+#pragma unroll
+        for (int v = 0; v < DV_PAD / 16; v++) vv[v] = vload16(v, vrow);
+#pragma unroll
+        for (int r = 0; r < FEW_ROWS; r++) {
+            if (careful && wt[r][c] == 0.0f) continue;
+#pragma unroll
+            for (int v = 0; v < DV_PAD / 16; v++) o[r][v] = fma((float16)wt[r][c], vv[v], o[r][v]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FEW_ROWS; r++)
+#pragma unroll
+        for (int v = 0; v < DV_PAD / 16; v++) f->o[r][v] = o[r][v];
+}
+
+/* Walk n of the tile (walk_keys' walks and tiles), 16 keys at a time. */
+ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *in, long tile,
+                                 long n, few_rows *f, __global uint *tile_count) {
+    key_walk w;
+    key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, f->h, n, &w);
+    for (int r = 0; r < FEW_ROWS; r++) {
+        f->lo[r] = 0, f->hi[r] = -1;
+        if (f->row_i[r] >= 0)
+            row_key_range(P, w.pass, w.r, f->row_i[r] + P->offset, &f->lo[r], &f->hi[r]);
+    }
+    __global const float *k, *v;
+    __global const uchar *v_bad;
+    key_walk_rows(P, in, &w, f->kv_bh, &k, &v, &v_bad);
+    for (long i = 0; i < w.count; i++) {
+        long k0;
+        const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, &w, i, &k0);
+        key_rows rows = {k + k0 * DQK_PAD, v + k0 * DV_PAD, DQK_PAD, DV_PAD};
+        if (IN_PLACE)
+            rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, f->b, f->kv_bh, &w, k0, &rows);
+        const int careful = tile_has_bad_values(v_bad + k0);
+        COUNT_TILE(tile_count);
+        for (int c0 = 0; c0 < BLOCK_N; c0 += 16) {
+            const int n = min(16, BLOCK_N - c0);
+            float16 s[FEW_ROWS];
+            float keep[FEW_ROWS];
+            /* without a layout, the pass's rule on a general tile (dilation the classes do not
+               separate) is the row's [lo, hi] too: causality alone */
+            few_rows_scores(P, f, &rows, k0, c0, n, kind != TILE_FULL, s);
+            few_rows_weights(f, s, keep);
+            few_rows_accumulate(f, &rows, c0, n, s, keep, careful);
+        }
+    }
+}
+
+/* O rows and LSE of the tile's rows (row_finish: sinks, empty rows). */
+ALWAYS_INLINE void few_rows_store(__constant attn_params *P, __global void *O, __global float *LSE,
+                                  const few_rows *f) {
+    for (int r = 0; r < FEW_ROWS; r++) {
+        const long i = f->row_i[r];
+        if (i < 0) continue;
+        const float scale = row_finish(P, LSE, f->h, (f->b * P->heads_q + f->h) * P->len_q + i,
+                                       f->max[r], f->sum[r], 1);
+        const long row = o_row_start(P, f->b, f->h, i);
+        for (int v = 0; v < DV_PAD / 16 && 16 * v < P->dim_v; v++)
+            store_o16(P, O, row + 16 * v, P->dim_v - 16 * v, f->o[r][v] * scale);
+    }
+}
+
+/* The few-row path of query tile t (takes_few_rows). */
+ALWAYS_INLINE void attend_few_rows(__constant attn_params *P, const packed_keys *in, long tile,
+                                   const query_tile *t, __global void *O, __global float *LSE) {
+    few_rows f;
+    few_rows_load(P, t, &f);
+    for (long n = 0; n < key_walks(P); n++) few_rows_walk(P, in, tile, n, &f, t->tile_count);
+    few_rows_store(P, O, LSE, &f);
 }
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = t*classes + class (row_mode 0)
@@ -521,8 +746,12 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
     t.Q = Q;
     t.scale = q_scale;
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
-    load_queries(P, Q, q_scale, &t);
     const packed_keys keys = PACKED_KEYS;
+    if (takes_few_rows(P, &t)) {
+        attend_few_rows(P, &keys, tile, &t, O, LSE);
+        return;
+    }
+    load_queries(P, Q, q_scale, &t);
     for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, &t);
     store_rows(P, is_global, O, LSE, &t);
 }

@@ -65,7 +65,8 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     if (kind == TILE_GENERAL || FEATURE(P, has_bias) || MODIFIES_SCORES(P)) {
         long kpos[BLOCK_N];
         tile_key_positions(P, gpos, pass, r, k0, kpos);
-        mask_and_bias(P, layout, bias, pass, kind, b, h, &st->i, 1, BLOCK_N, 1, kpos, 1, s);
+        mask_and_bias(P, layout, bias, pass, kind, b, h, &st->i, 1, BLOCK_N, BLOCK_N, 1, kpos, 1,
+                      s);
     }
     float tile_max = -INFINITY;
     for (int c = 0; c < BLOCK_N; c++) tile_max = fmax(tile_max, s[c]);

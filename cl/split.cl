@@ -46,21 +46,6 @@
 #define NQK      (DQK_PAD / 16) /* 16-wide vectors of a q or k row */
 #define NDV      (DV_PAD / 16)  /* of a v or o row */
 
-/* Horizontal sum and maximum, lane by lane (oclgrind mis-tracks 16-wide .lo/.hi shuffles). */
-ALWAYS_INLINE float hsum16(float16 v) {
-    float a = ((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7));
-    float b = ((v.s8 + v.s9) + (v.sa + v.sb)) + ((v.sc + v.sd) + (v.se + v.sf));
-    return a + b;
-}
-
-ALWAYS_INLINE float hmax16(float16 v) {
-    float a =
-        fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
-    float b =
-        fmax(fmax(fmax(v.s8, v.s9), fmax(v.sa, v.sb)), fmax(fmax(v.sc, v.sd), fmax(v.se, v.sf)));
-    return fmax(a, b);
-}
-
 /* The rows of a work-item and their running state. */
 typedef struct row_block {
     long b, kvh, keys, queries, offset; /* sequence b: L_b keys, q_b valid queries */
@@ -172,31 +157,6 @@ ALWAYS_INLINE float keyed_score(__constant attn_params *P, __global const float 
         x = add_saturating(x, bias[P->bias_offset + t->b * P->bias_stride_b +
                                    t->h[r] * P->bias_stride_h + t->i[r] * P->bias_stride_s + j]);
     return x;
-}
-
-/* Lane c of the result is the sum of the 16 lanes of x[c]: four rounds of pairwise sums, each
- * halving the partial sums a key keeps (16 -> 8 -> 4 -> 2 -> 1), instead of 16 horizontal
- * sums. The rounds go through private arrays with vloadn/vstoren, which compilers turn into
- * shuffles (and which oclgrind follows; it crashes on 16-wide swizzles built unoptimised). */
-ALWAYS_INLINE float16 sum_lanes16x16(const float16 x[KEY_TILE]) {
-    float b1[8][16], b2[4][16], b3[2][16], out[16];
-    #pragma unroll
-    for (int c = 0; c < 16; c++) { /* key c: 8 partials, in b1[c / 2] from lane 8 * (c % 2) */
-        float lanes[16];
-        vstore16(x[c], 0, lanes);
-        vstore8(vload8(0, lanes) + vload8(1, lanes), c % 2, b1[c / 2]);
-    }
-    #pragma unroll
-    for (int c = 0; c < 16; c++) /* 4 partials, in b2[c / 4] from lane 4 * (c % 4) */
-        vstore4(vload4(2 * (c % 2), b1[c / 2]) + vload4(2 * (c % 2) + 1, b1[c / 2]), c % 4,
-                b2[c / 4]);
-    #pragma unroll
-    for (int c = 0; c < 16; c++) /* 2 partials, in b3[c / 8] from lane 2 * (c % 8) */
-        vstore2(vload2(2 * (c % 4), b2[c / 4]) + vload2(2 * (c % 4) + 1, b2[c / 4]), c % 8,
-                b3[c / 8]);
-    #pragma unroll
-    for (int c = 0; c < 16; c++) out[c] = b3[c / 8][2 * (c % 8)] + b3[c / 8][2 * (c % 8) + 1];
-    return vload16(0, out);
 }
 
 /* Score (row r, key j) again without overflow on the way (common.cl, rescored): for a score

@@ -379,20 +379,20 @@ ALWAYS_INLINE void tile_key_positions(__constant attn_params *P, __global const 
     }
 }
 
-/* Scores of `rows` rows and BLOCK_N keys (natural domain), score (m, c) at
+/* Scores of `rows` rows and the first `keys` keys of a tile (natural domain), score (m, c) at
  * s[m * row_stride + c * key_stride]: -inf where the pass does not own the pair or the slot is
  * padding; else soft-capped and ALiBi's term added (modified_score, when `modify`: a caller
  * may have done it already, on whole vectors), then the bias where one is given (saturating: a
  * finite bias never masks). */
 ALWAYS_INLINE void mask_and_bias(__constant attn_params *P, __global const uchar *layout,
                                  __global const float *bias, int pass, int kind, long b, long h,
-                                 const long *row_i, int rows, int row_stride, int key_stride,
-                                 const long *kpos, int modify, float *s) {
+                                 const long *row_i, int rows, int keys, int row_stride,
+                                 int key_stride, const long *kpos, int modify, float *s) {
     for (int m = 0; m < rows; m++) {
         long i = row_i[m] < 0 ? 0 : row_i[m];
         __global const float *bias_row = bias + P->bias_offset + b * P->bias_stride_b +
                                          h * P->bias_stride_h + i * P->bias_stride_s;
-        for (int c = 0; c < BLOCK_N; c++) {
+        for (int c = 0; c < keys; c++) {
             float x = s[m * row_stride + c * key_stride];
             if (kind == TILE_GENERAL &&
                 (kpos[c] == NO_KEY || !pass_owns(P, layout, pass, h, i, kpos[c])))

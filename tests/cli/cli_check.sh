@@ -27,7 +27,7 @@ fi
 # kernels come from a patched copy of cl/ ($CLATTN_KERNEL_DIR) built into a cache of its own.
 if [ -f "$top/cl/lanes.cl" ]; then
   cp -r "$top/cl" planted
-  sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16) {/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16) {/' \
+  sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16)$/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16)/' \
     planted/lanes.cl
   if cmp -s "$top/cl/lanes.cl" planted/lanes.cl; then
     fail "the planted bug no longer applies to cl/lanes.cl's store_rows: update this test"

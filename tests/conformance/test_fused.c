@@ -492,6 +492,36 @@ Test(fused, scores_summed_again_keep_their_precision) {
     cr_expect_eq(check_cases(cases, COUNT(cases), CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0);
 }
 
+/* The global-row pass of lanes takes a tile of at most 4 global rows with the keys in the lanes
+ * (cl/lanes.cl, "few rows"), and a tile of more, or one with a bias or score modifiers, with the
+ * rows in the lanes: both against the reference, read in place and packed, with NaN and +inf in
+ * V, a NaN key, scores that overflow float32 on the way (scale 3e38), float16 Q and O, sinks,
+ * causal with Nq != Nk, dilation, GQA, and head dims that differ. */
+Test(fused, global_rows_with_keys_or_rows_in_the_lanes) {
+    attn_case cases[10];
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_init(&cases[i], 2, 4, 2, 150, 150, 64, 64);
+        cases[i].layout = i % 2 ? CLATTN_LAYOUT_BSHD : CLATTN_LAYOUT_BHSD;
+        cases[i].left = cases[i].right = 6;
+        cases[i].num_globals = i % 3 == 2 ? 6 : 4; /* 6: rows in the lanes */
+        for (size_t g = 0; g < cases[i].num_globals; g++) cases[i].globals[g] = 1 + 29 * g;
+        cases[i].seed = 140 + i;
+    }
+    cases[0].bad_value = 1;
+    cases[1].bad_value = 2, cases[1].causal = 1;
+    cases[2].bad_value = 1;
+    cases[3].nan_key = 1, cases[3].dilation = 2, cases[3].left = cases[3].right = 20;
+    cases[4].scale = 3e38f;
+    cases[5].scale = 3e38f;
+    cases[6].dtype = cases[6].out_dtype = CLATTN_F16, cases[6].sinks = 1;
+    cases[7].causal = 1, cases[7].nq = 100, cases[7].dqk = 32, cases[7].dv = 80;
+    cases[8].causal = 1, cases[8].nk = 100, cases[8].hkv = 1; /* rows past the keys: empty */
+    cases[8].num_globals = 4;
+    cases[9].softcap = 30.0f, cases[9].num_globals = 2; /* modifiers: rows in the lanes */
+    cr_expect_eq(check_cases(cases, COUNT(cases), CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES), 0,
+                 "failing cases are listed above");
+}
+
 /* The packed variants build a plain program (without the code of bias, block layouts, global
  * tokens and non-float32 storage) for calls that use none of them, and the general one for
  * calls that use any: each case matches the reference and says "plain" exactly when it has no
