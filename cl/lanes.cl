@@ -466,6 +466,31 @@ ALWAYS_INLINE void rows_in_place(__constant attn_params *P, __global const float
     }
 }
 
+/* The class-local key range [lo, hi] of each of `rows` rows in walk w (empty for rows past the
+ * end, -1, and in the global-key walk, whose tiles are masked pair by pair). */
+ALWAYS_INLINE void walk_key_ranges(__constant attn_params *P, const key_walk *w, const long *row_i,
+                                   int rows, long *lo, long *hi) {
+    for (int m = 0; m < rows; m++) {
+        lo[m] = 0, hi[m] = -1;
+        if (row_i[m] >= 0 && w->pass != PASS_GLOBAL_KEYS)
+            row_key_range(P, w->pass, w->r, row_i[m] + P->offset, &lo[m], &hi[m]);
+    }
+}
+
+/* Tile i of walk w (key_walk_tile) for K/V head kv_bh of sequence b: its first class (or
+ * global-list) index *k0, its kind (returned), and its K and V rows, packed from the walk's k
+ * and v (key_walk_rows), or the caller's own where IN_PLACE reads a class walk's keys. */
+ALWAYS_INLINE int walk_tile(__constant attn_params *P, const packed_keys *in, const key_walk *w,
+                            long i, long b, long kv_bh, __global const float *k,
+                            __global const float *v, long *k0, key_rows *rows) {
+    const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, w, i, k0);
+    rows->k = k + *k0 * DQK_PAD, rows->v = v + *k0 * DV_PAD;
+    rows->k_step = DQK_PAD, rows->v_step = DV_PAD;
+    if (IN_PLACE && w->pass != PASS_GLOBAL_KEYS)
+        rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, b, kv_bh, w, *k0, rows);
+    return kind;
+}
+
 /* Walks the key tiles of walk n of the work-item's query tile (tile_walk.cl's key_walk). */
 ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, long tile, long n,
                              query_tile *t) {
@@ -473,21 +498,14 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, l
     key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, t->h, n, &w);
     const int global_keys = w.pass == PASS_GLOBAL_KEYS;
     t->r = w.r;
-    for (int m = 0; m < BLOCK_M; m++) {
-        t->lo[m] = 0;
-        t->hi[m] = -1;
-        if (t->row_i[m] >= 0 && !global_keys)
-            row_key_range(P, w.pass, w.r, t->row_i[m] + P->offset, &t->lo[m], &t->hi[m]);
-    }
+    walk_key_ranges(P, &w, t->row_i, BLOCK_M, t->lo, t->hi);
     __global const float *k, *v;
     __global const uchar *v_bad;
     key_walk_rows(P, in, &w, t->kv_bh, &k, &v, &v_bad);
     for (long i = 0; i < w.count; i++) {
         long k0;
-        const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, &w, i, &k0);
-        key_rows rows = {k + k0 * DQK_PAD, v + k0 * DV_PAD, DQK_PAD, DV_PAD};
-        if (IN_PLACE && !global_keys)
-            rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, t->b, t->kv_bh, &w, k0, &rows);
+        key_rows rows;
+        const int kind = walk_tile(P, in, &w, i, t->b, t->kv_bh, k, v, &k0, &rows);
         const int careful = tile_has_bad_values(v_bad + k0);
         if (global_keys && w.keys - k0 <= NARROW_KEYS) /* the last global keys: few */
             attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, NARROW_KEYS, &rows,
@@ -679,20 +697,14 @@ ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *i
                                  long n, few_rows *f, __global uint *tile_count) {
     key_walk w;
     key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, f->h, n, &w);
-    for (int r = 0; r < FEW_ROWS; r++) {
-        f->lo[r] = 0, f->hi[r] = -1;
-        if (f->row_i[r] >= 0)
-            row_key_range(P, w.pass, w.r, f->row_i[r] + P->offset, &f->lo[r], &f->hi[r]);
-    }
+    walk_key_ranges(P, &w, f->row_i, FEW_ROWS, f->lo, f->hi);
     __global const float *k, *v;
     __global const uchar *v_bad;
     key_walk_rows(P, in, &w, f->kv_bh, &k, &v, &v_bad);
     for (long i = 0; i < w.count; i++) {
         long k0;
-        const int kind = key_walk_tile(P, in->tile_ptr, in->tile_idx, &w, i, &k0);
-        key_rows rows = {k + k0 * DQK_PAD, v + k0 * DV_PAD, DQK_PAD, DV_PAD};
-        if (IN_PLACE)
-            rows_in_place(P, in->Kp, in->Vp, in->Kt, in->Vt, f->b, f->kv_bh, &w, k0, &rows);
+        key_rows rows;
+        const int kind = walk_tile(P, in, &w, i, f->b, f->kv_bh, k, v, &k0, &rows);
         const int careful = tile_has_bad_values(v_bad + k0);
         COUNT_TILE(tile_count);
         for (int c0 = 0; c0 < BLOCK_N; c0 += 16) {
