@@ -314,7 +314,8 @@ ALWAYS_INLINE void rescale_rows(const flash_ctx *f, flash_rows *st, float inv[TI
         const float kept = st->l[r] * st->alpha[r], sum = kept + tile_sum;
         inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum; /* a NaN sum stays NaN */
         st->l[r] = sum;
-        for (int e = 0; e < DV_COLS; e++) st->o[r][e] *= kept * inv[r];
+        const float keep = kept_share(kept, sum);
+        for (int e = 0; e < DV_COLS; e++) st->o[r][e] *= keep;
     }
 }
 

@@ -654,7 +654,7 @@ ALWAYS_INLINE void few_rows_weights(few_rows *f, float16 s[FEW_ROWS], float keep
         const float16 e = exp2_nonpositive((s[r] - (float16)base) * M_LOG2E_F);
         const float new_sum = f->sum[r] * alpha + hsum16(e);
         const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
-        keep[r] = f->sum[r] * alpha * inv;
+        keep[r] = kept_share(f->sum[r] * alpha, new_sum);
         s[r] = e * inv;
         f->max[r] = new_max;
         f->sum[r] = new_sum;

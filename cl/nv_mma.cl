@@ -401,8 +401,9 @@ ALWAYS_INLINE void softmax_step(const mma_ctx *f, mma_rows *st, float s[M_TILES]
         const float inv = total == 0.0f ? 0.0f : 1.0f / total; /* a NaN sum stays NaN */
         UNROLL for (int n = 0; n < NT; n++) UNROLL for (int e = e0; e < e0 + 2; e++)
             s[mt][n][e] *= inv;
+        const float keep = kept_share(kept, total);
         UNROLL for (int n = 0; n < NV; n++) UNROLL for (int e = e0; e < e0 + 2; e++)
-            st->o[mt][n][e] *= kept * inv;
+            st->o[mt][n][e] *= keep;
         st->m[r] = new_max;
         st->l[r] = total;
     }

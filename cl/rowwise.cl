@@ -79,7 +79,8 @@ ALWAYS_INLINE void attend_row(__constant attn_params *P, __global const uchar *l
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum; /* a NaN sum stays NaN */
     st->max = new_max;
     st->sum = sum;
-    for (int e = 0; e < DV_PAD; e++) st->o[e] *= kept * inv;
+    const float keep = kept_share(kept, sum);
+    for (int e = 0; e < DV_PAD; e++) st->o[e] *= keep;
     for (int c = 0; c < BLOCK_N; c++) {
         if (careful && s[c] == 0.0f) continue;
         const float p = s[c] * inv;

@@ -241,7 +241,7 @@ ALWAYS_INLINE void tile_weights(row_block *t, float s[BLOCK_R][KEY_TILE], float 
         const float16 e = exp2((x - base) * M_LOG2E_F);
         const float new_sum = t->sum[r] * alpha + hsum16(e);
         const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
-        keep[r] = t->sum[r] * alpha * inv;
+        keep[r] = kept_share(t->sum[r] * alpha, new_sum);
         vstore16(e * inv, 0, s[r]);
         t->max[r] = new_max;
         t->sum[r] = new_sum;
@@ -535,7 +535,7 @@ attention_split_group(__constant attn_params *P, __global const IN_T *Q, __globa
         for (int r = 0; r < BLOCK_R; r++) {
             const float new_sum = sum[r] * keep[r] + total[r];
             const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
-            keep[r] = sum[r] * keep[r] * inv;
+            keep[r] = kept_share(sum[r] * keep[r], new_sum);
             weights[r][l] = s[r] * inv;
             sum[r] = new_sum;
             acc[r] *= keep[r];

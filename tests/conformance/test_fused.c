@@ -492,6 +492,49 @@ Test(fused, scores_summed_again_keep_their_precision) {
     cr_expect_eq(check_cases(cases, COUNT(cases), CLATTN_PATH_GEMM, CLATTN_VARIANT_AUTO), 0);
 }
 
+/* A row whose later keys add nothing to its sum (41 keys score 30, the rest 0, so each later
+ * tile adds below half an ulp) keeps O = 1 exactly with V = 1, however many key tiles it walks:
+ * the normalised outputs were rescaled by kept * (1 / sum), 1 - 2^-24 for many sums, and such
+ * rows lost 5e-4 at 131072 keys. Every fused variant with 4 query rows, and lanes' global row
+ * (a few-row tile) among 131072 rows of a (0, 0) window. */
+static void expect_ones(clattn_context *ctx, clattn_attention_desc *d, const float *q,
+                        const float *k, const float *v, size_t rows, const char *what) {
+    float *o = malloc(rows * 16 * sizeof *o);
+    cr_assert(o);
+    ASSERT_OK(ctx, clattn_attention_host(ctx, d, q, k, v, o, NULL));
+    size_t off = 0;
+    for (size_t e = 0; e < rows * 16; e++) off += fabsf(o[e] - 1.0f) > 1e-5f;
+    cr_expect_eq(off, 0, "%s: %zu of %zu values off 1 by more than 1e-5 (row 0: %.9g)", what, off,
+                 rows * 16, (double)o[0]);
+    free(o);
+}
+
+Test(fused, long_rows_whose_sum_stops_growing_keep_their_output) {
+    enum { NK = 131072, D = 16, GLOBAL = 100000 };
+    float *q = calloc((size_t)NK * D, sizeof *q), *k = calloc((size_t)NK * D, sizeof *k);
+    float *v = malloc((size_t)NK * D * sizeof *v);
+    cr_assert(q && k && v);
+    for (size_t j = 0; j < (size_t)NK * D; j++) v[j] = 1.0f;
+    for (size_t j = 0; j < 41; j++) k[j * D] = 30.0f;
+    for (size_t i = 0; i < NK; i++) q[i * D] = 1.0f;
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_variant variants[16];
+    size_t count = variants_on_path(ctxs[0], CLATTN_PATH_FUSED, variants, COUNT(variants));
+    clattn_attention_desc d;
+    for (size_t i = 0; i < count; i++) {
+        clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, 4, NK, D, D);
+        d.path = CLATTN_PATH_FUSED, d.variant = variants[i], d.scale = 1.0f;
+        expect_ones(ctxs[0], &d, q, k, v, 4, clattn_variant_name(variants[i]));
+    }
+    const int64_t global = GLOBAL;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, 1, 1, 1, NK, NK, D, D);
+    d.path = CLATTN_PATH_FUSED, d.variant = CLATTN_VARIANT_LANES, d.scale = 1.0f;
+    d.window_left = d.window_right = 0, d.global_tokens = &global, d.num_global_tokens = 1;
+    expect_ones(ctxs[0], &d, q, k, v, NK, "lanes, a global row");
+    free(q), free(k), free(v);
+}
+
 /* The global-row pass of lanes takes a tile of at most 4 global rows with the keys in the lanes
  * (cl/lanes.cl, "few rows"), and a tile of more, or one with a bias or score modifiers, with the
  * rows in the lanes: both against the reference, read in place and packed, with NaN and +inf in
