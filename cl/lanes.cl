@@ -34,6 +34,15 @@
  */
 #define GROUPS (BLOCK_M / 16) /* lane groups: 16 query rows per vector */
 
+/* GLOBAL_TOKENS=1: a program for calls with global tokens (runtime/kernels/packed.c), the only
+ * one that holds their faster tiles: the few-row tiles of the global-row pass and the narrow
+ * global-key tiles below. Together they double the time PoCL takes to build the general
+ * program (3.5 s more, cold, on a 2-core CPU), which calls with a bias, a block layout or 16-bit
+ * storage would pay for nothing. Without them, global tokens still run, in whole tiles. */
+#ifndef GLOBAL_TOKENS
+#define GLOBAL_TOKENS 0
+#endif
+
 /* The width of a global-key tile that holds at most this many keys (Longformer's few global
  * tokens): it computes those slots only, where a whole tile of BLOCK_N keys would mostly compute
  * padding. Even (softmax_update takes keys in pairs), and below BLOCK_N (at least KEY_BLOCK). */
@@ -507,7 +516,7 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, l
         key_rows rows;
         const int kind = walk_tile(P, in, &w, i, t->b, t->kv_bh, k, v, &k0, &rows);
         const int careful = tile_has_bad_values(v_bad + k0);
-        if (global_keys && w.keys - k0 <= NARROW_KEYS) /* the last global keys: few */
+        if (GLOBAL_TOKENS && global_keys && w.keys - k0 <= NARROW_KEYS) /* the last few */
             attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, NARROW_KEYS, &rows,
                         careful);
         else
@@ -579,8 +588,8 @@ typedef struct few_rows {
 /* Whether query tile t (rows set) takes the few-row path. The listed rows come first, so a
  * tile holds at most FEW_ROWS of them when its row FEW_ROWS is past the list. */
 ALWAYS_INLINE int takes_few_rows(__constant attn_params *P, const query_tile *t) {
-    return FEATURE(P, row_mode) == 1 && t->row_i[FEW_ROWS] < 0 && !FEATURE(P, has_bias) &&
-           !FEATURE(P, has_layout) && !MODIFIES_SCORES(P);
+    return GLOBAL_TOKENS && FEATURE(P, row_mode) == 1 && t->row_i[FEW_ROWS] < 0 &&
+           !FEATURE(P, has_bias) && !FEATURE(P, has_layout) && !MODIFIES_SCORES(P);
 }
 
 /* The rows of query tile t, their pre-scaled queries, and an empty softmax state. */

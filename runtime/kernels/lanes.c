@@ -82,8 +82,12 @@ static const clattn_tuning_axis axes[] = {
     TUNING_AXIS(block_n, 16, 32, 64),
 };
 
-static const packed_kind lanes_kind = {"lanes.cl", "attention_lanes", 1, TILES_MAX_WIDE_HEAD_DIM,
-                                       fit_lanes};
+static const packed_kind lanes_kind = {.kernel_file = "lanes.cl",
+                                       .kernel_name = "attention_lanes",
+                                       .key_rows = 1,
+                                       .global_program = 1,
+                                       .max_head_dim = TILES_MAX_WIDE_HEAD_DIM,
+                                       .fit = fit_lanes};
 
 /* Not where the device's compiler does not finish the kernel (kernels/compilers.c). */
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {

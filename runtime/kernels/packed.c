@@ -51,6 +51,11 @@ static int reads_in_place(const attn_problem *pb, const packed_state *st) {
            rows_fit_in_place(classes * pb->v.stride_seq, pb->dim_v, st->block_n);
 }
 
+/* Whether the call has a program of its own for global tokens (packed_kind.global_program). */
+static int global_program(const attn_problem *pb, const packed_state *st) {
+    return st->kind->global_program && pb->mask.num_globals > 0;
+}
+
 static uint64_t device_bytes(const attn_problem *pb, const packed_state *st);
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, cl_kernel *pack, cl_kernel *attention);
@@ -251,9 +256,11 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
      * (P->q_dtype; float32 in a plain build); the packing takes its tile shape and K's and V's
      * storage at run time */
     snprintf(defines, sizeof defines,
-             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d%s",
+             "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d"
+             "%s%s",
              st->block_n, st->dqk_pad, st->dv_pad, st->block_m, pb->count_tiles, st->in_place,
-             st->plain ? " -DPLAIN_CALL=1" : "");
+             st->plain ? " -DPLAIN_CALL=1" : "",
+             global_program(pb, st) ? " -DGLOBAL_TOKENS=1" : "");
     clattn_status status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "pack_keys", pack);
     if (status != CLATTN_SUCCESS) return status;
     return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
@@ -393,9 +400,10 @@ static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_
     s->block_m = st->block_m;
     s->block_n = st->block_n;
     s->device_bytes = bytes + st->lists->bytes;
-    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s%s", plan->variant->name,
+    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s%s%s", plan->variant->name,
              st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype),
-             st->plain ? " plain" : "", st->in_place ? " in place" : "");
+             st->plain ? " plain" : "", global_program(pb, st) ? " global tokens" : "",
+             st->in_place ? " in place" : "");
 }
 
 clattn_status packed_run(clattn_context *ctx, const variant_plan *plan, const attn_buffers *buf,

@@ -22,6 +22,8 @@ typedef struct packed_kind {
     const char *kernel_file; /* "lanes.cl" */
     const char *kernel_name; /* "attention_lanes" */
     int key_rows;            /* K packed as rows like V (cl/pack.cl key_rows), not as K^T tiles */
+    int global_program;      /* calls with global tokens get a program of their own
+                                (-DGLOBAL_TOKENS=1: cl/lanes.cl's tiles for them) */
     unsigned max_head_dim;   /* TILES_MAX_HEAD_DIM, or TILES_MAX_WIDE_HEAD_DIM (plan/tiles.h) */
     /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
      * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or

@@ -54,8 +54,10 @@ static const clattn_tuning_axis axes[] = {
     TUNING_AXIS(block_n, 16, 32, 64),
 };
 
-static const packed_kind rowwise_kind = {"rowwise.cl", "attention_rowwise", 0, TILES_MAX_HEAD_DIM,
-                                         fit_rowwise};
+static const packed_kind rowwise_kind = {.kernel_file = "rowwise.cl",
+                                         .kernel_name = "attention_rowwise",
+                                         .max_head_dim = TILES_MAX_HEAD_DIM,
+                                         .fit = fit_rowwise};
 
 static int supports(const clattn_context *ctx, const attn_problem *pb, char *why, size_t size) {
     if (ctx->device.max_work_group_size < 8) {

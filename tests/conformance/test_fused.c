@@ -569,7 +569,8 @@ Test(fused, global_rows_with_keys_or_rows_in_the_lanes) {
  * tokens and non-float32 storage) for calls that use none of them, and the general one for
  * calls that use any: each case matches the reference and says "plain" exactly when it has no
  * such feature. Non-finite V rows and rescored keys (cases 1 and 2), soft-capping (6), ALiBi
- * and sinks (7) stay in the plain program. */
+ * and sinks (7) stay in the plain program. On lanes, global tokens (9) get a general program of
+ * their own. */
 Test(fused, plain_programs_serve_calls_without_features) {
     attn_case cases[10];
     for (size_t i = 0; i < COUNT(cases); i++) {
@@ -602,5 +603,9 @@ Test(fused, plain_programs_serve_calls_without_features) {
                 /* plain: float32 and nothing but score modifiers and sinks (cases 6 and 7) */
                 cr_expect_eq(plain, i < 3 || i == 6 || i == 7, "device %zu case %zu ran %s", dev,
                              i, r.stats.kernel);
+                /* lanes builds a program of its own for global tokens (case 9) */
+                int globals = strstr(r.stats.kernel, " global tokens") != NULL;
+                cr_expect_eq(globals, packed[v] == CLATTN_VARIANT_LANES && i == 9,
+                             "device %zu case %zu ran %s", dev, i, r.stats.kernel);
             }
 }
