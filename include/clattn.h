@@ -1020,7 +1020,8 @@ typedef struct clattn_kv_cache_desc {
     size_t struct_size; /* sizeof(clattn_kv_cache_desc): clattn_kv_cache_desc_init */
     size_t batch, heads_kv, dim_qk, dim_v;
     size_t capacity;      /* rows a sequence may hold (paged: max_pages * page_size) */
-    clattn_dtype dtype;   /* storage of K and V: f32, f16, bf16 or q8_0 (D multiples of 32) */
+    clattn_dtype dtype;   /* storage of K and V: f32, f16, bf16, q8_0 or q4_0 (quantised: D
+                             multiples of 32) */
     clattn_layout layout; /* BSHD: [.., rows, Hkv, D]; BHSD: [.., Hkv, rows, D] */
     size_t page_size;     /* 0: contiguous storage; else rows a page */
     size_t num_pages;     /* paged: pages in the pool */
@@ -1077,8 +1078,9 @@ CLATTN_API clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *cache,
 
 /** New rows to append: K_new [B, len, Hkv, Dqk] and V_new [B, len, Hkv, Dv] at their tensors'
  *  offsets and strides (clattn_tensor_dense for dense ones), stored as `dtype`, a float type
- *  (converted to the cache's; quantised, a block at a time, for a q8_0 cache). new_len (host
- *  [B], may be NULL for `len` each) says how many of the len rows sequence b appends. */
+ *  (converted to the cache's; quantised, a block at a time, for a q8_0 or q4_0 cache). new_len
+ *  (host [B], may be NULL for `len` each) says how many of the len rows sequence b appends; len
+ *  may be 0 (nothing is read or appended). */
 typedef struct clattn_kv_rows {
     cl_mem k, v;
     clattn_tensor k_tensor, v_tensor;
@@ -1093,7 +1095,7 @@ typedef struct clattn_kv_rows {
 CLATTN_API clattn_status clattn_kv_cache_append(clattn_kv_cache *cache, const clattn_kv_rows *rows);
 
 /** The same from host arrays: k_new [B, len, Hkv, Dqk], v_new [B, len, Hkv, Dv], dense in the
- *  cache's layout and dtype (float32 for a q8_0 cache). Waits for the copy. */
+ *  cache's layout and dtype (float32 for a q8_0 or q4_0 cache). Waits for the copy. */
 CLATTN_API clattn_status clattn_kv_cache_append_host(clattn_kv_cache *cache, const void *k_new,
                                                      const void *v_new, size_t len,
                                                      const int32_t *new_len);

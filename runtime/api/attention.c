@@ -47,7 +47,11 @@ static clattn_status check_buffers(clattn_context *ctx, const attn_problem *pb,
                              pb->len_q, pb->len_k, pb->dim_qk, pb->dim_v, have);
         range[i] = buffer_bytes(list[i].buffer, list[i].first, list[i].need);
     }
-    /* The outputs (O at 3, LSE at 4) must not share a byte with anything else. */
+    /* The outputs (O at 3, LSE at 4) are writable and share no byte with anything else. */
+    for (size_t o = 3; o <= 4; o++)
+        if (list[o].buffer && buffer_read_only(list[o].buffer))
+            return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "%s was created CL_MEM_READ_ONLY; the call writes it", list[o].name);
     for (size_t o = 3; o <= 4; o++)
         for (size_t i = 0; list[o].buffer && i < ARRAY_LEN(list); i++)
             if (i != o && list[i].buffer && byte_ranges_overlap(&range[o], &range[i]))

@@ -23,6 +23,8 @@ clattn_status host_output_buffer(clattn_context *ctx, size_t bytes, void *host,
  * attends over it (runtime/mha/): it checks a cache against itself before changing anything. */
 clattn_context *kv_cache_context(const clattn_kv_cache *cache);
 const clattn_kv_cache_desc *kv_cache_desc(const clattn_kv_cache *cache);
+/* The bytes of the cache's K storage (out[0]) and V storage (out[1]). */
+void kv_cache_storage(const clattn_kv_cache *cache, byte_range out[2]);
 
 /* clattn_attention and the cache's calls of the same names, for a caller already inside a call
  * on the context (the layer's, which entered it: context_enter): they do not enter it again. */

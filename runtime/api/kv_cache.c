@@ -31,6 +31,8 @@ struct clattn_kv_cache {
     cl_mem lengths_buf;
     int32_t *table; /* host [B][max_pages], paged */
     cl_mem table_buf;
+    int32_t *shared_pages; /* pages the table names for more than one sequence, ascending */
+    size_t shared_count;
 };
 
 /* ---------------------------------------------------------------- creating */
@@ -175,6 +177,12 @@ static clattn_status wrap_in_call(clattn_context *ctx, const clattn_kv_cache_des
                       "kv cache: the storage needs %zu bytes of K and %zu of V; the buffers hold "
                       "%zu and %zu",
                       c->k_bytes, c->v_bytes, buffer_size(k), buffer_size(v));
+    for (int i = 0; !s && i < 2; i++)
+        if (buffer_read_only(i ? v : k))
+            s = ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                          "kv cache: the %s storage was created CL_MEM_READ_ONLY; appends write "
+                          "it (CL_MEM_READ_WRITE)",
+                          i ? "V" : "K");
     if (!s) {
         byte_range kr = buffer_bytes(k, 0, c->k_bytes), vr = buffer_bytes(v, 0, c->v_bytes);
         if (byte_ranges_overlap(&kr, &vr))
@@ -206,6 +214,7 @@ void clattn_kv_cache_destroy(clattn_kv_cache *c) {
         if (all[i]) clReleaseMemObject(all[i]);
     free(c->lengths);
     free(c->table);
+    free(c->shared_pages);
     free(c);
 }
 
@@ -215,6 +224,11 @@ clattn_context *kv_cache_context(const clattn_kv_cache *c) {
 
 const clattn_kv_cache_desc *kv_cache_desc(const clattn_kv_cache *c) {
     return &c->desc;
+}
+
+void kv_cache_storage(const clattn_kv_cache *c, byte_range out[2]) {
+    out[0] = buffer_bytes(c->k, 0, c->k_bytes);
+    out[1] = buffer_bytes(c->v, 0, c->v_bytes);
 }
 
 clattn_status clattn_kv_cache_buffers(const clattn_kv_cache *c, cl_mem *k, cl_mem *v) {
@@ -252,6 +266,81 @@ static clattn_status upload(clattn_kv_cache *c, cl_mem buffer, int32_t *kept, co
     return s;
 }
 
+/* A block table's entry: `page` at [seq][slot]. */
+typedef struct table_entry {
+    int32_t page;
+    size_t seq, slot;
+} table_entry;
+
+static int by_page(const void *a, const void *b) {
+    const table_entry *x = a, *y = b;
+    if (x->page != y->page) return x->page < y->page ? -1 : 1;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+static int by_value(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Refuses a table that names a page twice in one sequence's row (two places of the sequence
+ * would be one row of storage); else *shared gets the pages that several sequences name
+ * (prefixes they share), ascending, each once (NULL when none). */
+static clattn_status find_shared_pages(clattn_kv_cache *c, const int32_t *table, int32_t **shared,
+                                       size_t *count) {
+    size_t entries = c->desc.batch * c->max_pages, used = 0;
+    table_entry *e = malloc((entries ? entries : 1) * sizeof *e);
+    *shared = malloc((entries ? entries : 1) * sizeof **shared), *count = 0;
+    if (!e || !*shared) {
+        free(e), free(*shared), *shared = NULL;
+        return ctx_error(c->ctx, CLATTN_ERR_OUT_OF_MEMORY, "kv cache: checking the block table");
+    }
+    for (size_t i = 0; i < entries; i++)
+        if (table[i] >= 0) e[used++] = (table_entry){table[i], i / c->max_pages, i % c->max_pages};
+    qsort(e, used, sizeof *e, by_page);
+    clattn_status s = CLATTN_SUCCESS;
+    for (size_t i = 1; !s && i < used; i++) {
+        if (e[i].page != e[i - 1].page) continue;
+        if (e[i].seq == e[i - 1].seq)
+            s = ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                          "kv cache: block table entries [%zu][%zu] and [%zu][%zu] name the same "
+                          "page %d: one sequence's rows need pages of their own",
+                          e[i].seq, e[i - 1].slot, e[i].seq, e[i].slot, e[i].page);
+        else if (*count == 0 || (*shared)[*count - 1] != e[i].page)
+            (*shared)[(*count)++] = e[i].page;
+    }
+    free(e);
+    if (s || *count == 0) free(*shared), *shared = NULL;
+    return s;
+}
+
+/* The first sequence other than `except` whose table names `page`. */
+static size_t sequence_naming(const clattn_kv_cache *c, int32_t page, size_t except) {
+    for (size_t i = 0; i < c->desc.batch * c->max_pages; i++)
+        if (c->table[i] == page && i / c->max_pages != except) return i / c->max_pages;
+    return except;
+}
+
+/* An append into rows [first, end) of sequence b writes no page that another sequence names
+ * too: a shared page holds rows both sequences read. */
+static clattn_status check_private_pages(const clattn_kv_cache *c, size_t b, size_t first,
+                                         size_t end) {
+    size_t size = c->desc.page_size;
+    if (!c->shared_count || first >= end) return CLATTN_SUCCESS;
+    for (size_t slot = first / size; slot <= (end - 1) / size; slot++) {
+        int32_t page = c->table[b * c->max_pages + slot];
+        if (!bsearch(&page, c->shared_pages, c->shared_count, sizeof page, by_value)) continue;
+        return ctx_error(c->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache append: sequence %zu: row %zu is in page %d, which sequence "
+                         "%zu's block table names too; an append would change that sequence's "
+                         "rows (give sequence %zu a page of its own)",
+                         b, slot * size > first ? slot * size : first, page,
+                         sequence_naming(c, page, b), b);
+    }
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status set_block_table_in_call(clattn_kv_cache *c, const int32_t *table) {
     ctx_clear_error(c->ctx);
     if (!c->desc.page_size || !table)
@@ -274,8 +363,19 @@ static clattn_status set_block_table_in_call(clattn_kv_cache *c, const int32_t *
                              "%zu no page",
                              b, c->lengths[b], missing);
     }
-    return upload(c, c->table_buf, c->table, table, c->desc.batch * c->max_pages,
-                  "kv cache: table");
+    int32_t *shared = NULL;
+    size_t shared_count = 0;
+    clattn_status s = find_shared_pages(c, table, &shared, &shared_count);
+    if (!s)
+        s = upload(c, c->table_buf, c->table, table, c->desc.batch * c->max_pages,
+                   "kv cache: table");
+    if (s) {
+        free(shared);
+        return s;
+    }
+    free(c->shared_pages);
+    c->shared_pages = shared, c->shared_count = shared_count;
+    return CLATTN_SUCCESS;
 }
 
 clattn_status clattn_kv_cache_set_block_table(clattn_kv_cache *c, const int32_t *table) {
@@ -319,17 +419,14 @@ clattn_status clattn_kv_cache_set_lengths(clattn_kv_cache *c, const int32_t *len
 
 /* ---------------------------------------------------------------- appending */
 
-/* The rows to append, checked against the cache: buffers large enough, new_len in [0, len],
- * and every sequence's new rows within its capacity and its pages. *counts gets new_len. */
-static clattn_status check_append(clattn_kv_cache *c, const clattn_kv_rows *r, int32_t *counts) {
+/* The new rows' buffers (r->len of them, at least one): large enough for their tensors, and
+ * sharing no byte with the storage, which the append writes. */
+static clattn_status check_new_rows(clattn_kv_cache *c, const clattn_kv_rows *r) {
     clattn_context *ctx = c->ctx;
     const clattn_kv_cache_desc *d = &c->desc;
-    if (!r || !r->k || !r->v || !dtype_known(r->dtype))
-        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "kv cache append: rows, their buffers or dtype missing");
     clattn_attention_desc span; /* the extents of [B, len, Hkv, D] through the checker */
     clattn_attention_desc_init(&span, CLATTN_LAYOUT_BSHD, d->batch, d->heads_kv, d->heads_kv,
-                               r->len ? r->len : 1, r->len ? r->len : 1, d->dim_qk, d->dim_v);
+                               r->len, r->len, d->dim_qk, d->dim_v);
     span.dtype = span.out_dtype = r->dtype;
     span.k = r->k_tensor, span.v = r->v_tensor;
     clattn_attention_extents ext;
@@ -344,14 +441,29 @@ static clattn_status check_append(clattn_kv_cache *c, const clattn_kv_rows *r, i
     size_t elem = dtype_size(r->dtype);
     byte_range rows[2] = {buffer_bytes(r->k, r->k_tensor.offset * elem, ext.k),
                           buffer_bytes(r->v, r->v_tensor.offset * elem, ext.v)};
-    byte_range storage[2] = {buffer_bytes(c->k, 0, c->k_bytes), buffer_bytes(c->v, 0, c->v_bytes)};
-    for (int i = 0; i < 2; i++) /* the storage is the append's output */
+    byte_range storage[2];
+    kv_cache_storage(c, storage);
+    for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
             if (byte_ranges_overlap(&rows[i], &storage[j]))
                 return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
                                  "kv cache append: the new rows of %s share memory with the "
                                  "cache's %s storage, which the append writes",
                                  i ? "V" : "K", j ? "V" : "K");
+    return CLATTN_SUCCESS;
+}
+
+/* The rows to append, checked against the cache: buffers large enough (none are read for zero
+ * rows), new_len in [0, len], and every sequence's new rows within its capacity and its pages.
+ * *counts gets new_len. */
+static clattn_status check_append(clattn_kv_cache *c, const clattn_kv_rows *r, int32_t *counts) {
+    clattn_context *ctx = c->ctx;
+    const clattn_kv_cache_desc *d = &c->desc;
+    if (!r || !r->k || !r->v || !dtype_known(r->dtype))
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache append: rows, their buffers or dtype missing");
+    clattn_status s = r->len ? check_new_rows(c, r) : CLATTN_SUCCESS;
+    if (s) return s;
     for (size_t b = 0; b < d->batch; b++) {
         counts[b] = r->new_len ? r->new_len[b] : (int32_t)r->len;
         size_t end = (size_t)c->lengths[b] + (size_t)counts[b], missing = 0;
@@ -369,6 +481,8 @@ static clattn_status check_append(clattn_kv_cache *c, const clattn_kv_rows *r, i
                              "kv cache append: sequence %zu: row %zu has no page in the block "
                              "table",
                              b, missing);
+        s = check_private_pages(c, b, (size_t)c->lengths[b], end);
+        if (s) return s;
     }
     return CLATTN_SUCCESS;
 }
@@ -648,6 +762,14 @@ static clattn_status cache_problem(clattn_kv_cache *c, const clattn_attention_de
                          "cache B=%zu Hkv=%zu Dqk=%zu Dv=%zu",
                          d.batch, d.heads_kv, d.dim_qk, d.dim_v, cd->batch, cd->heads_kv,
                          cd->dim_qk, cd->dim_v);
+    clattn_dtype asked = d.kv_q4_0 ? CLATTN_Q4_0 : d.kv_q8_0 ? CLATTN_Q8_0 : cd->dtype;
+    if (asked != cd->dtype)
+        return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                         "kv cache attention: the desc says K and V are %s (kv_q8_0=%d "
+                         "kv_q4_0=%d); the cache stores them as %s, and its dtype is what the "
+                         "call reads (leave both flags 0)",
+                         dtype_name(asked), d.kv_q8_0, d.kv_q4_0, dtype_name(cd->dtype));
+    d.kv_q8_0 = d.kv_q4_0 = 0; /* K and V are read through the cache's view, below */
     for (size_t b = 0; q_len && b < cd->batch; b++)
         if (q_len[b] < 0 || (size_t)q_len[b] > d.len_q)
             return ctx_error(ctx, CLATTN_ERR_INVALID_ARGUMENT,

@@ -13,6 +13,12 @@ size_t buffer_size(cl_mem buffer) {
     return size;
 }
 
+int buffer_read_only(cl_mem buffer) {
+    cl_mem_flags flags = 0;
+    return clGetMemObjectInfo(buffer, CL_MEM_FLAGS, sizeof flags, &flags, NULL) == CL_SUCCESS &&
+           (flags & CL_MEM_READ_ONLY);
+}
+
 byte_range buffer_bytes(cl_mem buffer, size_t first_byte, size_t end_byte) {
     byte_range r = {buffer, first_byte, end_byte, 0, 0};
     cl_mem parent = NULL;

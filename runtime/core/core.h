@@ -406,6 +406,8 @@ clattn_status workspace_get(clattn_context *ctx, int slot, size_t bytes, cl_mem 
 
 /* Size of a buffer in bytes, or 0 for an invalid one. */
 size_t buffer_size(cl_mem buffer);
+/* Whether a buffer was created CL_MEM_READ_ONLY, so that no kernel may write it. */
+int buffer_read_only(cl_mem buffer);
 /* The bytes [begin, end) of a buffer's range in the memory object that owns them (a sub-buffer's
  * parent, at the sub-buffer's origin) and, for memory the caller lent with CL_MEM_USE_HOST_PTR,
  * in the host address space, so that two ranges compare however the caller made them. */

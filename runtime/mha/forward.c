@@ -116,18 +116,29 @@ static clattn_status check_gemms(const mha_run *r) {
     return status;
 }
 
-/* The caller's buffers: present, large enough, Y apart from the inputs. */
+/* The caller's buffers and the bytes the call spans in each: X, X_kv, Y, the bias (X_kv and
+ * the bias may be NULL). */
+enum { CALLER_Y = 2, CALLER_BUFFERS = 4 };
+typedef struct caller_buffer {
+    const char *name;
+    cl_mem buffer;
+    size_t need;
+} caller_buffer;
+
+static void caller_buffers(const mha_run *r, caller_buffer out[CALLER_BUFFERS]) {
+    const mha_call *c = &r->call;
+    out[0] = (caller_buffer){"X", r->x, c->x_bytes};
+    out[1] = (caller_buffer){"X_kv", r->x_kv, c->x_kv_bytes};
+    out[CALLER_Y] = (caller_buffer){"Y", r->y, c->y_bytes};
+    out[3] = (caller_buffer){"the bias", c->attn.bias, c->extents.bias};
+}
+
+/* The caller's buffers: present, large enough, Y sharing no byte with the inputs. */
 static clattn_status check_buffers(const mha_run *r) {
     const mha_call *c = &r->call;
-    const struct {
-        const char *name;
-        cl_mem buffer;
-        size_t need;
-    } list[] = {{"X", r->x, c->x_bytes},
-                {"X_kv", r->x_kv, c->x_kv_bytes},
-                {"Y", r->y, c->y_bytes},
-                {"the bias", c->attn.bias, c->extents.bias}};
-    for (size_t i = 0; i < ARRAY_LEN(list); i++) {
+    caller_buffer list[CALLER_BUFFERS];
+    caller_buffers(r, list);
+    for (size_t i = 0; i < CALLER_BUFFERS; i++) {
         if (!list[i].buffer && (i == 1 || i == 3)) continue; /* X_kv, bias: optional */
         size_t have = buffer_size(list[i].buffer);
         if (have < list[i].need || have == 0)
@@ -138,9 +149,20 @@ static clattn_status check_buffers(const mha_run *r) {
                              r->m->shape.d_model, r->m->shape.d_kv,
                              list[i].buffer ? "is smaller" : "is NULL");
     }
-    if (r->y == r->x || r->y == r->x_kv || r->y == c->attn.bias)
+    if (buffer_read_only(r->y))
         return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
-                         "mha: Y must not share a buffer with X, X_kv or the bias");
+                         "mha: Y was created CL_MEM_READ_ONLY; the call writes it");
+    byte_range y = buffer_bytes(r->y, 0, c->y_bytes);
+    for (size_t i = 0; i < CALLER_BUFFERS; i++) {
+        if (i == CALLER_Y || !list[i].buffer) continue;
+        byte_range in = buffer_bytes(list[i].buffer, 0, list[i].need);
+        if (byte_ranges_overlap(&y, &in))
+            return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                             "mha: Y shares memory with %s (bytes [%zu, %zu) and [%zu, %zu); a "
+                             "sub-buffer counts as its parent); the output must not overlap an "
+                             "input",
+                             list[i].name, y.begin, y.end, in.begin, in.end);
+    }
     return CLATTN_SUCCESS;
 }
 
@@ -412,7 +434,7 @@ clattn_status clattn_mha_forward(clattn_mha *m, const clattn_attention_desc *cal
 }
 
 /* A cache the layer can use: its context, B sequences, the attention's kv heads, the dims;
- * new_len within the N new rows. */
+ * new_len within the N new rows; no byte of the caller's buffers in its storage. */
 static clattn_status check_cache(const mha_run *r, clattn_kv_cache *cache, const int32_t *new_len) {
     const clattn_kv_cache_desc *cd = kv_cache_desc(cache);
     const mha_shape *s = &r->m->shape;
@@ -429,7 +451,37 @@ static clattn_status check_cache(const mha_run *r, clattn_kv_cache *cache, const
             return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
                              "mha: new_len[%zu] = %d is not in [0, N=%zu]", b, new_len[b],
                              r->call.len_q);
+    byte_range storage[2];
+    kv_cache_storage(cache, storage);
+    caller_buffer list[CALLER_BUFFERS];
+    caller_buffers(r, list);
+    for (size_t i = 0; i < CALLER_BUFFERS; i++)
+        for (int kv = 0; list[i].buffer && kv < 2; kv++) {
+            byte_range mine = buffer_bytes(list[i].buffer, 0, list[i].need);
+            if (byte_ranges_overlap(&mine, &storage[kv]))
+                return ctx_error(r->m->ctx, CLATTN_ERR_INVALID_ARGUMENT,
+                                 "mha: %s shares memory with the cache's %s storage, which the "
+                                 "call appends to",
+                                 list[i].name, kv ? "V" : "K");
+        }
     return CLATTN_SUCCESS;
+}
+
+/* Sets the cache's lengths back to those before a call that failed after its append, keeping
+ * the call's message; where that fails too, the message says so, and that the cache's lengths
+ * still count the appended rows. */
+static void undo_append(clattn_context *ctx, clattn_kv_cache *cache, const int32_t *lengths,
+                        clattn_status failed) {
+    error_record failure = ctx->error;
+    if (kv_cache_set_lengths_in_call(cache, lengths) == CLATTN_SUCCESS) {
+        ctx->error = failure;
+        return;
+    }
+    error_record undo = ctx->error;
+    error_set(&ctx->error, failed,
+              "%s; and setting the cache's lengths back failed (%s): they still count the rows "
+              "this call appended",
+              failure.text, undo.text);
 }
 
 static clattn_status forward_cache_in_call(clattn_mha *m, clattn_kv_cache *cache,
@@ -445,11 +497,8 @@ static clattn_status forward_cache_in_call(clattn_mha *m, clattn_kv_cache *cache
     clattn_status status = run_begin(&r, m, call, kv_cache_desc(cache)->capacity);
     if (status == CLATTN_SUCCESS) status = check_cache(&r, cache, new_len);
     if (status == CLATTN_SUCCESS) status = run_phases(&r, cache, new_len, event);
-    if (status != CLATTN_SUCCESS && r.cache_lengths) { /* failed after the append: undo it */
-        error_record message = m->ctx->error;
-        kv_cache_set_lengths_in_call(cache, r.cache_lengths);
-        m->ctx->error = message;
-    }
+    if (status != CLATTN_SUCCESS && r.cache_lengths) /* failed after the append: undo it */
+        undo_append(m->ctx, cache, r.cache_lengths, status);
     run_end(&r);
     return status;
 }

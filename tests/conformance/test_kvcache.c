@@ -638,3 +638,142 @@ Test(kvcache, a_global_token_past_a_short_sequence_gives_no_key) {
     clattn_kv_cache_destroy(cache);
     free(k), free(v), free(q);
 }
+
+/* ---------------------------------------------------------------- pages shared, buffers */
+
+/* A block table that names one page twice in a sequence's row is refused (two places of the
+ * sequence would be one row of storage). Sequences may share a page (a prefix both hold,
+ * vLLM's prefix caching): each reads it, and an append that would write into a shared page is
+ * refused, naming the other sequence, before anything is written (it used to be taken, and
+ * changed the other sequence's rows). */
+Test(kvcache, pages_twice_in_a_sequence_are_refused_and_shared_ones_take_no_appends) {
+    enum { SLOTS = CAP / PAGE, NQ = 2 };
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const cache_case paged = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 1};
+    clattn_kv_cache *cache = make_cache(ctx, &paged);
+    int32_t table[B * SLOTS];
+    for (size_t i = 0; i < COUNT(table); i++) table[i] = -1;
+    table[0] = 4, table[2] = 4;
+    expect_refused(ctx, cache, clattn_kv_cache_set_block_table(cache, table),
+                   "entries [0][0] and [0][2] name the same page 4", "a page twice in a row");
+
+    /* sequence 0 fills page 0; sequence 1 then shares it as its prefix */
+    float *k = random_tensor(B * PAGE * HKV * D, CLATTN_F32, 80);
+    float *v = random_tensor(B * PAGE * HKV * D, CLATTN_F32, 81);
+    table[0] = 0, table[1] = 1, table[2] = -1, table[SLOTS] = 2, table[SLOTS + 1] = 3;
+    ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
+    const int32_t first[B] = {PAGE, 0}, full[B] = {PAGE, PAGE}, one[B] = {1, 1};
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, PAGE, first));
+    table[SLOTS] = 0;
+    ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
+    ASSERT_OK(ctx, clattn_kv_cache_set_lengths(cache, full));
+    for (size_t b = 1; b < B; b++) /* the same next row for both: into private pages 1 and 3 */
+        memcpy(k + b * HKV * D, k, HKV * D * sizeof *k), memcpy(v + b * HKV * D, v, HKV * D * 4);
+    ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 1, one));
+    float *q = random_tensor(NQ * HQ * D, CLATTN_F32, 82);
+    static float qq[B * NQ * HQ * D], o[B * NQ * HQ * D];
+    for (size_t b = 0; b < B; b++) memcpy(qq + b * NQ * HQ * D, q, NQ * HQ * D * sizeof *q);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, NQ, 1, D, D);
+    d.causal = 1;
+    ASSERT_OK(ctx, clattn_kv_cache_attention_host(cache, &d, qq, NULL, o, NULL));
+    cr_expect_eq(memcmp(o, o + NQ * HQ * D, NQ * HQ * D * sizeof *o), 0,
+                 "sequence 1 reads its shared prefix as sequence 0 does");
+
+    /* sequence 1 shares sequence 0's page 1 too: sequence 0's next row would land there */
+    table[SLOTS + 1] = 1;
+    ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
+    static snapshot before, after;
+    take(cache, &before);
+    const int32_t only_0[B] = {1, 0};
+    expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 1, only_0),
+                   "sequence 0: row 9 is in page 1, which sequence 1's block table names too",
+                   "an append into a shared page");
+    take(cache, &after);
+    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
+    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
+                 "lengths changed");
+    clattn_kv_cache_destroy(cache);
+    free(k), free(v), free(q);
+}
+
+/* An append of zero rows reads no row, so its buffers may hold none (it was refused unless
+ * they held one); it changes nothing. */
+Test(kvcache, an_append_of_no_rows_needs_no_bytes) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    const cache_case dense = {CLATTN_F32, CLATTN_LAYOUT_BSHD, 0};
+    clattn_kv_cache *cache = make_cache(ctx, &dense);
+    cl_int err = CL_SUCCESS;
+    cl_mem tiny = clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_WRITE, 4, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS);
+    clattn_kv_rows rows = {tiny, tiny, {0}, {0}, CLATTN_F32, 0, NULL};
+    ASSERT_OK(ctx, clattn_kv_cache_append(cache, &rows));
+    int32_t lengths[B] = {-1, -1};
+    ASSERT_OK(ctx, clattn_kv_cache_lengths(cache, lengths));
+    cr_expect(lengths[0] == 0 && lengths[1] == 0, "lengths %d %d", lengths[0], lengths[1]);
+    clReleaseMemObject(tiny);
+    clattn_kv_cache_destroy(cache);
+}
+
+/* The cache's dtype says how K and V are stored: a desc whose kv_q8_0 or kv_q4_0 says
+ * otherwise is refused (it was honoured, and a float32 cache's call refused or checked as
+ * quantised); one that agrees is taken. */
+Test(kvcache, the_caches_dtype_governs_k_and_v) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    float *q = random_tensor(B * HQ * D, CLATTN_F32, 90);
+    static float o[B * HQ * D];
+    for (int quantised = 0; quantised < 2; quantised++) {
+        const cache_case cc = {quantised ? CLATTN_Q8_0 : CLATTN_F32, CLATTN_LAYOUT_BSHD, 0};
+        clattn_kv_cache *cache = make_cache(ctx, &cc);
+        clattn_attention_desc d;
+        clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, 1, 1, D, D);
+        d.kv_q8_0 = 1;
+        clattn_status status = clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL);
+        if (quantised) {
+            cr_expect_eq(status, CLATTN_SUCCESS, "kv_q8_0 over a q8_0 cache: %s",
+                         clattn_context_last_error(ctx));
+        } else {
+            expect_refused(ctx, cache, status, "the cache stores them as f32",
+                           "kv_q8_0 over a float32 cache");
+        }
+        d.kv_q8_0 = 0, d.kv_q4_0 = 1;
+        expect_refused(ctx, cache, clattn_kv_cache_attention_host(cache, &d, q, NULL, o, NULL),
+                       "K and V are q4_0", "kv_q4_0 over another cache");
+        clattn_kv_cache_destroy(cache);
+    }
+    free(q);
+}
+
+/* Storage and outputs the device may not write (CL_MEM_READ_ONLY) are refused by name. */
+Test(kvcache, read_only_storage_and_outputs_are_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    cl_context cl = clattn_context_cl_context(ctx);
+    const size_t bytes = (size_t)B * CAP * HKV * D * sizeof(float);
+    cl_int err = CL_SUCCESS;
+    cl_mem writable = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem read_only = clCreateBuffer(cl, CL_MEM_READ_ONLY, bytes, NULL, &err);
+    cr_assert(writable && read_only, "buffers: %d", err);
+    clattn_kv_cache_desc cd;
+    cr_assert_eq(clattn_kv_cache_desc_init(&cd, B, HKV, D, D, CAP), CLATTN_SUCCESS);
+    clattn_kv_cache *cache = NULL;
+    cr_expect_eq(clattn_kv_cache_wrap(ctx, &cd, writable, read_only, NULL, &cache),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "the V storage was created CL_MEM_READ_ONLY"),
+              "'%s'", clattn_context_last_error(ctx));
+    cr_expect_null(cache);
+    clattn_attention_desc d;
+    clattn_attention_desc_init(&d, CLATTN_LAYOUT_BSHD, B, HQ, HKV, 1, CAP, D, D);
+    cr_expect_eq(clattn_attention(ctx, &d, writable, writable, writable, read_only, NULL, NULL),
+                 CLATTN_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(clattn_context_last_error(ctx), "O was created CL_MEM_READ_ONLY"), "'%s'",
+              clattn_context_last_error(ctx));
+    clReleaseMemObject(writable), clReleaseMemObject(read_only);
+}

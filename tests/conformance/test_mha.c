@@ -749,10 +749,19 @@ Test(mha, bad_calls_change_nothing) {
     clattn_attention_desc good, call;
     call_desc(&lc, &good);
     ASSERT_OK(ctx, clattn_mha_forward_host(mha, &good, in.x, NULL, before));
+    cl_buffer_region all_of_x = {0, bytes};
+    cl_int err = CL_SUCCESS;
+    cl_mem x_again = clCreateSubBuffer(x, 0, CL_BUFFER_CREATE_TYPE_REGION, &all_of_x, &err);
+    cr_assert_eq(err, CL_SUCCESS, "a sub-buffer of X: %d", err);
+    cl_mem read_only =
+        clCreateBuffer(clattn_context_cl_context(ctx), CL_MEM_READ_ONLY, bytes, NULL, &err);
+    cr_assert_eq(err, CL_SUCCESS, "a read-only Y: %d", err);
     static const float sinks[4] = {0.5f, 0.5f, 0.5f, 0.5f};
-    for (int bad = 0; bad < 7; bad++) {
-        const char *want[] = {"the layer Hq=4", "len_k = len_q", "X needs", "must not share",
-                              "window",         "q8_0 or q4_0",  "sinks"};
+    for (int bad = 0; bad < 9; bad++) {
+        const char *want[] = {
+            "the layer Hq=4",  "len_k = len_q", "X needs", "Y shares memory with X",
+            "window",          "q8_0 or q4_0",  "sinks",   "Y shares memory with X",
+            "CL_MEM_READ_ONLY"};
         call = good;
         cl_mem xb = x, yb = y;
         if (bad == 0) call.heads_q = 2, call.heads_kv = 1;
@@ -762,6 +771,8 @@ Test(mha, bad_calls_change_nothing) {
         if (bad == 4) call.window_left = -2;
         if (bad == 5) call.kv_q8_0 = 1;   /* the layer's K and V are float32 */
         if (bad == 6) call.sinks = sinks; /* not offered by the layer yet */
+        if (bad == 7) yb = x_again;       /* the same memory through another handle */
+        if (bad == 8) yb = read_only;
         cr_expect_eq(clattn_mha_forward(mha, &call, xb, NULL, yb, NULL),
                      CLATTN_ERR_INVALID_ARGUMENT, "case %d", bad);
         cr_expect(strstr(clattn_context_last_error(ctx), want[bad]), "case %d: '%s' lacks '%s'",
@@ -795,7 +806,52 @@ Test(mha, bad_calls_change_nothing) {
     clattn_kv_cache_destroy(wrong), clattn_kv_cache_destroy(right);
     clattn_mha_destroy(mha);
     clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(short_x);
+    clReleaseMemObject(x_again), clReleaseMemObject(read_only);
     free(sentinel), free(after), free(before);
+    inputs_free(&in);
+    weights_free(&w);
+}
+
+/* Y in the cache's storage, which the call appends to, is refused before the append (it
+ * was taken, and the output GEMM wrote Y over the appended rows). */
+Test(mha, y_in_the_caches_storage_is_refused) {
+    clattn_context **ctxs;
+    test_contexts(&ctxs);
+    clattn_context *ctx = ctxs[0];
+    layer_case lc = self_gqa;
+    layer_weights w;
+    layer_inputs in;
+    weights_make(&lc, &w);
+    inputs_make(&lc, &in);
+    clattn_mha_desc d;
+    clattn_attention_desc call;
+    layer_desc(&lc, &w, &d);
+    call_desc(&lc, &call);
+    clattn_mha *mha = NULL;
+    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    clattn_kv_cache_desc cd;
+    clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv, lc.dqk, lc.dv, 32);
+    size_t y_bytes = in.y_count * 4, k_bytes = lc.b * 32 * lc.hkv * lc.dqk * 4;
+    size_t v_bytes = lc.b * 32 * lc.hkv * lc.dv * 4;
+    cl_mem x = device_copy(ctx, in.x, y_bytes);
+    cl_mem k = device_copy(ctx, NULL, y_bytes > k_bytes ? y_bytes : k_bytes);
+    cl_mem v = device_copy(ctx, NULL, y_bytes > v_bytes ? y_bytes : v_bytes);
+    clattn_kv_cache *cache = NULL;
+    ASSERT_OK(ctx, clattn_kv_cache_wrap(ctx, &cd, k, v, NULL, &cache));
+    for (int which = 0; which < 2; which++) {
+        cr_expect_eq(clattn_mha_forward_cache(mha, cache, &call, x, NULL, which ? v : k, NULL),
+                     CLATTN_ERR_INVALID_ARGUMENT);
+        const char *want = which ? "Y shares memory with the cache's V storage"
+                                 : "Y shares memory with the cache's K storage";
+        cr_expect(strstr(clattn_context_last_error(ctx), want) != NULL, "'%s'",
+                  clattn_context_last_error(ctx));
+    }
+    int32_t lengths[2] = {-1, -1};
+    clattn_kv_cache_lengths(cache, lengths);
+    cr_expect(lengths[0] == 0 && lengths[1] == 0, "lengths %d %d", lengths[0], lengths[1]);
+    clattn_kv_cache_destroy(cache);
+    clattn_mha_destroy(mha);
+    clReleaseMemObject(x), clReleaseMemObject(k), clReleaseMemObject(v);
     inputs_free(&in);
     weights_free(&w);
 }
