@@ -2,9 +2,9 @@
 # Runs clattn's own kernels on oclgrind, the OpenCL device simulator, and fails if it reports
 # anything (oclgrind itself exits 0 even when it finds errors, so its logs are inspected), or if
 # a variant that must run there does not (`clattn check --require`):
-#  1. the whole quick conformance sweep in one process, fused (every variant: lanes, rowwise, split and
-#     flash) and gemm paths, checking invalid accesses, data races and API misuse, and that every
-#     result is right;
+#  1. the whole quick conformance sweep, a process for each fused variant (lanes, rowwise, split
+#     and flash) and one for the gemm path, checking invalid accesses, data races and API
+#     misuse, and that every result is right;
 #  2. a KV cache through `clattn run --cache-len` (tests/cli/cli_cache.sh), contiguous and paged;
 #  3. one multi-head attention layer through `clattn layer` (tests/cli/cli_layer.sh), with CLBlast's
 #     GEMMs, a head mask and biases; and a ring of one part (`clattn run --devices 0`): the
@@ -40,97 +40,80 @@ report() { # LOG WHAT: prints and counts a non-empty oclgrind log
   fi
 }
 
-echo "-- quick sweep in one simulator process (memory, races, API)"
-if ! oclgrind --data-races --check-api --log "$logs/sweep.log" \
-     "$clattn" check --quick --device 0 --path fused,gemm --in-process \
-       --require lanes,rowwise,split,flash,gemm; then
-  echo "clattn check failed on the simulator"
-  failed=1
-fi
-report "$logs/sweep.log" "the quick sweep"
+# Each check is one oclgrind process (or a script of them), and oclgrind simulates on one
+# thread: they run one a core (scripts/parallel.sh), and their logs are read once all are done.
+source "$(dirname "$0")/parallel.sh"
+grind=(oclgrind --data-races --check-api)
 
-echo "-- a KV cache, contiguous and paged, with appends (memory, races, API)"
-printf '#!/usr/bin/env bash\nexec oclgrind --data-races --check-api --log "%s/cache-$$.log" "$@"\n' \
-  "$logs" > "$logs/runner" # one log a process: several would overwrite one file
-chmod +x "$logs/runner"
-if ! bash "$(dirname "$0")/../tests/cli/cli_cache.sh" "$clattn" "$logs/runner" > "$logs/out" 2>&1; then
-  echo "clattn run --cache-len failed on the simulator:"
-  cat "$logs/out"
-  failed=1
-fi
-for log in "$logs"/cache-*.log; do report "$log" "the KV cache"; done
+# 1. the quick sweep, a process a row
+for variant in flash rowwise split lanes; do
+  in_parallel "the quick sweep, fused $variant (memory, races, API)" \
+    "${grind[@]}" --log "$logs/sweep-$variant.log" "$clattn" check --quick --device 0 \
+    --path fused --variant "$variant" --require "$variant" --in-process --no-record
+done
+in_parallel "the quick sweep, gemm path (memory, races, API)" \
+  "${grind[@]}" --log "$logs/sweep-gemm.log" "$clattn" check --quick --device 0 --path gemm \
+  --require gemm --in-process --no-record
 
-echo "-- a multi-head attention layer, pruned, with CLBlast projections (memory, races, API)"
-sed 's/cache-/layer-/' "$logs/runner" > "$logs/layer-runner"
-chmod +x "$logs/layer-runner"
-if ! bash "$(dirname "$0")/../tests/cli/cli_layer.sh" "$clattn" "$logs/layer-runner" > "$logs/out" 2>&1; then
-  echo "clattn layer failed on the simulator:"
-  cat "$logs/out"
-  failed=1
-fi
-for log in "$logs"/layer-*.log; do report "$log" "the layer"; done
+# 2. and 3. the KV cache and the layer through their CLI tests, whose processes each write a
+# log of their own (several would overwrite one file)
+for what in cache layer; do
+  printf '#!/usr/bin/env bash\nexec %s --log "%s/%s-$$.log" "$@"\n' "${grind[*]}" "$logs" "$what" \
+    > "$logs/$what-runner"
+  chmod +x "$logs/$what-runner"
+done
+in_parallel "a KV cache, contiguous and paged, with appends (memory, races, API)" \
+  bash "$(dirname "$0")/../tests/cli/cli_cache.sh" "$clattn" "$logs/cache-runner"
+in_parallel "a multi-head attention layer, pruned, with CLBlast projections (memory, races, API)" \
+  bash "$(dirname "$0")/../tests/cli/cli_layer.sh" "$clattn" "$logs/layer-runner"
 
-echo "-- a ring of one part: shard calls and their merge (memory, races, API)"
 ring_case=$("$clattn" check --list | grep -m1 -F "global=" | awk '{print $1}')
 line=$("$clattn" check --case "$ring_case" --path reference --dump "$logs/ring" | grep -o 'clattn run.*')
 read -r -a ring_run <<< "${line#clattn }"
 "$clattn" "${ring_run[@]}" > /dev/null # the reference's output, on the host
-if ! oclgrind --data-races --check-api --log "$logs/ring.log" "$clattn" "${ring_run[@]/reference/auto}" \
-     --out "$logs/ring/o.npy" --devices 0 --compare "$logs/ring/case-$ring_case/o.npy" > "$logs/out" 2>&1; then
-  echo "clattn run --devices failed on the simulator:"
-  cat "$logs/out"
-  failed=1
-fi
-report "$logs/ring.log" "the ring"
+in_parallel "a ring of one part: shard calls and their merge (memory, races, API)" \
+  "${grind[@]}" --log "$logs/ring.log" "$clattn" "${ring_run[@]/reference/auto}" \
+  --out "$logs/ring/o.npy" --devices 0 --compare "$logs/ring/case-$ring_case/o.npy"
 
-# The uninitialized-value check simulates every instruction's shadow state: on the quick
+# 4. The uninitialized-value check simulates every instruction's shadow state: on the quick
 # sweep's larger cases a process took up to 2 minutes (flash, case 2, on 11-28), and all 160 ran
 # past CI's time. The cases below cover what differs at the tiles' edges: decoding (one query
 # row, 7 keys), a head dim of 3 with GQA and causality, a window with global tokens, a causal
 # mask with a NaN key, a bias of -FLT_MAX, the score modifiers over a full bias, and K/V in
 # q4_0 blocks with a window and sinks; the whole sweep runs above without this check.
 uninit_cases=(0 5 24 29 31 35 39)
-echo "-- ${#uninit_cases[@]} quick cases x 4 fused variants, each in its own process (+ uninitialized values)"
 for i in "${uninit_cases[@]}"; do
   for variant in lanes rowwise split flash; do
-    log="$logs/case-$i-$variant.log"
-    if ! oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
-         --log "$log" "$clattn" check --quick --device 0 --path fused --variant "$variant" \
-         --require "$variant" --case "$i" --in-process > "$logs/out" 2>&1; then
-      echo "case $i ($variant) failed on the simulator:"
-      cat "$logs/out"
-      failed=1
-    fi
-    report "$log" "case $i ($variant)"
+    in_parallel "case $i, $variant (+ uninitialized values)" \
+      oclgrind --build-options -cl-opt-disable --data-races --uninitialized --check-api \
+      --log "$logs/uninit-$i-$variant.log" "$clattn" check --quick --device 0 --path fused \
+      --variant "$variant" --require "$variant" --case "$i" --in-process --no-record
   done
 done
-echo "-- flash's subgroup path, emulated, on the same cases (memory, races, API)"
+
+# 5. flash's subgroup path, emulated
 for i in "${uninit_cases[@]}"; do
-  if ! CLATTN_TEST_FLASH_SUBGROUPS=emulate oclgrind --data-races --check-api \
-       --log "$logs/subgroups-$i.log" "$hooked" check --quick --device 0 --variant flash \
-       --require flash --case "$i" --in-process > "$logs/out" 2>&1; then
-    echo "case $i (flash, emulated subgroups) failed on the simulator:"
-    cat "$logs/out"
-    failed=1
-  fi
-  report "$logs/subgroups-$i.log" "case $i (flash's emulated subgroup path)"
+  in_parallel "case $i, flash's emulated subgroup path (memory, races, API)" \
+    env CLATTN_TEST_FLASH_SUBGROUPS=emulate "${grind[@]}" --log "$logs/subgroups-$i.log" \
+    "$hooked" check --quick --device 0 --variant flash --require flash --case "$i" \
+    --in-process --no-record
 done
 
-echo "-- split's work-item form on five quick cases (memory, races, API)"
-mkdir "$logs/work-items" # a fresh cache folder: its tuning.json, no other configuration's binaries
+# 6. split's work-item form, through a tuning.json in a fresh cache folder (no other
+# configuration's binaries)
+mkdir "$logs/work-items"
 device=$(oclgrind "$clattn" devices |
   awk 'NR == 2 {sub(/^ *[0-9]+ +[0-9:]+ +[a-z]+ +/, ""); sub(/  +[0-9].*/, ""); print}')
 echo "{\"entries\": [{\"device\": \"$device\", \"variant\": \"split\", \"wg_size\": 1}]}" \
   > "$logs/work-items/tuning.json"
 for i in 0 17 25 27 39; do
-  if ! CLATTN_CACHE_DIR="$logs/work-items" oclgrind --data-races --check-api \
-       --log "$logs/work-items-$i.log" "$clattn" check --quick --device 0 --path fused \
-       --variant split --require split --case "$i" --in-process --no-record > "$logs/out" 2>&1; then
-    echo "case $i (split's work-item form) failed on the simulator:"
-    cat "$logs/out"
-    failed=1
-  fi
-  report "$logs/work-items-$i.log" "case $i (split's work-item form)"
+  in_parallel "case $i, split's work-item form (memory, races, API)" \
+    env CLATTN_CACHE_DIR="$logs/work-items" "${grind[@]}" --log "$logs/work-items-$i.log" \
+    "$clattn" check --quick --device 0 --path fused --variant split --require split \
+    --case "$i" --in-process --no-record
 done
+
+parallel_done --failures || failed=1
+for log in "$logs"/*.log; do report "$log" "$(basename "$log" .log)"; done
 [ "$failed" -eq 0 ] && echo "oclgrind: no reports"
 exit $((failed != 0))

@@ -33,34 +33,8 @@ cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 section() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 
-# in_parallel NAME COMMAND...: runs COMMAND in the background, at most $jobs at a time, its
-# output kept in a log; parallel_done waits for all of them, prints their logs in order and
-# fails if any failed.
-parallel_logs=()
-in_parallel() {
-  local name="$1" log
-  shift
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-  log="$(mktemp)"
-  parallel_logs+=("$name" "$log")
-  (
-    status=0
-    "$@" > "$log" 2>&1 || status=$?
-    echo "exit $status" >> "$log"
-  ) &
-}
-parallel_done() {
-  local i failed=0
-  wait
-  for ((i = 0; i < ${#parallel_logs[@]}; i += 2)); do
-    echo "-- ${parallel_logs[i]}"
-    cat "${parallel_logs[i + 1]}"
-    tail -n 1 "${parallel_logs[i + 1]}" | grep -qx "exit 0" || failed=1
-    rm -f "${parallel_logs[i + 1]}"
-  done
-  parallel_logs=()
-  [ "$failed" -eq 0 ] || { echo "a command above failed"; exit 1; }
-}
+# in_parallel and parallel_done: commands one a core (scripts/parallel.sh)
+source scripts/parallel.sh
 
 section "build"
 ./scripts/build.sh build
@@ -115,7 +89,7 @@ if [ -f /etc/OpenCL/vendors/rusticl.icd ]; then
   # shrinks its blocks to fit (docs/devices.md); before, all three came out wrong there
   in_parallel "rowwise, gemm and split on long rows" "${rusticl[@]}" build/clattn check --case 3 \
     --device 0 --no-record --variant rowwise,gemm,split --require split,gemm --timeout 900
-  parallel_done
+  parallel_done || exit 1
   # a fresh user's first call (empty caches, the default policy) builds no refused variant
   fresh="$(mktemp -d)"
   "${rusticl[@]}" build/clattn check --quick --case 3 --device 0 --path reference --no-record \
