@@ -8,12 +8,12 @@
  *
  * A model on the host holds what the cache must hold: lengths, table, and every value of the
  * storage. After each call:
- * - a call that breaks a rule of the cache (a page index out of range, a row without a page, a
+ * - a call that breaks a rule of the cache (a page index out of range, a page twice in a
+ *   sequence's row, a row without a page, an append into a page another sequence names, a
  *   length past the capacity, new_len out of [0, len]) must be refused, and a plainly valid one
  *   accepted; a refused call must change nothing;
  * - the storage read back equals the model, value for value (q8_0, q4_0 within their quantum),
- *   and the
- *   guard bytes around wrapped storage are intact;
+ *   and the guard bytes around wrapped storage are intact;
  * - attention equals clattn_kv_cache_reference, and writes nothing past O and LSE.
  * Built and run by tests/fuzz/run.sh.
  */
@@ -25,15 +25,13 @@
 #include <string.h>
 
 enum { MAX_OPS = 12, QBLOCK = 32, Q8_BLOCK_BYTES = 34, Q4_BLOCK_BYTES = 18 };
-#define UNKNOWN (-1.0f) /* a value two writers of one append raced for */
 
 /* What the cache must hold. Storage is [entries][rows][Hkv][D] (BSHD) or [entries][Hkv][rows][D]
  * (BHSD), entries being sequences (contiguous) or pages, for K and for V. */
 typedef struct model {
     clattn_kv_cache_desc d;
     size_t entries, rows, max_pages;
-    float *values[2], *tol[2]; /* K, V: expected value, allowed error (UNKNOWN: not checked) */
-    unsigned *written[2];      /* the operation that last wrote each value */
+    float *values[2], *tol[2]; /* K, V: expected value, allowed error */
     size_t count[2], bytes[2]; /* values and storage bytes of K and V */
     int32_t *lengths, *table;  /* [B], [B][max_pages] */
 } model;
@@ -109,7 +107,6 @@ static void model_init(model *m, const clattn_kv_cache_desc *d, const int32_t *l
         m->bytes[kv] = storage_bytes(d->dtype, m->count[kv]);
         m->values[kv] = calloc(m->count[kv], sizeof(float));
         m->tol[kv] = calloc(m->count[kv], sizeof(float));
-        m->written[kv] = calloc(m->count[kv], sizeof(unsigned));
     }
     m->lengths = calloc(d->batch, sizeof *m->lengths);
     m->table = malloc((m->max_pages ? d->batch * m->max_pages : 1) * sizeof *m->table);
@@ -118,7 +115,7 @@ static void model_init(model *m, const clattn_kv_cache_desc *d, const int32_t *l
 }
 
 static void model_free(model *m) {
-    for (int kv = 0; kv < 2; kv++) free(m->values[kv]), free(m->tol[kv]), free(m->written[kv]);
+    for (int kv = 0; kv < 2; kv++) free(m->values[kv]), free(m->tol[kv]);
     free(m->lengths);
     free(m->table);
 }
@@ -218,7 +215,7 @@ static void expect_storage(cache_under_test *c, const char *after) {
         float *got = widen(m->d.dtype, raw[kv], m->count[kv]);
         for (size_t i = 0; i < m->count[kv]; i++) {
             float want = m->values[kv][i], tol = m->tol[kv][i];
-            if (tol != UNKNOWN && !(fabsf(got[i] - want) <= tol))
+            if (!(fabsf(got[i] - want) <= tol))
                 fuzz_fail("after %s: %s storage value %zu of %zu is %g, expected %g", after,
                           kv ? "V" : "K", i, m->count[kv], got[i], want);
         }
@@ -241,6 +238,27 @@ static int rows_have_pages(const model *m, const int32_t *table, size_t b, size_
     for (size_t j = first; m->d.page_size && j < end; j++)
         if (table[b * m->max_pages + j / m->d.page_size] < 0) return 0;
     return 1;
+}
+
+/* Whether a sequence's row of `table` names a page twice. */
+static int page_twice_in_a_row(const model *m, const int32_t *table) {
+    for (size_t b = 0; b < m->d.batch; b++)
+        for (size_t p = 0; p < m->max_pages; p++)
+            for (size_t q = p + 1; q < m->max_pages; q++)
+                if (table[b * m->max_pages + p] >= 0 &&
+                    table[b * m->max_pages + p] == table[b * m->max_pages + q])
+                    return 1;
+    return 0;
+}
+
+/* Whether rows [first, end) of sequence b lie in a page that another sequence names too. */
+static int rows_in_shared_page(const model *m, size_t b, size_t first, size_t end) {
+    for (size_t j = first; m->d.page_size && j < end; j++) {
+        int32_t page = m->table[b * m->max_pages + j / m->d.page_size];
+        for (size_t i = 0; page >= 0 && i < m->d.batch * m->max_pages; i++)
+            if (i / m->max_pages != b && m->table[i] == page) return 1;
+    }
+    return 0;
 }
 
 /* The library's answer against the model's: a call that breaks a rule must be refused, a
@@ -266,6 +284,7 @@ static void op_set_table(fuzz_input *in, cache_under_test *c, unsigned op) {
     }
     for (size_t b = 0; valid && b < m->d.batch; b++)
         valid = rows_have_pages(m, table, b, 0, (size_t)m->lengths[b]);
+    valid = valid && !page_twice_in_a_row(m, table);
     int32_t *exact = exact_copy(table, n * sizeof *table); /* NULL for a contiguous cache */
     clattn_status s = clattn_kv_cache_set_block_table(c->cache, exact);
     expect_verdict(s, valid, 1, "clattn_kv_cache_set_block_table");
@@ -316,9 +335,8 @@ static size_t rows_extent(const model *m, const new_rows *r, int kv, const int32
     return end;
 }
 
-/* The model of an accepted append: rows lengths[b] + t of each sequence take row t. A value
- * that two sequences sharing a page write in one call is UNKNOWN. */
-static void model_append(model *m, const new_rows *r, const int32_t *counts, unsigned op) {
+/* The model of an accepted append: rows lengths[b] + t of each sequence take row t. */
+static void model_append(model *m, const new_rows *r, const int32_t *counts) {
     for (int kv = 0; kv < 2; kv++) {
         size_t dim = dim_of(m, kv);
         const clattn_tensor *t = &r->t[kv];
@@ -336,17 +354,16 @@ static void model_append(model *m, const new_rows *r, const int32_t *counts, uns
                         for (size_t y = x - x % QBLOCK;
                              quantised(m->d.dtype) && y < x - x % QBLOCK + QBLOCK; y++)
                             block_max = fmaxf(block_max, fabsf(src[y]));
-                        int raced = m->written[kv][at] == op; /* two sequences share a page */
                         m->values[kv][at] = src[x];
-                        m->tol[kv][at] = raced ? UNKNOWN : quantum(m->d.dtype, block_max);
-                        m->written[kv][at] = op;
+                        m->tol[kv][at] = quantum(m->d.dtype, block_max);
                     }
                 }
     }
     for (size_t b = 0; b < m->d.batch; b++) m->lengths[b] += counts[b];
 }
 
-/* The cache-side rules: new_len in [0, len], within the capacity and the pages. */
+/* The cache-side rules: new_len in [0, len], within the capacity and the pages, and no page
+ * written that another sequence names too. */
 static int append_valid(const model *m, const new_rows *r, int32_t *counts) {
     int valid = 1;
     for (size_t b = 0; b < m->d.batch; b++) {
@@ -356,7 +373,8 @@ static int append_valid(const model *m, const new_rows *r, int32_t *counts) {
             continue;
         }
         size_t end = (size_t)m->lengths[b] + (size_t)counts[b];
-        valid &= end <= m->d.capacity && rows_have_pages(m, m->table, b, m->lengths[b], end);
+        valid &= end <= m->d.capacity && rows_have_pages(m, m->table, b, m->lengths[b], end) &&
+                 !rows_in_shared_page(m, b, m->lengths[b], end);
     }
     return valid;
 }
@@ -443,12 +461,13 @@ static void op_append(fuzz_input *in, cache_under_test *c, unsigned op) {
     }
     clattn_kv_rows rows = {buf[0].inner, buf[1].inner, r.t[0], r.t[1], r.dtype, r.len, r.new_len};
     clattn_status s = clattn_kv_cache_append(c->cache, &rows);
-    int fits = !too_large && rows_extent(m, &r, 0, counts) <= r.count[0] &&
-               rows_extent(m, &r, 1, counts) <= r.count[1];
+    int fits = r.len == 0 || /* zero rows read nothing */
+               (!too_large && rows_extent(m, &r, 0, counts) <= r.count[0] &&
+                rows_extent(m, &r, 1, counts) <= r.count[1]);
     expect_verdict(s, valid && dtype_ok, 0, "clattn_kv_cache_append");
     if (!s && !fits) fuzz_fail("clattn_kv_cache_append accepted rows past their buffers");
     clFinish(clattn_context_queue(fuzz_context()));
-    if (!s) model_append(m, &r, counts, op);
+    if (!s) model_append(m, &r, counts);
     for (int kv = 0; kv < 2; kv++) guarded_check(&buf[kv], "new rows"), guarded_release(&buf[kv]);
     free(counts);
     rows_free(&r);
@@ -480,7 +499,7 @@ static void op_append_host(fuzz_input *in, cache_under_test *c, unsigned op) {
     void *v = exact_copy(stored[1], r.count[1] * bytes);
     clattn_status s = clattn_kv_cache_append_host(c->cache, k, v, r.len, r.new_len);
     expect_verdict(s, valid, 1, "clattn_kv_cache_append_host");
-    if (!s) model_append(m, &r, counts, op);
+    if (!s) model_append(m, &r, counts);
     free(k), free(v), free(stored[0]), free(stored[1]), free(counts);
     rows_free(&r);
 }
