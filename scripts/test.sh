@@ -46,11 +46,12 @@ section "tests on PoCL's basic device"
 # The kernels' tests again on a single-threaded device of one compute unit, which plans and
 # runs work-groups differently. Left to the pthread stage: what does not depend on the device
 # and here only builds kernels again for minutes (the program cache, the command line's
-# tests, tuning, the head dims past 256, nv_mma's emulation, the gemm path's conformance; on
-# 11-28 these took 1,100 s of this stage's 1,860 s), cli_ring (it names its own devices) and the
-# MPI programs (they run on the pthread stage).
+# tests, tuning, the head dims past 256, nv_mma's emulation, the gemm path and its GEMM table,
+# the layer, whose attention and GEMMs those tests cover; on 11-28 these took 1,100 s of this
+# stage's 1,860 s), cli_ring (it names its own devices) and the MPI programs (they run on the
+# pthread stage).
 POCL_DEVICES=basic ctest --test-dir build -j "$jobs" --output-on-failure \
-  -E '^(downstream|device_two_pocl|ring_two_pocl|cli_.*|cache|wide|nv_mma|gemm|reliability_memory_limit|tuning|mpi_np[0-9]+)$'
+  -E '^(downstream|device_two_pocl|ring_two_pocl|cli_.*|cache|wide|nv_mma|gemm|gemm_rows|mha|reliability_memory_limit|tuning|mpi_np[0-9]+)$'
 
 # A folder of ICD files that lists one implementation only (for OCL_ICD_VENDORS). clattn's
 # driver search knows PoCL, not rusticl: with rusticl alone it is turned off, or it would add
