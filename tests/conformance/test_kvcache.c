@@ -358,6 +358,16 @@ static void take(clattn_kv_cache *cache, snapshot *s) {
     clattn_kv_cache_lengths(cache, s->lengths);
 }
 
+/* The storage and the lengths are byte for byte those of `before`. */
+static void expect_unchanged(clattn_kv_cache *cache, const snapshot *before) {
+    static snapshot after;
+    take(cache, &after);
+    cr_expect_eq(memcmp(before->k, after.k, sizeof after.k), 0, "K changed");
+    cr_expect_eq(memcmp(before->v, after.v, sizeof after.v), 0, "V changed");
+    cr_expect_eq(memcmp(before->lengths, after.lengths, sizeof after.lengths), 0,
+                 "lengths changed");
+}
+
 static void expect_refused(clattn_context *ctx, clattn_kv_cache *cache, clattn_status status,
                            const char *words, const char *what) {
     cr_expect_eq(status, CLATTN_ERR_INVALID_ARGUMENT, "%s: %s", what, clattn_status_name(status));
@@ -376,7 +386,7 @@ Test(kvcache, refused_calls_leave_the_cache_as_it_was) {
     void *k = random_tensor(B * CAP * HKV * D, CLATTN_F32, 60);
     void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 61);
     ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 30, some));
-    static snapshot before, after;
+    static snapshot before;
     take(cache, &before);
 
     const int32_t too_many[B] = {1, CAP - 29}; /* sequence 1 passes the capacity */
@@ -415,11 +425,7 @@ Test(kvcache, refused_calls_leave_the_cache_as_it_was) {
     cr_expect(strstr(clattn_context_last_error(ctx), "not a KV cache") != NULL, "%s",
               clattn_context_last_error(ctx));
 
-    take(cache, &after);
-    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
-    cr_expect_eq(memcmp(before.v, after.v, sizeof before.v), 0, "V changed");
-    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
-                 "lengths changed");
+    expect_unchanged(cache, &before);
     clattn_kv_cache_destroy(cache);
     free(k), free(v);
 }
@@ -479,7 +485,7 @@ Test(kvcache, an_append_into_a_missing_page_is_refused) {
     void *v = random_tensor(B * CAP * HKV * D, CLATTN_F32, 63);
     const int32_t seven[B] = {7, 0}, two[B] = {2, 0}, far[B] = {0, 20};
     ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 7, seven));
-    static snapshot before, after;
+    static snapshot before;
     take(cache, &before);
     expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 2, two), "row 8",
                    "an append from row 7 into the missing page of row 8");
@@ -488,11 +494,7 @@ Test(kvcache, an_append_into_a_missing_page_is_refused) {
     const int32_t nine[B] = {9, 0};
     expect_refused(ctx, cache, clattn_kv_cache_set_lengths(cache, nine), "row 8",
                    "a length into a missing page");
-    take(cache, &after);
-    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
-    cr_expect_eq(memcmp(before.v, after.v, sizeof before.v), 0, "V changed");
-    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
-                 "lengths changed");
+    expect_unchanged(cache, &before);
     const int32_t one[B] = {1, 8}; /* exactly to the ends of the pages: allowed */
     ASSERT_OK(ctx, clattn_kv_cache_append_host(cache, k, v, 8, one));
     clattn_kv_cache_destroy(cache);
@@ -685,16 +687,13 @@ Test(kvcache, pages_twice_in_a_sequence_are_refused_and_shared_ones_take_no_appe
     /* sequence 1 shares sequence 0's page 1 too: sequence 0's next row would land there */
     table[SLOTS + 1] = 1;
     ASSERT_OK(ctx, clattn_kv_cache_set_block_table(cache, table));
-    static snapshot before, after;
+    static snapshot before;
     take(cache, &before);
     const int32_t only_0[B] = {1, 0};
     expect_refused(ctx, cache, clattn_kv_cache_append_host(cache, k, v, 1, only_0),
                    "sequence 0: row 9 is in page 1, which sequence 1's block table names too",
                    "an append into a shared page");
-    take(cache, &after);
-    cr_expect_eq(memcmp(before.k, after.k, sizeof before.k), 0, "K changed");
-    cr_expect_eq(memcmp(before.lengths, after.lengths, sizeof before.lengths), 0,
-                 "lengths changed");
+    expect_unchanged(cache, &before);
     clattn_kv_cache_destroy(cache);
     free(k), free(v), free(q);
 }
