@@ -112,6 +112,17 @@ typedef struct key_rows {
     long k_step, v_step;
 } key_rows;
 
+/* Whether any of the first `keys` V rows of a tile holds a NaN or an infinity (every exponent
+ * bit set), for rows read in place, which no packing flagged. */
+ALWAYS_INLINE int rows_have_bad_values(const key_rows *rows, int keys) {
+    const int16 exponent = (int16)0x7f800000;
+    int16 top = (int16)0;
+    for (int j = 0; j < keys; j++)
+        for (int c = 0; c < DV_PAD; c += 16)
+            top = max(top, as_int16(vload16(0, rows->v + j * rows->v_step + c)) & exponent);
+    return any(top == exponent);
+}
+
 /* S^T [keys][BLOCK_M] = K Q^T for the first `keys` keys of a tile (BLOCK_N, or NARROW_KEYS: a
  * constant, so that each call's loops unroll to their own width); k_rows: K tile [keys][k_step]. */
 ALWAYS_INLINE void tile_scores(const query_tile *t, __global const float *k_rows, long k_step,
@@ -163,17 +174,18 @@ ALWAYS_INLINE float rescore(__constant attn_params *P, const query_tile *t, cons
 }
 
 /* Rescores the tile's non-finite scores: rare (huge inputs, or NaN and infinities in them), so
- * one vector test per score vector, and plain code past it. */
-ALWAYS_INLINE void rescore_overflows(__constant attn_params *P, const query_tile *t,
+ * one vector test per score vector, and plain code past it. Returns whether there were any. */
+ALWAYS_INLINE int rescore_overflows(__constant attn_params *P, const query_tile *t,
                                      const key_rows *rows, int keys, float16 s_t[BLOCK_N][GROUPS]) {
     int16 bad = (int16)0;
     for (int j = 0; j < keys; j++)
         for (int g = 0; g < GROUPS; g++) bad |= isinf(s_t[j][g]) | isnan(s_t[j][g]);
-    if (!any(bad)) return;
+    if (!any(bad)) return 0;
     float *s = (float *)s_t;
     for (int j = 0; j < keys; j++)
         for (int m = 0; m < BLOCK_M; m++)
             if (!isfinite(s[j * BLOCK_M + m])) s[j * BLOCK_M + m] = rescore(P, t, rows, j, m);
+    return 1;
 }
 
 /* -inf outside each row's class-local range [lo, hi]; k0 is the tile's first class index. */
@@ -375,19 +387,35 @@ ALWAYS_INLINE void tile_accumulate_careful(query_tile *t, int keys,
         }
 }
 
+/* What is known of a key tile's V rows: flagged finite or not (pack.cl's flags, made where K
+ * and V are packed), or unchecked (read in place: attend_tile checks the rows of a tile with a
+ * masked pair itself, the only tiles where a non-finite V row matters). */
+#define VALUES_FINITE    0
+#define VALUES_BAD       1
+#define VALUES_UNCHECKED 2
+
+ALWAYS_INLINE int values_known(const key_walk *w, __global const uchar *v_bad, long k0) {
+    if (IN_PLACE && w->pass != PASS_GLOBAL_KEYS) return VALUES_UNCHECKED;
+    return tile_has_bad_values(v_bad + k0) ? VALUES_BAD : VALUES_FINITE;
+}
+
 /* The first `keys` keys of a key tile of a pass (BLOCK_N, or NARROW_KEYS for a last global-key
  * tile that holds no more: a constant): scores, masks (and bias), softmax update, accumulation.
  * rows: the tile's K and V rows; k0: first class index (or global-list index) of the tile's
- * keys; careful: the V tile holds a NaN or an infinity. */
+ * keys; values: what is known of the V tile (values_known). */
 ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *layout,
                                __global const float *bias, __global const int *gpos, query_tile *t,
                                int pass, int kind, long k0, int keys, const key_rows *rows,
-                               int careful) {
+                               int values) {
     float16 s_t[BLOCK_N][GROUPS]; /* S^T, then P^T: [keys][BLOCK_M] */
     float16 keep[GROUPS];
     COUNT_TILE(t->tile_count);
     tile_scores(t, rows->k, rows->k_step, keys, s_t);
-    rescore_overflows(P, t, rows, keys, s_t);
+    const int non_finite = rescore_overflows(P, t, rows, keys, s_t);
+    /* a -inf score can only come from a mask, the bias or a non-finite input */
+    const int may_mask = kind != TILE_FULL || FEATURE(P, has_bias) || non_finite;
+    const int careful = values == VALUES_UNCHECKED ? may_mask && rows_have_bad_values(rows, keys)
+                                                   : values == VALUES_BAD;
     if (kind == TILE_BOUNDED) mask_bounded(t, k0, keys, s_t);
     const int positions = kind == TILE_GENERAL || FEATURE(P, has_bias) || MODIFIER(P, alibi) != 0;
     if (!positions && MODIFIER(P, softcap) != 0) soft_cap_tile(P, keys, s_t);
@@ -515,13 +543,13 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, l
         long k0;
         key_rows rows;
         const int kind = walk_tile(P, in, &w, i, t->b, t->kv_bh, k, v, &k0, &rows);
-        const int careful = tile_has_bad_values(v_bad + k0);
+        const int values = values_known(&w, v_bad, k0);
         if (GLOBAL_TOKENS && global_keys && w.keys - k0 <= NARROW_KEYS) /* the last few */
             attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, NARROW_KEYS, &rows,
-                        careful);
+                        values);
         else
             attend_tile(P, in->layout, in->bias, in->gpos, t, w.pass, kind, k0, BLOCK_N, &rows,
-                        careful);
+                        values);
     }
 }
 
@@ -714,7 +742,9 @@ ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *i
         long k0;
         key_rows rows;
         const int kind = walk_tile(P, in, &w, i, f->b, f->kv_bh, k, v, &k0, &rows);
-        const int careful = tile_has_bad_values(v_bad + k0);
+        const int values = values_known(&w, v_bad, k0);
+        const int careful = values == VALUES_UNCHECKED ? rows_have_bad_values(&rows, BLOCK_N)
+                                                       : values == VALUES_BAD;
         COUNT_TILE(tile_count);
         for (int c0 = 0; c0 < BLOCK_N; c0 += 16) {
             const int n = min(16, BLOCK_N - c0);

@@ -11,7 +11,6 @@
  *   PACK_CLASSES: key j = r + m*classes with r = s / class_slots, m = s % class_slots (keys
  *                 grouped by class, see common.cl);
  *   PACK_GLOBALS: key j = gpos[s] (the global keys);
- *   PACK_FLAGS:   as PACK_CLASSES, but only Vbad is written (the kernel reads K and V in place);
  *   PACK_TAIL:    slot s = r * block_n + n holds the n-th key of class r's last partial tile,
  *                 and only Kp and Vp are written (the tiles that reading in place would run
  *                 past a class's last key).
@@ -29,8 +28,7 @@
  */
 #define PACK_CLASSES 0
 #define PACK_GLOBALS 1
-#define PACK_FLAGS   2
-#define PACK_TAIL    3
+#define PACK_TAIL    2
 
 /* The key that slot s holds in `mode`, or NO_KEY. */
 inline long slot_key(__constant attn_params *P, __global const int *gpos, int mode, int block_n,
@@ -75,18 +73,16 @@ __kernel void pack_keys(__constant attn_params *P, __global const void *K, __glo
     long h;
     const long b = div_rem(bh, P->heads_kv, &h);
     const long j = slot_key(P, gpos, mode, block_n, s);
-    const int present = j != NO_KEY, rows = mode != PACK_FLAGS;
+    const int present = j != NO_KEY;
     const long k_row = P->k_offset + b * P->k_stride_b + h * P->k_stride_h + j * P->k_stride_s;
     const long v_row = P->v_offset + b * P->v_stride_b + h * P->v_stride_h + j * P->v_stride_s;
-    if (rows)
-        pack_key_row(P, K, k_row, present, s, block_n, dqk_pad, key_rows,
-                     Kp + bh * slots * dqk_pad);
+    pack_key_row(P, K, k_row, present, s, block_n, dqk_pad, key_rows, Kp + bh * slots * dqk_pad);
     __global float16 *vr = (__global float16 *)(Vp + (bh * slots + s) * dv_pad);
     int bad = 0;
     for (int d0 = 0; d0 < dv_pad; d0 += 16) {
         const float16 x = load_row16_as(FEATURE(P, kv_dtype), V, v_row, d0, P->dim_v, present);
         bad |= !all(isfinite(x));
-        if (rows) vr[d0 / 16] = x;
+        vr[d0 / 16] = x;
     }
     if (mode != PACK_TAIL) Vbad[bh * slots + s] = bad;
 }

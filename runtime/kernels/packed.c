@@ -41,8 +41,8 @@ static int rows_fit_in_place(size_t step, size_t dim, unsigned block_n) {
  * of exactly the padded head dims, and a class's rows (every classes-th key of a dilated
  * window) contiguous or close enough (rows_fit_in_place), so that the caller's rows are the
  * packed rows but for their step. Packing would then only copy them; the kernel reads them in
- * place instead, and only each class's last partial tile (which would run past its last key) and
- * the V flags are made per call. */
+ * place instead, and only each class's last partial tile (which would run past its last key) is
+ * made per call. */
 static int reads_in_place(const attn_problem *pb, const packed_state *st) {
     size_t classes = (size_t)st->geometry.classes;
     return st->kind->key_rows && pb->dtype == CLATTN_F32 && pb->kv.dtype == CLATTN_F32 &&
@@ -155,8 +155,10 @@ static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
     const tile_geometry *g = &st->geometry;
     int64_t slots = g->classes * g->class_slots + (int64_t)pb->mask.num_globals + g->block_n;
     uint64_t flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)slots;
-    if (st->in_place) /* the globals, and the classes' last tiles */
+    if (st->in_place) { /* the globals with their flags, and the classes' last tiles */
         slots = (int64_t)pb->mask.num_globals + g->block_n + g->classes * g->block_n;
+        flags = (uint64_t)pb->batch * pb->heads_kv * (uint64_t)pb->mask.num_globals;
+    }
     size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
     if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
     return (uint64_t)k + v + flags;
@@ -198,7 +200,9 @@ static clattn_status make_packed(clattn_context *ctx, const attn_problem *pb,
     size_t kv = pb->batch * pb->heads_kv;
     clattn_status s = make_key_rows(ctx, pb, st, buf, fb);
     /* one flag byte per packed slot: its V row holds a NaN or an infinity */
-    if (!s)
+    if (!s && st->in_place)
+        s = buffer_set_add(ctx, set, 0, 1, NULL, &fb->vbad, "V flags");
+    else if (!s)
         s = buffer_set_workspace(ctx, set, WORKSPACE_V_FLAGS, kv * (size_t)slots, &fb->vbad,
                                  "V flags");
     if (!s)
@@ -267,7 +271,7 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
 }
 
 /* What pack_keys makes (cl/pack.cl's modes). */
-enum pack_mode { PACK_CLASSES, PACK_GLOBALS, PACK_FLAGS, PACK_TAIL };
+enum pack_mode { PACK_CLASSES, PACK_GLOBALS, PACK_TAIL };
 
 /* What every packing launch of a call shares: the kernel, the tile shape and the inputs, over
  * kv_heads = B * Hkv (b, kv head) pairs. */
@@ -346,18 +350,16 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     return kernel_launch(ctx, kernel, 2, global, local, event, "fused: attention");
 }
 
-/* The class-grouped keys packed with their V flags, or (in place) the V flags alone and each
- * class's last partial tile (packed whole, whether or not the class has one). */
+/* The class-grouped keys packed with their V flags, or (in place) each class's last partial
+ * tile (packed whole, whether or not the class has one); V rows read in place are not flagged:
+ * the kernel checks those of the tiles where a non-finite value matters (cl/lanes.cl). */
 static clattn_status pack_keys(const pack_call *c) {
     const packed_state *st = c->st;
     const packed_buffers *fb = c->fb;
     const tile_geometry *g = &st->geometry;
-    int64_t slots = g->classes * g->class_slots;
-    if (!st->in_place) return launch_pack(c, PACK_CLASSES, slots, fb->kp, fb->vp, fb->vbad);
-    clattn_status status = launch_pack(c, PACK_FLAGS, slots, fb->kt, fb->vt, fb->vbad);
-    if (!status)
-        status = launch_pack(c, PACK_TAIL, g->classes * st->block_n, fb->kt, fb->vt, fb->vbad);
-    return status;
+    if (!st->in_place)
+        return launch_pack(c, PACK_CLASSES, g->classes * g->class_slots, fb->kp, fb->vp, fb->vbad);
+    return launch_pack(c, PACK_TAIL, g->classes * st->block_n, fb->kt, fb->vt, fb->vbad);
 }
 
 static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,

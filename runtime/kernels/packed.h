@@ -6,7 +6,7 @@
  *
  * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
  * keys and flags; where the kernel reads K and V in place (lanes, float32 rows that are already
- * the packed layout), only each head's last partial key tile and the V flags; the tile lists are
+ * the packed layout), only each class's last partial key tile; the tile lists are
  * the context's (tile_cache.h), built once per pattern.
  * Nothing grows with Nq*Nk except a block layout's tile list.
  */

@@ -434,13 +434,14 @@ Test(fused, cpu_tiles_shrink_for_short_window_rows) {
 /* float32 K and V whose rows of a head lie one after another ([B, H, N, D]) at a padded head dim
  * are read in place by the lanes variant, with only each head's last partial key tile packed:
  * every case passes and says "in place". The cases cover a last partial tile, NaN and
- * infinities in V (the flags still make those tiles careful), a NaN key, global tokens, a block
- * layout, GQA, offsets, the score modifiers and dilated windows (a class's keys every dilation-th
- * row, each class with its own last partial tile); strided [B, N, H, D] rows are read in place
- * where a key tile's rows span at most 16 KiB (2 kv heads of 64), and packed where they span more
- * (8 kv heads of 64 in tiles of 32 keys). */
+ * infinities in V (no pass flags them: the kernel checks the rows of a tile with a -inf score,
+ * from a window's edge or from a bias over a tile the mask keeps whole), a NaN key, global tokens,
+ * a block layout, GQA, offsets, the score modifiers and dilated windows (a class's keys every
+ * dilation-th row, each class with its own last partial tile); strided [B, N, H, D] rows are read
+ * in place where a key tile's rows span at most 16 KiB (2 kv heads of 64), and packed where they
+ * span more (8 kv heads of 64 in tiles of 32 keys). */
 Test(fused, keys_read_in_place) {
-    attn_case cases[12];
+    attn_case cases[13];
     for (size_t i = 0; i < COUNT(cases); i++) {
         case_init(&cases[i], 2, 4, 2, 70, 203, 64, 64);
         cases[i].layout = CLATTN_LAYOUT_BHSD;
@@ -461,6 +462,7 @@ Test(fused, keys_read_in_place) {
     cases[10].bad_value = 1;
     cases[11].dilation = 3, cases[11].causal = 1, cases[11].left = 60, cases[11].num_globals = 1;
     cases[11].globals[0] = 7, cases[11].nan_key = 1;
+    cases[12].bad_value = 1, cases[12].bias = BIAS_FULL; /* -inf in a tile that masks nothing */
     clattn_context **ctxs;
     size_t devices = test_contexts(&ctxs);
     for (size_t dev = 0; dev < devices; dev++)
