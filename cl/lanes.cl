@@ -29,8 +29,8 @@
  * What PoCL 3.1 (LLVM 15) does with this, and why the code reads as it does: vload16/vstore16
  * become four 16-byte pieces (so private arrays are float16 arrays and packed rows are stored
  * as float16); fmax and rint on float16 add NaN and range fix-ups (max_of, exp2_nonpositive);
- * a transposing copy in a loop becomes scatters (store_column16); the OpenCL prefetch() builtin
- * compiles to nothing.
+ * a transposing copy in a loop becomes scatters and gathers, so 16 x 16 blocks are transposed
+ * in registers (transpose16); the OpenCL prefetch() builtin compiles to nothing.
  */
 #define GROUPS (BLOCK_M / 16) /* lane groups: 16 query rows per vector */
 
@@ -439,30 +439,53 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
         tile_accumulate(t, keys, s_t, rows->v, rows->v_step, keep);
 }
 
-/* 16 values down column `col` of a [rows][BLOCK_M] float array from row r0 on, written and
- * read lane by lane: PoCL would otherwise make scatters and gathers of them, which AMD and
- * Intel cores execute about an element at a time. */
-ALWAYS_INLINE void store_column16(float *a, int r0, int col, float16 x) {
-    float *c = a + r0 * BLOCK_M + col;
-    c[0 * BLOCK_M] = x.s0, c[1 * BLOCK_M] = x.s1, c[2 * BLOCK_M] = x.s2, c[3 * BLOCK_M] = x.s3;
-    c[4 * BLOCK_M] = x.s4, c[5 * BLOCK_M] = x.s5, c[6 * BLOCK_M] = x.s6, c[7 * BLOCK_M] = x.s7;
-    c[8 * BLOCK_M] = x.s8, c[9 * BLOCK_M] = x.s9, c[10 * BLOCK_M] = x.sa, c[11 * BLOCK_M] = x.sb;
-    c[12 * BLOCK_M] = x.sc, c[13 * BLOCK_M] = x.sd, c[14 * BLOCK_M] = x.se, c[15 * BLOCK_M] = x.sf;
-}
+/* Two vectors' blocks of b lanes swapped (b = 8, 4, 2, 1): lane e of x and y becomes, where e
+ * has bit b clear, x[e] and x[e + b], else y[e - b] and y[e] (transpose16's rounds). Clang's
+ * shufflevector is one instruction with constant lanes; OpenCL's shuffle2 is the same where a
+ * compiler lacks it. */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define SHUFFLE_LANES(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#endif
+#endif
+#ifndef SHUFFLE_LANES
+#define SHUFFLE_LANES(x, y, ...) shuffle2(x, y, (uint16)(__VA_ARGS__))
+#endif
+#define SWAP_BLOCKS(x, y, lo, hi)                                                                  \
+    do {                                                                                           \
+        const float16 x_ = (x), y_ = (y);                                                          \
+        (x) = SHUFFLE_LANES(x_, y_, lo);                                                           \
+        (y) = SHUFFLE_LANES(x_, y_, hi);                                                           \
+    } while (0)
+#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 
-ALWAYS_INLINE float16 load_column16(const float *a, int r0, int col) {
-    const float *c = a + r0 * BLOCK_M + col;
-    return (float16)(c[0 * BLOCK_M], c[1 * BLOCK_M], c[2 * BLOCK_M], c[3 * BLOCK_M], c[4 * BLOCK_M],
-                     c[5 * BLOCK_M], c[6 * BLOCK_M], c[7 * BLOCK_M], c[8 * BLOCK_M], c[9 * BLOCK_M],
-                     c[10 * BLOCK_M], c[11 * BLOCK_M], c[12 * BLOCK_M], c[13 * BLOCK_M],
-                     c[14 * BLOCK_M], c[15 * BLOCK_M]);
+/* x[16] (x[r] lane c: row r, column c of a 16 x 16 block) transposed in registers: four rounds
+ * that swap the off-diagonal blocks of 8, 4, 2 and 1, 32 two-vector shuffles each. A transposing
+ * copy through memory takes 256 single-lane stores or loads, which cost a short window's query
+ * tiles a tenth of their time. */
+ALWAYS_INLINE void transpose16(float16 x[16]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) SWAP_BLOCKS(x[i], x[i + 8], LO8, HI8);
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        if (!(i & 4)) SWAP_BLOCKS(x[i], x[i + 4], LO4, HI4);
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        if (!(i & 2)) SWAP_BLOCKS(x[i], x[i + 2], LO2, HI2);
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) SWAP_BLOCKS(x[i], x[i + 1], LO1, HI1);
 }
 
 /* Loads the tile's query rows into Q^T, pre-scaled; zero past dim_qk and for rows past the end.
- * Clears the output and the softmax state. The rows are read whole first and transposed after:
- * a transposing store is 16 scalar stores, which would fill the store buffer between the row
- * loads and keep their cache misses from overlapping (6% of a (128,128) window's time on
- * [B, N, H, D] rows). */
+ * Clears the output and the softmax state. The rows are read whole first and transposed after,
+ * so that their cache misses overlap. */
 ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *Q, float q_scale,
                                 query_tile *t) {
     float16 rows[BLOCK_M][DQK_PAD / 16]; /* the tile's Q rows [BLOCK_M][DQK_PAD] */
@@ -473,9 +496,15 @@ ALWAYS_INLINE void load_queries(__constant attn_params *P, __global const void *
         for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
             rows[m][d0 / 16] = load_row16_as(FEATURE(P, q_dtype), Q, row, d0, P->dim_qk, i >= 0);
     }
-    for (int m = 0; m < BLOCK_M; m++)
-        for (int d0 = 0; d0 < DQK_PAD; d0 += 16)
-            store_column16((float *)t->q_t, d0, m, rows[m][d0 / 16] * q_scale);
+    for (int g = 0; g < GROUPS; g++)
+        for (int d0 = 0; d0 < DQK_PAD; d0 += 16) {
+            float16 block[16]; /* rows g*16 + l, columns d0 + e */
+#pragma unroll
+            for (int l = 0; l < 16; l++) block[l] = rows[g * 16 + l][d0 / 16] * q_scale;
+            transpose16(block);
+#pragma unroll
+            for (int e = 0; e < 16; e++) t->q_t[d0 + e][g] = block[e];
+        }
     for (int g = 0; g < GROUPS; g++) {
         for (int c = 0; c < DV_PAD; c++) t->o_t[c][g] = (float16)0.0f;
         t->row_max[g] = (float16)(-INFINITY);
@@ -572,22 +601,33 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
                               __global void *O, __global float *LSE, const query_tile *t) {
     const float *row_max = (const float *)t->row_max, *row_sum = (const float *)t->row_sum;
     const float *row_bound = (const float *)t->row_bound;
+    long row[BLOCK_M];   /* where each row's O starts, or -1 for a row this tile does not store */
+    float scale[BLOCK_M]; /* what its column of O^T is multiplied by */
     for (int m = 0; m < BLOCK_M; m++) {
         const long i = t->row_i[m];
+        row[m] = -1, scale[m] = 0.0f;
         if (i < 0 || row_left_to_global_pass(P, is_global, i)) continue;
-        const long row =
-            P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
+        row[m] = P->o_offset + t->b * P->o_stride_b + t->h * P->o_stride_h + i * P->o_stride_s;
         const int empty = row_max[m] == -INFINITY && row_sum[m] == 0.0f;
         float top = row_max[m], sum = row_sum[m]; /* with the head's sink, if any */
         const float keep = sink_fold(P, t->h, &top, &sum);
         /* bound / sum is in [1, 1 + BLOCK_N] */
-        const float scale = empty ? 0.0f : row_bound[m] / row_sum[m] * keep;
-        for (int d0 = 0; d0 < P->dim_v; d0 += 16)
-            store_o16(P, O, row + d0, P->dim_v - d0,
-                      load_column16((const float *)t->o_t, d0, m) * scale);
+        scale[m] = empty ? 0.0f : row_bound[m] / row_sum[m] * keep;
         store_lse(P, LSE, (t->b * P->heads_q + t->h) * P->len_q + i, top, sum,
                   top == -INFINITY && sum == 0.0f);
     }
+    for (int g = 0; g < GROUPS; g++)
+        for (int d0 = 0; d0 < P->dim_v; d0 += 16) {
+            float16 block[16]; /* columns d0 + e, rows g*16 + l */
+#pragma unroll
+            for (int e = 0; e < 16; e++) block[e] = t->o_t[d0 + e][g];
+            transpose16(block);
+#pragma unroll
+            for (int l = 0; l < 16; l++)
+                if (row[g * 16 + l] >= 0)
+                    store_o16(P, O, row[g * 16 + l] + d0, P->dim_v - d0,
+                              block[l] * scale[g * 16 + l]);
+        }
 }
 
 /* ---- The global-row pass's short tiles: keys in the lanes.
