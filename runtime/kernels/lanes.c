@@ -19,11 +19,13 @@ static uint64_t query_tiles(const attn_problem *pb, unsigned block_m, unsigned b
     return (uint64_t)(g.classes * g.tiles_per_class) * pb->batch * pb->heads_q;
 }
 
-/* Keys a row may see in a window at most for the smallest tiles (SHORT_ROW_TILE) to pay: there
- * a query tile of 32 rows walks 32 keys more than each row sees, 12% more at a (128, 128)
- * window, and 16 x 16 tiles halve that (measured: window 0.74 -> 0.80 of its ideal speedup at
- * N = 16384), while on long rows 32 x 32 tiles are about 3% faster. */
-#define SHORT_ROW_KEYS 1024
+/* Keys a row may see in a window at most for the smallest tiles (SHORT_ROW_TILE) to pay. A
+ * query tile of 32 rows walks 31 keys more than each row sees, 16 rows 15; but 32 x 32 tiles
+ * compute a pair faster (each K value broadcast serves two vectors of rows, and a tile's softmax
+ * and rescaling serve 32 keys). Measured at N = 16384 on 2 cores (bench/README.md, 11-29), time
+ * of 32 x 32 over 16 x 16 tiles: 1.2 to 2 with 17 and 33 keys a row, 1.0 with 65, 0.94 and 1.0
+ * with 129 (a window, a dilated one), 0.90 with 257 and 0.87 with 513. */
+#define SHORT_ROW_KEYS 96
 #define SHORT_ROW_TILE 16
 
 /* Whether the call's window bounds every row to at most SHORT_ROW_KEYS keys of its class, and to

@@ -419,13 +419,17 @@ Test(fused, cpu_tiles_split_rows_finer_for_small_calls) {
     if (info.compute_units <= 8) cr_expect_gt(large.block_m, 16);
 }
 
-/* Rows that a window keeps short (here 129 keys of 2048) take 16 x 16 tiles, which walk fewer
- * keys outside the band; a window that covers the keys computes as full attention does. */
+/* Rows that a window keeps short (here 65 keys of 2048) take 16 x 16 tiles, which walk fewer
+ * keys outside the band; rows of 129 keys, and a window that covers the keys, compute as full
+ * attention does. */
 Test(fused, cpu_tiles_shrink_for_short_window_rows) {
-    clattn_stats band = run_cpu_variant(8, 2048, 64), wide = run_cpu_variant(8, 2048, 2048);
-    clattn_stats full = run_cpu_variant(8, 2048, -1);
-    cr_expect(band.block_m == 16 && band.block_n == 16, "a (64, 64) window ran %ux%u tiles",
+    clattn_stats band = run_cpu_variant(8, 2048, 32), longer = run_cpu_variant(8, 2048, 64);
+    clattn_stats wide = run_cpu_variant(8, 2048, 2048), full = run_cpu_variant(8, 2048, -1);
+    cr_expect(band.block_m == 16 && band.block_n == 16, "a (32, 32) window ran %ux%u tiles",
               band.block_m, band.block_n);
+    cr_expect(longer.block_m == full.block_m && longer.block_n == full.block_n,
+              "a (64, 64) window ran %ux%u tiles, full attention %ux%u", longer.block_m,
+              longer.block_n, full.block_m, full.block_n);
     cr_expect(wide.block_m == full.block_m && wide.block_n == full.block_n,
               "a window over every key ran %ux%u tiles, full attention %ux%u", wide.block_m,
               wide.block_n, full.block_m, full.block_n);
