@@ -536,10 +536,13 @@ ALWAYS_INLINE void rows_in_place(__constant attn_params *P, __global const float
  * end, -1, and in the global-key walk, whose tiles are masked pair by pair). */
 ALWAYS_INLINE void walk_key_ranges(__constant attn_params *P, const key_walk *w, const long *row_i,
                                    int rows, long *lo, long *hi) {
+    class_reach c;
+    class_reach_begin(P, w->pass, w->r, &c);
+    const long own0 = row_i[0] >= 0 ? class_reach_own(&c, row_i[0] + P->offset) : 0;
     for (int m = 0; m < rows; m++) {
         lo[m] = 0, hi[m] = -1;
         if (row_i[m] >= 0 && w->pass != PASS_GLOBAL_KEYS)
-            row_key_range(P, w->pass, w->r, row_i[m] + P->offset, &lo[m], &hi[m]);
+            class_reach_range(&c, row_own(P, &c, own0, row_i[m], m), &lo[m], &hi[m]);
     }
 }
 
@@ -836,7 +839,8 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
     TILE_COUNTER_INIT(t.tile_count);
     t.Q = Q;
     t.scale = q_scale;
-    for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row(P, row_list, tile, m);
+    const long first = tile_first_row(P, tile);
+    for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row_from(P, row_list, tile, first, m);
     const packed_keys keys = PACKED_KEYS;
     if (takes_few_rows(P, &t)) {
         attend_few_rows(P, &keys, tile, &t, O, LSE);

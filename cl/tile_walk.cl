@@ -132,6 +132,21 @@ ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_l
     return i < P->len_q ? i : -1;
 }
 
+/* tile_row without its divisions for every row: `first` is tile_first_row's. In row_mode 0 row
+ * m is row 0 plus m * classes (one class's consecutive class-local indices). */
+ALWAYS_INLINE long tile_first_row(__constant attn_params *P, long tile) {
+    if (FEATURE(P, row_mode) == 1) return 0;
+    long r, d = P->classes, t = div_rem(tile, d, &r);
+    return positive_mod(r - P->offset, d) + t * BLOCK_M * d;
+}
+
+ALWAYS_INLINE long tile_row_from(__constant attn_params *P, __global const int *row_list,
+                                 long tile, long first, long m) {
+    if (FEATURE(P, row_mode) == 1) return tile_row(P, row_list, tile, m);
+    const long i = first + m * P->classes;
+    return i < P->len_q ? i : -1;
+}
+
 /* The class of a tile's rows (row_mode 0). */
 ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
     return FEATURE(P, row_mode) == 1 ? 0 : tile % P->classes;
@@ -144,13 +159,49 @@ ALWAYS_INLINE long tile_list_row(__constant attn_params *P, long h, long tile) {
     return ((P->layout_per_head ? h : 0) * P->classes + r) * P->tiles_per_class + t;
 }
 
+/* The key ranges of class r that a pass's rows may see (mask_class_range, plan/mask.h), with
+ * its divisions done once for a walk: the class's keys and the window's reach in class-local
+ * keys (-1: unbounded, or not the window pass, which alone a window bounds). */
+typedef struct class_reach {
+    long r, classes, keys, left, right;
+    int causal;
+} class_reach;
+
+ALWAYS_INLINE void class_reach_begin(__constant attn_params *P, int pass, long r, class_reach *c) {
+    const int windowed = pass == PASS_WINDOW;
+    c->r = r, c->classes = P->classes, c->keys = class_keys(P, r), c->causal = (int)P->causal;
+    c->left = windowed && P->left >= 0 ? P->left / P->classes : -1;
+    c->right = windowed && P->right >= 0 ? P->right / P->classes : -1;
+}
+
+/* The class-local index of position p, or the one below it (p is in another class). */
+ALWAYS_INLINE long class_reach_own(const class_reach *c, long p) {
+    return mask_floor_div(p - c->r, c->classes);
+}
+
+/* [lo, hi] of a row whose own class-local index is `own` (empty when lo > hi). */
+ALWAYS_INLINE void class_reach_range(const class_reach *c, long own, long *lo, long *hi) {
+    *lo = 0, *hi = c->keys - 1;
+    if (c->left >= 0 && own - c->left > *lo) *lo = own - c->left;
+    if (c->right >= 0 && own + c->right < *hi) *hi = own + c->right;
+    if (c->causal && own < *hi) *hi = own;
+}
+
 /* Class-local key range [lo, hi] that a row at position p may see in class r (empty when
  * lo > hi). The window pass bounds it by the window and causality; the global-row pass only by
  * causality. */
 ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, long p, long *lo,
                                  long *hi) {
-    mask_class_range(p, r, P->classes, class_keys(P, r), P->left, P->right, (int)P->causal,
-                     pass == PASS_WINDOW, lo, hi);
+    class_reach c;
+    class_reach_begin(P, pass, r, &c);
+    class_reach_range(&c, class_reach_own(&c, p), lo, hi);
+}
+
+/* The own class-local index of row m of a tile whose row 0 is i0 (>= 0) and has own0: in
+ * row_mode 0 the rows are one class's consecutive indices, so row m's is own0 + m, whatever r. */
+ALWAYS_INLINE long row_own(__constant attn_params *P, const class_reach *c, long own0, long i,
+                           long m) {
+    return FEATURE(P, row_mode) == 0 ? own0 + m : class_reach_own(c, i + P->offset);
 }
 
 /* Over the rows of query tile `tile`, for class r: the key tiles [first, last] that hold any
@@ -160,12 +211,17 @@ ALWAYS_INLINE int tile_key_span(__constant attn_params *P, __global const int *r
                                 int pass, long r, long *first, long *last, long *full_lo,
                                 long *full_hi) {
     long lo_all = LONG_MAX, hi_all = -1;
+    const long start = tile_first_row(P, tile), i0 = tile_row_from(P, row_list, tile, start, 0);
+    class_reach c;
+    class_reach_begin(P, pass, r, &c);
+    const long own0 = i0 >= 0 ? class_reach_own(&c, i0 + P->offset) : 0;
     *full_lo = 0;
     *full_hi = LONG_MAX;
     for (int m = 0; m < BLOCK_M; m++) {
-        long i = tile_row(P, row_list, tile, m), lo, hi;
+        const long i = tile_row_from(P, row_list, tile, start, m);
+        long lo, hi;
         if (i < 0) continue;
-        row_key_range(P, pass, r, i + P->offset, &lo, &hi);
+        class_reach_range(&c, row_own(P, &c, own0, i, m), &lo, &hi);
         *full_lo = max(*full_lo, lo);
         *full_hi = min(*full_hi, hi);
         if (lo > hi) continue;
