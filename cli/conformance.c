@@ -334,6 +334,19 @@ void compare_lse_values(const float *got, const double *ref, size_t n, case_resu
     }
 }
 
+/* The call's error for a case's message; a failed build adds its log's first error line (the
+ * whole log is the context's, clattn_context_build_log, which `clattn run` prints). */
+static void describe_error(const clattn_context *ctx, clattn_status status, char *out,
+                           size_t size) {
+    int n =
+        snprintf(out, size, "%s: %s", clattn_status_name(status), clattn_context_last_error(ctx));
+    const char *log = clattn_context_build_log(ctx), *error = strstr(log, "error:");
+    if (status != CLATTN_ERR_BUILD || !error || n < 0 || (size_t)n >= size) return;
+    while (error > log && error[-1] != '\n') error--; /* the whole line */
+    snprintf(out + n, size - (size_t)n, "; the log's first error: %.*s", (int)strcspn(error, "\n"),
+             error);
+}
+
 clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path,
                        clattn_variant variant, case_result *result) {
     case_data data;
@@ -350,8 +363,7 @@ clattn_status case_run(clattn_context *ctx, const attn_case *c, clattn_path path
                                        data.o, data.lse);
         result->ms = (seconds_now() - t0) * 1e3;
         if (status != CLATTN_SUCCESS)
-            snprintf(result->message, sizeof result->message, "%s: %s", clattn_status_name(status),
-                     clattn_context_last_error(ctx));
+            describe_error(ctx, status, result->message, sizeof result->message);
     }
     if (status == CLATTN_SUCCESS) {
         double atol, rtol;

@@ -27,7 +27,7 @@ fi
 # kernels come from a patched copy of cl/ ($CLATTN_KERNEL_DIR) built into a cache of its own.
 if [ -f "$top/cl/lanes.cl" ]; then
   cp -r "$top/cl" planted
-  sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16)$/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16)/' \
+  sed -i 's/if (row\[g \* 16 + l\] >= 0)$/if (row[g * 16 + l] >= 0 \&\& scale[g * 16 + l] != 0.0f)/' \
     planted/lanes.cl
   if cmp -s "$top/cl/lanes.cl" planted/lanes.cl; then
     fail "the planted bug no longer applies to cl/lanes.cl's store_rows: update this test"
@@ -54,6 +54,15 @@ if [ -f "$top/cl/lanes.cl" ]; then
       "$clattn" check --quick --device 0 --variant lanes > out 2> err
     [ $? -eq 1 ] || fail "CLATTN_KERNEL_DIR's mask_rules.h was not read: $(tail -n 2 out)"
   fi
+  # a kernel that does not build: the failure quotes the build log's first error
+  cp -r "$top/cl" planted-syntax
+  echo "not a declaration;" >> planted-syntax/lanes.cl
+  mkdir planted-syntax-cache
+  CLATTN_KERNEL_DIR="$work/planted-syntax" CLATTN_CACHE_DIR="$work/planted-syntax-cache" \
+    "$clattn" check --quick --case 0 --device 0 --variant lanes --no-record > out 2> err &&
+    fail "check passed a lanes.cl that does not build: $(tail -n 2 out)"
+  grep -q "CLATTN_ERR_BUILD: .*; the log's first error: .*unknown type name 'not'" err ||
+    fail "a failed build's case does not quote the build log: $(head -n 3 err)"
   "$clattn" check --quick --device 0 --variant lanes > out 2>&1 ||
     fail "check --quick --variant lanes fails with the kernels as they are: $(tail -n 5 out)"
 else

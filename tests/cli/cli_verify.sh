@@ -26,7 +26,7 @@ fi
 
 # ---- the wrong kernel: lanes leaves O unwritten for rows with no allowed key
 cp -r "$top/cl" wrong
-sed -i 's/for (int d0 = 0; d0 < P->dim_v; d0 += 16)$/for (int d0 = 0; !empty \&\& d0 < P->dim_v; d0 += 16)/' \
+sed -i 's/if (row\[g \* 16 + l\] >= 0)$/if (row[g * 16 + l] >= 0 \&\& scale[g * 16 + l] != 0.0f)/' \
   wrong/lanes.cl
 cmp -s "$top/cl/lanes.cl" wrong/lanes.cl && fail "the planted bug no longer applies to cl/lanes.cl"
 mkdir -m 700 cache
