@@ -834,13 +834,14 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
     __constant attn_params *P = PASS_PARAMS(P_window, P_rows, row_tiles);
     const long tile = PASS_TILE(row_tiles), bh = get_group_id(1);
     query_tile t;
-    if (tile_row(P, row_list, tile, 0) < 0) return; /* a class with fewer tiles than the widest */
+    const long first = tile_first_row(P, tile);
+    /* a class with fewer tiles than the widest */
+    if (tile_row_from(P, row_list, tile, first, 0) < 0) return;
     t.b = div_rem(bh, P->heads_q, &t.h);
     t.kv_bh = t.b * P->heads_kv + t.h / (P->heads_q / P->heads_kv);
     TILE_COUNTER_INIT(t.tile_count);
     t.Q = Q;
     t.scale = q_scale;
-    const long first = tile_first_row(P, tile);
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row_from(P, row_list, tile, first, m);
     const packed_keys keys = PACKED_KEYS;
     if (takes_few_rows(P, &t)) {

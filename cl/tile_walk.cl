@@ -236,9 +236,10 @@ ALWAYS_INLINE int tile_key_span(__constant attn_params *P, __global const int *r
 /* The largest key position of the tile's rows (for stopping at causal limits). */
 ALWAYS_INLINE long tile_last_position(__constant attn_params *P, __global const int *row_list,
                                       long tile) {
+    const long start = tile_first_row(P, tile);
     long last = LONG_MIN;
     for (int m = 0; m < BLOCK_M; m++) {
-        long i = tile_row(P, row_list, tile, m);
+        const long i = tile_row_from(P, row_list, tile, start, m);
         if (i >= 0) last = max(last, i + P->offset);
     }
     return last;
