@@ -48,6 +48,18 @@ MASK_RULE int mask_combine(int causal_ok, int layout_ok, int window_ok, int key_
     return causal_ok && layout_ok && (window_ok || key_global || row_global);
 }
 
+/* mask_class_range's range for a row whose class-local index is `own`, with the window's reach
+ * in class-local keys already divided (left / classes, right / classes; -1: unbounded), so that a
+ * caller with many rows of one class divides once. */
+MASK_RULE void mask_reach_range(mask_int own, mask_int class_keys, mask_int left_reach,
+                                mask_int right_reach, int causal, mask_int *lo, mask_int *hi) {
+    *lo = 0;
+    *hi = class_keys - 1;
+    if (left_reach >= 0 && own - left_reach > *lo) *lo = own - left_reach;
+    if (right_reach >= 0 && own + right_reach < *hi) *hi = own + right_reach;
+    if (causal && own < *hi) *hi = own;
+}
+
 /*
  * The keys a position p may see among the keys of class r: j = r + m * classes for the
  * class-local indices m in [0, class_keys). Classes group keys by dilation (classes =
@@ -59,11 +71,8 @@ MASK_RULE void mask_class_range(mask_int p, mask_int r, mask_int classes, mask_i
                                 mask_int left, mask_int right, int causal, int windowed,
                                 mask_int *lo, mask_int *hi) {
     const mask_int own = mask_floor_div(p - r, classes); /* p's class-local index, or below it */
-    *lo = 0;
-    *hi = class_keys - 1;
-    if (windowed && left >= 0 && own - left / classes > *lo) *lo = own - left / classes;
-    if (windowed && right >= 0 && own + right / classes < *hi) *hi = own + right / classes;
-    if (causal && own < *hi) *hi = own;
+    mask_reach_range(own, class_keys, windowed && left >= 0 ? left / classes : -1,
+                     windowed && right >= 0 ? right / classes : -1, causal, lo, hi);
 }
 
 #endif /* CLATTN_MASK_RULES_H */

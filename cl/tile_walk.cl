@@ -181,10 +181,7 @@ ALWAYS_INLINE long class_reach_own(const class_reach *c, long p) {
 
 /* [lo, hi] of a row whose own class-local index is `own` (empty when lo > hi). */
 ALWAYS_INLINE void class_reach_range(const class_reach *c, long own, long *lo, long *hi) {
-    *lo = 0, *hi = c->keys - 1;
-    if (c->left >= 0 && own - c->left > *lo) *lo = own - c->left;
-    if (c->right >= 0 && own + c->right < *hi) *hi = own + c->right;
-    if (c->causal && own < *hi) *hi = own;
+    mask_reach_range(own, c->keys, c->left, c->right, c->causal, lo, hi);
 }
 
 /* Class-local key range [lo, hi] that a row at position p may see in class r (empty when
