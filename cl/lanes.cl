@@ -3,8 +3,9 @@
  * BLOCK_M rows (a multiple of 16) and walks its key tiles. The 16 lanes of every vector are 16
  * query rows (GROUPS = BLOCK_M / 16 lane groups), so the online softmax is lane-wise: the row
  * maxima, sums and rescale factors are vectors and no step reduces across lanes. (A tile of at
- * most 4 global rows puts the keys in the lanes instead: "few rows", at the end of this file.) CPU OpenCL
- * compilers (PoCL's LLVM) turn the float16 code into AVX-512 (or pairs of AVX2) registers:
+ * most 4 global rows puts the keys in the lanes instead: "few rows", at the end of this file.)
+ * CPU OpenCL compilers (PoCL's LLVM) turn the float16 code into AVX-512 (or pairs of AVX2)
+ * registers:
  *
  *   S^T tile [BLOCK_N][BLOCK_M] = K tile [BLOCK_N][DQK_PAD] x Q^T [DQK_PAD][BLOCK_M]
  *       KEY_BLOCK keys x GROUPS vectors of accumulators at a time: per head-dim index, GROUPS
@@ -484,6 +485,47 @@ ALWAYS_INLINE void transpose16(float16 x[16]) {
     for (int i = 0; i < 16; i += 2) SWAP_BLOCKS(x[i], x[i + 1], LO1, HI1);
 }
 
+/* Lane c of the result: the sum of the 16 lanes of x[c'], c' being c with its four bits in
+ * reverse order, in registers: four rounds that each add two vectors' halves (16 -> 8 -> 4 ->
+ * 2 -> 1 partial sums a key), 30 two-vector shuffles. The rounds interleave the keys; the
+ * reversed order undoes that. x is overwritten. */
+ALWAYS_INLINE float16 sum_lanes16_reversed(float16 x[16]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO8) +
+               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI8);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO4) +
+               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI4);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO2) +
+               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI2);
+    return SHUFFLE_LANES(x[0], x[1], LO1) + SHUFFLE_LANES(x[0], x[1], HI1);
+}
+
+/* The four bits of c (0 <= c < 16) in reverse order. */
+#define BITS_REVERSED4(c) (((c) & 1) << 3 | ((c) & 2) << 1 | ((c) & 4) >> 1 | ((c) & 8) >> 3)
+
+/* Every lane: the largest lane of x (NaN lanes left out: max_of), or the sum of x's lanes. */
+#define SWAP8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define SWAP4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define SWAP2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define SWAP1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+ALWAYS_INLINE float16 max_across(float16 x) {
+    x = max_of(x, SHUFFLE_LANES(x, x, SWAP8));
+    x = max_of(x, SHUFFLE_LANES(x, x, SWAP4));
+    x = max_of(x, SHUFFLE_LANES(x, x, SWAP2));
+    return max_of(x, SHUFFLE_LANES(x, x, SWAP1));
+}
+ALWAYS_INLINE float16 sum_across(float16 x) {
+    x += SHUFFLE_LANES(x, x, SWAP8);
+    x += SHUFFLE_LANES(x, x, SWAP4);
+    x += SHUFFLE_LANES(x, x, SWAP2);
+    return x + SHUFFLE_LANES(x, x, SWAP1);
+}
+
 /* Loads the tile's query rows into Q^T, pre-scaled; zero past dim_qk and for rows past the end.
  * Clears the output and the softmax state. The rows are read whole first and transposed after,
  * so that their cache misses overlap. */
@@ -641,9 +683,10 @@ ALWAYS_INLINE void store_rows(__constant attn_params *P, __global const uchar *i
  * head. A tile of at most FEW_ROWS rows, in a call without a rule that needs key positions (bias,
  * block layout, soft-capping, ALiBi), walks the same key tiles with the keys in the lanes
  * instead, as split.cl does: each K row is read once as DQK_PAD / 16 vectors for every row, each
- * row's 16 dot products are summed across lanes at once (sum_lanes16x16), and each V row is read
- * once as DV_PAD / 16 vectors. The output stays normalised (O = sum p V / sum p at every step),
- * so that values near FLT_MAX never overflow it. */
+ * row's 16 dot products are summed across lanes at once, in registers (sum_lanes16_reversed),
+ * and each V row is read once as DV_PAD / 16 vectors. A whole key tile takes one softmax step.
+ * The output stays normalised (O = sum p V / sum p at every step), so that values near FLT_MAX
+ * never overflow it. */
 #define FEW_ROWS 4
 
 typedef struct few_rows {
@@ -680,86 +723,118 @@ ALWAYS_INLINE void few_rows_load(__constant attn_params *P, const query_tile *t,
     }
 }
 
-/* Scores of keys c0 + c (c < n, n <= 16) of a key tile for every row, keys in the lanes:
- * -inf for c >= n and, on a bounded tile (class index of key c0 + c: k0 + c0 + c), outside
- * the row's [lo, hi]. */
-ALWAYS_INLINE void few_rows_scores(__constant attn_params *P, const few_rows *f,
-                                   const key_rows *rows, long k0, int c0, int n, int bounded,
-                                   float16 s[FEW_ROWS]) {
-    float16 dots[FEW_ROWS][16]; /* q.k lane by lane; summed across lanes below */
-    for (int c = 0; c < 16; c++) {
-        __global const float *k = rows->k + (c0 + min(c, n - 1)) * rows->k_step;
-        float16 kv[DQK_PAD / 16];
-        for (int v = 0; v < DQK_PAD / 16; v++) kv[v] = vload16(v, k);
+/* A key tile's BLOCK_N keys, 16 to a vector (BLOCK_N is a multiple of 16). */
+#define FEW_PARTS (BLOCK_N / 16)
+
+/* Scores of a key tile's keys for every row, key 16 * part + c in lane c of s[r][part].
+ * Returns whether a row's score came out non-finite (huge inputs, NaN or infinities). */
+ALWAYS_INLINE int few_rows_scores(const few_rows *f, const key_rows *rows,
+                                  float16 s[FEW_ROWS][FEW_PARTS]) {
+    int rare = 0;
+    for (int part = 0; part < FEW_PARTS; part++) {
+        float16 dots[FEW_ROWS][16]; /* q.k lane by lane, key c in dots[r][BITS_REVERSED4(c)] */
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            __global const float *k = rows->k + (16 * part + c) * rows->k_step;
+            float16 kv[DQK_PAD / 16];
+#pragma unroll
+            for (int v = 0; v < DQK_PAD / 16; v++) kv[v] = vload16(v, k);
+#pragma unroll
+            for (int r = 0; r < FEW_ROWS; r++) {
+                float16 even = f->q[r][0] * kv[0], odd = (float16)0.0f; /* two chains */
+#pragma unroll
+                for (int v = 1; v < DQK_PAD / 16; v++) {
+                    if (v % 2) odd = fma(f->q[r][v], kv[v], odd);
+                    else even = fma(f->q[r][v], kv[v], even);
+                }
+                dots[r][BITS_REVERSED4(c)] = even + odd;
+            }
+        }
 #pragma unroll
         for (int r = 0; r < FEW_ROWS; r++) {
-            float16 even = (float16)0.0f, odd = (float16)0.0f; /* two chains, half as long */
-            for (int v = 0; v + 1 < DQK_PAD / 16; v += 2)
-                even = fma(f->q[r][v], kv[v], even), odd = fma(f->q[r][v + 1], kv[v + 1], odd);
-            if ((DQK_PAD / 16) % 2)
-                even = fma(f->q[r][DQK_PAD / 16 - 1], kv[DQK_PAD / 16 - 1], even);
-            dots[r][c] = even + odd;
+            s[r][part] = sum_lanes16_reversed(dots[r]);
+            rare |= f->row_i[r] >= 0 && any(isinf(s[r][part]) | isnan(s[r][part]));
         }
     }
-    const int16 key = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    int rare = 0; /* a row's score came out non-finite: huge inputs, NaN or infinities */
-    for (int r = 0; r < FEW_ROWS; r++) {
-        s[r] = sum_lanes16x16(dots[r]);
-        rare |= f->row_i[r] >= 0 && any((isinf(s[r]) | isnan(s[r])) & (key < (int16)n));
-    }
-    for (int r = 0; r < FEW_ROWS; r++) {
-        if (rare && f->row_i[r] >= 0) {
-            float x[16];
-            vstore16(s[r], 0, x);
-            for (int c = 0; c < n; c++)
-                if (!isfinite(x[c]))
-                    x[c] = rescore_row(P, f->Q, f->scale, f->b, f->h, f->row_i[r],
-                                       rows->k + (c0 + c) * rows->k_step);
-            s[r] = vload16(0, x);
+    return rare;
+}
+
+/* The scores of few_rows_scores made whole: non-finite ones computed again (rescore_row) where
+ * `rare`, and -inf, on a bounded tile, outside the row's [lo, hi]. */
+ALWAYS_INLINE void few_rows_limits(__constant attn_params *P, const few_rows *f,
+                                   const key_rows *rows, long k0, int bounded, int rare,
+                                   float16 s[FEW_ROWS][FEW_PARTS]) {
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int r = 0; r < FEW_ROWS; r++)
+        for (int part = 0; part < FEW_PARTS; part++) {
+            if (rare && f->row_i[r] >= 0) {
+                float x[16];
+                vstore16(s[r][part], 0, x);
+                for (int c = 0; c < 16; c++)
+                    if (!isfinite(x[c]))
+                        x[c] = rescore_row(P, f->Q, f->scale, f->b, f->h, f->row_i[r],
+                                           rows->k + (16 * part + c) * rows->k_step);
+                s[r][part] = vload16(0, x);
+            }
+            if (bounded) {
+                const long first = k0 + 16 * part; /* class index of lane 0 */
+                const int lo = (int)clamp(f->lo[r] - first, -1L, 16L);
+                const int hi = (int)clamp(f->hi[r] - first, -1L, 16L);
+                s[r][part] = select(s[r][part], (float16)(-INFINITY),
+                                    (lane < (int16)lo) | (lane > (int16)hi));
+            }
         }
-        const long first = k0 + c0; /* class index of lane 0 */
-        const int lo = bounded ? (int)clamp(f->lo[r] - first, -1L, 16L) : 0;
-        const int hi = bounded ? (int)clamp(f->hi[r] - first, -1L, 16L) : 15;
-        s[r] = select(s[r], (float16)(-INFINITY),
-                      (key >= (int16)n) | (key < (int16)lo) | (key > (int16)hi));
-    }
 }
 
 /* Online softmax over one tile's scores s (keys in the lanes), and s turned into the weights of
  * the normalised update o = o * keep + sum_c s[c] V[c]. */
-ALWAYS_INLINE void few_rows_weights(few_rows *f, float16 s[FEW_ROWS], float keep[FEW_ROWS]) {
+ALWAYS_INLINE void few_rows_weights(few_rows *f, float16 s[FEW_ROWS][FEW_PARTS],
+                                    float keep[FEW_ROWS]) {
     for (int r = 0; r < FEW_ROWS; r++) {
-        const float new_max = fmax(f->max[r], hmax16(s[r]));
+        float16 tile_max = (float16)(-INFINITY);
+        for (int part = 0; part < FEW_PARTS; part++) tile_max = max_of(tile_max, s[r][part]);
+        const float new_max = fmax(f->max[r], max_across(tile_max).s0);
         const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
         const float alpha = exp2((f->max[r] - base) * M_LOG2E_F);
-        const float16 e = exp2_nonpositive((s[r] - (float16)base) * M_LOG2E_F);
-        const float new_sum = f->sum[r] * alpha + hsum16(e);
+        float16 sum = (float16)0.0f;
+        for (int part = 0; part < FEW_PARTS; part++) {
+            s[r][part] = exp2_nonpositive((s[r][part] - (float16)base) * M_LOG2E_F);
+            sum += s[r][part];
+        }
+        const float new_sum = f->sum[r] * alpha + sum_across(sum).s0;
         const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
         keep[r] = kept_share(f->sum[r] * alpha, new_sum);
-        s[r] = e * inv;
+        for (int part = 0; part < FEW_PARTS; part++) s[r][part] *= inv;
         f->max[r] = new_max;
         f->sum[r] = new_sum;
     }
 }
 
-/* o = o * keep + sum_c w[c] V[c] over keys c0 + c (c < n) of a key tile; `careful`: a V row
- * may hold a NaN or an infinity, and a zero weight (a key the row does not see) adds nothing. */
-ALWAYS_INLINE void few_rows_accumulate(few_rows *f, const key_rows *rows, int c0, int n,
-                                       const float16 w[FEW_ROWS], const float keep[FEW_ROWS],
-                                       int careful) {
-    float wt[FEW_ROWS][16];
+/* o = o * keep + sum_c w[c] V[c] over a key tile's keys; `careful`: a V row may hold a NaN or
+ * an infinity, and a zero weight (a key the row does not see) adds nothing. `check`: whether V
+ * may, unknown to the caller (rows read in place); finding one, it leaves o as it was and
+ * returns 0, and the caller goes again, careful. */
+ALWAYS_INLINE int few_rows_accumulate(few_rows *f, const key_rows *rows,
+                                      const float16 w[FEW_ROWS][FEW_PARTS],
+                                      const float keep[FEW_ROWS], int careful, int check) {
+    float wt[FEW_ROWS][BLOCK_N];
     float16 o[FEW_ROWS][DV_PAD / 16]; /* in registers over the keys */
+    const int16 exponent = (int16)0x7f800000;
+    int16 top = (int16)0; /* the V values' largest exponent bits */
 #pragma unroll
     for (int r = 0; r < FEW_ROWS; r++) {
-        vstore16(w[r], 0, wt[r]);
+        for (int part = 0; part < FEW_PARTS; part++) vstore16(w[r][part], part, wt[r]);
 #pragma unroll
         for (int v = 0; v < DV_PAD / 16; v++) o[r][v] = f->o[r][v] * keep[r];
     }
-    for (int c = 0; c < n; c++) {
-        __global const float *vrow = rows->v + (c0 + c) * rows->v_step;
+    for (int c = 0; c < BLOCK_N; c++) {
+        __global const float *vrow = rows->v + c * rows->v_step;
         float16 vv[DV_PAD / 16];
 #pragma unroll
-        for (int v = 0; v < DV_PAD / 16; v++) vv[v] = vload16(v, vrow);
+        for (int v = 0; v < DV_PAD / 16; v++) {
+            vv[v] = vload16(v, vrow);
+            if (check) top = max(top, as_int16(vv[v]) & exponent);
+        }
 #pragma unroll
         for (int r = 0; r < FEW_ROWS; r++) {
             if (careful && wt[r][c] == 0.0f) continue;
@@ -767,13 +842,15 @@ ALWAYS_INLINE void few_rows_accumulate(few_rows *f, const key_rows *rows, int c0
             for (int v = 0; v < DV_PAD / 16; v++) o[r][v] = fma((float16)wt[r][c], vv[v], o[r][v]);
         }
     }
+    if (check && any(top == exponent)) return 0;
 #pragma unroll
     for (int r = 0; r < FEW_ROWS; r++)
 #pragma unroll
         for (int v = 0; v < DV_PAD / 16; v++) f->o[r][v] = o[r][v];
+    return 1;
 }
 
-/* Walk n of the tile (walk_keys' walks and tiles), 16 keys at a time. */
+/* Walk n of the tile (walk_keys' walks and tiles), a key tile at a time. */
 ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *in, long tile,
                                  long n, few_rows *f, __global uint *tile_count) {
     key_walk w;
@@ -787,19 +864,17 @@ ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *i
         key_rows rows;
         const int kind = walk_tile(P, in, &w, i, f->b, f->kv_bh, k, v, &k0, &rows);
         const int values = values_known(&w, v_bad, k0);
-        const int careful = values == VALUES_UNCHECKED ? rows_have_bad_values(&rows, BLOCK_N)
-                                                       : values == VALUES_BAD;
+        float16 s[FEW_ROWS][FEW_PARTS];
+        float keep[FEW_ROWS];
         COUNT_TILE(tile_count);
-        for (int c0 = 0; c0 < BLOCK_N; c0 += 16) {
-            const int n = min(16, BLOCK_N - c0);
-            float16 s[FEW_ROWS];
-            float keep[FEW_ROWS];
-            /* without a layout, the pass's rule on a general tile (dilation the classes do not
-               separate) is the row's [lo, hi] too: causality alone */
-            few_rows_scores(P, f, &rows, k0, c0, n, kind != TILE_FULL, s);
-            few_rows_weights(f, s, keep);
-            few_rows_accumulate(f, &rows, c0, n, s, keep, careful);
-        }
+        /* without a layout, the pass's rule on a general tile (dilation the classes do not
+           separate) is the row's [lo, hi] too: causality alone */
+        const int rare = few_rows_scores(f, &rows, s);
+        few_rows_limits(P, f, &rows, k0, kind != TILE_FULL, rare, s);
+        few_rows_weights(f, s, keep);
+        if (!few_rows_accumulate(f, &rows, s, keep, values == VALUES_BAD,
+                                 values == VALUES_UNCHECKED))
+            few_rows_accumulate(f, &rows, s, keep, 1, 0);
     }
 }
 

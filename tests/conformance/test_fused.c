@@ -556,7 +556,8 @@ Test(fused, global_rows_with_keys_or_rows_in_the_lanes) {
         for (size_t g = 0; g < cases[i].num_globals; g++) cases[i].globals[g] = 1 + 29 * g;
         cases[i].seed = 140 + i;
     }
-    cases[0].bad_value = 1;
+    cases[0].bad_value = 1; /* NaN V at key 1, which row 0 does not see: */
+    cases[0].causal = 1, cases[0].globals[0] = 0;
     cases[1].bad_value = 2, cases[1].causal = 1;
     cases[2].bad_value = 1;
     cases[3].nan_key = 1, cases[3].dilation = 2, cases[3].left = cases[3].right = 20;
