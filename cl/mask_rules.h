@@ -48,6 +48,12 @@ MASK_RULE int mask_combine(int causal_ok, int layout_ok, int window_ok, int key_
     return causal_ok && layout_ok && (window_ok || key_global || row_global);
 }
 
+/* A window side's reach in class-local keys: side / classes, or -1 (unbounded) for an unbounded
+ * side or outside the window pass (`windowed` 0). */
+MASK_RULE mask_int mask_reach(int windowed, mask_int side, mask_int classes) {
+    return windowed && side >= 0 ? side / classes : -1;
+}
+
 /* mask_class_range's range for a row whose class-local index is `own`, with the window's reach
  * in class-local keys already divided (left / classes, right / classes; -1: unbounded), so that a
  * caller with many rows of one class divides once. */
@@ -71,8 +77,8 @@ MASK_RULE void mask_class_range(mask_int p, mask_int r, mask_int classes, mask_i
                                 mask_int left, mask_int right, int causal, int windowed,
                                 mask_int *lo, mask_int *hi) {
     const mask_int own = mask_floor_div(p - r, classes); /* p's class-local index, or below it */
-    mask_reach_range(own, class_keys, windowed && left >= 0 ? left / classes : -1,
-                     windowed && right >= 0 ? right / classes : -1, causal, lo, hi);
+    mask_reach_range(own, class_keys, mask_reach(windowed, left, classes),
+                     mask_reach(windowed, right, classes), causal, lo, hi);
 }
 
 #endif /* CLATTN_MASK_RULES_H */

@@ -170,8 +170,8 @@ typedef struct class_reach {
 ALWAYS_INLINE void class_reach_begin(__constant attn_params *P, int pass, long r, class_reach *c) {
     const int windowed = pass == PASS_WINDOW;
     c->r = r, c->classes = P->classes, c->keys = class_keys(P, r), c->causal = (int)P->causal;
-    c->left = windowed && P->left >= 0 ? P->left / P->classes : -1;
-    c->right = windowed && P->right >= 0 ? P->right / P->classes : -1;
+    c->left = mask_reach(windowed, P->left, P->classes);
+    c->right = mask_reach(windowed, P->right, P->classes);
 }
 
 /* The class-local index of position p, or the one below it (p is in another class). */
