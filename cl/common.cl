@@ -216,46 +216,86 @@ ALWAYS_INLINE void store16_o(int dtype, float16 value, __global void *O, long in
         vstore16(value, 0, (__global float *)O + index);
 }
 
-/* ---- across the 16 lanes of a vector: split.cl's keys, lanes.cl's few-row tiles */
+/* ---- across the 16 lanes of a vector: split.cl's keys, lanes.cl's few-row tiles and transposes */
 
-/* Horizontal sum and maximum, lane by lane (oclgrind mis-tracks 16-wide .lo/.hi shuffles). */
+/* Horizontal sum, lane by lane (oclgrind mis-tracks 16-wide .lo/.hi shuffles). */
 ALWAYS_INLINE float hsum16(float16 v) {
     float a = ((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7));
     float b = ((v.s8 + v.s9) + (v.sa + v.sb)) + ((v.sc + v.sd) + (v.se + v.sf));
     return a + b;
 }
 
-ALWAYS_INLINE float hmax16(float16 v) {
-    float a =
-        fmax(fmax(fmax(v.s0, v.s1), fmax(v.s2, v.s3)), fmax(fmax(v.s4, v.s5), fmax(v.s6, v.s7)));
-    float b =
-        fmax(fmax(fmax(v.s8, v.s9), fmax(v.sa, v.sb)), fmax(fmax(v.sc, v.sd), fmax(v.se, v.sf)));
-    return fmax(a, b);
+/* SHUFFLE_LANES(x, y, lanes...): 16 lanes picked from x (0 to 15) and y (16 to 31). Clang's
+ * shufflevector is one instruction with constant lanes (4 % faster on PoCL than shuffle2);
+ * OpenCL's shuffle2 is the same where a compiler lacks it, and in unoptimised builds
+ * (-cl-opt-disable), whose shufflevector oclgrind's uninitialized-value checker reads as
+ * uninitialized lanes. */
+#if defined(__has_builtin) && defined(__OPTIMIZE__)
+#if __has_builtin(__builtin_shufflevector)
+#define SHUFFLE_LANES(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#endif
+#endif
+#ifndef SHUFFLE_LANES
+#define SHUFFLE_LANES(x, y, ...) shuffle2(x, y, (uint16)(__VA_ARGS__))
+#endif
+/* LOb and HIb (b = 8, 4, 2, 1): two vectors' blocks of b lanes interleaved, the even blocks of
+ * x and y (LOb: x[e], y[e] for e with bit b clear) or the odd ones (HIb: x[e + b], y[e + b]). */
+#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+
+/* Lane c of the result: the sum of the 16 lanes of x[c'], c' being c with its four bits in
+ * reverse order, in registers: four rounds that each add two vectors' halves (16 -> 8 -> 4 ->
+ * 2 -> 1 partial sums a key), 30 two-vector shuffles. The rounds interleave the keys; the
+ * reversed order undoes that. x is overwritten. */
+ALWAYS_INLINE float16 sum_lanes16_reversed(float16 x[16]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO8) +
+               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI8);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO4) +
+               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI4);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO2) +
+               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI2);
+    return SHUFFLE_LANES(x[0], x[1], LO1) + SHUFFLE_LANES(x[0], x[1], HI1);
 }
 
-/* Lane c of the result is the sum of the 16 lanes of x[c]: four rounds of pairwise sums, each
- * halving the partial sums a key keeps (16 -> 8 -> 4 -> 2 -> 1), instead of 16 horizontal
- * sums. The rounds go through private arrays with vloadn/vstoren, which compilers turn into
- * shuffles (and which oclgrind follows; it crashes on 16-wide swizzles built unoptimised). */
-ALWAYS_INLINE float16 sum_lanes16x16(const float16 x[16]) {
-    float b1[8][16], b2[4][16], b3[2][16], out[16];
-    #pragma unroll
-    for (int c = 0; c < 16; c++) { /* key c: 8 partials, in b1[c / 2] from lane 8 * (c % 2) */
-        float lanes[16];
-        vstore16(x[c], 0, lanes);
-        vstore8(vload8(0, lanes) + vload8(1, lanes), c % 2, b1[c / 2]);
-    }
-    #pragma unroll
-    for (int c = 0; c < 16; c++) /* 4 partials, in b2[c / 4] from lane 4 * (c % 4) */
-        vstore4(vload4(2 * (c % 2), b1[c / 2]) + vload4(2 * (c % 2) + 1, b1[c / 2]), c % 4,
-                b2[c / 4]);
-    #pragma unroll
-    for (int c = 0; c < 16; c++) /* 2 partials, in b3[c / 8] from lane 2 * (c % 8) */
-        vstore2(vload2(2 * (c % 4), b2[c / 4]) + vload2(2 * (c % 4) + 1, b2[c / 4]), c % 8,
-                b3[c / 8]);
-    #pragma unroll
-    for (int c = 0; c < 16; c++) out[c] = b3[c / 8][2 * (c % 8)] + b3[c / 8][2 * (c % 8) + 1];
-    return vload16(0, out);
+/* The four bits of c (0 <= c < 16) in reverse order, from a table in a constant's nibbles:
+ * LLVM turns the bit arithmetic into llvm.bitreverse.i4 where c is not a constant, which
+ * oclgrind cannot run. */
+#define BITS_REVERSED4(c) ((int)((0xF7B3D591E6A2C480UL >> (4 * (c))) & 15))
+
+/* The larger of a and b, lane by lane, for a that is never NaN: b where b > a, so a NaN b
+ * leaves a (as fmax would) in one compare-free instruction (PoCL's fmax adds NaN tests). */
+ALWAYS_INLINE float16 max_of(float16 a, float16 b) {
+    return select(a, b, b > a);
+}
+
+/* Every lane: the largest lane of x (NaN lanes left out: max_of), or the sum of x's lanes. */
+#define SWAP8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define SWAP4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define SWAP2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define SWAP1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+ALWAYS_INLINE float16 max_across(float16 x) {
+    x = max_of(x, SHUFFLE_LANES(x, x, SWAP8));
+    x = max_of(x, SHUFFLE_LANES(x, x, SWAP4));
+    x = max_of(x, SHUFFLE_LANES(x, x, SWAP2));
+    return max_of(x, SHUFFLE_LANES(x, x, SWAP1));
+}
+ALWAYS_INLINE float16 sum_across(float16 x) {
+    x += SHUFFLE_LANES(x, x, SWAP8);
+    x += SHUFFLE_LANES(x, x, SWAP4);
+    x += SHUFFLE_LANES(x, x, SWAP2);
+    return x + SHUFFLE_LANES(x, x, SWAP1);
 }
 
 /*

@@ -81,12 +81,6 @@ ALWAYS_INLINE float16 exp2_nonpositive(float16 x) {
     return select(r, x, isnan(x));
 }
 
-/* The larger of a and b, lane by lane, for a that is never NaN: b where b > a, so a NaN b
- * leaves a (as fmax would) in one compare-free instruction (PoCL's fmax adds NaN tests). */
-ALWAYS_INLINE float16 max_of(float16 a, float16 b) {
-    return select(a, b, b > a);
-}
-
 /* A work-item's query tile and its running softmax state, lane m % 16 of group m / 16 holding
  * row m. */
 typedef struct query_tile {
@@ -440,33 +434,14 @@ ALWAYS_INLINE void attend_tile(__constant attn_params *P, __global const uchar *
         tile_accumulate(t, keys, s_t, rows->v, rows->v_step, keep);
 }
 
-/* Two vectors' blocks of b lanes swapped (b = 8, 4, 2, 1): lane e of x and y becomes, where e
- * has bit b clear, x[e] and x[e + b], else y[e - b] and y[e] (transpose16's rounds). Clang's
- * shufflevector is one instruction with constant lanes (4 % faster on PoCL); OpenCL's shuffle2
- * is the same where a compiler lacks it, and in unoptimised builds (-cl-opt-disable), whose
- * shufflevector oclgrind's uninitialized-value checker reads as uninitialized lanes. */
-#if defined(__has_builtin) && defined(__OPTIMIZE__)
-#if __has_builtin(__builtin_shufflevector)
-#define SHUFFLE_LANES(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
-#endif
-#endif
-#ifndef SHUFFLE_LANES
-#define SHUFFLE_LANES(x, y, ...) shuffle2(x, y, (uint16)(__VA_ARGS__))
-#endif
+/* x and y's blocks of b lanes swapped (lo, hi: common.cl's LOb, HIb): where lane e has bit b
+ * clear, x becomes x[e], y[e] and y becomes x[e + b], y[e + b]. */
 #define SWAP_BLOCKS(x, y, lo, hi)                                                                  \
     do {                                                                                           \
         const float16 x_ = (x), y_ = (y);                                                          \
         (x) = SHUFFLE_LANES(x_, y_, lo);                                                           \
         (y) = SHUFFLE_LANES(x_, y_, hi);                                                           \
     } while (0)
-#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-#define LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
-#define HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
-#define LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
-#define HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
-#define LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
-#define HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 
 /* x[16] (x[r] lane c: row r, column c of a 16 x 16 block) transposed in registers: four rounds
  * that swap the off-diagonal blocks of 8, 4, 2 and 1, 32 two-vector shuffles each. A transposing
@@ -483,47 +458,6 @@ ALWAYS_INLINE void transpose16(float16 x[16]) {
         if (!(i & 2)) SWAP_BLOCKS(x[i], x[i + 2], LO2, HI2);
 #pragma unroll
     for (int i = 0; i < 16; i += 2) SWAP_BLOCKS(x[i], x[i + 1], LO1, HI1);
-}
-
-/* Lane c of the result: the sum of the 16 lanes of x[c'], c' being c with its four bits in
- * reverse order, in registers: four rounds that each add two vectors' halves (16 -> 8 -> 4 ->
- * 2 -> 1 partial sums a key), 30 two-vector shuffles. The rounds interleave the keys; the
- * reversed order undoes that. x is overwritten. */
-ALWAYS_INLINE float16 sum_lanes16_reversed(float16 x[16]) {
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO8) +
-               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI8);
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO4) +
-               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI4);
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-        x[i] = SHUFFLE_LANES(x[2 * i], x[2 * i + 1], LO2) +
-               SHUFFLE_LANES(x[2 * i], x[2 * i + 1], HI2);
-    return SHUFFLE_LANES(x[0], x[1], LO1) + SHUFFLE_LANES(x[0], x[1], HI1);
-}
-
-/* The four bits of c (0 <= c < 16) in reverse order. */
-#define BITS_REVERSED4(c) (((c) & 1) << 3 | ((c) & 2) << 1 | ((c) & 4) >> 1 | ((c) & 8) >> 3)
-
-/* Every lane: the largest lane of x (NaN lanes left out: max_of), or the sum of x's lanes. */
-#define SWAP8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
-#define SWAP4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
-#define SWAP2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
-#define SWAP1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
-ALWAYS_INLINE float16 max_across(float16 x) {
-    x = max_of(x, SHUFFLE_LANES(x, x, SWAP8));
-    x = max_of(x, SHUFFLE_LANES(x, x, SWAP4));
-    x = max_of(x, SHUFFLE_LANES(x, x, SWAP2));
-    return max_of(x, SHUFFLE_LANES(x, x, SWAP1));
-}
-ALWAYS_INLINE float16 sum_across(float16 x) {
-    x += SHUFFLE_LANES(x, x, SWAP8);
-    x += SHUFFLE_LANES(x, x, SWAP4);
-    x += SHUFFLE_LANES(x, x, SWAP2);
-    return x + SHUFFLE_LANES(x, x, SWAP1);
 }
 
 /* Loads the tile's query rows into Q^T, pre-scaled; zero past dim_qk and for rows past the end.

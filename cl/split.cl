@@ -13,9 +13,9 @@
  * the sequence. It walks them in tiles of 16 keys with an online softmax whose accumulator stays
  * normalised (O = sum p V / sum p at every step, so values near FLT_MAX never overflow it).
  * In a tile, each row's 16 dot products are kept lane by lane and summed across lanes all at
- * once (sum_lanes16x16), and the V rows are read in passes of V_GROUP x 16 columns whose
- * accumulators stay in registers. It writes a partial O and its LSE per chunk; merge_chunks
- * combines the chunks exactly:
+ * once, in registers (sum_lanes16_reversed), and the V rows are read in passes of V_GROUP x 16
+ * columns whose accumulators stay in registers. It writes a partial O and its LSE per chunk;
+ * merge_chunks combines the chunks exactly:
  *     LSE = log sum_c exp(LSE_c),  O = sum_c exp(LSE_c - LSE) O_c.
  * With one chunk the kernel writes O and LSE itself.
  *
@@ -189,7 +189,7 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
                                __global const int *block_table, __global const float *bias,
                                __global const uchar *is_global, __global const uchar *layout,
                                const row_block *t, long j0, int n, float s[BLOCK_R][KEY_TILE]) {
-    float16 dots[BLOCK_R][KEY_TILE]; /* q.k lane by lane; summed across lanes below */
+    float16 dots[BLOCK_R][KEY_TILE]; /* q.k lane by lane, key c at [BITS_REVERSED4(c)] */
     for (int c = 0; c < KEY_TILE; c++) {
         float16 k[NQK];
         const long row = kv_row(P, block_table, P->k_offset, P->k_stride_b, P->k_stride_h,
@@ -202,7 +202,7 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
             for (int v = 0; v + 1 < NQK; v += 2)
                 even = fma(t->q[r][v], k[v], even), odd = fma(t->q[r][v + 1], k[v + 1], odd);
             if (NQK % 2) even = fma(t->q[r][NQK - 1], k[NQK - 1], even);
-            dots[r][c] = even + odd;
+            dots[r][BITS_REVERSED4(c)] = even + odd;
         }
     }
     /* The rare and key-by-key paths run once for all rows, not in the unrolled loop: BLOCK_R
@@ -211,7 +211,7 @@ ALWAYS_INLINE void tile_scores(__constant attn_params *P, __global const KV_T *K
     int rare = 0; /* a valid row's score came out non-finite: huge inputs, NaN or inf */
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++) {
-        const float16 x = sum_lanes16x16(dots[r]);
+        const float16 x = sum_lanes16_reversed(dots[r]);
         rare |= t->i[r] >= 0 && any(isinf(x) | isnan(x));
         vstore16(select(x, (float16)(-INFINITY), masked_lanes(t, r, j0, n, simple)), 0, s[r]);
     }
@@ -235,11 +235,11 @@ ALWAYS_INLINE void tile_weights(row_block *t, float s[BLOCK_R][KEY_TILE], float 
     #pragma unroll
     for (int r = 0; r < BLOCK_R; r++) {
         const float16 x = vload16(0, s[r]);
-        const float new_max = fmax(t->max[r], hmax16(x));
+        const float new_max = fmax(t->max[r], max_across(max_of((float16)(-INFINITY), x)).s0);
         const float base = new_max == -INFINITY ? 0.0f : new_max; /* avoids -inf - -inf */
         const float alpha = exp2((t->max[r] - base) * M_LOG2E_F);
         const float16 e = exp2((x - base) * M_LOG2E_F);
-        const float new_sum = t->sum[r] * alpha + hsum16(e);
+        const float new_sum = t->sum[r] * alpha + sum_across(e).s0;
         const float inv = new_sum > 0.0f ? 1.0f / new_sum : 0.0f;
         keep[r] = kept_share(t->sum[r] * alpha, new_sum);
         vstore16(e * inv, 0, s[r]);
