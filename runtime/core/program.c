@@ -91,25 +91,53 @@ static void hash_embedded(void) {
     embedded_hash = hash;
 }
 
+/* FNV-1a over the names and sizes and modification times of the files of $CLATTN_KERNEL_DIR
+ * that stand for embedded sources: when it is unchanged, so are the sources' hash. */
+static uint64_t kernel_dir_stamp(const char *dir) {
+    uint64_t stamp = fnv1a(FNV_SEED, dir, strlen(dir) + 1);
+    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, k->name);
+        if (stat(path, &st) != 0) continue;
+        const int64_t fields[4] = {st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_ino};
+        stamp = fnv1a(fnv1a(stamp, k->name, strlen(k->name) + 1), fields, sizeof fields);
+    }
+    return stamp;
+}
+
+static uint64_t kernel_dir_hash(const char *dir) {
+    uint64_t hash = FNV_SEED;
+    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
+        char path[4096], *text = NULL;
+        size_t size = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, k->name);
+        text = read_regular_file(path, MAX_SOURCE_BYTES, 1, &size);
+        hash = fnv1a(hash, k->name, strlen(k->name) + 1);
+        hash = text ? fnv1a(hash, text, size) : fnv1a(hash, k->source, k->size);
+        free(text);
+    }
+    return hash;
+}
+
 uint64_t kernel_sources_hash(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    uint64_t hash = FNV_SEED;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t dir_stamp, dir_hash; /* the last folder's, read again when its stamp moves */
+    static int dir_hashed;
     const char *dir = getenv("CLATTN_KERNEL_DIR");
     if (!dir || !*dir) { /* the embedded sources (the same hash as below), once a process */
         pthread_once(&once, hash_embedded);
         return embedded_hash;
     }
-    for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
-        char path[4096], *text = NULL;
-        size_t size = 0;
-        if (dir && *dir) {
-            snprintf(path, sizeof path, "%s/%s", dir, k->name);
-            text = read_regular_file(path, MAX_SOURCE_BYTES, 1, &size);
-        }
-        hash = fnv1a(hash, k->name, strlen(k->name) + 1);
-        hash = text ? fnv1a(hash, text, size) : fnv1a(hash, k->source, k->size);
-        free(text);
-    }
+    /* every call asks (verdicts are looked up per call): reading the files each time cost a
+       call on this CPU about 2 ms */
+    const uint64_t stamp = kernel_dir_stamp(dir);
+    pthread_mutex_lock(&lock);
+    if (!dir_hashed || stamp != dir_stamp) dir_hash = kernel_dir_hash(dir);
+    dir_stamp = stamp, dir_hashed = 1;
+    const uint64_t hash = dir_hash;
+    pthread_mutex_unlock(&lock);
     return hash;
 }
 
