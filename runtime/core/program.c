@@ -91,8 +91,8 @@ static void hash_embedded(void) {
     embedded_hash = hash;
 }
 
-/* FNV-1a over the names and sizes and modification times of the files of $CLATTN_KERNEL_DIR
- * that stand for embedded sources: when it is unchanged, so are the sources' hash. */
+/* FNV-1a over the names, sizes, modification times and inodes of the files of
+ * $CLATTN_KERNEL_DIR that stand for embedded sources: while it holds, so does their hash. */
 static uint64_t kernel_dir_stamp(const char *dir) {
     uint64_t stamp = fnv1a(FNV_SEED, dir, strlen(dir) + 1);
     for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
