@@ -107,15 +107,21 @@ typedef struct key_rows {
     long k_step, v_step;
 } key_rows;
 
-/* Whether any of the first `keys` V rows of a tile holds a NaN or an infinity (every exponent
- * bit set), for rows read in place, which no packing flagged. */
+/* A NaN or an infinity has every exponent bit set: `top` gathers the values' exponent bits
+ * (largest so far, lane by lane), and any lane of it equal to EXPONENT_BITS saw one. */
+#define EXPONENT_BITS ((int16)0x7f800000)
+ALWAYS_INLINE int16 top_exponent(int16 top, float16 v) {
+    return max(top, as_int16(v) & EXPONENT_BITS);
+}
+
+/* Whether any of the first `keys` V rows of a tile holds a NaN or an infinity, for rows read in
+ * place, which no packing flagged. */
 ALWAYS_INLINE int rows_have_bad_values(const key_rows *rows, int keys) {
-    const int16 exponent = (int16)0x7f800000;
     int16 top = (int16)0;
     for (int j = 0; j < keys; j++)
         for (int c = 0; c < DV_PAD; c += 16)
-            top = max(top, as_int16(vload16(0, rows->v + j * rows->v_step + c)) & exponent);
-    return any(top == exponent);
+            top = top_exponent(top, vload16(0, rows->v + j * rows->v_step + c));
+    return any(top == EXPONENT_BITS);
 }
 
 /* S^T [keys][BLOCK_M] = K Q^T for the first `keys` keys of a tile (BLOCK_N, or NARROW_KEYS: a
@@ -753,8 +759,7 @@ ALWAYS_INLINE int few_rows_accumulate(few_rows *f, const key_rows *rows,
                                       const float keep[FEW_ROWS], int careful, int check) {
     float wt[FEW_ROWS][BLOCK_N];
     float16 o[FEW_ROWS][DV_PAD / 16]; /* in registers over the keys */
-    const int16 exponent = (int16)0x7f800000;
-    int16 top = (int16)0; /* the V values' largest exponent bits */
+    int16 top = (int16)0; /* top_exponent of the V values */
 #pragma unroll
     for (int r = 0; r < FEW_ROWS; r++) {
         for (int part = 0; part < FEW_PARTS; part++) vstore16(w[r][part], part, wt[r]);
@@ -767,7 +772,7 @@ ALWAYS_INLINE int few_rows_accumulate(few_rows *f, const key_rows *rows,
 #pragma unroll
         for (int v = 0; v < DV_PAD / 16; v++) {
             vv[v] = vload16(v, vrow);
-            if (check) top = max(top, as_int16(vv[v]) & exponent);
+            if (check) top = top_exponent(top, vv[v]);
         }
 #pragma unroll
         for (int r = 0; r < FEW_ROWS; r++) {
@@ -776,7 +781,7 @@ ALWAYS_INLINE int few_rows_accumulate(few_rows *f, const key_rows *rows,
             for (int v = 0; v < DV_PAD / 16; v++) o[r][v] = fma((float16)wt[r][c], vv[v], o[r][v]);
         }
     }
-    if (check && any(top == exponent)) return 0;
+    if (check && any(top == EXPONENT_BITS)) return 0;
 #pragma unroll
     for (int r = 0; r < FEW_ROWS; r++)
 #pragma unroll
