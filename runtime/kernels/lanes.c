@@ -38,15 +38,38 @@ static int rows_are_short(const attn_problem *pb) {
     return span / m->dilation <= SHORT_ROW_KEYS && 2 * span <= m->len_k;
 }
 
+/* Bytes of K and V (float32, as the kernel reads them) that a row's keys span at least for the
+ * largest tiles (LONG_ROW_TILE rows) to pay. Every query tile streams its rows' keys through
+ * the cache once, so 48 rows a tile read them a third less often than 32. Where they no longer
+ * stay in a core's cache (2 MiB of L2 a core here) that matters: measured at N = 16384 on 2
+ * cores (bench/README.md, 11-29), time of 48 x 32 over 32 x 32 tiles 0.91 to 0.95 in full and
+ * causal attention (D = 64, 8 MiB a head), about 1.0 at N = 2048 (1 MiB), 1.03 to 1.1 in
+ * windows of 257 and 513 keys (a taller tile walks more keys outside the band). */
+#define LONG_ROW_BYTES ((int64_t)4 << 20)
+#define LONG_ROW_TILE  48
+
+/* Whether the keys a row may see (all of them, or its window's) span at least LONG_ROW_BYTES of
+ * K and V, in a call without a block layout or global tokens (a taller tile spans more of a
+ * layout's blocks, and the global tokens' passes take 32 rows better). */
+static int rows_are_long(const attn_problem *pb) {
+    const mask_spec *m = &pb->mask;
+    if (m->layout || m->has_global) return 0;
+    int64_t right = m->causal ? 0 : m->right, keys = m->len_k;
+    if (m->left >= 0 && right >= 0 && (m->left + right + 1) / m->dilation < keys)
+        keys = (m->left + right + 1) / m->dilation;
+    return keys * (int64_t)(pb->dim_qk + pb->dim_v) * 4 >= LONG_ROW_BYTES;
+}
+
 /* The kernel's lanes are query rows: tiles of 16, 32 or 48 rows. A tuning.json entry, or the
  * context's own (a tuner's candidate), is taken as it is; otherwise rows that a window keeps
- * short get the smallest tiles, and the tile shrinks by 16 rows (down to 16) while the call has
- * fewer than ITEMS_PER_UNIT work-items a compute unit. */
+ * short get the smallest tiles and rows that see many keys the largest, and the tile shrinks by 16
+ * rows (down to 16) while the call has fewer than ITEMS_PER_UNIT work-items a compute unit. */
 static clattn_status fit_lanes(clattn_context *ctx, const variant_plan *plan,
                                const launch_limits *limits, packed_state *st) {
     uint64_t units = ctx->device.compute_units ? ctx->device.compute_units : 1;
     if (plan->tuning_from != TUNING_USER && plan->tuning_from != TUNING_CONTEXT) {
         if (rows_are_short(plan->problem)) st->block_m = st->block_n = SHORT_ROW_TILE;
+        if (rows_are_long(plan->problem)) st->block_m = LONG_ROW_TILE;
         while (st->block_m > 16 &&
                query_tiles(plan->problem, st->block_m, st->block_n) < ITEMS_PER_UNIT * units)
             st->block_m -= 16;

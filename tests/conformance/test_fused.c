@@ -435,6 +435,22 @@ Test(fused, cpu_tiles_shrink_for_short_window_rows) {
               wide.block_n, full.block_m, full.block_n);
 }
 
+/* Rows whose keys span 4 MiB of K and V or more (8192 keys of 512 bytes) take 48-row tiles,
+ * which stream the keys a third less often than 32 rows; half as many keys, or a window of 257
+ * of them, keep 32 rows. */
+Test(fused, cpu_tiles_grow_for_rows_that_see_many_keys) {
+    clattn_device_info info;
+    clattn_device_info_init(&info);
+    clattn_context_device_info(first_context(), &info);
+    clattn_stats many = run_cpu_variant(1, 8192, -1), half = run_cpu_variant(1, 4096, -1);
+    clattn_stats band = run_cpu_variant(1, 8192, 128);
+    if (info.compute_units <= 16) { /* enough tiles of each height to keep them all busy */
+        cr_expect_eq(many.block_m, 48, "8192 keys a row ran %u-row tiles", many.block_m);
+        cr_expect_eq(half.block_m, 32, "4096 keys a row ran %u-row tiles", half.block_m);
+        cr_expect_eq(band.block_m, 32, "257 keys a row ran %u-row tiles", band.block_m);
+    }
+}
+
 /* float32 K and V whose rows of a head lie one after another ([B, H, N, D]) at a padded head dim
  * are read in place by the lanes variant, with only each head's last partial key tile packed:
  * every case passes and says "in place". The cases cover a last partial tile, NaN and
