@@ -15,6 +15,7 @@
 #include "cache_entry.h"
 #include "core.h"
 #include "embedded.h"
+#include "fnv1a.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,16 +37,6 @@ struct program_entry {
 };
 
 /* ---------------------------------------------------------------- small helpers */
-
-static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
-    const unsigned char *bytes = data;
-    for (size_t i = 0; i < size; i++) {
-        hash ^= bytes[i];
-        hash *= 1099511628211ull;
-    }
-    return hash;
-}
-#define FNV_SEED 14695981039346656037ull
 
 /* Bounds on what is read whole: a kernel source, a cache entry (a device binary). */
 #define MAX_SOURCE_BYTES ((size_t)64 << 20)
@@ -83,7 +74,7 @@ static clattn_status kernel_source(clattn_context *ctx, const char *file, char *
 
 static uint64_t embedded_hash;
 static void hash_embedded(void) {
-    uint64_t hash = FNV_SEED;
+    uint64_t hash = FNV1A_SEED;
     for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
         hash = fnv1a(hash, k->name, strlen(k->name) + 1);
         hash = fnv1a(hash, k->source, k->size);
@@ -94,7 +85,7 @@ static void hash_embedded(void) {
 /* FNV-1a over the names, sizes, modification times and inodes of the files of
  * $CLATTN_KERNEL_DIR that stand for embedded sources: while it holds, so does their hash. */
 static uint64_t kernel_dir_stamp(const char *dir) {
-    uint64_t stamp = fnv1a(FNV_SEED, dir, strlen(dir) + 1);
+    uint64_t stamp = fnv1a(FNV1A_SEED, dir, strlen(dir) + 1);
     for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
         char path[4096];
         struct stat st;
@@ -107,7 +98,7 @@ static uint64_t kernel_dir_stamp(const char *dir) {
 }
 
 static uint64_t kernel_dir_hash(const char *dir) {
-    uint64_t hash = FNV_SEED;
+    uint64_t hash = FNV1A_SEED;
     for (const struct embedded_kernel *k = clattn_embedded_kernels; k->name; k++) {
         char path[4096], *text = NULL;
         size_t size = 0;
@@ -297,11 +288,11 @@ static clattn_status cache_entry_init(clattn_context *ctx, const char *source, c
     if (!entry->key) return CLATTN_ERR_OUT_OF_MEMORY;
     snprintf(entry->key, cap,
              "clattn %s\nsource-fnv64 %016llx\noptions %s\ndevice %s\ndriver %s\nplatform %s %s\n",
-             CLATTN_VERSION_STRING, (unsigned long long)fnv1a(FNV_SEED, source, strlen(source)),
+             CLATTN_VERSION_STRING, (unsigned long long)fnv1a(FNV1A_SEED, source, strlen(source)),
              options, d->name, d->driver_version, d->platform_name, d->platform_version);
     entry->key_len = strlen(entry->key);
     snprintf(entry->path, sizeof entry->path, "%s/%016llx.clbin", dir,
-             (unsigned long long)fnv1a(FNV_SEED, entry->key, entry->key_len));
+             (unsigned long long)fnv1a(FNV1A_SEED, entry->key, entry->key_len));
     return CLATTN_SUCCESS;
 }
 
@@ -340,7 +331,7 @@ static unsigned char *cache_read(const cache_entry *entry, size_t *binary_size) 
         else if (key_len != entry->key_len ||
                  memcmp(data + CACHE_HEADER_BYTES, entry->key, key_len) != 0)
             why = "made for another key";
-        else if (fnv1a(FNV_SEED, data + CACHE_HEADER_BYTES, key_len + bin_len) !=
+        else if (fnv1a(FNV1A_SEED, data + CACHE_HEADER_BYTES, key_len + bin_len) !=
                  get_u64(data + 24))
             why = "checksum mismatch";
     }
@@ -366,7 +357,7 @@ static void cache_write(const cache_entry *entry, const unsigned char *binary, s
     put_u32(file + 8, CACHE_FORMAT);
     put_u32(file + 12, (uint32_t)entry->key_len);
     put_u64(file + 16, size);
-    put_u64(file + 24, fnv1a(fnv1a(FNV_SEED, entry->key, entry->key_len), binary, size));
+    put_u64(file + 24, fnv1a(fnv1a(FNV1A_SEED, entry->key, entry->key_len), binary, size));
     memcpy(file + CACHE_HEADER_BYTES, entry->key, entry->key_len);
     memcpy(file + CACHE_HEADER_BYTES + entry->key_len, binary, size);
     int err = write_file_atomic(path, file, total);

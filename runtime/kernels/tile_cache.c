@@ -1,6 +1,8 @@
 /* The per-context cache of device tile lists (tile_cache.h). */
 #include "kernels/tile_cache.h"
 
+#include "core/fnv1a.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,12 +35,6 @@ typedef struct tile_cache {
 
 /* ---------------------------------------------------------------- keys */
 
-static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
-    const unsigned char *bytes = data;
-    for (size_t i = 0; i < size; i++) hash = (hash ^ bytes[i]) * 1099511628211ull;
-    return hash;
-}
-
 static size_t layout_bytes(const mask_spec *m, int64_t layout_heads) {
     return m->layout ? (size_t)(layout_heads * m->blocks_q * m->blocks_k) : 0;
 }
@@ -60,7 +56,7 @@ static void make_key(const attn_problem *pb, const tile_geometry *g, tile_key *k
 }
 
 static uint64_t key_hash(const tile_key *k, const mask_spec *m) {
-    uint64_t h = fnv1a(14695981039346656037ull, k, sizeof *k);
+    uint64_t h = fnv1a(FNV1A_SEED, k, sizeof *k);
     h = fnv1a(h, m->globals, (size_t)m->num_globals * sizeof *m->globals);
     h = fnv1a(h, m->is_global, mask_flag_bytes(m));
     return fnv1a(h, m->layout, layout_bytes(m, k->layout_heads));
