@@ -119,6 +119,37 @@ static void inputs_free(layer_inputs *in) {
     free(in->x_kv);
 }
 
+/* A layer of case lc: its seeded weights and inputs, the layer's desc d and a call's desc `call`
+ * (layer_open). A test may change d or call before layer_create makes the layer; layer_close
+ * destroys it and frees the rest. */
+typedef struct layer_setup {
+    layer_case lc;
+    layer_weights w;
+    layer_inputs in;
+    clattn_mha_desc d;
+    clattn_attention_desc call;
+    clattn_mha *mha;
+} layer_setup;
+
+static void layer_open(const layer_case *lc, layer_setup *s) {
+    s->lc = *lc;
+    weights_make(&s->lc, &s->w);
+    inputs_make(&s->lc, &s->in);
+    layer_desc(&s->lc, &s->w, &s->d);
+    call_desc(&s->lc, &s->call);
+    s->mha = NULL;
+}
+
+static void layer_create(clattn_context *ctx, layer_setup *s) {
+    ASSERT_OK(ctx, clattn_mha_create(ctx, &s->d, &s->mha));
+}
+
+static void layer_close(layer_setup *s) {
+    clattn_mha_destroy(s->mha);
+    inputs_free(&s->in);
+    weights_free(&s->w);
+}
+
 /* Y stored in `dtype` as floats (a new array). */
 static float *as_floats(const void *y, size_t n, clattn_dtype dtype) {
     float *out = malloc(n * sizeof *out);
@@ -144,43 +175,32 @@ static clattn_gemm expected_gemm = CLATTN_GEMM_AUTO;
 /* Runs the layer (head mask `keep`) on ctx and the reference; compares them. */
 static void check_layer(clattn_context *ctx, const layer_case *lc, const uint8_t *keep,
                         const clattn_attention_desc *call_given) {
-    layer_weights w;
-    layer_inputs in;
-    clattn_mha_desc d;
-    clattn_attention_desc call;
-    weights_make(lc, &w);
-    inputs_make(lc, &in);
-    layer_desc(lc, &w, &d);
-    d.head_mask = keep;
-    if (call_given)
-        call = *call_given;
-    else
-        call_desc(lc, &call);
-    void *y = malloc(in.y_count * 4), *ref = malloc(in.y_count * 4);
-    clattn_mha *mha = NULL;
-    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
-    ASSERT_OK(ctx, clattn_mha_forward_host(mha, &call, in.x, in.x_kv, y));
-    cr_assert_eq(clattn_mha_reference(&d, &call, in.x, in.x_kv, ref), CLATTN_SUCCESS);
+    layer_setup s;
+    layer_open(lc, &s);
+    s.d.head_mask = keep;
+    if (call_given) s.call = *call_given;
+    const size_t count = s.in.y_count;
+    void *y = malloc(count * 4), *ref = malloc(count * 4);
+    layer_create(ctx, &s);
+    ASSERT_OK(ctx, clattn_mha_forward_host(s.mha, &s.call, s.in.x, s.in.x_kv, y));
+    cr_assert_eq(clattn_mha_reference(&s.d, &s.call, s.in.x, s.in.x_kv, ref), CLATTN_SUCCESS);
     if (expected_gemm != CLATTN_GEMM_AUTO) {
         clattn_mha_stats stats;
         clattn_mha_stats_init(&stats);
-        cr_assert_eq(clattn_mha_last_stats(mha, &stats), CLATTN_SUCCESS);
+        cr_assert_eq(clattn_mha_last_stats(s.mha, &stats), CLATTN_SUCCESS);
         cr_expect(stats.projection_gemm == expected_gemm && stats.output_gemm == expected_gemm,
                   "GEMMs %s and %s ran, chose %s (%s)", clattn_gemm_name(stats.projection_gemm),
                   clattn_gemm_name(stats.output_gemm), clattn_gemm_name(expected_gemm),
                   stats.gemm_kernel);
     }
-    float *got = as_floats(y, in.y_count, lc->y_dtype),
-          *want = as_floats(ref, in.y_count, lc->y_dtype);
+    float *got = as_floats(y, count, lc->y_dtype), *want = as_floats(ref, count, lc->y_dtype);
     char label[160];
     snprintf(label, sizeof label, "Y (d=%zu Hq=%zu Hkv=%zu w=%d x=%d y=%d bias=%d N=%zu Nk=%zu)",
              lc->d_model, lc->hq, lc->hkv, (int)lc->wtype, (int)lc->x_dtype, (int)lc->y_dtype,
              lc->biases, lc->n, lc->nk);
-    cr_expect_eq(compare_layer(label, got, want, in.y_count, lc->y_dtype), 0, "%s", label);
-    clattn_mha_destroy(mha);
+    cr_expect_eq(compare_layer(label, got, want, count, lc->y_dtype), 0, "%s", label);
     free(got), free(want), free(y), free(ref);
-    inputs_free(&in);
-    weights_free(&w);
+    layer_close(&s);
 }
 
 static const layer_case self_gqa = {32, 0,  4, 2,          8,          12, CLATTN_F32, 0,
@@ -411,22 +431,17 @@ Test(mha, pruned_heads_against_the_reference_and_the_zeroed_layer) {
 Test(mha, set_head_mask_repacks) {
     clattn_context **ctxs;
     size_t n = test_contexts(&ctxs);
-    layer_case lc = self_gqa;
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
+    layer_setup s; /* its layer made on each context in turn */
+    layer_open(&self_gqa, &s);
+    const layer_inputs in = s.in;
+    const clattn_attention_desc call = s.call;
     for (size_t i = 0; i < n; i++) {
         clattn_context *ctx = ctxs[i];
-        float *all = layer_output(ctx, &lc, &w, &in, NULL);
-        float *pruned = layer_output(ctx, &lc, &w, &in, prunes[3].keep);
+        float *all = layer_output(ctx, &s.lc, &s.w, &in, NULL);
+        float *pruned = layer_output(ctx, &s.lc, &s.w, &in, prunes[3].keep);
         float *y = malloc(in.y_count * 4);
-        clattn_mha_desc d;
-        clattn_attention_desc call;
-        layer_desc(&lc, &w, &d);
-        call_desc(&lc, &call);
         clattn_mha *mha = NULL;
-        ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+        ASSERT_OK(ctx, clattn_mha_create(ctx, &s.d, &mha));
         ASSERT_OK(ctx, clattn_mha_set_head_mask(mha, prunes[3].keep));
         expect_info(mha, &prunes[3]);
         ASSERT_OK(ctx, clattn_mha_forward_host(mha, &call, in.x, NULL, y));
@@ -437,8 +452,7 @@ Test(mha, set_head_mask_repacks) {
         clattn_mha_destroy(mha);
         free(all), free(pruned), free(y);
     }
-    inputs_free(&in);
-    weights_free(&w);
+    layer_close(&s);
 }
 
 /* ---------------------------------------------------------------- masks and paths */
@@ -614,24 +628,20 @@ Test(mha, kv_cache_q8_0_quantises_the_layers_rows) {
     size_t n = test_contexts(&ctxs);
     const layer_case lc = {64, 0,  4, 2,          32,         32, CLATTN_F32, 1,
                            2,  12, 0, CLATTN_F32, CLATTN_F32, 1,  5};
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
-    clattn_mha_desc d;
-    layer_desc(&lc, &w, &d);
+    layer_setup s; /* its layer made on each context in turn */
+    layer_open(&lc, &s);
     size_t values = lc.b * 16 * lc.hkv * lc.dqk; /* K's and V's (Dqk = Dv), capacity 16 */
     float *kf = malloc(values * 4), *vf = malloc(values * 4);
     uint8_t *kq = malloc(values / 32 * 34), *vq = malloc(values / 32 * 34);
     for (size_t i = 0; i < n; i++) {
         clattn_context *ctx = ctxs[i];
-        float *full = layer_output(ctx, &lc, &w, &in, NULL);
+        float *full = layer_output(ctx, &lc, &s.w, &s.in, NULL);
         clattn_mha *mha = NULL;
-        ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+        ASSERT_OK(ctx, clattn_mha_create(ctx, &s.d, &mha));
         clattn_kv_cache *f32 = layer_cache(ctx, &lc, lc.hkv, CLATTN_F32);
         clattn_kv_cache *q8 = layer_cache(ctx, &lc, lc.hkv, CLATTN_Q8_0);
-        decode_against(ctx, mha, f32, &lc, &in, full, TOL_F32_ATOL, TOL_F32_RTOL, "f32 cache");
-        decode_against(ctx, mha, q8, &lc, &in, full, TOL_MHA_Q8_ATOL, TOL_MHA_Q8_RTOL,
+        decode_against(ctx, mha, f32, &lc, &s.in, full, TOL_F32_ATOL, TOL_F32_RTOL, "f32 cache");
+        decode_against(ctx, mha, q8, &lc, &s.in, full, TOL_MHA_Q8_ATOL, TOL_MHA_Q8_RTOL,
                        "q8_0 cache");
         ASSERT_OK(ctx, clattn_kv_cache_read_host(f32, kf, vf));
         ASSERT_OK(ctx, clattn_kv_cache_read_host(q8, kq, vq));
@@ -642,8 +652,7 @@ Test(mha, kv_cache_q8_0_quantises_the_layers_rows) {
         free(full);
     }
     free(kf), free(vf), free(kq), free(vq);
-    inputs_free(&in);
-    weights_free(&w);
+    layer_close(&s);
 }
 
 /* ---------------------------------------------------------------- refusals */
@@ -732,22 +741,19 @@ Test(mha, bad_calls_change_nothing) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
     clattn_context *ctx = ctxs[0];
-    layer_case lc = self_gqa;
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
-    clattn_mha_desc d;
-    layer_desc(&lc, &w, &d);
-    clattn_mha *mha = NULL;
-    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    layer_setup s;
+    layer_open(&self_gqa, &s);
+    layer_create(ctx, &s);
+    const layer_case *lc = &s.lc;
+    clattn_mha *mha = s.mha;
+    const clattn_attention_desc good = s.call;
+    const layer_inputs in = s.in;
     size_t bytes = in.y_count * 4;
     float *sentinel = malloc(bytes), *after = malloc(bytes), *before = malloc(bytes);
     for (size_t i = 0; i < in.y_count; i++) sentinel[i] = 12345.0f;
     cl_mem x = device_copy(ctx, in.x, bytes), y = device_copy(ctx, sentinel, bytes);
     cl_mem short_x = device_copy(ctx, in.x, bytes - 4);
-    clattn_attention_desc good, call;
-    call_desc(&lc, &good);
+    clattn_attention_desc call;
     ASSERT_OK(ctx, clattn_mha_forward_host(mha, &good, in.x, NULL, before));
     cl_buffer_region all_of_x = {0, bytes};
     cl_int err = CL_SUCCESS;
@@ -765,7 +771,7 @@ Test(mha, bad_calls_change_nothing) {
         call = good;
         cl_mem xb = x, yb = y;
         if (bad == 0) call.heads_q = 2, call.heads_kv = 1;
-        if (bad == 1) call.len_k = lc.n + 1;
+        if (bad == 1) call.len_k = lc->n + 1;
         if (bad == 2) xb = short_x;
         if (bad == 3) yb = x;
         if (bad == 4) call.window_left = -2;
@@ -786,12 +792,12 @@ Test(mha, bad_calls_change_nothing) {
     cr_expect(memcmp(after, before, bytes) == 0, "a refused head mask changed the layer");
     /* a cache of other heads, and new_len past N: refused before the append */
     clattn_kv_cache_desc cd;
-    clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv + 1, lc.dqk, lc.dv, 32);
+    clattn_kv_cache_desc_init(&cd, lc->b, lc->hkv + 1, lc->dqk, lc->dv, 32);
     clattn_kv_cache *wrong = NULL, *right = NULL;
     ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &wrong));
-    cd.heads_kv = lc.hkv;
+    cd.heads_kv = lc->hkv;
     ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &right));
-    int32_t too_many[2] = {1, (int32_t)lc.n + 1}, lengths[2] = {-1, -1};
+    int32_t too_many[2] = {1, (int32_t)lc->n + 1}, lengths[2] = {-1, -1};
     cr_expect_eq(clattn_mha_forward_cache(mha, wrong, &good, x, NULL, y, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(clattn_context_last_error(ctx), "the cache has B=2 Hkv=3"), "%s",
@@ -804,12 +810,10 @@ Test(mha, bad_calls_change_nothing) {
     cr_expect(memcmp(after, sentinel, bytes) == 0, "a refused cache call wrote Y");
     expect_cache_rows_kept(ctx, mha, right, &cd, &good, x, y);
     clattn_kv_cache_destroy(wrong), clattn_kv_cache_destroy(right);
-    clattn_mha_destroy(mha);
+    layer_close(&s);
     clReleaseMemObject(x), clReleaseMemObject(y), clReleaseMemObject(short_x);
     clReleaseMemObject(x_again), clReleaseMemObject(read_only);
     free(sentinel), free(after), free(before);
-    inputs_free(&in);
-    weights_free(&w);
 }
 
 /* Y in the cache's storage, which the call appends to, is refused before the append (it
@@ -818,28 +822,21 @@ Test(mha, y_in_the_caches_storage_is_refused) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
     clattn_context *ctx = ctxs[0];
-    layer_case lc = self_gqa;
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
-    clattn_mha_desc d;
-    clattn_attention_desc call;
-    layer_desc(&lc, &w, &d);
-    call_desc(&lc, &call);
-    clattn_mha *mha = NULL;
-    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    layer_setup s;
+    layer_open(&self_gqa, &s);
+    layer_create(ctx, &s);
+    const layer_case *lc = &s.lc;
     clattn_kv_cache_desc cd;
-    clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv, lc.dqk, lc.dv, 32);
-    size_t y_bytes = in.y_count * 4, k_bytes = lc.b * 32 * lc.hkv * lc.dqk * 4;
-    size_t v_bytes = lc.b * 32 * lc.hkv * lc.dv * 4;
-    cl_mem x = device_copy(ctx, in.x, y_bytes);
+    clattn_kv_cache_desc_init(&cd, lc->b, lc->hkv, lc->dqk, lc->dv, 32);
+    size_t y_bytes = s.in.y_count * 4, k_bytes = lc->b * 32 * lc->hkv * lc->dqk * 4;
+    size_t v_bytes = lc->b * 32 * lc->hkv * lc->dv * 4;
+    cl_mem x = device_copy(ctx, s.in.x, y_bytes);
     cl_mem k = device_copy(ctx, NULL, y_bytes > k_bytes ? y_bytes : k_bytes);
     cl_mem v = device_copy(ctx, NULL, y_bytes > v_bytes ? y_bytes : v_bytes);
     clattn_kv_cache *cache = NULL;
     ASSERT_OK(ctx, clattn_kv_cache_wrap(ctx, &cd, k, v, NULL, &cache));
     for (int which = 0; which < 2; which++) {
-        cr_expect_eq(clattn_mha_forward_cache(mha, cache, &call, x, NULL, which ? v : k, NULL),
+        cr_expect_eq(clattn_mha_forward_cache(s.mha, cache, &s.call, x, NULL, which ? v : k, NULL),
                      CLATTN_ERR_INVALID_ARGUMENT);
         const char *want = which ? "Y shares memory with the cache's V storage"
                                  : "Y shares memory with the cache's K storage";
@@ -850,10 +847,8 @@ Test(mha, y_in_the_caches_storage_is_refused) {
     clattn_kv_cache_lengths(cache, lengths);
     cr_expect(lengths[0] == 0 && lengths[1] == 0, "lengths %d %d", lengths[0], lengths[1]);
     clattn_kv_cache_destroy(cache);
-    clattn_mha_destroy(mha);
+    layer_close(&s);
     clReleaseMemObject(x), clReleaseMemObject(k), clReleaseMemObject(v);
-    inputs_free(&in);
-    weights_free(&w);
 }
 
 /* ---------------------------------------------------------------- statistics, rollback */
@@ -864,38 +859,28 @@ Test(mha, stats_describe_the_last_call) {
     clattn_context *ctx = NULL;
     cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
     ASSERT_OK(ctx, clattn_context_set_timing(ctx, 1));
-    layer_case lc = self_gqa;
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
-    clattn_mha_desc d;
-    clattn_attention_desc call;
-    layer_desc(&lc, &w, &d);
-    d.head_mask = prunes[0].keep; /* heads 0 and 2 */
-    call_desc(&lc, &call);
-    call.path = CLATTN_PATH_GEMM;
-    clattn_mha *mha = NULL;
+    layer_setup s;
+    layer_open(&self_gqa, &s);
+    s.d.head_mask = prunes[0].keep; /* heads 0 and 2 */
+    s.call.path = CLATTN_PATH_GEMM;
     clattn_mha_stats stats;
     clattn_mha_stats_init(&stats);
-    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
-    cr_expect_eq(clattn_mha_last_stats(mha, &stats), CLATTN_ERR_INVALID_ARGUMENT, "no call yet");
-    float *y = malloc(in.y_count * 4);
-    ASSERT_OK(ctx, clattn_mha_forward_host(mha, &call, in.x, NULL, y));
-    cr_assert_eq(clattn_mha_last_stats(mha, &stats), CLATTN_SUCCESS);
+    layer_create(ctx, &s);
+    cr_expect_eq(clattn_mha_last_stats(s.mha, &stats), CLATTN_ERR_INVALID_ARGUMENT, "no call yet");
+    float *y = malloc(s.in.y_count * 4);
+    ASSERT_OK(ctx, clattn_mha_forward_host(s.mha, &s.call, s.in.x, NULL, y));
+    cr_assert_eq(clattn_mha_last_stats(s.mha, &stats), CLATTN_SUCCESS);
     cr_expect_eq(stats.variant, CLATTN_VARIANT_GEMM);
     cr_expect(strstr(stats.kernel, "gemm") != NULL, "kernel '%s'", stats.kernel);
     cr_expect(stats.attention_heads_q == 2 && stats.attention_heads_kv == 2);
     cr_expect(stats.projection_ms > 0 && stats.attention_ms > 0 && stats.output_ms > 0,
               "phases %g %g %g ms", stats.projection_ms, stats.attention_ms, stats.output_ms);
-    size_t m = lc.b * lc.n; /* 2 kept heads of Dqk 8 and 2 kv heads of Dqk 8 + Dv 12 */
-    cr_expect_eq(stats.projection_flops, 2 * m * lc.d_model * (2 * 8 + 2 * (8 + 12)));
-    cr_expect_eq(stats.output_flops, 2 * m * 2 * 12 * lc.d_model);
-    clattn_mha_destroy(mha);
+    size_t m = s.lc.b * s.lc.n; /* 2 kept heads of Dqk 8 and 2 kv heads of Dqk 8 + Dv 12 */
+    cr_expect_eq(stats.projection_flops, 2 * m * s.lc.d_model * (2 * 8 + 2 * (8 + 12)));
+    cr_expect_eq(stats.output_flops, 2 * m * 2 * 12 * s.lc.d_model);
+    layer_close(&s);
     clattn_context_destroy(ctx);
     free(y);
-    inputs_free(&in);
-    weights_free(&w);
 }
 
 /* One cache call failing after its append (a build failed by the test hook: `failing`), with Y
@@ -904,26 +889,19 @@ Test(mha, stats_describe_the_last_call) {
 static void expect_rolled_back(const char *failing, clattn_dtype out_dtype) {
     clattn_context *ctx = NULL;
     cr_assert_eq(clattn_context_create(&ctx, 0), CLATTN_SUCCESS);
-    layer_case lc = self_gqa;
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
-    clattn_mha_desc d;
-    clattn_attention_desc call;
-    layer_desc(&lc, &w, &d);
-    call_desc(&lc, &call);
-    call.out_dtype = out_dtype;
-    clattn_mha *mha = NULL;
-    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
+    layer_setup s;
+    layer_open(&self_gqa, &s);
+    s.call.out_dtype = out_dtype;
+    layer_create(ctx, &s);
+    const layer_case *lc = &s.lc;
     clattn_kv_cache_desc cd;
-    clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv, lc.dqk, lc.dv, 32);
+    clattn_kv_cache_desc_init(&cd, lc->b, lc->hkv, lc->dqk, lc->dv, 32);
     clattn_kv_cache *cache = NULL;
     ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
-    size_t bytes = in.y_count * 4;
-    cl_mem x = device_copy(ctx, in.x, bytes), y = device_copy(ctx, NULL, bytes);
+    size_t bytes = s.in.y_count * 4;
+    cl_mem x = device_copy(ctx, s.in.x, bytes), y = device_copy(ctx, NULL, bytes);
     setenv("CLATTN_TEST_FAIL_BUILD", failing, 1);
-    clattn_status status = clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL);
+    clattn_status status = clattn_mha_forward_cache(s.mha, cache, &s.call, x, NULL, y, NULL);
     unsetenv("CLATTN_TEST_FAIL_BUILD");
     cr_expect_neq(status, CLATTN_SUCCESS, "%s", failing);
     cr_expect(strstr(clattn_context_last_error(ctx), "CLATTN_TEST_FAIL_BUILD") != NULL, "'%s'",
@@ -932,16 +910,14 @@ static void expect_rolled_back(const char *failing, clattn_dtype out_dtype) {
     clattn_kv_cache_lengths(cache, lengths);
     cr_expect(lengths[0] == 0 && lengths[1] == 0, "%s: lengths %d %d after the failed call",
               failing, lengths[0], lengths[1]);
-    ASSERT_OK(ctx, clattn_mha_forward_cache(mha, cache, &call, x, NULL, y, NULL));
+    ASSERT_OK(ctx, clattn_mha_forward_cache(s.mha, cache, &s.call, x, NULL, y, NULL));
     clattn_kv_cache_lengths(cache, lengths);
-    cr_expect(lengths[0] == (int32_t)lc.n && lengths[1] == (int32_t)lc.n, "%s: lengths %d %d",
+    cr_expect(lengths[0] == (int32_t)lc->n && lengths[1] == (int32_t)lc->n, "%s: lengths %d %d",
               failing, lengths[0], lengths[1]);
     clattn_kv_cache_destroy(cache);
-    clattn_mha_destroy(mha);
+    layer_close(&s);
     clReleaseMemObject(x), clReleaseMemObject(y);
     clattn_context_destroy(ctx);
-    inputs_free(&in);
-    weights_free(&w);
 }
 
 /* The attention (split serves caches) or the output phase after it (Y narrowed to float16 by
@@ -957,35 +933,29 @@ Test(mha, a_cross_attention_layer_needs_x_kv) {
     clattn_context **ctxs;
     test_contexts(&ctxs);
     clattn_context *ctx = ctxs[0];
-    layer_case lc = {32, 24, 4, 2, 8, 8, CLATTN_F32, 0, 2, 5, 7, CLATTN_F32, CLATTN_F32, 0, 3};
-    layer_weights w;
-    layer_inputs in;
-    weights_make(&lc, &w);
-    inputs_make(&lc, &in);
-    clattn_mha_desc d;
-    clattn_attention_desc call;
-    layer_desc(&lc, &w, &d);
-    call_desc(&lc, &call);
-    call.len_k = lc.n; /* a self-attention call */
-    clattn_mha *mha = NULL;
-    ASSERT_OK(ctx, clattn_mha_create(ctx, &d, &mha));
-    float *y = malloc(in.y_count * 4);
-    cr_expect_eq(clattn_mha_forward_host(mha, &call, in.x, NULL, y), CLATTN_ERR_INVALID_ARGUMENT);
+    const layer_case lc = {32, 24, 4, 2,          8,          8, CLATTN_F32, 0,
+                           2,  5,  7, CLATTN_F32, CLATTN_F32, 0, 3};
+    layer_setup s;
+    layer_open(&lc, &s);
+    s.call.len_k = lc.n; /* a self-attention call */
+    layer_create(ctx, &s);
+    const size_t bytes = s.in.y_count * 4;
+    float *y = malloc(bytes);
+    cr_expect_eq(clattn_mha_forward_host(s.mha, &s.call, s.in.x, NULL, y),
+                 CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(clattn_context_last_error(ctx), "give X_kv") != NULL, "'%s'",
               clattn_context_last_error(ctx));
     clattn_kv_cache_desc cd;
     clattn_kv_cache_desc_init(&cd, lc.b, lc.hkv, lc.dqk, lc.dv, 16);
     clattn_kv_cache *cache = NULL;
     ASSERT_OK(ctx, clattn_kv_cache_create(ctx, &cd, &cache));
-    cl_mem x = device_copy(ctx, in.x, in.y_count * 4), yb = device_copy(ctx, NULL, in.y_count * 4);
-    cr_expect_eq(clattn_mha_forward_cache(mha, cache, &call, x, NULL, yb, NULL),
+    cl_mem x = device_copy(ctx, s.in.x, bytes), yb = device_copy(ctx, NULL, bytes);
+    cr_expect_eq(clattn_mha_forward_cache(s.mha, cache, &s.call, x, NULL, yb, NULL),
                  CLATTN_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(clattn_context_last_error(ctx), "projects K and V from X") != NULL, "'%s'",
               clattn_context_last_error(ctx));
     clattn_kv_cache_destroy(cache);
-    clattn_mha_destroy(mha);
+    layer_close(&s);
     clReleaseMemObject(x), clReleaseMemObject(yb);
     free(y);
-    inputs_free(&in);
-    weights_free(&w);
 }
