@@ -451,6 +451,44 @@ Test(fused, cpu_tiles_grow_for_rows_that_see_many_keys) {
     }
 }
 
+/* Those 48-row tiles, which no other test's calls are long enough to take, forced through each
+ * context's tuning: every mask kind, float16 storage in place of float32 over [B, H, N, D], the
+ * score modifiers with sinks, and a NaN in V, over rows that fill two tiles and part of a third. */
+Test(fused, cpu_tiles_of_48_rows_pass_every_kind_of_call) {
+    clattn_context **ctxs;
+    size_t contexts = test_contexts(&ctxs);
+    for (size_t i = 0; i < contexts; i++) {
+        clattn_device_info info;
+        clattn_device_info_init(&info);
+        clattn_context_device_info(ctxs[i], &info);
+        clattn_tuning t;
+        clattn_tuning_init(&t);
+        ASSERT_OK(ctxs[i], clattn_device_tuning(info.index, CLATTN_VARIANT_LANES, &t, NULL));
+        t.block_m = 48;
+        ASSERT_OK(ctxs[i], clattn_context_set_tuning(ctxs[i], CLATTN_VARIANT_LANES, &t));
+    }
+    attn_case cases[MASK_KINDS + 4];
+    size_t n = mask_kind_cases(cases, 300);
+    for (size_t i = n; i < COUNT(cases); i++) {
+        case_init(&cases[i], 1, 4, 2, 130, 170, 64, 64);
+        cases[i].layout = CLATTN_LAYOUT_BHSD;
+        cases[i].seed = 310 + i;
+    }
+    cases[n].causal = 1;             /* read in place */
+    cases[n + 1].dtype = CLATTN_F16; /* packed from float16 */
+    cases[n + 1].left = cases[n + 1].right = 40;
+    cases[n + 2].softcap = 20.0f, cases[n + 2].alibi = 1, cases[n + 2].sinks = 1;
+    cases[n + 3].bad_value = 1, cases[n + 3].left = 50, cases[n + 3].right = 0;
+    cr_expect_eq(check_cases(cases, COUNT(cases), CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES), 0,
+                 "failing cases are listed above");
+    clattn_stats stats;
+    clattn_stats_init(&stats);
+    ASSERT_OK(ctxs[0], clattn_context_last_stats(ctxs[0], &stats));
+    cr_expect_eq(stats.block_m, 48, "the tuning ran %s", stats.kernel);
+    for (size_t i = 0; i < contexts; i++) /* back to the database for the process's next test */
+        ASSERT_OK(ctxs[i], clattn_context_set_tuning(ctxs[i], CLATTN_VARIANT_LANES, NULL));
+}
+
 /* float32 K and V whose rows of a head lie one after another ([B, H, N, D]) at a padded head dim
  * are read in place by the lanes variant, with only each head's last partial key tile packed:
  * every case passes and says "in place". The cases cover a last partial tile, NaN and
