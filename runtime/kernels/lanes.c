@@ -41,8 +41,8 @@ static int rows_are_short(const attn_problem *pb) {
 /* Bytes of K and V (float32, as the kernel reads them) that a row's keys span at least for the
  * largest tiles (LONG_ROW_TILE rows) to pay. Every query tile streams its rows' keys through
  * the cache once, so 48 rows a tile read them a third less often than 32. Where they no longer
- * stay in a core's cache (2 MiB of L2 a core here) that matters: measured at N = 16384 on 2
- * cores (bench/README.md, 11-29), time of 48 x 32 over 32 x 32 tiles 0.92 to 1.0 in full and
+ * stay in a core's cache (2 MiB of L2 a core here) that matters: measured on 2 cores
+ * (bench/README.md, 11-29), time of 48 x 32 over 32 x 32 tiles 0.92 to 1.0 in full and
  * causal attention with 4 and 8 MiB a head, about 1.0 with 1 MiB, 1.03 to 1.12 in windows of
  * 129 to 513 keys (a taller tile walks more keys outside the band). */
 #define LONG_ROW_BYTES ((int64_t)4 << 20)
