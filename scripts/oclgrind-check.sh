@@ -21,7 +21,10 @@
 #     the program reads: BUILD/tests/clattn-testing);
 #  6. split's work-item form (the CPUs'; oclgrind's device is a GPU, whose default is the
 #     work-group form that the steps above run) on five quick cases: decoding, float16, a
-#     layout, a bias, q4_0 K/V with a window and sinks, through a tuning.json with wg_size 1.
+#     layout, a bias, q4_0 K/V with a window and sinks, through a tuning.json with wg_size 1;
+#  7. lanes' 48-row tiles (the built-in tiles of rows that see many keys, longer than the
+#     sweep's) on four quick cases: rows past two tiles, float16 over [B, H, N, D], a window
+#     with global tokens, a bias with the score modifiers and sinks, through a tuning.json.
 # Usage: oclgrind-check.sh PATH/TO/clattn [PATH/TO/clattn-testing]
 set -euo pipefail
 clattn="$(realpath "$1")"
@@ -110,6 +113,17 @@ for i in 0 17 25 27 39; do
   in_parallel "case $i, split's work-item form (memory, races, API)" \
     env CLATTN_CACHE_DIR="$logs/work-items" "${grind[@]}" --log "$logs/work-items-$i.log" \
     "$clattn" check --quick --device 0 --path fused --variant split --require split \
+    --case "$i" --in-process --no-record
+done
+
+# 7. lanes' 48-row tiles, the same way
+mkdir "$logs/tall-tiles"
+echo "{\"entries\": [{\"device\": \"$device\", \"variant\": \"lanes\", \"block_m\": 48}]}" \
+  > "$logs/tall-tiles/tuning.json"
+for i in 2 17 24 35; do
+  in_parallel "case $i, lanes in 48-row tiles (memory, races, API)" \
+    env CLATTN_CACHE_DIR="$logs/tall-tiles" "${grind[@]}" --log "$logs/tall-tiles-$i.log" \
+    "$clattn" check --quick --device 0 --path fused --variant lanes --require lanes \
     --case "$i" --in-process --no-record
 done
 
