@@ -444,6 +444,7 @@ Test(fused, cpu_tiles_grow_for_rows_that_see_many_keys) {
     clattn_context_device_info(first_context(), &info);
     clattn_stats many = run_cpu_variant(1, 8192, -1), half = run_cpu_variant(1, 4096, -1);
     clattn_stats band = run_cpu_variant(1, 8192, 128);
+    cr_expect_geq(many.block_m, band.block_m, "the same rows, unbounded: never shorter tiles");
     if (info.compute_units <= 16) { /* enough tiles of each height to keep them all busy */
         cr_expect_eq(many.block_m, 48, "8192 keys a row ran %u-row tiles", many.block_m);
         cr_expect_eq(half.block_m, 32, "4096 keys a row ran %u-row tiles", half.block_m);
@@ -452,8 +453,9 @@ Test(fused, cpu_tiles_grow_for_rows_that_see_many_keys) {
 }
 
 /* Those 48-row tiles, which no other test's calls are long enough to take, forced through each
- * context's tuning: every mask kind, float16 storage in place of float32 over [B, H, N, D], the
- * score modifiers with sinks, and a NaN in V, over rows that fill two tiles and part of a third. */
+ * context's tuning: every mask kind, float32 read in place and float16 storage over [B, H, N, D],
+ * the score modifiers with sinks, and a NaN in V, over rows that fill two tiles and part of a
+ * third. */
 Test(fused, cpu_tiles_of_48_rows_pass_every_kind_of_call) {
     clattn_context **ctxs;
     size_t contexts = test_contexts(&ctxs);
