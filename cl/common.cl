@@ -37,6 +37,14 @@
 #define FEATURE(P, field)  ((P)->field * !PLAIN_CALL)
 #define MODIFIER(P, field) ((P)->field)
 
+/* GLOBAL_TOKENS=1: lanes' program for calls with global tokens (cl/lanes.cl), plain or general
+ * like the others. Its global tokens' fields (has_global, row_mode, fold_rows) are read at run
+ * time in both builds: a plain one then serves calls whose only feature is global tokens. */
+#ifndef GLOBAL_TOKENS
+#define GLOBAL_TOKENS 0
+#endif
+#define GLOBALS_FEATURE(P, field) ((P)->field * (!PLAIN_CALL || GLOBAL_TOKENS))
+
 inline float bf16_to_float(ushort x) {
     return as_float((uint)x << 16);
 }
@@ -397,7 +405,7 @@ inline int window_ok(__constant attn_params *P, long p, long j) {
 /* is_global: [len_k] flags of the call's keys, then [len_q] of its query positions offset + r
  * (a shard's queries may sit on global positions outside its keys; plan/mask.h). */
 inline int is_global_position(__constant attn_params *P, __global const uchar *is_global, long x) {
-    if (!FEATURE(P, has_global)) return 0;
+    if (!GLOBALS_FEATURE(P, has_global)) return 0;
     if (x >= 0 && x < P->len_k) return is_global[x];
     const long row = x - P->offset;
     return row >= 0 && row < P->len_q && is_global[P->len_k + row];

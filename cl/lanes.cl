@@ -35,14 +35,11 @@
  */
 #define GROUPS (BLOCK_M / 16) /* lane groups: 16 query rows per vector */
 
-/* GLOBAL_TOKENS=1: a program for calls with global tokens (runtime/kernels/packed.c), the only
- * one that holds their faster tiles: the few-row tiles of the global-row pass and the narrow
- * global-key tiles below. Together they double the time PoCL takes to build the general
+/* GLOBAL_TOKENS=1 (common.cl): a program for calls with global tokens (runtime/kernels/packed.c),
+ * the only one that holds their faster tiles: the few-row tiles of the global rows and the
+ * narrow global-key tiles below. Together they double the time PoCL takes to build the general
  * program (3.5 s more, cold, on a 2-core CPU), which calls with a bias, a block layout or 16-bit
  * storage would pay for nothing. Without them, global tokens still run, in whole tiles. */
-#ifndef GLOBAL_TOKENS
-#define GLOBAL_TOKENS 0
-#endif
 
 /* The width of a global-key tile that holds at most this many keys (Longformer's few global
  * tokens): it computes those slots only, where a whole tile of BLOCK_N keys would mostly compute
@@ -643,15 +640,17 @@ typedef struct few_rows {
 /* Whether query tile t (rows set) takes the few-row path. The listed rows come first, so a
  * tile holds at most FEW_ROWS of them when its row FEW_ROWS is past the list. */
 ALWAYS_INLINE int takes_few_rows(__constant attn_params *P, const query_tile *t) {
-    return GLOBAL_TOKENS && FEATURE(P, row_mode) == 1 && t->row_i[FEW_ROWS] < 0 &&
+    return GLOBAL_TOKENS && GLOBALS_FEATURE(P, row_mode) == 1 && t->row_i[FEW_ROWS] < 0 &&
            !FEATURE(P, has_bias) && !FEATURE(P, has_layout) && !MODIFIES_SCORES(P);
 }
 
-/* The rows of query tile t, their pre-scaled queries, and an empty softmax state. */
-ALWAYS_INLINE void few_rows_load(__constant attn_params *P, const query_tile *t, few_rows *f) {
+/* Rows `rows` (-1: none) of query tile t's head, their pre-scaled queries, and an empty softmax
+ * state. */
+ALWAYS_INLINE void few_rows_load(__constant attn_params *P, const query_tile *t, const long *rows,
+                                 few_rows *f) {
     f->b = t->b, f->h = t->h, f->kv_bh = t->kv_bh, f->Q = t->Q, f->scale = t->scale;
     for (int r = 0; r < FEW_ROWS; r++) {
-        const long i = t->row_i[r];
+        const long i = rows[r];
         const long row = P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
                          (i < 0 ? 0 : i) * P->q_stride_s;
         f->row_i[r] = i;
@@ -789,20 +788,17 @@ ALWAYS_INLINE int few_rows_accumulate(few_rows *f, const key_rows *rows,
     return 1;
 }
 
-/* Walk n of the tile (walk_keys' walks and tiles), a key tile at a time. */
-ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *in, long tile,
-                                 long n, few_rows *f, __global uint *tile_count) {
-    key_walk w;
-    key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, f->h, n, &w);
-    walk_key_ranges(P, &w, f->row_i, FEW_ROWS, f->lo, f->hi);
+/* The key tiles of walk w, a tile at a time, for rows whose ranges [lo, hi] are set. */
+ALWAYS_INLINE void few_rows_walk(__constant attn_params *P, const packed_keys *in,
+                                 const key_walk *w, few_rows *f, __global uint *tile_count) {
     __global const float *k, *v;
     __global const uchar *v_bad;
-    key_walk_rows(P, in, &w, f->kv_bh, &k, &v, &v_bad);
-    for (long i = 0; i < w.count; i++) {
+    key_walk_rows(P, in, w, f->kv_bh, &k, &v, &v_bad);
+    for (long i = 0; i < w->count; i++) {
         long k0;
         key_rows rows;
-        const int kind = walk_tile(P, in, &w, i, f->b, f->kv_bh, k, v, &k0, &rows);
-        const int values = values_known(&w, v_bad, k0);
+        const int kind = walk_tile(P, in, w, i, f->b, f->kv_bh, k, v, &k0, &rows);
+        const int values = values_known(w, v_bad, k0);
         float16 s[FEW_ROWS][FEW_PARTS];
         float keep[FEW_ROWS];
         COUNT_TILE(tile_count);
@@ -831,20 +827,125 @@ ALWAYS_INLINE void few_rows_store(__constant attn_params *P, __global void *O, _
     }
 }
 
-/* The few-row path of query tile t (takes_few_rows). */
+/* ---- The global rows folded into the window pass (fold_rows: packed.c decides).
+ *
+ * Without a dilation (one class), every window query tile also walks the listed rows (at most
+ * FEW_ROWS global rows) over the keys it owns, the keys of its own rows' positions, which its
+ * window walk has just brought into the cache, and stores their partial softmax state;
+ * merge_global_rows merges the partials of every tile. The global-row pass would stream all of a
+ * head's K and V from memory for those few rows instead. */
+
+/* Keys [*a, *b) of class 0 that window tile `tile` owns: those at its rows' positions, the first
+ * tile's also the keys before and the last tile's those after, so that every key has one
+ * owner. */
+ALWAYS_INLINE void fold_keys(__constant attn_params *P, long tile, long *a, long *b) {
+    const long tiles = P->tiles_per_class;
+    *a = tile == 0 ? 0 : clamp(tile * BLOCK_M + P->offset, 0L, P->len_k);
+    *b = tile == tiles - 1 ? P->len_k : clamp((tile + 1) * BLOCK_M + P->offset, 0L, P->len_k);
+}
+
+/* The fold's walk of window tile `tile`: the rows' global-row ranges cut to the keys it owns. */
+ALWAYS_INLINE void fold_walk_begin(__constant attn_params *P, long tile, few_rows *f,
+                                   key_walk *w) {
+    long a, b, lo_all = LONG_MAX, hi_all = -1;
+    fold_keys(P, tile, &a, &b);
+    *w = (key_walk){PASS_GLOBAL_ROWS, 0, class_keys(P, 0), 0, 0, a, b - 1, 0, 0};
+    for (int r = 0; r < FEW_ROWS; r++) {
+        f->lo[r] = 0, f->hi[r] = -1;
+        if (f->row_i[r] < 0) continue;
+        row_key_range(P, PASS_GLOBAL_ROWS, 0, f->row_i[r] + P->offset, &f->lo[r], &f->hi[r]);
+        f->lo[r] = max(f->lo[r], a), f->hi[r] = min(f->hi[r], b - 1);
+        w->full_lo = max(w->full_lo, f->lo[r]), w->full_hi = min(w->full_hi, f->hi[r]);
+        if (f->lo[r] > f->hi[r]) continue;
+        lo_all = min(lo_all, f->lo[r]), hi_all = max(hi_all, f->hi[r]);
+    }
+    w->first = lo_all / BLOCK_N;
+    w->count = hi_all >= lo_all ? hi_all / BLOCK_N - w->first + 1 : 0;
+}
+
+/* A partial of the fold: a row's running max and sum, and its O normalised by the sum, over one
+ * tile's keys; partials [B*Hq][tiles_per_class][FEW_ROWS][PARTIAL_FLOATS]. */
+#define PARTIAL_FLOATS (2 + DV_PAD)
+
+ALWAYS_INLINE __global float *partial_at(__constant attn_params *P, __global float *partials,
+                                         long bh, long tile, long r) {
+    return partials + ((bh * P->tiles_per_class + tile) * FEW_ROWS + r) * PARTIAL_FLOATS;
+}
+
+/* The few-row path of query tile t: the global-row pass's tile (takes_few_rows), or the rows
+ * that window tile folds (row_mode 0: fold_rows), whose partials it stores. */
 ALWAYS_INLINE void attend_few_rows(__constant attn_params *P, const packed_keys *in, long tile,
-                                   const query_tile *t, __global void *O, __global float *LSE) {
+                                   const query_tile *t, __global void *O, __global float *LSE,
+                                   __global float *partials) {
+    const int fold = GLOBALS_FEATURE(P, row_mode) == 0;
+    long rows[FEW_ROWS];
+    for (int r = 0; r < FEW_ROWS; r++)
+        rows[r] = !fold ? t->row_i[r] : r < P->num_listed_rows ? in->row_list[r] : -1;
     few_rows f;
-    few_rows_load(P, t, &f);
-    for (long n = 0; n < key_walks(P); n++) few_rows_walk(P, in, tile, n, &f, t->tile_count);
-    few_rows_store(P, O, LSE, &f);
+    few_rows_load(P, t, rows, &f);
+    for (long n = 0; n < (fold ? 1 : key_walks(P)); n++) {
+        key_walk w;
+        if (fold) {
+            fold_walk_begin(P, tile, &f, &w);
+        } else {
+            key_walk_begin(P, in->row_list, in->tile_ptr, in->gpos, tile, f.h, n, &w);
+            walk_key_ranges(P, &w, f.row_i, FEW_ROWS, f.lo, f.hi);
+        }
+        few_rows_walk(P, in, &w, &f, t->tile_count);
+    }
+    if (!fold) {
+        few_rows_store(P, O, LSE, &f);
+        return;
+    }
+    for (int r = 0; r < FEW_ROWS; r++) {
+        __global float *part = partial_at(P, partials, t->b * P->heads_q + t->h, tile, r);
+        part[0] = f.max[r], part[1] = f.sum[r];
+        for (int v = 0; v < DV_PAD / 16; v++) vstore16(f.o[r][v], v, part + 2);
+    }
+}
+
+/* The folded rows' outputs, after attention_lanes: work-item (r, b * Hq + h) merges listed row
+ * r's partials over the window tiles as one walk over all their keys would have: with partial
+ * p's max m_p, sum l_p and output O_p (normalised by l_p), m = max m_p, l = sum l_p e^(m_p - m)
+ * and O = sum (l_p e^(m_p - m) / l) O_p (a convex combination: no overflow). row_finish folds
+ * the sink in and stores LSE; a row that saw no key gets O = 0, and NaN stays NaN. */
+__kernel void merge_global_rows(__constant attn_params *P, __global const int *row_list,
+                                __global float *partials, __global void *O, __global float *LSE) {
+    const long r = get_global_id(0), bh = get_global_id(1), tiles = P->tiles_per_class;
+    if (r >= P->num_listed_rows) return;
+    const long h = bh % P->heads_q, b = bh / P->heads_q, i = row_list[r];
+    float m = -INFINITY, l = 0.0f;
+    for (long p = 0; p < tiles; p++) m = fmax(m, partial_at(P, partials, bh, p, r)[0]);
+    const float base = m == -INFINITY ? 0.0f : m; /* avoids -inf - -inf */
+    for (long p = 0; p < tiles; p++) {
+        __global const float *part = partial_at(P, partials, bh, p, r);
+        l += part[1] * exp(part[0] - base);
+    }
+    float16 o[DV_PAD / 16];
+    for (int v = 0; v < DV_PAD / 16; v++) o[v] = (float16)0.0f;
+    for (long p = 0; p < tiles && l != 0.0f; p++) {
+        __global const float *part = partial_at(P, partials, bh, p, r);
+        const float w = part[1] * exp(part[0] - base) / l;
+        for (int v = 0; v < DV_PAD / 16; v++) o[v] = fma((float16)w, vload16(v, part + 2), o[v]);
+    }
+    const float scale = row_finish(P, LSE, h, bh * P->len_q + i, m, l, 1);
+    const long row = o_row_start(P, b, h, i);
+    for (int v = 0; v < DV_PAD / 16 && 16 * v < P->dim_v; v++)
+        store_o16(P, O, row + 16 * v, P->dim_v - 16 * v, o[v] * scale);
 }
 
 /* Work-group (tile, b*Hq + h) of one work-item: tile = t*classes + class (row_mode 0)
  * or the tile of listed rows (row_mode 1), the global-row pass's tiles first (PASS_PARAMS);
  * its key walks one after another (tile_walk.cl's key_walk). */
+#if GLOBAL_TOKENS
+#define PARTIALS_ARG , __global float *partials /* fold_rows: the partials, else a placeholder */
+#define PARTIALS     partials
+#else
+#define PARTIALS_ARG
+#define PARTIALS 0
+#endif
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-attention_lanes(ATTENTION_KERNEL_ARGS) {
+attention_lanes(ATTENTION_KERNEL_ARGS PARTIALS_ARG) {
     __constant attn_params *P = PASS_PARAMS(P_window, P_rows, row_tiles);
     const long tile = PASS_TILE(row_tiles), bh = get_group_id(1);
     query_tile t;
@@ -858,11 +959,13 @@ attention_lanes(ATTENTION_KERNEL_ARGS) {
     t.scale = q_scale;
     for (int m = 0; m < BLOCK_M; m++) t.row_i[m] = tile_row_from(P, row_list, tile, first, m);
     const packed_keys keys = PACKED_KEYS;
-    if (takes_few_rows(P, &t)) {
-        attend_few_rows(P, &keys, tile, &t, O, LSE);
-        return;
+    const int few = takes_few_rows(P, &t);
+    if (!few) {
+        load_queries(P, Q, q_scale, &t);
+        for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, &t);
+        store_rows(P, is_global, O, LSE, &t);
     }
-    load_queries(P, Q, q_scale, &t);
-    for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, &t);
-    store_rows(P, is_global, O, LSE, &t);
+    /* one call site: the few-row code is inlined once */
+    if ((GLOBAL_TOKENS && GLOBALS_FEATURE(P, fold_rows)) || few)
+        attend_few_rows(P, &keys, tile, &t, O, LSE, PARTIALS);
 }

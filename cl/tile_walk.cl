@@ -123,7 +123,7 @@ ALWAYS_INLINE float16 load_row16_as(int dtype, __global const void *x, long row,
  * than the classes one after another); row_mode 1: the rows listed in row_list. */
 ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_list, long tile,
                             long m) {
-    if (FEATURE(P, row_mode) == 1) {
+    if (GLOBALS_FEATURE(P, row_mode) == 1) {
         long at = tile * BLOCK_M + m;
         return at < P->num_listed_rows ? row_list[at] : -1;
     }
@@ -135,21 +135,21 @@ ALWAYS_INLINE long tile_row(__constant attn_params *P, __global const int *row_l
 /* tile_row without its divisions for every row: `first` is tile_first_row's. In row_mode 0 row
  * m is row 0 plus m * classes (one class's consecutive class-local indices). */
 ALWAYS_INLINE long tile_first_row(__constant attn_params *P, long tile) {
-    if (FEATURE(P, row_mode) == 1) return 0;
+    if (GLOBALS_FEATURE(P, row_mode) == 1) return 0;
     long r, d = P->classes, t = div_rem(tile, d, &r);
     return positive_mod(r - P->offset, d) + t * BLOCK_M * d;
 }
 
 ALWAYS_INLINE long tile_row_from(__constant attn_params *P, __global const int *row_list,
                                  long tile, long first, long m) {
-    if (FEATURE(P, row_mode) == 1) return tile_row(P, row_list, tile, m);
+    if (GLOBALS_FEATURE(P, row_mode) == 1) return tile_row(P, row_list, tile, m);
     const long i = first + m * P->classes;
     return i < P->len_q ? i : -1;
 }
 
 /* The class of a tile's rows (row_mode 0). */
 ALWAYS_INLINE long tile_class(__constant attn_params *P, long tile) {
-    return FEATURE(P, row_mode) == 1 ? 0 : tile % P->classes;
+    return GLOBALS_FEATURE(P, row_mode) == 1 ? 0 : tile % P->classes;
 }
 
 /* The tile list's row of query tile `tile` (row_mode 0) of head h: the planner lists them
@@ -198,7 +198,7 @@ ALWAYS_INLINE void row_key_range(__constant attn_params *P, int pass, long r, lo
  * row_mode 0 the rows are one class's consecutive indices, so row m's is own0 + m, whatever r. */
 ALWAYS_INLINE long row_own(__constant attn_params *P, const class_reach *c, long own0, long i,
                            long m) {
-    return FEATURE(P, row_mode) == 0 ? own0 + m : class_reach_own(c, i + P->offset);
+    return GLOBALS_FEATURE(P, row_mode) == 0 ? own0 + m : class_reach_own(c, i + P->offset);
 }
 
 /* Over the rows of query tile `tile`, for class r: the key tiles [first, last] that hold any
@@ -279,7 +279,7 @@ typedef struct key_walk {
 } key_walk;
 
 ALWAYS_INLINE long key_walks(__constant attn_params *P) {
-    return FEATURE(P, row_mode) == 1 ? P->classes : 1 + (FEATURE(P, has_global) != 0);
+    return GLOBALS_FEATURE(P, row_mode) == 1 ? P->classes : 1 + (GLOBALS_FEATURE(P, has_global) != 0);
 }
 
 /* Sets up walk n (0 <= n < key_walks(P)) of query tile `tile` of head h. */
@@ -287,7 +287,7 @@ ALWAYS_INLINE void key_walk_begin(__constant attn_params *P, __global const int 
                                   __global const int *tile_ptr, __global const int *gpos, long tile,
                                   long h, long n, key_walk *w) {
     /* the global keys, sorted: stop past every causal limit */
-    if (FEATURE(P, row_mode) == 0 && n == 1) {
+    if (GLOBALS_FEATURE(P, row_mode) == 0 && n == 1) {
         const long last_p = tile_last_position(P, row_list, tile);
         long count = 0;
         while (count * BLOCK_N < P->num_global && !(P->causal && gpos[count * BLOCK_N] > last_p))
@@ -295,9 +295,9 @@ ALWAYS_INLINE void key_walk_begin(__constant attn_params *P, __global const int 
         *w = (key_walk){PASS_GLOBAL_KEYS, 0, P->num_global, count, 0, 0, -1, 0, 0};
         return;
     }
-    const int pass = FEATURE(P, row_mode) == 1 ? PASS_GLOBAL_ROWS : PASS_WINDOW;
-    const long r = FEATURE(P, row_mode) == 1 ? n : tile_class(P, tile);
-    const long list_row = FEATURE(P, row_mode) == 1 ? 0 : tile_list_row(P, h, tile);
+    const int pass = GLOBALS_FEATURE(P, row_mode) == 1 ? PASS_GLOBAL_ROWS : PASS_WINDOW;
+    const long r = GLOBALS_FEATURE(P, row_mode) == 1 ? n : tile_class(P, tile);
+    const long list_row = GLOBALS_FEATURE(P, row_mode) == 1 ? 0 : tile_list_row(P, h, tile);
     const int listed = FEATURE(P, use_tile_list) && pass == PASS_WINDOW;
     long first, last, full_lo, full_hi;
     const long count = tile_key_span(P, row_list, tile, pass, r, &first, &last, &full_lo, &full_hi)
@@ -351,7 +351,7 @@ ALWAYS_INLINE int pass_owns(__constant attn_params *P, __global const uchar *lay
 /* Whether this row is stored by the global-row pass instead of this one. */
 ALWAYS_INLINE int row_left_to_global_pass(__constant attn_params *P,
                                           __global const uchar *is_global, long i) {
-    return FEATURE(P, row_mode) == 0 && is_global_position(P, is_global, i + P->offset);
+    return GLOBALS_FEATURE(P, row_mode) == 0 && is_global_position(P, is_global, i + P->offset);
 }
 
 /* ---- one pair at a time, for the kernels whose work-items hold scattered pairs of a tile

@@ -111,6 +111,7 @@ static const packed_kind lanes_kind = {.kernel_file = "lanes.cl",
                                        .kernel_name = "attention_lanes",
                                        .key_rows = 1,
                                        .global_program = 1,
+                                       .fold_rows = 1,
                                        .max_head_dim = TILES_MAX_WIDE_HEAD_DIM,
                                        .fit = fit_lanes};
 

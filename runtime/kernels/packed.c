@@ -56,9 +56,35 @@ static int global_program(const attn_problem *pb, const packed_state *st) {
     return st->kind->global_program && pb->mask.num_globals > 0;
 }
 
+/* Global rows a call folds into its window pass at most (cl/lanes.cl's FEW_ROWS). */
+#define FOLD_MAX_ROWS 4
+
+/* The partials of folded rows: [B*Hq][tiles_per_class][FOLD_MAX_ROWS][2 + dv_pad] floats. */
+static size_t partial_floats(const attn_problem *pb, const packed_state *st) {
+    return pb->batch * pb->heads_q * (size_t)st->geometry.tiles_per_class * FOLD_MAX_ROWS *
+           (2 + (size_t)st->dv_pad);
+}
+
+/* Whether the window tiles fold the global rows in (cl/lanes.cl, "folded into the window
+ * pass"): a kind that can, one class (no dilation the tiles separate), at most FOLD_MAX_ROWS
+ * listed rows, what its few-row tiles take (no bias, block layout or score modifiers), and
+ * partials no larger than K and V. Each tile then sums those rows over its own keys, which its
+ * window walk has just read, and a merge follows, where the global-row pass would walk every
+ * key of the head again for them (2.5 % of Longformer's time, 128 with 4 global tokens, at
+ * N = 16384 on one core: bench/README.md). */
+static int folds_rows(const attn_problem *pb, const packed_state *st) {
+    const tile_geometry *g = &st->geometry;
+    size_t rows = st->lists->host->num_rows;
+    size_t kv_floats = pb->batch * pb->heads_kv * (size_t)pb->mask.len_k * (pb->dim_qk + pb->dim_v);
+    return st->kind->fold_rows && global_program(pb, st) && g->globals_matter && g->classes == 1 &&
+           rows > 0 && rows <= FOLD_MAX_ROWS && !pb->has_bias && !pb->mask.layout &&
+           pb->softcap == 0.0f && !pb->alibi_slopes && partial_floats(pb, st) <= kv_floats;
+}
+
 static uint64_t device_bytes(const attn_problem *pb, const packed_state *st);
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
-                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention);
+                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention,
+                                 cl_kernel *merge);
 
 /* Rounds of fitting against a kernel's own limits before the plan gives up. */
 #define FIT_ROUNDS 8
@@ -77,7 +103,7 @@ static clattn_status fit_to_kernel(clattn_context *ctx, const variant_plan *plan
         if (status != CLATTN_SUCCESS || (st->group_size == 1 && st->local_counted == 0))
             return status;
         cl_kernel pack = NULL, attention = NULL;
-        status = get_kernels(ctx, plan->problem, st, &pack, &attention);
+        status = get_kernels(ctx, plan->problem, st, &pack, &attention, NULL);
         if (status != CLATTN_SUCCESS) return status;
         kernel_limits k;
         kernel_limits_get(ctx, attention, &k);
@@ -113,12 +139,14 @@ clattn_status packed_plan(clattn_context *ctx, variant_plan *plan, const packed_
     st->dv_pad = tiles_wide_head_dim_bucket(pb->dim_v);
     attn_params P;
     params_from_problem(pb, plan->write_lse, &P);
+    if (global_program(pb, st)) P.has_global = 0; /* its plain build reads the globals' fields */
     st->plain = params_plain(&P);
     clattn_status status = fit_to_kernel(ctx, plan, st);
     if (status != CLATTN_SUCCESS) return status;
     tiles_plan_geometry(pb, st->block_m, st->block_n, &st->geometry);
     st->in_place = reads_in_place(pb, st);
     status = tile_cache_get(ctx, pb, &st->geometry, &st->entry, &st->lists);
+    if (status == CLATTN_SUCCESS) st->fold_rows = folds_rows(pb, st);
     if (status == CLATTN_SUCCESS) plan->device_bytes = device_bytes(pb, st);
     return status;
 }
@@ -137,7 +165,7 @@ void packed_release(variant_plan *plan) {
 typedef struct packed_buffers {
     buffer_set set;
     cl_mem params, params_rows, kp, vp, vbad, kt, vt, kg, vg, vbad_g, gpos, is_global, layout,
-        tile_ptr, tile_idx, row_list, tile_count;
+        tile_ptr, tile_idx, row_list, tile_count, partials;
 } packed_buffers;
 
 /* Packed key bytes: B*Hkv*slots*pad floats, checked for overflow. */
@@ -161,7 +189,7 @@ static uint64_t device_bytes(const attn_problem *pb, const packed_state *st) {
     }
     size_t k = packed_bytes(pb, slots, st->dqk_pad), v = packed_bytes(pb, slots, st->dv_pad);
     if (k == SIZE_MAX || v == SIZE_MAX) return UINT64_MAX;
-    return (uint64_t)k + v + flags;
+    return (uint64_t)k + v + flags + (st->fold_rows ? partial_floats(pb, st) * sizeof(float) : 0);
 }
 
 /* The packed K and V of the class-grouped keys, or (in place) the caller's K and V and the
@@ -228,6 +256,9 @@ static clattn_status make_lists(clattn_context *ctx, const attn_problem *pb, con
     if (!s) s = params_buffer_add(ctx, set, P_rows, pb, &fb->params_rows);
     if (!s && pb->count_tiles)
         s = buffer_set_add_zeroed_word(ctx, set, &fb->tile_count, "tile counter");
+    if (!s && global_program(pb, st)) /* written before it is read: no host copy */
+        s = buffer_set_add(ctx, set, st->fold_rows ? partial_floats(pb, st) : 0, sizeof(float),
+                           NULL, &fb->partials, "global-row partials");
     return s;
 }
 
@@ -245,15 +276,17 @@ static void fill_params(const variant_plan *plan, const packed_state *st, attn_p
     P->global_slots = (P->num_global + g->block_n - 1) / g->block_n * g->block_n;
     P->tiles_per_class = g->tiles_per_class;
     P->use_tile_list = pb->mask.layout != NULL;
+    P->num_listed_rows = (cl_long)st->lists->host->num_rows; /* the row pass's, or folded */
+    P->fold_rows = st->fold_rows;
     *P_rows = *P;
     P_rows->row_mode = 1;
-    P_rows->num_listed_rows = (cl_long)st->lists->host->num_rows;
 }
 
 /* The packing and the attention kernel come from one program: a cold first call then builds one
  * program, not two (each build costs PoCL about 0.1 s besides its code). */
 static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
-                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention) {
+                                 const packed_state *st, cl_kernel *pack, cl_kernel *attention,
+                                 cl_kernel *merge) {
     const char *files[] = {ATTN_PRELUDE, "tile_walk.cl", "pack.cl", st->kind->kernel_file};
     char defines[288];
     /* the attention kernel reads float32 K and V and takes Q's storage from the parameters
@@ -266,8 +299,12 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
              st->plain ? " -DPLAIN_CALL=1" : "",
              global_program(pb, st) ? " -DGLOBAL_TOKENS=1" : "");
     clattn_status status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "pack_keys", pack);
-    if (status != CLATTN_SUCCESS) return status;
-    return kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
+    if (status == CLATTN_SUCCESS)
+        status =
+            kernel_get(ctx, files, ARRAY_LEN(files), defines, st->kind->kernel_name, attention);
+    if (status == CLATTN_SUCCESS && merge && st->fold_rows)
+        status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "merge_global_rows", merge);
+    return status;
 }
 
 /* What pack_keys makes (cl/pack.cl's modes). */
@@ -344,6 +381,7 @@ static clattn_status launch_attention(clattn_context *ctx, cl_kernel kernel, con
     KARG(a, fb->row_list);
     KARG(a, q_scale);
     if (fb->tile_count) KARG(a, fb->tile_count);
+    if (fb->partials) KARG(a, fb->partials);
     if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: attention arguments");
     size_t global[2] = {(row_tiles + window_tiles) * st->group_size, heads};
     size_t local[2] = {st->group_size, 1};
@@ -362,22 +400,40 @@ static clattn_status pack_keys(const pack_call *c) {
     return launch_pack(c, PACK_TAIL, g->classes * st->block_n, fb->kt, fb->vt, fb->vbad);
 }
 
+/* The folded rows' merge (cl/lanes.cl's merge_global_rows): a work-item a listed row and
+ * (b, h). */
+static clattn_status launch_merge(clattn_context *ctx, cl_kernel kernel, const packed_buffers *fb,
+                                  const attn_buffers *buf, size_t heads, cl_event *event) {
+    cl_mem lse = buf->lse ? buf->lse : fb->set.placeholder;
+    kernel_args a = {kernel, 0, CL_SUCCESS};
+    KARG(a, fb->params);
+    KARG(a, fb->row_list);
+    KARG(a, fb->partials);
+    KARG(a, buf->o);
+    KARG(a, lse);
+    if (a.err != CL_SUCCESS) return ctx_cl_error(ctx, a.err, "fused: merge arguments");
+    size_t global[2] = {FOLD_MAX_ROWS, heads};
+    return kernel_launch(ctx, kernel, 2, global, NULL, event, "fused: merging the global rows");
+}
+
 static clattn_status run_kernels(clattn_context *ctx, const attn_problem *pb,
                                  const packed_state *st, const packed_buffers *fb,
                                  const attn_params *P, const attn_buffers *buf, cl_event *event) {
-    cl_kernel pack = NULL, attention = NULL;
-    clattn_status status = get_kernels(ctx, pb, st, &pack, &attention);
+    cl_kernel pack = NULL, attention = NULL, merge = NULL;
+    clattn_status status = get_kernels(ctx, pb, st, &pack, &attention, &merge);
     const tile_geometry *g = &st->geometry;
     size_t heads = pb->batch * pb->heads_q, row_tiles = 0; /* tiles of the global-row pass */
-    if (g->globals_matter) row_tiles = (st->lists->host->num_rows + g->block_m - 1) / g->block_m;
+    if (g->globals_matter && !st->fold_rows)
+        row_tiles = (st->lists->host->num_rows + g->block_m - 1) / g->block_m;
     const pack_call packing = {ctx, pack, st, fb, buf, pb->batch * pb->heads_kv};
     if (!status) status = pack_keys(&packing);
     if (!status && P->global_slots > 0)
         status = launch_pack(&packing, PACK_GLOBALS, P->global_slots, fb->kg, fb->vg, fb->vbad_g);
     if (!status)
-        status =
-            launch_attention(ctx, attention, st, fb, buf, row_tiles,
-                             (size_t)(g->classes * g->tiles_per_class), heads, pb->scale, event);
+        status = launch_attention(ctx, attention, st, fb, buf, row_tiles,
+                                  (size_t)(g->classes * g->tiles_per_class), heads, pb->scale,
+                                  st->fold_rows ? NULL : event);
+    if (!status && st->fold_rows) status = launch_merge(ctx, merge, fb, buf, heads, event);
     return status;
 }
 
@@ -396,15 +452,21 @@ static clattn_status read_tile_count(clattn_context *ctx, const packed_buffers *
 static void fill_stats(const variant_plan *plan, const packed_state *st, uint64_t bytes,
                        clattn_stats *s) {
     const attn_problem *pb = plan->problem;
-    s->tiles_visited = st->lists->walk_tiles * pb->batch;
+    uint64_t per_batch = st->lists->walk_tiles; /* over every query head */
+    if (st->fold_rows) { /* the window tiles walk the rows' keys instead of the row pass */
+        per_batch -= pb->heads_q * tiles_count_row_pass(pb, &st->geometry, st->lists->host);
+        per_batch += pb->heads_q * tiles_count_folded_rows(pb, &st->geometry, st->lists->host);
+    }
+    s->tiles_visited = per_batch * pb->batch;
     s->tiles_total = pb->batch * pb->heads_q * tiles_dense_walk(pb, &st->geometry);
     s->pairs = st->lists->pairs * pb->batch;
     s->block_m = st->block_m;
     s->block_n = st->block_n;
     s->device_bytes = bytes + st->lists->bytes;
-    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s%s%s", plan->variant->name,
-             st->block_m, st->block_n, st->dqk_pad, st->dv_pad, dtype_name(pb->dtype),
-             st->plain ? " plain" : "", global_program(pb, st) ? " global tokens" : "",
+    snprintf(s->kernel, sizeof s->kernel, "fused-%s bm%u bn%u d%u/%u %s%s%s%s%s",
+             plan->variant->name, st->block_m, st->block_n, st->dqk_pad, st->dv_pad,
+             dtype_name(pb->dtype), st->plain ? " plain" : "",
+             global_program(pb, st) ? " global tokens" : "", st->fold_rows ? " folded rows" : "",
              st->in_place ? " in place" : "");
 }
 

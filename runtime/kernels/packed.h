@@ -7,7 +7,8 @@
  * Device memory per call: the packed K and V (B*Hkv*Nk*(Dqk+Dv) floats, padded), the global
  * keys and flags; where the kernel reads K and V in place (lanes, float32 rows that are already
  * the packed layout), only each class's last partial key tile; the tile lists are
- * the context's (tile_cache.h), built once per pattern.
+ * the context's (tile_cache.h), built once per pattern; where lanes folds a few global rows into
+ * the window pass, their partial sums (B*Hq*(Nq/block_m)*4*(Dv+2) floats, at most K and V's size).
  * Nothing grows with Nq*Nk except a block layout's tile list.
  */
 #ifndef CLATTN_PACKED_H
@@ -24,6 +25,7 @@ typedef struct packed_kind {
     int key_rows;            /* K packed as rows like V (cl/pack.cl key_rows), not as K^T tiles */
     int global_program;      /* calls with global tokens get a program of their own
                                 (-DGLOBAL_TOKENS=1: cl/lanes.cl's tiles for them) */
+    int fold_rows;           /* its window tiles can fold in a few global rows (fold_rows) */
     unsigned max_head_dim;   /* TILES_MAX_HEAD_DIM, or TILES_MAX_WIDE_HEAD_DIM (plan/tiles.h) */
     /* Fits the tuned tile shape (st->block_m, block_n) to `limits` and the call and sets the
      * work-group size and the local memory it counts; CLATTN_ERR_UNSUPPORTED (or
@@ -39,6 +41,7 @@ typedef struct packed_state {
     unsigned dqk_pad, dv_pad;  /* head-dim buckets the kernels are compiled for */
     int in_place;              /* K and V read where they lie (reads_in_place), not packed */
     int plain;                 /* plain programs serve the call (plan/params.h, params_plain) */
+    int fold_rows;             /* the window tiles fold the global rows in (packed.c) */
     size_t group_size;         /* work-items a work-group */
     uint64_t local_counted;    /* local memory the fit counted against the limits, bytes */
     tile_geometry geometry;

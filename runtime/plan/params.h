@@ -62,6 +62,7 @@
     X(tiles_per_class, "fused: query tiles per class")                                             \
     X(row_mode, "fused: 0 query tiles of a class, 1 the rows listed in row_list")                  \
     X(num_listed_rows, "fused")                                                                    \
+    X(fold_rows, "lanes: window tiles sum the listed rows over their own keys (packed.c)")         \
     X(use_tile_list, "fused: key tiles from tile_ptr/tile_idx instead of the window range")        \
     X(write_lse, "0 no LSE. 1 LSE. 2 (max, log sum) pairs")                                        \
     X(per_sequence, "lengths from seq_len[] and q_len[] (KV caches), else len_k and len_q")        \
@@ -73,9 +74,9 @@
     X(row_blocks, "split: blocks of query rows of one (b, kv head)")                               \
     X(softcap, "float32 bits of the soft cap in the low 32 bits, 0 off (docs/semantics.md 8)")     \
     X(has_sinks, "sinks[Hq] follow the block (params_extras)")                                     \
-    X(alibi, "0 none, 1 slopes[Hq], 2 slopes[B][Hq] after the sinks")                             \
-    X(q_dtype, "Q's storage, a clattn_dtype (read by lanes and rowwise: tile_walk.cl's load_as)") \
-    X(kv_dtype, "K's and V's storage, a clattn_dtype (read by the packing: pack.cl)")            \
+    X(alibi, "0 none, 1 slopes[Hq], 2 slopes[B][Hq] after the sinks")                              \
+    X(q_dtype, "Q's storage, a clattn_dtype (read by lanes and rowwise: tile_walk.cl's load_as)")  \
+    X(kv_dtype, "K's and V's storage, a clattn_dtype (read by the packing: pack.cl)")              \
     X(out_dtype, "O's storage, a clattn_dtype (common.cl's store_o)")
 
 /* The sources that every attention kernel program starts with, in this order: the parameter
@@ -95,7 +96,8 @@ void params_from_problem(const attn_problem *pb, int write_lse, attn_params *p);
  * (cl/common.cl's PLAIN_CALL) compiles out: float32 storage, no bias, block layout, global
  * token, per-sequence length or page (score modifiers and sinks are read in every program).
  * The fused planner may narrow has_global and set use_tile_list (only with a layout) and
- * row_mode (only with globals): a plain call keeps them zero. */
+ * row_mode and fold_rows (only with globals): a plain call keeps them zero, but for lanes'
+ * program for global tokens, whose plain build reads has_global, row_mode and fold_rows. */
 int params_plain(const attn_params *p);
 
 /* The block a kernel reads as its __constant attn_params: the struct, then (when the call has

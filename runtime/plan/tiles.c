@@ -237,8 +237,14 @@ uint64_t tiles_count_walk(const attn_problem *pb, const tile_geometry *g, const 
             total += window_tiles(pb, g, lists, list_head, r, t, rows);
             if (g->globals_matter) total += global_key_tiles(pb, g, lists, rows);
         }
-    if (!g->globals_matter) return total;
-    int64_t row_tiles = ((int64_t)lists->num_rows + g->block_m - 1) / g->block_m;
+    return g->globals_matter ? total + tiles_count_row_pass(pb, g, lists) : total;
+}
+
+uint64_t tiles_count_row_pass(const attn_problem *pb, const tile_geometry *g,
+                              const tile_lists *lists) {
+    int64_t rows[TILES_MAX_BLOCK_M],
+        row_tiles = ((int64_t)lists->num_rows + g->block_m - 1) / g->block_m;
+    uint64_t total = 0;
     for (int64_t t = 0; t < row_tiles; t++) {
         tile_rows(pb, g, lists, PASS_GLOBAL_ROWS, 0, t, rows);
         for (int64_t r = 0; r < g->classes; r++) {
@@ -246,6 +252,36 @@ uint64_t tiles_count_walk(const attn_problem *pb, const tile_geometry *g, const 
             if (tile_span(pb, g, PASS_GLOBAL_ROWS, r, rows, &first, &last))
                 total += (uint64_t)(last - first + 1);
         }
+    }
+    return total;
+}
+
+/* Clamps x to [lo, hi]. */
+static int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+uint64_t tiles_count_folded_rows(const attn_problem *pb, const tile_geometry *g,
+                                 const tile_lists *lists) {
+    const mask_spec *m = &pb->mask;
+    const int64_t tiles = g->tiles_per_class, bm = g->block_m;
+    uint64_t total = 0;
+    for (int64_t t = 0; t < tiles; t++) {
+        /* the keys [a, b) tile t owns (cl/lanes.cl's fold_keys) */
+        int64_t a = t == 0 ? 0 : clamp64(t * bm + m->offset, 0, m->len_k);
+        int64_t b = t == tiles - 1 ? m->len_k : clamp64((t + 1) * bm + m->offset, 0, m->len_k);
+        int64_t lo_all = INT64_MAX, hi_all = -1;
+        for (size_t k = 0; k < lists->num_rows; k++) {
+            int64_t lo, hi;
+            mask_class_range(lists->row_list[k] + m->offset, 0, 1, m->len_k, m->left, m->right,
+                             m->causal, 0, &lo, &hi);
+            lo = lo > a ? lo : a;
+            hi = hi < b - 1 ? hi : b - 1;
+            if (lo > hi) continue;
+            lo_all = lo < lo_all ? lo : lo_all;
+            hi_all = hi > hi_all ? hi : hi_all;
+        }
+        if (hi_all >= lo_all) total += (uint64_t)(hi_all / g->block_n - lo_all / g->block_n + 1);
     }
     return total;
 }

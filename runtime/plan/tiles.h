@@ -67,6 +67,15 @@ void tiles_release_lists(tile_lists *lists);
 uint64_t tiles_count_walk(const attn_problem *pb, const tile_geometry *g, const tile_lists *lists,
                           int64_t head);
 
+/* Of those, the global-row pass's (globals_matter). */
+uint64_t tiles_count_row_pass(const attn_problem *pb, const tile_geometry *g,
+                              const tile_lists *lists);
+
+/* Key tiles the window pass's query tiles walk for the listed rows instead, where they fold
+ * them in (a single class: cl/lanes.cl's fold_walk_begin), per (b, h). */
+uint64_t tiles_count_folded_rows(const attn_problem *pb, const tile_geometry *g,
+                                 const tile_lists *lists);
+
 /* Key tiles of a dense walk: query tiles x key tiles, per (b, h). */
 uint64_t tiles_dense_walk(const attn_problem *pb, const tile_geometry *g);
 

@@ -597,13 +597,16 @@ Test(fused, long_rows_whose_sum_stops_growing_keep_their_output) {
     free(q), free(k), free(v);
 }
 
-/* The global-row pass of lanes takes a tile of at most 4 global rows with the keys in the lanes
- * (cl/lanes.cl, "few rows"), and a tile of more, or one with a bias or score modifiers, with the
- * rows in the lanes: both against the reference, read in place and packed, with NaN and +inf in
- * V, a NaN key, scores that overflow float32 on the way (scale 3e38), float16 Q and O, sinks,
- * causal with Nq != Nk, dilation, GQA, and head dims that differ. */
+/* Lanes computes at most 4 global rows with the keys in the lanes (cl/lanes.cl, "few rows"):
+ * folded into the window tiles, each over its own keys, and merged, where one class of keys
+ * (no dilation that the tiles separate) and no bias, block layout or score modifiers; else in
+ * the global-row pass. More rows, or rows with a bias or score modifiers, run in that pass with
+ * the rows in the lanes. Each case against the reference, read in place and packed, with NaN and
+ * +inf in V, a NaN key, scores that overflow float32 on the way (scale 3e38), float16 Q and O,
+ * sinks, causal with Nq != Nk, rows past the keys, dilation, GQA, head dims that differ, and
+ * tiles of 16 and 32 rows; and each case folds its rows exactly when it should. */
 Test(fused, global_rows_with_keys_or_rows_in_the_lanes) {
-    attn_case cases[10];
+    attn_case cases[12];
     for (size_t i = 0; i < COUNT(cases); i++) {
         case_init(&cases[i], 2, 4, 2, 150, 150, 64, 64);
         cases[i].layout = i % 2 ? CLATTN_LAYOUT_BSHD : CLATTN_LAYOUT_BHSD;
@@ -624,8 +627,18 @@ Test(fused, global_rows_with_keys_or_rows_in_the_lanes) {
     cases[8].causal = 1, cases[8].nk = 100, cases[8].hkv = 1; /* rows past the keys: empty */
     cases[8].num_globals = 4;
     cases[9].softcap = 30.0f, cases[9].num_globals = 2; /* modifiers: rows in the lanes */
+    cases[10].bad_value = 1, cases[10].causal = 1, cases[10].dilation = 3; /* the row pass */
+    cases[10].left = cases[10].right = 30, cases[10].num_globals = 2;
+    cases[11].left = cases[11].right = 60, cases[11].nk = 190; /* 32-row tiles, offset 40 */
+    static const int folded[COUNT(cases)] = {1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0, 1};
     cr_expect_eq(check_cases(cases, COUNT(cases), CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES), 0,
                  "failing cases are listed above");
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        case_result r;
+        case_run(first_context(), &cases[i], CLATTN_PATH_FUSED, CLATTN_VARIANT_LANES, &r);
+        cr_expect_eq(strstr(r.stats.kernel, " folded rows") != NULL, folded[i], "case %zu ran %s",
+                     i, r.stats.kernel);
+    }
 }
 
 /* The packed variants build a plain program (without the code of bias, block layouts, global
