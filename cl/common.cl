@@ -23,7 +23,8 @@
 
 /* A plain program (-DPLAIN_CALL=1, runtime/plan/params.h's params_plain) serves only calls
  * whose feature fields are all zero: float32 Q, K, V and O, no bias, no block layout or global
- * tokens (so no tile list and no listed rows), one length for every sequence and no pages.
+ * tokens (so no tile list and no listed rows), one length for every sequence and no pages; but
+ * lanes' program for global tokens has a plain build too (GLOBALS_FEATURE, below).
  * This file, tile_walk.cl and the packed variants read those fields through FEATURE, which is
  * then the constant 0, so the program holds none of their code: PoCL builds it in about 0.5 s
  * less (a cold first call: 1.9 s to 1.4 s). The other programs read the fields at run time.

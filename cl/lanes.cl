@@ -834,7 +834,7 @@ ALWAYS_INLINE void few_rows_store(__constant attn_params *P, __global void *O, _
  * window walk has just brought into the cache, and stores their partial softmax state;
  * merge_global_rows merges the partials of every tile. The global-row pass would walk every key
  * of the head again for those few rows, in walks of their own (2.5 % of Longformer's time at
- * N = 16384 on one core, bench/README.md: the few-row tiles' work, not memory, is what they cost). */
+ * N = 16384 on one core, bench/README.md: the few-row tiles' work, not memory, is their cost). */
 
 /* Keys [*a, *b) of class 0 that window tile `tile` owns: those at its rows' positions, the first
  * tile's also the keys before and the last tile's those after, so that every key has one

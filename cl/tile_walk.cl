@@ -279,7 +279,8 @@ typedef struct key_walk {
 } key_walk;
 
 ALWAYS_INLINE long key_walks(__constant attn_params *P) {
-    return GLOBALS_FEATURE(P, row_mode) == 1 ? P->classes : 1 + (GLOBALS_FEATURE(P, has_global) != 0);
+    const int row_mode = GLOBALS_FEATURE(P, row_mode) == 1;
+    return row_mode ? P->classes : 1 + (GLOBALS_FEATURE(P, has_global) != 0);
 }
 
 /* Sets up walk n (0 <= n < key_walks(P)) of query tile `tile` of head h. */
