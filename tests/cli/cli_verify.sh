@@ -149,7 +149,7 @@ grep -q "first use on" err && fail "a second process verified again: $(grep "fir
 
 # ---- a lanes kernel that spins: the verdict says timed out, and auto never picks it
 cp -r "$top/cl" spin
-sed -i 's|attention_lanes(ATTENTION_KERNEL_ARGS) {|&\n    for (volatile int spin = 1; spin;) {\n    }|' spin/lanes.cl
+sed -i 's|attention_lanes(ATTENTION_KERNEL_ARGS PARTIALS_ARG) {|&\n    for (volatile int spin = 1; spin;) {\n    }|' spin/lanes.cl
 grep -q "volatile int spin" spin/lanes.cl || fail "the spin no longer applies to cl/lanes.cl"
 spin=(env CLATTN_KERNEL_DIR="$work/spin")
 "${spin[@]}" "$clattn" check --quick --device 0 --variant lanes --timeout 10 > out 2> err
