@@ -55,6 +55,24 @@
 #define VALUE_BLOCK 8
 #endif
 
+/* PREFETCH=1 (runtime/kernels/packed.c: PoCL on a CPU, whose clang makes it prefetcht1): lines
+ * the walk will read later are asked into L2 ahead of time. A short walk (a window's) reads
+ * its last key tile, the band's newest keys, from memory, and every query tile starts by
+ * reading its Q rows from memory: the hardware prefetchers do not run ahead of either (the
+ * dilated window's classes read every other row). */
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
+#if PREFETCH
+#define PREFETCH_LINE(p) __builtin_prefetch((p), 0, 2)
+#else
+#define PREFETCH_LINE(p) ((void)0)
+#endif
+
+/* Key and value bytes a walk may read before its last tile for that tile's lines, asked for at
+ * its start, still to be in L2 (1 MiB a core on the Xeons measured; half left to the rest). */
+#define PREFETCH_REACH (256 * 1024)
+
 /* 2^x on 16 lanes for x <= 0, -inf or NaN (what softmax needs: the maximum is subtracted
  * first). 2^x = 2^k * 2^f with k = x rounded to an integer, f = x - k in [-0.5, 0.5] and 2^f
  * from Cephes' exp2f polynomial (relative error below 2e-7); 2^k is added into the exponent
@@ -540,6 +558,39 @@ ALWAYS_INLINE int walk_tile(__constant attn_params *P, const packed_keys *in, co
     return kind;
 }
 
+/* The K and V rows of walk w's last key tile, asked for ahead (PREFETCH_LINE) where the walk is
+ * short enough that they stay in L2 until it gets there. k, v: key_walk_rows'. */
+ALWAYS_INLINE void prefetch_last_tile(__constant attn_params *P, const packed_keys *in,
+                                      const key_walk *w, const query_tile *t,
+                                      __global const float *k, __global const float *v) {
+    const long tile_bytes = BLOCK_N * (DQK_PAD + DV_PAD) * (long)sizeof(float);
+    if (!PREFETCH || w->pass != PASS_WINDOW || w->count < 2 ||
+        (w->count - 1) * tile_bytes > PREFETCH_REACH)
+        return;
+    long k0;
+    key_rows rows;
+    walk_tile(P, in, w, w->count - 1, t->b, t->kv_bh, k, v, &k0, &rows);
+    for (int j = 0; j < BLOCK_N; j++) {
+        for (int d = 0; d < DQK_PAD; d += 16) PREFETCH_LINE(rows.k + j * rows.k_step + d);
+        for (int d = 0; d < DV_PAD; d += 16) PREFETCH_LINE(rows.v + j * rows.v_step + d);
+    }
+}
+
+/* The Q rows of query tile `tile` (row_mode 0) of t's head, asked for ahead: the tile after
+ * t's in its class, which the next work-groups take. */
+ALWAYS_INLINE void prefetch_queries(__constant attn_params *P, long tile, const query_tile *t) {
+    if (!PREFETCH || GLOBALS_FEATURE(P, row_mode) != 0) return;
+    const long first = tile_first_row(P, tile), bytes = FEATURE(P, q_dtype) == DTYPE_F32 ? 4 : 2;
+    for (int m = 0; m < BLOCK_M; m++) {
+        const long i = first + m * P->classes;
+        if (i >= P->len_q) return;
+        __global const uchar *row =
+            (__global const uchar *)t->Q +
+            bytes * (P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s);
+        for (long at = 0; at < bytes * P->dim_qk; at += 64) PREFETCH_LINE(row + at);
+    }
+}
+
 /* Walks the key tiles of walk n of the work-item's query tile (tile_walk.cl's key_walk). */
 ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, long tile, long n,
                              query_tile *t) {
@@ -551,6 +602,7 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, l
     __global const float *k, *v;
     __global const uchar *v_bad;
     key_walk_rows(P, in, &w, t->kv_bh, &k, &v, &v_bad);
+    prefetch_last_tile(P, in, &w, t, k, v);
     for (long i = 0; i < w.count; i++) {
         long k0;
         key_rows rows;
@@ -963,6 +1015,7 @@ attention_lanes(ATTENTION_KERNEL_ARGS PARTIALS_ARG) {
     const int few = takes_few_rows(P, &t);
     if (!few) {
         load_queries(P, Q, q_scale, &t);
+        prefetch_queries(P, tile + P->classes, &t);
         for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, &t);
         store_rows(P, is_global, O, LSE, &t);
     }

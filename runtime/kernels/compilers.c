@@ -84,6 +84,11 @@ int compiler_is_slow(const clattn_device_info *device, const char *variant, char
     return 1;
 }
 
+int compiler_builds_prefetch(const clattn_device_info *device) {
+    return strcmp(device->platform_name, "Portable Computing Language") == 0 &&
+           (device->type & CL_DEVICE_TYPE_CPU);
+}
+
 /* A bound on the loop iterations one key costs a work-item: per 16 columns of head dim (Dqk and
  * Dv together, head dim 64 at least), twice the cost the first failing length implies on Mesa
  * 22.3.6 (rowwise: 384 keys passed, 512 failed at head dim 64, 192 and 256 at 128: 16 to 21 a

@@ -19,6 +19,12 @@ int compiler_refuses(const clattn_device_info *device, const char *variant, char
  * other variant serves. */
 int compiler_is_slow(const clattn_device_info *device, const char *variant, char *why, size_t size);
 
+/* Whether the device's compiler turns clang's __builtin_prefetch into the CPU's prefetch
+ * instruction (PoCL on a CPU), so that a kernel may ask for lines ahead (cl/lanes.cl,
+ * PREFETCH). Elsewhere the builtin may not get through SPIR-V (rusticl), be unknown (GPU
+ * compilers) or be an IR call to interpret (oclgrind). */
+int compiler_builds_prefetch(const clattn_device_info *device);
+
 /* The most keys one work-item of `variant` ("rowwise", "split", "gemm") may walk at these head
  * dims within the device's loop budget (core.h, device_loop_budget); SIZE_MAX where the device
  * has none. */

@@ -1,6 +1,7 @@
 /* The fused variants' shared host code (packed.h): planning, buffers, packing and launches. */
 #include "kernels/packed.h"
 
+#include "kernels/compilers.h"
 #include "plan/params.h"
 
 #include <stdio.h>
@@ -294,10 +295,10 @@ static clattn_status get_kernels(clattn_context *ctx, const attn_problem *pb,
      * storage at run time */
     snprintf(defines, sizeof defines,
              "-DBLOCK_N=%u -DDQK_PAD=%u -DDV_PAD=%u -DBLOCK_M=%u -DCOUNT_TILES=%d -DIN_PLACE=%d"
-             "%s%s",
+             "%s%s%s",
              st->block_n, st->dqk_pad, st->dv_pad, st->block_m, pb->count_tiles, st->in_place,
-             st->plain ? " -DPLAIN_CALL=1" : "",
-             global_program(pb, st) ? " -DGLOBAL_TOKENS=1" : "");
+             st->plain ? " -DPLAIN_CALL=1" : "", global_program(pb, st) ? " -DGLOBAL_TOKENS=1" : "",
+             compiler_builds_prefetch(&ctx->device) ? " -DPREFETCH=1" : "");
     clattn_status status = kernel_get(ctx, files, ARRAY_LEN(files), defines, "pack_keys", pack);
     if (status == CLATTN_SUCCESS)
         status =

@@ -285,6 +285,23 @@ Test(limits, llvmpipe_refuses_the_walks_that_came_out_wrong_there) {
     cr_expect_eq(loop_budget_allows(&pocl, "gemm", 1L << 30, 576, 512, why, sizeof why), 1);
 }
 
+/* Prefetch hints are compiled for PoCL's CPU devices only: rusticl's SPIR-V, oclgrind's
+ * interpreter and GPU compilers get none (kernels/compilers.c). */
+Test(limits, prefetch_is_compiled_for_pocl_cpus_only) {
+    clattn_device_info device;
+    memset(&device, 0, sizeof device);
+    snprintf(device.platform_name, sizeof device.platform_name, "Portable Computing Language");
+    device.type = CL_DEVICE_TYPE_CPU;
+    cr_expect(compiler_builds_prefetch(&device));
+    device.type = CL_DEVICE_TYPE_GPU; /* PoCL's CUDA device */
+    cr_expect_not(compiler_builds_prefetch(&device));
+    as_llvmpipe(&device);
+    device.type = CL_DEVICE_TYPE_CPU;
+    cr_expect_not(compiler_builds_prefetch(&device));
+    snprintf(device.platform_name, sizeof device.platform_name, "Oclgrind");
+    cr_expect_not(compiler_builds_prefetch(&device));
+}
+
 /* Attention over the first n_k keys of k and v (bshd, so the rows of a prefix are contiguous)
  * on ctx with this path and variant, against the reference. */
 static void expect_prefix_matches(clattn_context *ctx, clattn_path path, clattn_variant variant,
