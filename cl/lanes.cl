@@ -558,36 +558,49 @@ ALWAYS_INLINE int walk_tile(__constant attn_params *P, const packed_keys *in, co
     return kind;
 }
 
-/* The K and V rows of walk w's last key tile, asked for ahead (PREFETCH_LINE) where the walk is
- * short enough that they stay in L2 until it gets there. k, v: key_walk_rows'. */
-ALWAYS_INLINE void prefetch_last_tile(__constant attn_params *P, const packed_keys *in,
-                                      const key_walk *w, const query_tile *t,
-                                      __global const float *k, __global const float *v) {
+/* What a window walk asks for ahead (PREFETCH_LINE), a share of rows at each key tile but its
+ * last, so that the requests overlap the tiles' work rather than wait for free line buffers
+ * at the walk's start: the K and V rows of its last key tile, where the walk is short enough
+ * for them to stay in L2 until it gets there, and the Q rows of its class's next query tile,
+ * which the next work-groups take. */
+typedef struct lookahead {
+    key_rows last;           /* the walk's last key tile (last.k 0: not asked for) */
+    __global const uchar *q; /* the next query tile's first Q row */
+    long q_step, q_bytes;    /* bytes from one of its rows to the next, and in a row */
+    long q_rows;             /* its rows (0: none) */
+    long share;              /* rows asked for at each key tile (0: nothing) */
+} lookahead;
+
+ALWAYS_INLINE void lookahead_begin(__constant attn_params *P, const packed_keys *in,
+                                   const key_walk *w, long tile, const query_tile *t,
+                                   __global const float *k, __global const float *v,
+                                   lookahead *a) {
     const long tile_bytes = BLOCK_N * (DQK_PAD + DV_PAD) * (long)sizeof(float);
-    if (!PREFETCH || w->pass != PASS_WINDOW || w->count < 2 ||
-        (w->count - 1) * tile_bytes > PREFETCH_REACH)
-        return;
+    a->share = 0;
+    if (!PREFETCH || w->pass != PASS_WINDOW || w->count < 2) return;
     long k0;
-    key_rows rows;
-    walk_tile(P, in, w, w->count - 1, t->b, t->kv_bh, k, v, &k0, &rows);
-    for (int j = 0; j < BLOCK_N; j++) {
-        for (int d = 0; d < DQK_PAD; d += 16) PREFETCH_LINE(rows.k + j * rows.k_step + d);
-        for (int d = 0; d < DV_PAD; d += 16) PREFETCH_LINE(rows.v + j * rows.v_step + d);
-    }
+    walk_tile(P, in, w, w->count - 1, t->b, t->kv_bh, k, v, &k0, &a->last);
+    if ((w->count - 1) * tile_bytes > PREFETCH_REACH) a->last.k = 0;
+    const long next = tile + P->classes, first = tile_first_row(P, next);
+    const long bytes = FEATURE(P, q_dtype) == DTYPE_F32 ? 4 : 2;
+    const long rows_left = (P->len_q - first + P->classes - 1) / P->classes;
+    a->q_rows = first < P->len_q ? min((long)BLOCK_M, rows_left) : 0;
+    a->q = (__global const uchar *)t->Q +
+           bytes * (P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h +
+                    first * P->q_stride_s);
+    a->q_step = bytes * P->classes * P->q_stride_s, a->q_bytes = bytes * P->dim_qk;
+    a->share = (max(BLOCK_M, BLOCK_N) + w->count - 2) / (w->count - 1);
 }
 
-/* The Q rows of query tile `tile` (row_mode 0) of t's head, asked for ahead: the tile after
- * t's in its class, which the next work-groups take. */
-ALWAYS_INLINE void prefetch_queries(__constant attn_params *P, long tile, const query_tile *t) {
-    if (!PREFETCH || GLOBALS_FEATURE(P, row_mode) != 0) return;
-    const long first = tile_first_row(P, tile), bytes = FEATURE(P, q_dtype) == DTYPE_F32 ? 4 : 2;
-    for (int m = 0; m < BLOCK_M; m++) {
-        const long i = first + m * P->classes;
-        if (i >= P->len_q) return;
-        __global const uchar *row =
-            (__global const uchar *)t->Q +
-            bytes * (P->q_offset + t->b * P->q_stride_b + t->h * P->q_stride_h + i * P->q_stride_s);
-        for (long at = 0; at < bytes * P->dim_qk; at += 64) PREFETCH_LINE(row + at);
+/* Key tile i's share of the lookahead. */
+ALWAYS_INLINE void lookahead_step(const lookahead *a, long i) {
+    for (long j = i * a->share; j < (i + 1) * a->share; j++) {
+        if (j < BLOCK_N && a->last.k) {
+            for (int d = 0; d < DQK_PAD; d += 16) PREFETCH_LINE(a->last.k + j * a->last.k_step + d);
+            for (int d = 0; d < DV_PAD; d += 16) PREFETCH_LINE(a->last.v + j * a->last.v_step + d);
+        }
+        if (j < a->q_rows)
+            for (long at = 0; at < a->q_bytes; at += 64) PREFETCH_LINE(a->q + j * a->q_step + at);
     }
 }
 
@@ -602,10 +615,12 @@ ALWAYS_INLINE void walk_keys(__constant attn_params *P, const packed_keys *in, l
     __global const float *k, *v;
     __global const uchar *v_bad;
     key_walk_rows(P, in, &w, t->kv_bh, &k, &v, &v_bad);
-    prefetch_last_tile(P, in, &w, t, k, v);
+    lookahead ahead;
+    lookahead_begin(P, in, &w, tile, t, k, v, &ahead);
     for (long i = 0; i < w.count; i++) {
         long k0;
         key_rows rows;
+        if (i < w.count - 1) lookahead_step(&ahead, i);
         const int kind = walk_tile(P, in, &w, i, t->b, t->kv_bh, k, v, &k0, &rows);
         const int values = values_known(&w, v_bad, k0);
         if (GLOBAL_TOKENS && global_keys && w.keys - k0 <= NARROW_KEYS) /* the last few */
@@ -1015,7 +1030,6 @@ attention_lanes(ATTENTION_KERNEL_ARGS PARTIALS_ARG) {
     const int few = takes_few_rows(P, &t);
     if (!few) {
         load_queries(P, Q, q_scale, &t);
-        prefetch_queries(P, tile + P->classes, &t);
         for (long n = 0; n < key_walks(P); n++) walk_keys(P, &keys, tile, n, &t);
         store_rows(P, is_global, O, LSE, &t);
     }
