@@ -69,8 +69,9 @@
 #define PREFETCH_LINE(p) ((void)0)
 #endif
 
-/* Key and value bytes a walk may read before its last tile for that tile's lines, asked for at
- * its start, still to be in L2 (1 MiB a core on the Xeons measured; half left to the rest). */
+/* Key and value bytes a walk may read before its last tile for that tile's lines, asked for
+ * early in the walk, still to be in L2 (1 MiB a core on the Xeons measured; half left to the
+ * rest). */
 #define PREFETCH_REACH (256 * 1024)
 
 /* 2^x on 16 lanes for x <= 0, -inf or NaN (what softmax needs: the maximum is subtracted
